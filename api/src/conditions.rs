@@ -1,0 +1,58 @@
+//! Condition types and reasons. The strings are part of the wire contract (scripts and runbooks
+//! match on them); never rename one.
+
+/// EtcdCluster condition types.
+pub mod cluster {
+    pub const AVAILABLE: &str = "Available";
+    pub const PROGRESSING: &str = "Progressing";
+    pub const DEGRADED: &str = "Degraded";
+}
+
+/// EtcdMember condition types.
+pub mod member {
+    pub const READY: &str = "Ready";
+    pub const VERSION_DRIFTED: &str = "VersionDrifted";
+}
+
+/// EtcdSnapshot condition types.
+pub mod snapshot {
+    pub const READY: &str = "Ready";
+}
+
+/// Every reason the operator writes, across kinds.
+pub mod reason {
+    // EtcdCluster Available / Degraded
+    pub const QUORUM_HEALTHY: &str = "QuorumHealthy";
+    pub const QUORUM_AVAILABLE: &str = "QuorumAvailable";
+    pub const CLUSTER_DISCOVERED: &str = "ClusterDiscovered";
+    pub const QUORUM_LOST: &str = "QuorumLost";
+    pub const PAUSED: &str = "Paused";
+    pub const CLUSTER_UNREACHABLE: &str = "ClusterUnreachable";
+    pub const BOOTSTRAP_FAILED: &str = "BootstrapFailed";
+    pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+    pub const CERT_MANAGER_NOT_INSTALLED: &str = "CertManagerNotInstalled";
+    pub const AUTH_REQUIRED_NOT_CONFIGURED: &str = "AuthRequiredNotConfigured";
+    pub const AUTH_CREDENTIALS_REJECTED: &str = "AuthCredentialsRejected";
+    pub const MEMBERS_UNHEALTHY: &str = "MembersUnhealthy";
+    // EtcdCluster Progressing
+    pub const INITIAL_SNAPSHOT: &str = "InitialSnapshot";
+    pub const SPEC_CHANGED: &str = "SpecChanged";
+    pub const WAITING_FOR_SEED: &str = "WaitingForSeed";
+    pub const RETRY_AFTER_DEADLINE: &str = "RetryAfterDeadline";
+    pub const RECONCILED: &str = "Reconciled";
+    // EtcdMember Ready / VersionDrifted
+    pub const POD_NOT_READY: &str = "PodNotReady";
+    pub const DISCOVERING_MEMBER_ID: &str = "DiscoveringMemberID";
+    pub const POD_READY: &str = "PodReady";
+    pub const VERSION_MATCHED: &str = "VersionMatched";
+    pub const VERSION_MISMATCH: &str = "VersionMismatch";
+    // EtcdSnapshot Ready
+    pub const JOB_CREATED: &str = "JobCreated";
+    pub const JOB_RUNNING: &str = "JobRunning";
+    pub const OPERATOR_IMAGE_NOT_CONFIGURED: &str = "OperatorImageNotConfigured";
+    pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
+    pub const AUTH_LATCH_TIMEOUT: &str = "AuthLatchTimeout";
+    pub const SNAPSHOT_JOB_LOST: &str = "SnapshotJobLost";
+    pub const JOB_FAILED: &str = "JobFailed";
+    pub const SNAPSHOT_STORED: &str = "SnapshotStored";
+}

@@ -1,0 +1,278 @@
+//! `EtcdCluster`: the user-facing kind. Its spec carries every CEL rule that relates sibling
+//! subtrees (replicas vs. medium, auth vs. tls, immutability of tls/auth/bootstrap).
+
+use k8s_openapi::api::core::v1::{
+    Affinity, LocalObjectReference, ResourceRequirements, TopologySpreadConstraint,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{
+    AdditionalMetadata, EtcdOptions, IssuerReference, RestoreSource, SecretReference, StorageSpec,
+};
+
+pub const DEFAULT_REPLICAS: i32 = 3;
+pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i32 = 600;
+/// `X.Y.Z`; the image tag is `v<version>`.
+pub const VERSION_PATTERN: &str = r"^[0-9]+\.[0-9]+\.[0-9]+$";
+
+fn default_replicas() -> i32 {
+    DEFAULT_REPLICAS
+}
+
+fn default_progress_deadline_seconds() -> i32 {
+    DEFAULT_PROGRESS_DEADLINE_SECONDS
+}
+
+/// Desired state of an etcd cluster.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[kube(
+    group = "etcd-operator.cozystack.io",
+    version = "v1alpha2",
+    kind = "EtcdCluster",
+    plural = "etcdclusters",
+    namespaced,
+    status = "EtcdClusterStatus",
+    derive = "PartialEq",
+    doc = "An etcd cluster managed by the operator.",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.readyMembers",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyMembers"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    category = "etcd"
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!(self.replicas == 0 && has(self.storage.medium) && self.storage.medium == 'Memory')")
+        .message("spec.replicas=0 with spec.storage.medium=Memory is unsupported: a paused member's tmpfs data is lost, so the cluster could not resume; keep replicas >= 1, or delete the cluster to tear it down")
+        .field_path(".replicas"),
+    validation = Rule::new("!has(self.bootstrap) || !has(self.bootstrap.restore) || !has(self.storage.medium) || self.storage.medium != 'Memory'")
+        .message("spec.bootstrap.restore is unsupported with spec.storage.medium=Memory: a restored tmpfs seed would lose the data on its first restart; use PVC storage for a restored cluster")
+        .field_path(".bootstrap"),
+    validation = Rule::new("!has(self.auth) || !has(self.auth.enabled) || !self.auth.enabled || (has(self.tls) && has(self.tls.client))")
+        .message("spec.auth.enabled requires spec.tls.client: root credentials must not cross the network in plaintext; configure spec.tls.client or set auth.enabled=false")
+        .field_path(".auth"),
+    validation = Rule::new("!has(self.auth) || !has(self.auth.enabled) || !self.auth.enabled || has(self.auth.rootCredentialsSecretRef)")
+        .message("spec.auth.enabled requires spec.auth.rootCredentialsSecretRef: name a kubernetes.io/basic-auth Secret holding the root username and password")
+        .field_path(".auth"),
+    validation = Rule::new("has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)")
+        .message("spec.tls cannot be added to, removed from or changed on an existing cluster; delete and recreate the cluster to change TLS")
+        .field_path(".tls"),
+    validation = Rule::new("has(self.auth) == has(oldSelf.auth) && (!has(self.auth) || self.auth == oldSelf.auth)")
+        .message("spec.auth cannot be added to, removed from or changed on an existing cluster; delete and recreate the cluster to change authentication")
+        .field_path(".auth"),
+    validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)")
+        .message("spec.bootstrap cannot be added to, removed from or changed on an existing cluster: restore happens only at first bootstrap; create a new cluster to restore")
+        .field_path(".bootstrap"),
+)]
+pub struct EtcdClusterSpec {
+    /// Number of members. `0` pauses the cluster (one dormant member keeps the data).
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+    /// etcd version `X.Y.Z`; the member image is `<repository>:v<version>`.
+    #[schemars(regex(pattern = r"^[0-9]+\.[0-9]+\.[0-9]+$"))]
+    pub version: String,
+    /// Per-member storage.
+    #[serde(default)]
+    pub storage: StorageSpec,
+    /// Seconds the operator may spend reaching a new target before it gives up
+    /// (`BootstrapFailed` / `DeadlineExceeded`).
+    #[serde(default = "default_progress_deadline_seconds")]
+    #[schemars(range(min = 1))]
+    pub progress_deadline_seconds: i32,
+    /// TLS for the client (2379) and peer (2380) listeners. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
+    /// Root authentication. Immutable; requires `tls.client`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthSpec>,
+    /// How the cluster is first bootstrapped (restore from a snapshot). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<BootstrapSpec>,
+    /// Resources of the etcd container (default requests 100m CPU / 128Mi memory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Affinity of every member Pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// Topology spread constraints of every member Pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    /// Labels and annotations merged onto every object the operator creates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub additional_metadata: Option<AdditionalMetadata>,
+    /// etcd server options.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<EtcdOptions>,
+    /// Pull secrets for the etcd image.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+}
+
+impl Default for EtcdClusterSpec {
+    fn default() -> Self {
+        Self {
+            replicas: DEFAULT_REPLICAS,
+            version: String::new(),
+            storage: StorageSpec::default(),
+            progress_deadline_seconds: DEFAULT_PROGRESS_DEADLINE_SECONDS,
+            tls: None,
+            auth: None,
+            bootstrap: None,
+            resources: None,
+            affinity: None,
+            topology_spread_constraints: Vec::new(),
+            additional_metadata: None,
+            options: None,
+            image_pull_secrets: Vec::new(),
+        }
+    }
+}
+
+/// TLS for the two etcd listeners; each is optional and independent.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// Client listener (2379). mTLS when an operator-client source is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<ClientTlsSpec>,
+    /// Peer listener (2380); always mutual.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<PeerTlsSpec>,
+}
+
+/// Client-listener TLS: BYO Secrets or cert-manager, never both.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.serverSecretRef) != has(self.certManager)")
+        .message("spec.tls.client needs exactly one of serverSecretRef (your own Secret) or certManager (operator-emitted Certificates)"),
+    validation = Rule::new("!(has(self.operatorClientSecretRef) && has(self.certManager))")
+        .message("spec.tls.client.operatorClientSecretRef cannot be combined with certManager; use certManager.operatorClientIssuerRef for an operator client certificate")
+        .field_path(".operatorClientSecretRef"),
+)]
+pub struct ClientTlsSpec {
+    /// Secret with `tls.crt`, `tls.key` and `ca.crt` for the client listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_secret_ref: Option<SecretReference>,
+    /// Secret with the operator's client certificate (`tls.crt`, `tls.key`); enables mTLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_client_secret_ref: Option<SecretReference>,
+    /// Have the operator emit cert-manager Certificates instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_manager: Option<ClientCertManagerSpec>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientCertManagerSpec {
+    /// Issuer of the `<cluster>-server` Certificate.
+    pub server_issuer_ref: IssuerReference,
+    /// Issuer of the `<cluster>-operator-client` Certificate; enables mTLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_client_issuer_ref: Option<IssuerReference>,
+}
+
+/// Peer-listener TLS: BYO Secret or cert-manager, never both.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.secretRef) != has(self.certManager)")
+    .message("spec.tls.peer needs exactly one of secretRef (your own Secret) or certManager (an operator-emitted Certificate)"))]
+pub struct PeerTlsSpec {
+    /// Secret with `tls.crt`, `tls.key` and `ca.crt` for the peer listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretReference>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_manager: Option<PeerCertManagerSpec>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerCertManagerSpec {
+    /// Issuer of the `<cluster>-peer` Certificate.
+    pub issuer_ref: IssuerReference,
+}
+
+/// Single-user root authentication.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthSpec {
+    /// Enable etcd authentication once the cluster has converged.
+    #[serde(default)]
+    pub enabled: bool,
+    /// A `kubernetes.io/basic-auth` Secret (`username`, `password`) for the root user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_credentials_secret_ref: Option<SecretReference>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootstrapSpec {
+    /// Initialise the seed's data directory from a snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreSpec>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreSpec {
+    pub source: RestoreSource,
+}
+
+/// The target the operator locked in (see the locking pattern).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedSpec {
+    pub replicas: i32,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    /// The `metadata.generation` this target was taken from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+}
+
+/// Observed state of an etcd cluster.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterStatus {
+    /// Members whose Pod is Ready.
+    #[serde(default)]
+    pub ready_members: i32,
+    /// Label selector of the member Pods (scale subresource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// etcd cluster ID, 16 lowercase hex digits, latched at bootstrap.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "clusterID")]
+    pub cluster_id: Option<String>,
+    /// `--initial-cluster-token`, `<namespace>-<name>-<uid>`, latched on the first reconcile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_token: Option<String>,
+    /// Whether etcd authentication has been enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_enabled: Option<bool>,
+    /// The locked target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<ObservedSpec>,
+    /// When the operator stops trying to reach `observed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_deadline: Option<Time>,
+    /// Members the operator considers broken.
+    #[serde(default)]
+    pub broken_members: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

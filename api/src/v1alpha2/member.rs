@@ -1,0 +1,120 @@
+//! `EtcdMember`: one per etcd member, created and owned by the operator. Owns the member's Pod
+//! and PVC. Users read these; they should not edit them.
+
+use k8s_openapi::api::core::v1::{
+    Affinity, LocalObjectReference, ResourceRequirements, TopologySpreadConstraint,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{AdditionalMetadata, EtcdOptions, RestoreSource, StorageSpec};
+
+/// Desired state of one etcd member, copied from its cluster's locked spec at creation.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "etcd-operator.cozystack.io",
+    version = "v1alpha2",
+    kind = "EtcdMember",
+    plural = "etcdmembers",
+    namespaced,
+    status = "EtcdMemberStatus",
+    derive = "PartialEq",
+    doc = "One member of an etcd cluster. Created and owned by the operator.",
+    printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.clusterName"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
+    printcolumn(name = "Running", type_ = "string", json_path = ".status.version"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    category = "etcd"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdMemberSpec {
+    /// The EtcdCluster this member belongs to.
+    pub cluster_name: String,
+    /// etcd version `X.Y.Z` of this member's Pod.
+    pub version: String,
+    #[serde(default)]
+    pub storage: StorageSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub additional_metadata: Option<AdditionalMetadata>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<EtcdOptions>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// True for the seed: the first member, started with `--initial-cluster-state=new` while
+    /// the cluster has not formed.
+    #[serde(default)]
+    pub bootstrap: bool,
+    /// `--initial-cluster`; empty while the member is pending (no Pod yet).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub initial_cluster: String,
+    /// `--initial-cluster-token`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster_token: String,
+    /// A paused cluster's last member: no Pod, PVC kept.
+    #[serde(default)]
+    pub dormant: bool,
+    /// TLS material resolved from the cluster's spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<MemberTls>,
+    /// Snapshot to restore the data directory from (seed of a restored cluster only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreSource>,
+}
+
+/// The Secrets a member Pod mounts, resolved from the cluster's `spec.tls`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberTls {
+    /// Secret (`tls.crt`, `tls.key`, `ca.crt`) for the client listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret_name: Option<String>,
+    /// Whether clients must present a certificate (`--client-cert-auth`).
+    #[serde(default)]
+    pub client_cert_auth: bool,
+    /// Secret (`tls.crt`, `tls.key`, `ca.crt`) for the peer listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_secret_name: Option<String>,
+}
+
+/// Observed state of one etcd member.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdMemberStatus {
+    /// etcd member ID, 16 lowercase hex digits.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "memberID")]
+    pub member_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "podUID")]
+    pub pod_uid: Option<String>,
+    /// True once the member is a voter (promoted from learner).
+    #[serde(default)]
+    pub is_voter: bool,
+    /// `data-<member>`, absent for Memory members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc_name: Option<String>,
+    /// The etcd version the member reports running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

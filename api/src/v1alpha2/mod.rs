@@ -1,0 +1,19 @@
+//! The `etcd-operator.cozystack.io/v1alpha2` kinds.
+
+// `#[kube(printcolumn(type_ = ...))]` repeats the same key per column; clippy reads that as a
+// duplicated attribute.
+#![allow(clippy::duplicated_attributes)]
+
+mod cluster;
+mod common;
+mod member;
+mod snapshot;
+
+pub use cluster::*;
+pub use common::*;
+pub use member::*;
+pub use snapshot::*;
+
+pub const GROUP: &str = "etcd-operator.cozystack.io";
+pub const VERSION: &str = "v1alpha2";
+pub const API_VERSION: &str = "etcd-operator.cozystack.io/v1alpha2";

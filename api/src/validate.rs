@@ -1,0 +1,701 @@
+//! The Rust mirror of every validation rule the CRDs carry (OpenAPI bounds, patterns and enums,
+//! and the CEL rules), returning *all* violations of an object or transition at once, each with
+//! its field path, offending value, previous value and how to fix it.
+//!
+//! The CRD's CEL rules are the source of truth for accept/reject; the tests in this crate and the
+//! API-layer suite run one shared corpus through both and require the same verdict. Messages here
+//! are richer than CEL can produce, but must never accept what CEL rejects or reject what it accepts.
+
+use std::fmt;
+use std::sync::LazyLock;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::de::DeserializeOwned;
+
+use crate::quantity;
+use crate::v1alpha2::{
+    EtcdClusterSpec, EtcdSnapshotSpec, PvcLocation, RestoreSource, S3Location, SnapshotDestination,
+    StorageMedium, RETENTION_PATTERN, VERSION_PATTERN,
+};
+
+/// One broken rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// JSON path of the offending field, e.g. `spec.storage.size`.
+    pub field: String,
+    /// The offending value, rendered for a human.
+    pub value: Option<String>,
+    /// The previous value, for update rules.
+    pub old_value: Option<String>,
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it.
+    pub hint: String,
+}
+
+impl Violation {
+    fn new(field: impl Into<String>, message: impl Into<String>, hint: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            value: None,
+            old_value: None,
+            message: message.into(),
+            hint: hint.into(),
+        }
+    }
+
+    fn value(mut self, value: impl fmt::Display) -> Self {
+        self.value = Some(value.to_string());
+        self
+    }
+
+    fn old_value(mut self, value: impl fmt::Display) -> Self {
+        self.old_value = Some(value.to_string());
+        self
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)?;
+        match (&self.old_value, &self.value) {
+            (Some(old), Some(new)) => write!(f, " (was {old}, now {new})")?,
+            (None, Some(new)) => write!(f, " (got {new})")?,
+            _ => {}
+        }
+        if !self.hint.is_empty() {
+            write!(f, "; {}", self.hint)?;
+        }
+        Ok(())
+    }
+}
+
+/// Render a list of violations the way the webhook reports them: a count, then one per line.
+pub fn render(kind: &str, name: &str, violations: &[Violation]) -> String {
+    let mut out = format!(
+        "{kind} {name:?} is invalid ({} problem{}):",
+        violations.len(),
+        if violations.len() == 1 { "" } else { "s" }
+    );
+    for v in violations {
+        out.push_str("\n- ");
+        out.push_str(&v.to_string());
+    }
+    out
+}
+
+static VERSION_RE: LazyLock<regex::Regex> =
+    LazyLock::new(|| regex::Regex::new(VERSION_PATTERN).expect("VERSION_PATTERN is a valid regex"));
+static RETENTION_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
+    regex::Regex::new(RETENTION_PATTERN).expect("RETENTION_PATTERN is a valid regex")
+});
+
+/// Deserialize a `spec` (or any typed part of an object) from JSON, turning a type error into a
+/// violation that names the field where it happened (`spec.tls.client.certManager.serverIssuerRef.kind`).
+pub fn parse<T: DeserializeOwned>(prefix: &str, value: &serde_json::Value) -> Result<T, Violation> {
+    serde_path_to_error::deserialize(value).map_err(|err| {
+        let inner = err.path().to_string();
+        let mut field = if inner == "." || inner.is_empty() {
+            prefix.to_string()
+        } else {
+            format!("{prefix}.{inner}")
+        };
+        let detail = err.inner().to_string();
+        // serde reports a missing field at its parent; name the field itself, as the apiserver does.
+        if let Some(missing) = detail
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next())
+        {
+            field = format!("{field}.{missing}");
+            return Violation::new(
+                field,
+                "is required",
+                "set it (see `kubectl explain` for the field)",
+            );
+        }
+        Violation::new(
+            field,
+            format!("cannot be read: {detail}"),
+            "fix the value's type or spelling (see `kubectl explain` for the field)",
+        )
+    })
+}
+
+/// Validate a whole object as it arrives from the API (create when `old` is `None`, else update),
+/// by kind. Unreadable specs are reported as violations naming the field that failed to parse.
+pub fn object(
+    kind: &str,
+    new: &serde_json::Value,
+    old: Option<&serde_json::Value>,
+) -> Vec<Violation> {
+    fn spec_of<T: DeserializeOwned>(obj: &serde_json::Value) -> Result<T, Violation> {
+        match obj.get("spec") {
+            Some(spec) => parse("spec", spec),
+            None => Err(Violation::new(
+                "spec",
+                "is required",
+                "add a spec to the object",
+            )),
+        }
+    }
+    fn judge<T: DeserializeOwned>(
+        new: &serde_json::Value,
+        old: Option<&serde_json::Value>,
+        create: fn(&T) -> Vec<Violation>,
+        update: fn(&T, &T) -> Vec<Violation>,
+    ) -> Vec<Violation> {
+        let new = match spec_of::<T>(new) {
+            Ok(spec) => spec,
+            Err(v) => return vec![v],
+        };
+        match old.map(spec_of::<T>) {
+            None => create(&new),
+            Some(Ok(old)) => update(&old, &new),
+            // An old object that no longer parses cannot be compared; judge the new one alone.
+            Some(Err(_)) => create(&new),
+        }
+    }
+    match kind {
+        "EtcdCluster" => judge::<EtcdClusterSpec>(new, old, cluster_create, cluster_update),
+        "EtcdSnapshot" => judge::<EtcdSnapshotSpec>(new, old, snapshot_create, snapshot_update),
+        other => vec![Violation::new(
+            "kind",
+            format!("{other:?} is not validated here"),
+            "send only EtcdCluster and EtcdSnapshot objects to this validator",
+        )],
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// EtcdCluster
+
+/// Every violation of an EtcdCluster spec on create (and of the new spec on update).
+pub fn cluster_create(spec: &EtcdClusterSpec) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let memory = spec.storage.medium == Some(StorageMedium::Memory);
+
+    if spec.replicas < 0 {
+        out.push(
+            Violation::new(
+                "spec.replicas",
+                "must be 0 or more",
+                "set the number of members (3 or 5 for production, 0 to pause)",
+            )
+            .value(spec.replicas),
+        );
+    }
+    if spec.replicas == 0 && memory {
+        out.push(
+            Violation::new(
+                "spec.replicas",
+                "0 (pause) is unsupported with spec.storage.medium=Memory: a paused member's tmpfs data is lost, so the cluster could not resume",
+                "keep replicas >= 1; to tear the cluster down, delete the EtcdCluster",
+            )
+            .value(0),
+        );
+    }
+    if !VERSION_RE.is_match(&spec.version) {
+        out.push(
+            Violation::new(
+                "spec.version",
+                "must be an etcd release as X.Y.Z (the image tag is vX.Y.Z)",
+                "write e.g. 3.6.11, without a leading v",
+            )
+            .value(format!("{:?}", spec.version)),
+        );
+    }
+    if spec.progress_deadline_seconds < 1 {
+        out.push(
+            Violation::new(
+                "spec.progressDeadlineSeconds",
+                "must be at least 1",
+                "leave it unset for the default of 600 seconds",
+            )
+            .value(spec.progress_deadline_seconds),
+        );
+    }
+
+    out.extend(storage_size(&spec.storage.size, memory));
+
+    if let Some(bootstrap) = &spec.bootstrap {
+        if let Some(restore) = &bootstrap.restore {
+            if memory {
+                out.push(Violation::new(
+                    "spec.bootstrap.restore",
+                    "is unsupported with spec.storage.medium=Memory: a restored tmpfs seed would lose the data on its first restart",
+                    "use PVC storage (remove storage.medium) for a restored cluster",
+                ));
+            }
+            out.extend(restore_source(
+                "spec.bootstrap.restore.source",
+                &restore.source,
+            ));
+        }
+    }
+
+    if let Some(auth) = spec.auth.as_ref().filter(|a| a.enabled) {
+        let has_client_tls = spec.tls.as_ref().is_some_and(|t| t.client.is_some());
+        if !has_client_tls {
+            out.push(
+                Violation::new(
+                    "spec.auth.enabled",
+                    "requires spec.tls.client: root credentials must not cross the network in plaintext",
+                    "configure spec.tls.client (serverSecretRef or certManager), or set auth.enabled=false",
+                )
+                .value(true),
+            );
+        }
+        if auth.root_credentials_secret_ref.is_none() {
+            out.push(Violation::new(
+                "spec.auth.rootCredentialsSecretRef",
+                "is required when spec.auth.enabled is true",
+                "name a kubernetes.io/basic-auth Secret with the root username and password",
+            ));
+        }
+    }
+    if let Some(name) = spec
+        .auth
+        .as_ref()
+        .and_then(|a| a.root_credentials_secret_ref.as_ref())
+        .map(|r| &r.name)
+    {
+        out.extend(non_empty("spec.auth.rootCredentialsSecretRef.name", name));
+    }
+
+    if let Some(tls) = &spec.tls {
+        if let Some(client) = &tls.client {
+            let p = "spec.tls.client";
+            match (&client.server_secret_ref, &client.cert_manager) {
+                (Some(_), Some(_)) => out.push(Violation::new(
+                    p,
+                    "sets both serverSecretRef and certManager",
+                    "keep exactly one: serverSecretRef for your own Secret, or certManager for operator-emitted Certificates",
+                )),
+                (None, None) => out.push(Violation::new(
+                    p,
+                    "sets neither serverSecretRef nor certManager",
+                    "set exactly one: serverSecretRef for your own Secret, or certManager for operator-emitted Certificates",
+                )),
+                _ => {}
+            }
+            if client.operator_client_secret_ref.is_some() && client.cert_manager.is_some() {
+                out.push(Violation::new(
+                    "spec.tls.client.operatorClientSecretRef",
+                    "cannot be combined with certManager",
+                    "remove operatorClientSecretRef and set certManager.operatorClientIssuerRef to have the operator's client certificate issued",
+                ));
+            }
+            if let Some(r) = &client.server_secret_ref {
+                out.extend(non_empty("spec.tls.client.serverSecretRef.name", &r.name));
+            }
+            if let Some(r) = &client.operator_client_secret_ref {
+                out.extend(non_empty(
+                    "spec.tls.client.operatorClientSecretRef.name",
+                    &r.name,
+                ));
+            }
+            if let Some(cm) = &client.cert_manager {
+                out.extend(non_empty(
+                    "spec.tls.client.certManager.serverIssuerRef.name",
+                    &cm.server_issuer_ref.name,
+                ));
+                if let Some(r) = &cm.operator_client_issuer_ref {
+                    out.extend(non_empty(
+                        "spec.tls.client.certManager.operatorClientIssuerRef.name",
+                        &r.name,
+                    ));
+                }
+            }
+        }
+        if let Some(peer) = &tls.peer {
+            let p = "spec.tls.peer";
+            match (&peer.secret_ref, &peer.cert_manager) {
+                (Some(_), Some(_)) => out.push(Violation::new(
+                    p,
+                    "sets both secretRef and certManager",
+                    "keep exactly one: secretRef for your own Secret, or certManager for an operator-emitted Certificate",
+                )),
+                (None, None) => out.push(Violation::new(
+                    p,
+                    "sets neither secretRef nor certManager",
+                    "set exactly one: secretRef for your own Secret, or certManager for an operator-emitted Certificate",
+                )),
+                _ => {}
+            }
+            if let Some(r) = &peer.secret_ref {
+                out.extend(non_empty("spec.tls.peer.secretRef.name", &r.name));
+            }
+            if let Some(cm) = &peer.cert_manager {
+                out.extend(non_empty(
+                    "spec.tls.peer.certManager.issuerRef.name",
+                    &cm.issuer_ref.name,
+                ));
+            }
+        }
+    }
+
+    if let Some(options) = &spec.options {
+        if let Some(q) = options.quota_backend_bytes.filter(|q| *q < 0) {
+            out.push(
+                Violation::new(
+                    "spec.options.quotaBackendBytes",
+                    "must be 0 or more",
+                    "leave it unset (or 0) for etcd's default of 2GiB",
+                )
+                .value(q),
+            );
+        }
+        if let Some(n) = options.snapshot_count.filter(|n| *n < 1) {
+            out.push(
+                Violation::new(
+                    "spec.options.snapshotCount",
+                    "must be at least 1",
+                    "leave it unset for etcd's default of 10000",
+                )
+                .value(n),
+            );
+        }
+        match &options.auto_compaction_retention {
+            Some(IntOrString::Int(n)) if *n < 0 => out.push(
+                Violation::new(
+                    "spec.options.autoCompactionRetention",
+                    "must not be negative",
+                    "use a duration such as 1h or a non-negative integer",
+                )
+                .value(n),
+            ),
+            Some(IntOrString::String(s)) if !RETENTION_RE.is_match(s) => out.push(
+                Violation::new(
+                    "spec.options.autoCompactionRetention",
+                    "must be a duration or an integer",
+                    "use a duration such as 1h, 30m or 1h30m, or an integer (hours in periodic mode, revisions in revision mode)",
+                )
+                .value(format!("{s:?}")),
+            ),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Every violation of an EtcdCluster update: the create rules on the new spec, then the
+/// transition rules (what may not change after create).
+pub fn cluster_update(old: &EtcdClusterSpec, new: &EtcdClusterSpec) -> Vec<Violation> {
+    let mut out = cluster_create(new);
+
+    if let (Ok(o), Ok(n)) = (
+        quantity::parse(&old.storage.size),
+        quantity::parse(&new.storage.size),
+    ) {
+        if n < o {
+            out.push(
+                Violation::new(
+                    "spec.storage.size",
+                    "cannot shrink; PVCs only grow",
+                    format!(
+                        "set {} or more, or delete and recreate the cluster",
+                        old.storage.size.0
+                    ),
+                )
+                .old_value(&old.storage.size.0)
+                .value(&new.storage.size.0),
+            );
+        }
+    }
+    let medium = |s: &EtcdClusterSpec| match s.storage.medium {
+        Some(StorageMedium::Memory) => "Memory",
+        _ => "\"\"",
+    };
+    if medium(old) != medium(new) {
+        out.push(
+            Violation::new(
+                "spec.storage.medium",
+                "cannot change after the cluster is created",
+                "delete and recreate the cluster to switch between PVC and Memory storage",
+            )
+            .old_value(medium(old))
+            .value(medium(new)),
+        );
+    }
+    if old.storage.storage_class_name != new.storage.storage_class_name {
+        let show = |v: &Option<String>| match v {
+            Some(s) => format!("{s:?}"),
+            None => "unset".to_string(),
+        };
+        out.push(
+            Violation::new(
+                "spec.storage.storageClassName",
+                "cannot be added, removed or changed after the cluster is created: a PVC's StorageClass is fixed",
+                format!(
+                    "restore the previous value ({}), or delete and recreate the cluster",
+                    show(&old.storage.storage_class_name)
+                ),
+            )
+            .old_value(show(&old.storage.storage_class_name))
+            .value(show(&new.storage.storage_class_name)),
+        );
+    }
+    immutable(&mut out, "spec.tls", &old.tls, &new.tls, "TLS");
+    immutable(
+        &mut out,
+        "spec.auth",
+        &old.auth,
+        &new.auth,
+        "authentication",
+    );
+    immutable(
+        &mut out,
+        "spec.bootstrap",
+        &old.bootstrap,
+        &new.bootstrap,
+        "the bootstrap source (restore happens only at first bootstrap)",
+    );
+    out
+}
+
+fn immutable<T: PartialEq>(
+    out: &mut Vec<Violation>,
+    field: &str,
+    old: &Option<T>,
+    new: &Option<T>,
+    what: &str,
+) {
+    let change = match (old, new) {
+        (None, Some(_)) => "cannot be added to an existing cluster",
+        (Some(_), None) => "cannot be removed from an existing cluster",
+        (Some(o), Some(n)) if o != n => "cannot be changed on an existing cluster",
+        _ => return,
+    };
+    out.push(Violation::new(
+        field,
+        change,
+        format!("restore the previous value; to change {what}, delete and recreate the cluster"),
+    ));
+}
+
+fn storage_size(size: &Quantity, memory: bool) -> Option<Violation> {
+    let field = "spec.storage.size";
+    match quantity::parse(size) {
+        Err(e) => Some(Violation::new(
+            field,
+            format!("must be a quantity: {e}"),
+            "write a size such as 1Gi or 512Mi",
+        )),
+        Ok(q) if memory && q <= kube_quantity::ParsedQuantity::default() => Some(
+            Violation::new(
+                field,
+                "must be greater than 0 with spec.storage.medium=Memory (it is each member's tmpfs size limit)",
+                "set e.g. 256Mi",
+            )
+            .value(&size.0),
+        ),
+        Ok(_) => None,
+    }
+}
+
+fn non_empty(field: &str, value: &str) -> Option<Violation> {
+    value
+        .is_empty()
+        .then(|| Violation::new(field, "must not be empty", "name an existing object"))
+}
+
+fn s3_location(prefix: &str, s3: &S3Location, out: &mut Vec<Violation>) {
+    out.extend(non_empty(&format!("{prefix}.bucket"), &s3.bucket));
+    if let Some(r) = &s3.credentials_secret_ref {
+        out.extend(non_empty(
+            &format!("{prefix}.credentialsSecretRef.name"),
+            &r.name,
+        ));
+    }
+}
+
+fn pvc_location(prefix: &str, pvc: &PvcLocation, out: &mut Vec<Violation>) {
+    out.extend(non_empty(&format!("{prefix}.claimName"), &pvc.claim_name));
+}
+
+fn restore_source(prefix: &str, source: &RestoreSource) -> Vec<Violation> {
+    let mut out = Vec::new();
+    exactly_one_location(
+        prefix,
+        source.s3.is_some(),
+        source.pvc.is_some(),
+        "read from",
+        &mut out,
+    );
+    if let Some(s3) = &source.s3 {
+        let field = format!("{prefix}.s3.key");
+        s3_location(&format!("{prefix}.s3"), s3, &mut out);
+        match s3.key.as_deref() {
+            None | Some("") => out.push(Violation::new(
+                field,
+                "is required for a restore source: it is the exact object key of the snapshot",
+                "copy it from the snapshot's status.artifact.uri without the s3://<bucket>/ prefix, e.g. my-etcd/my-etcd-2026-06-02.db",
+            )),
+            Some(k) if k.ends_with('/') => out.push(
+                Violation::new(
+                    field,
+                    "is a prefix, but a restore source needs the exact object key",
+                    format!("append the snapshot's file name, e.g. {k}<snapshot-name>.db"),
+                )
+                .value(format!("{k:?}")),
+            ),
+            _ => {}
+        }
+    }
+    if let Some(pvc) = &source.pvc {
+        let field = format!("{prefix}.pvc.subPath");
+        pvc_location(&format!("{prefix}.pvc"), pvc, &mut out);
+        match pvc.sub_path.as_deref() {
+            None | Some("") => out.push(Violation::new(
+                field,
+                "is required for a restore source: it is the exact path of the snapshot .db file within the volume",
+                "set it to e.g. snapshots/my-etcd-2026-06-02.db",
+            )),
+            Some(p) if p.ends_with('/') => out.push(
+                Violation::new(
+                    field,
+                    "is a directory, but a restore source needs the exact .db file path",
+                    format!("append the snapshot's file name, e.g. {p}<snapshot-name>.db"),
+                )
+                .value(format!("{p:?}")),
+            ),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn exactly_one_location(prefix: &str, s3: bool, pvc: bool, verb: &str, out: &mut Vec<Violation>) {
+    let problem = match (s3, pvc) {
+        (true, true) => "sets both s3 and pvc",
+        (false, false) => "sets neither s3 nor pvc",
+        _ => return,
+    };
+    out.push(Violation::new(
+        prefix,
+        problem,
+        format!("set exactly one of s3 or pvc to say where the snapshot is {verb}"),
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// EtcdSnapshot
+
+fn destination(prefix: &str, d: &SnapshotDestination) -> Vec<Violation> {
+    let mut out = Vec::new();
+    exactly_one_location(prefix, d.s3.is_some(), d.pvc.is_some(), "stored", &mut out);
+    if let Some(s3) = &d.s3 {
+        s3_location(&format!("{prefix}.s3"), s3, &mut out);
+    }
+    if let Some(pvc) = &d.pvc {
+        pvc_location(&format!("{prefix}.pvc"), pvc, &mut out);
+    }
+    out
+}
+
+/// Every violation of an EtcdSnapshot spec on create.
+pub fn snapshot_create(spec: &EtcdSnapshotSpec) -> Vec<Violation> {
+    let mut out = Vec::new();
+    out.extend(non_empty("spec.clusterRef.name", &spec.cluster_ref.name));
+    out.extend(destination("spec.destination", &spec.destination));
+    out
+}
+
+/// Every violation of an EtcdSnapshot update: the spec never changes.
+pub fn snapshot_update(old: &EtcdSnapshotSpec, new: &EtcdSnapshotSpec) -> Vec<Violation> {
+    let mut out = snapshot_create(new);
+    if old != new {
+        out.push(Violation::new(
+            "spec",
+            "is immutable: a snapshot is taken once",
+            "create a new EtcdSnapshot with another name instead of editing this one",
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cluster(spec: serde_json::Value) -> EtcdClusterSpec {
+        parse("spec", &spec).expect("spec parses")
+    }
+
+    #[test]
+    fn shrink_message_names_both_sizes_and_the_fix() {
+        let old = cluster(json!({"version": "3.6.11", "storage": {"size": "10Gi"}}));
+        let new = cluster(json!({"version": "3.6.11", "storage": {"size": "5Gi"}}));
+        let v = cluster_update(&old, &new);
+        assert_eq!(v.len(), 1, "{v:?}");
+        let text = v[0].to_string();
+        assert_eq!(v[0].field, "spec.storage.size");
+        assert_eq!(v[0].old_value.as_deref(), Some("10Gi"));
+        assert_eq!(v[0].value.as_deref(), Some("5Gi"));
+        assert!(
+            text.contains("cannot shrink") && text.contains("set 10Gi or more"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn every_violation_is_reported_at_once() {
+        let spec = cluster(json!({
+            "version": "3.6",
+            "replicas": 0,
+            "storage": {"size": "0", "medium": "Memory"},
+            "auth": {"enabled": true},
+            "tls": {"peer": {}},
+        }));
+        let fields: Vec<_> = cluster_create(&spec).into_iter().map(|v| v.field).collect();
+        for f in [
+            "spec.replicas",
+            "spec.version",
+            "spec.storage.size",
+            "spec.auth.enabled",
+            "spec.auth.rootCredentialsSecretRef",
+            "spec.tls.peer",
+        ] {
+            assert!(fields.iter().any(|x| x == f), "{f} missing from {fields:?}");
+        }
+    }
+
+    #[test]
+    fn unreadable_values_name_the_field_path() {
+        let err = parse::<EtcdClusterSpec>(
+            "spec",
+            &json!({"version": "3.6.11", "tls": {"client": {"certManager": {"serverIssuerRef": {"name": "ca", "kind": "Vault"}}}}}),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.field,
+            "spec.tls.client.certManager.serverIssuerRef.kind"
+        );
+        assert!(err.message.contains("Vault"), "{err}");
+        let err = parse::<EtcdClusterSpec>("spec", &json!({"replicas": "three"})).unwrap_err();
+        assert_eq!(err.field, "spec.replicas");
+    }
+
+    #[test]
+    fn unknown_kind_is_denied_not_ignored() {
+        let v = object("Pod", &json!({"spec": {}}), None);
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].field, "kind");
+    }
+
+    #[test]
+    fn render_lists_every_problem() {
+        let spec = cluster(json!({"version": "x", "replicas": -2}));
+        let text = render("EtcdCluster", "demo", &cluster_create(&spec));
+        assert!(
+            text.starts_with("EtcdCluster \"demo\" is invalid (2 problems):"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n- spec.replicas: must be 0 or more (got -2)"),
+            "{text}"
+        );
+    }
+}
