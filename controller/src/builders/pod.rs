@@ -1,0 +1,507 @@
+//! The member Pod: one etcd process per EtcdMember, named after the member.
+
+use std::collections::BTreeMap;
+
+use api::labels;
+use api::v1alpha2::{EtcdMember, EtcdOptions};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
+    Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext,
+    TCPSocketAction, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+
+use super::{member_metadata, BuildError};
+use crate::naming::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
+
+pub const ETCD_CONTAINER: &str = "etcd";
+pub const DATA_VOLUME: &str = "data";
+pub const DATA_DIR: &str = "/var/lib/etcd";
+pub const CLIENT_TLS_DIR: &str = "/etc/etcd/tls/client";
+pub const PEER_TLS_DIR: &str = "/etc/etcd/tls/peer";
+pub const NONROOT_ID: i64 = 65532;
+
+/// Annotation on the Pod holding `new` or `existing`. etcd reads it through the
+/// `INITIAL_CLUSTER_STATE` environment variable (a downward-API field reference) on every
+/// container start, so once the cluster has formed the operator flips it to `existing` and a seed
+/// whose data directory is wiped afterwards can never form a new, empty cluster.
+pub const INITIAL_CLUSTER_STATE_ANNOTATION: &str =
+    "etcd-operator.cozystack.io/initial-cluster-state";
+pub const STATE_NEW: &str = "new";
+pub const STATE_EXISTING: &str = "existing";
+
+/// What the Pod needs beyond the member itself.
+#[derive(Clone, Debug)]
+pub struct PodParams<'a> {
+    /// Image repository of etcd, e.g. `quay.io/coreos/etcd`.
+    pub etcd_image_repository: &'a str,
+    /// Whether the member is a voter (gets the role label).
+    pub voter: bool,
+    /// Whether this Pod may bootstrap a new cluster (`--initial-cluster-state=new`): only the
+    /// seed, and only while the cluster has not formed.
+    pub bootstrap_new_cluster: bool,
+}
+
+pub fn etcd_image(repository: &str, version: &str) -> String {
+    format!("{repository}:v{version}")
+}
+
+/// The default requests when `spec.resources` is unset.
+pub fn default_resources() -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_string(), Quantity("100m".to_string())),
+            ("memory".to_string(), Quantity("128Mi".to_string())),
+        ])),
+        ..Default::default()
+    }
+}
+
+fn option_flags(options: Option<&EtcdOptions>) -> Vec<String> {
+    let Some(o) = options else {
+        return Vec::new();
+    };
+    let mut flags = Vec::new();
+    if let Some(q) = o.quota_backend_bytes {
+        flags.push(format!("--quota-backend-bytes={q}"));
+    }
+    if let Some(mode) = o.auto_compaction_mode {
+        flags.push(format!("--auto-compaction-mode={}", mode.as_str()));
+    }
+    if let Some(r) = &o.auto_compaction_retention {
+        let value = match r {
+            IntOrString::Int(i) => i.to_string(),
+            IntOrString::String(s) => s.clone(),
+        };
+        flags.push(format!("--auto-compaction-retention={value}"));
+    }
+    if let Some(n) = o.snapshot_count {
+        flags.push(format!("--snapshot-count={n}"));
+    }
+    flags
+}
+
+/// etcd's command line for a member. `--initial-cluster-state` is expanded from the environment
+/// (see [`INITIAL_CLUSTER_STATE_ANNOTATION`]).
+pub fn etcd_args(member: &EtcdMember) -> Result<Vec<String>, BuildError> {
+    let name = member.name_any();
+    let namespace = member.namespace().ok_or(BuildError::NoNamespace)?;
+    let spec = &member.spec;
+    if spec.initial_cluster.is_empty() {
+        return Err(BuildError::PendingMember(name));
+    }
+    let tls = spec.tls.clone().unwrap_or_default();
+    let client_tls = tls.client_secret_name.is_some();
+    let peer_tls = tls.peer_secret_name.is_some();
+    let cluster = &spec.cluster_name;
+
+    let mut args = vec![
+        format!("--name={name}"),
+        format!("--data-dir={DATA_DIR}"),
+        format!(
+            "--listen-client-urls={}://0.0.0.0:{CLIENT_PORT}",
+            if client_tls { "https" } else { "http" }
+        ),
+        format!(
+            "--advertise-client-urls={}",
+            naming::client_url(&name, cluster, &namespace, client_tls)
+        ),
+        format!(
+            "--listen-peer-urls={}://0.0.0.0:{PEER_PORT}",
+            if peer_tls { "https" } else { "http" }
+        ),
+        format!(
+            "--initial-advertise-peer-urls={}",
+            naming::peer_url(&name, cluster, &namespace, peer_tls)
+        ),
+        format!("--initial-cluster={}", spec.initial_cluster),
+        format!("--initial-cluster-token={}", spec.cluster_token),
+        "--initial-cluster-state=$(INITIAL_CLUSTER_STATE)".to_string(),
+        format!("--listen-metrics-urls=http://0.0.0.0:{METRICS_PORT}"),
+    ];
+    args.extend(option_flags(spec.options.as_ref()));
+    if client_tls {
+        args.extend([
+            format!("--cert-file={CLIENT_TLS_DIR}/tls.crt"),
+            format!("--key-file={CLIENT_TLS_DIR}/tls.key"),
+            format!("--trusted-ca-file={CLIENT_TLS_DIR}/ca.crt"),
+        ]);
+        if tls.client_cert_auth {
+            args.push("--client-cert-auth".to_string());
+        }
+    }
+    if peer_tls {
+        args.extend([
+            format!("--peer-cert-file={PEER_TLS_DIR}/tls.crt"),
+            format!("--peer-key-file={PEER_TLS_DIR}/tls.key"),
+            format!("--peer-trusted-ca-file={PEER_TLS_DIR}/ca.crt"),
+            "--peer-client-cert-auth".to_string(),
+        ]);
+    }
+    Ok(args)
+}
+
+fn secret_volume(name: &str, secret: &str) -> Volume {
+    Volume {
+        name: name.to_string(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.to_string()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.to_string(),
+        mount_path: path.to_string(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
+    }
+}
+
+fn port(name: &str, number: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.to_string()),
+        container_port: number,
+        protocol: Some("TCP".to_string()),
+        ..Default::default()
+    }
+}
+
+/// The member Pod, owned by its EtcdMember.
+pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, BuildError> {
+    let name = member.name_any();
+    let spec = &member.spec;
+    let args = etcd_args(member)?;
+    let owner = member
+        .controller_owner_ref(&())
+        .ok_or_else(|| BuildError::NoUid(name.clone()))?;
+
+    let mut meta: ObjectMeta = member_metadata(member, owner);
+    if params.voter {
+        meta.labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(labels::ROLE.to_string(), labels::ROLE_VOTER.to_string());
+    }
+    let state = if params.bootstrap_new_cluster {
+        STATE_NEW
+    } else {
+        STATE_EXISTING
+    };
+    meta.annotations.get_or_insert_with(BTreeMap::new).insert(
+        INITIAL_CLUSTER_STATE_ANNOTATION.to_string(),
+        state.to_string(),
+    );
+
+    let data_volume = if spec.storage.is_memory() {
+        Volume {
+            name: DATA_VOLUME.to_string(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".to_string()),
+                size_limit: Some(spec.storage.size.clone()),
+            }),
+            ..Default::default()
+        }
+    } else {
+        Volume {
+            name: DATA_VOLUME.to_string(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: labels::pvc_name(&name),
+                read_only: None,
+            }),
+            ..Default::default()
+        }
+    };
+    let mut volumes = vec![data_volume];
+    let mut mounts = vec![mount(DATA_VOLUME, DATA_DIR, false)];
+    let tls = spec.tls.clone().unwrap_or_default();
+    if let Some(secret) = &tls.client_secret_name {
+        volumes.push(secret_volume("client-tls", secret));
+        mounts.push(mount("client-tls", CLIENT_TLS_DIR, true));
+    }
+    if let Some(secret) = &tls.peer_secret_name {
+        volumes.push(secret_volume("peer-tls", secret));
+        mounts.push(mount("peer-tls", PEER_TLS_DIR, true));
+    }
+
+    let container = Container {
+        name: ETCD_CONTAINER.to_string(),
+        image: Some(etcd_image(params.etcd_image_repository, &spec.version)),
+        command: Some(vec!["etcd".to_string()]),
+        args: Some(args),
+        env: Some(vec![EnvVar {
+            name: "INITIAL_CLUSTER_STATE".to_string(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: format!(
+                        "metadata.annotations['{INITIAL_CLUSTER_STATE_ANNOTATION}']"
+                    ),
+                    api_version: None,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]),
+        ports: Some(vec![
+            port("client", CLIENT_PORT),
+            port("peer", PEER_PORT),
+            port("metrics", METRICS_PORT),
+        ]),
+        // Liveness only asks "is the process serving its peer port": never quorum-aware, so a
+        // partitioned minority is not restarted into a crash loop.
+        liveness_probe: Some(Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::Int(PEER_PORT),
+                host: None,
+            }),
+            initial_delay_seconds: Some(10),
+            period_seconds: Some(10),
+            timeout_seconds: Some(5),
+            failure_threshold: Some(6),
+            ..Default::default()
+        }),
+        readiness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/health".to_string()),
+                port: IntOrString::Int(METRICS_PORT),
+                scheme: Some("HTTP".to_string()),
+                ..Default::default()
+            }),
+            period_seconds: Some(2),
+            timeout_seconds: Some(5),
+            failure_threshold: Some(3),
+            ..Default::default()
+        }),
+        resources: Some(spec.resources.clone().unwrap_or_else(default_resources)),
+        volume_mounts: Some(mounts),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(k8s_openapi::api::core::v1::Capabilities {
+                drop: Some(vec!["ALL".to_string()]),
+                add: None,
+            }),
+            run_as_non_root: Some(true),
+            ..Default::default()
+        }),
+        termination_message_policy: Some("FallbackToLogsOnError".to_string()),
+        ..Default::default()
+    };
+
+    Ok(Pod {
+        metadata: meta,
+        spec: Some(PodSpec {
+            hostname: Some(name.clone()),
+            subdomain: Some(spec.cluster_name.clone()),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(NONROOT_ID),
+                run_as_group: Some(NONROOT_ID),
+                fs_group: Some(NONROOT_ID),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".to_string(),
+                    localhost_profile: None,
+                }),
+                ..Default::default()
+            }),
+            affinity: spec.affinity.clone(),
+            topology_spread_constraints: (!spec.topology_spread_constraints.is_empty())
+                .then(|| spec.topology_spread_constraints.clone()),
+            image_pull_secrets: (!spec.image_pull_secrets.is_empty())
+                .then(|| spec.image_pull_secrets.clone()),
+            containers: vec![container],
+            volumes: Some(volumes),
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builders::tests::member;
+
+    fn params() -> PodParams<'static> {
+        PodParams {
+            etcd_image_repository: "quay.io/coreos/etcd",
+            voter: true,
+            bootstrap_new_cluster: false,
+        }
+    }
+
+    fn args_of(pod: &Pod) -> Vec<String> {
+        pod.spec.as_ref().unwrap().containers[0]
+            .args
+            .clone()
+            .unwrap()
+    }
+
+    #[test]
+    fn member_pod_runs_etcd_with_per_member_dns_and_restricted_security() {
+        let m = member("my-etcd-abcde", "my-etcd", "ns1");
+        let pod = member_pod(&m, &params()).unwrap();
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(pod.metadata.name.as_deref(), Some("my-etcd-abcde"));
+        assert_eq!(spec.hostname.as_deref(), Some("my-etcd-abcde"));
+        assert_eq!(spec.subdomain.as_deref(), Some("my-etcd"));
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        let sc = spec.security_context.as_ref().unwrap();
+        assert_eq!(
+            (sc.run_as_user, sc.run_as_group, sc.fs_group),
+            (Some(65532), Some(65532), Some(65532))
+        );
+        assert_eq!(sc.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
+        let c = &spec.containers[0];
+        assert_eq!(c.name, "etcd");
+        assert_eq!(c.image.as_deref(), Some("quay.io/coreos/etcd:v3.6.11"));
+        let csc = c.security_context.as_ref().unwrap();
+        assert_eq!(csc.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            csc.capabilities.as_ref().unwrap().drop.as_deref(),
+            Some(&["ALL".to_string()][..])
+        );
+        let args = args_of(&pod);
+        for expected in [
+            "--name=my-etcd-abcde",
+            "--data-dir=/var/lib/etcd",
+            "--listen-client-urls=http://0.0.0.0:2379",
+            "--advertise-client-urls=http://my-etcd-abcde.my-etcd.ns1.svc:2379",
+            "--initial-advertise-peer-urls=http://my-etcd-abcde.my-etcd.ns1.svc:2380",
+            "--initial-cluster=my-etcd-abcde=http://my-etcd-abcde.my-etcd.ns1.svc:2380",
+            "--initial-cluster-token=ns1-my-etcd-uid",
+            "--initial-cluster-state=$(INITIAL_CLUSTER_STATE)",
+            "--listen-metrics-urls=http://0.0.0.0:2381",
+        ] {
+            assert!(
+                args.iter().any(|a| a == expected),
+                "missing {expected} in {args:?}"
+            );
+        }
+        assert_eq!(pod.metadata.labels.as_ref().unwrap()[labels::ROLE], "voter");
+        assert_eq!(
+            pod.metadata.annotations.as_ref().unwrap()[INITIAL_CLUSTER_STATE_ANNOTATION],
+            "existing"
+        );
+        let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("EtcdMember", Some(true))
+        );
+    }
+
+    #[test]
+    fn seed_of_unformed_cluster_bootstraps_new_and_learners_carry_no_voter_label() {
+        let m = member("c-seed1", "c", "n");
+        let pod = member_pod(
+            &m,
+            &PodParams {
+                voter: false,
+                bootstrap_new_cluster: true,
+                ..params()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            pod.metadata.annotations.as_ref().unwrap()[INITIAL_CLUSTER_STATE_ANNOTATION],
+            "new"
+        );
+        assert!(!pod
+            .metadata
+            .labels
+            .as_ref()
+            .unwrap()
+            .contains_key(labels::ROLE));
+    }
+
+    #[test]
+    fn pending_member_has_no_pod() {
+        let mut m = member("c-x", "c", "n");
+        m.spec.initial_cluster.clear();
+        assert!(matches!(
+            member_pod(&m, &params()),
+            Err(BuildError::PendingMember(_))
+        ));
+    }
+
+    #[test]
+    fn tls_and_options_become_flags_and_mounts() {
+        let mut m = member("c-x", "c", "n");
+        m.spec.tls = Some(api::v1alpha2::MemberTls {
+            client_secret_name: Some("c-server-tls".into()),
+            client_cert_auth: true,
+            peer_secret_name: Some("c-peer-tls".into()),
+        });
+        m.spec.options = Some(EtcdOptions {
+            quota_backend_bytes: Some(8_589_934_592),
+            auto_compaction_mode: Some(api::v1alpha2::AutoCompactionMode::Periodic),
+            auto_compaction_retention: Some(IntOrString::String("1h".into())),
+            snapshot_count: Some(5000),
+        });
+        let pod = member_pod(&m, &params()).unwrap();
+        let args = args_of(&pod);
+        for expected in [
+            "--listen-client-urls=https://0.0.0.0:2379",
+            "--advertise-client-urls=https://c-x.c.n.svc:2379",
+            "--initial-advertise-peer-urls=https://c-x.c.n.svc:2380",
+            "--cert-file=/etc/etcd/tls/client/tls.crt",
+            "--trusted-ca-file=/etc/etcd/tls/client/ca.crt",
+            "--client-cert-auth",
+            "--peer-cert-file=/etc/etcd/tls/peer/tls.crt",
+            "--peer-client-cert-auth",
+            "--quota-backend-bytes=8589934592",
+            "--auto-compaction-mode=periodic",
+            "--auto-compaction-retention=1h",
+            "--snapshot-count=5000",
+            "--listen-metrics-urls=http://0.0.0.0:2381",
+        ] {
+            assert!(
+                args.iter().any(|a| a == expected),
+                "missing {expected} in {args:?}"
+            );
+        }
+        let mounts: Vec<_> = pod.spec.as_ref().unwrap().containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| m.mount_path.clone())
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                "/var/lib/etcd",
+                "/etc/etcd/tls/client",
+                "/etc/etcd/tls/peer"
+            ]
+        );
+    }
+
+    #[test]
+    fn memory_medium_uses_tmpfs_sized_by_storage_and_default_resources_apply() {
+        let mut m = member("c-x", "c", "n");
+        m.spec.storage.medium = Some(api::v1alpha2::StorageMedium::Memory);
+        m.spec.storage.size = Quantity("256Mi".into());
+        let pod = member_pod(&m, &params()).unwrap();
+        let spec = pod.spec.as_ref().unwrap();
+        let data = &spec.volumes.as_ref().unwrap()[0];
+        let ed = data.empty_dir.as_ref().unwrap();
+        assert_eq!(ed.medium.as_deref(), Some("Memory"));
+        assert_eq!(ed.size_limit, Some(Quantity("256Mi".into())));
+        let req = spec.containers[0]
+            .resources
+            .as_ref()
+            .unwrap()
+            .requests
+            .as_ref()
+            .unwrap();
+        assert_eq!(req["cpu"], Quantity("100m".into()));
+        assert_eq!(req["memory"], Quantity("128Mi".into()));
+    }
+}

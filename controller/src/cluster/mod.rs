@@ -1,0 +1,4 @@
+//! The EtcdCluster reconciler: `plan` decides, `status` renders conditions; the I/O shell lives
+//! in `reconcile`.
+
+pub mod plan;

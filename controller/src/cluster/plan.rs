@@ -1,0 +1,558 @@
+//! The cluster planner: from what was observed (the EtcdCluster, its members and their Pods, and
+//! etcd's own member list) to the single next step and the status to write. Pure; every crash
+//! window of bootstrap, scale-up and scale-down is a state this function recognises and resumes.
+//!
+//! The locking pattern: the first reconcile that sees a new spec copies it into
+//! `status.observed` with a deadline; until that target is reached (or the deadline passes) only
+//! `observed` is acted on. A deadline that passes before the cluster ID is latched is terminal
+//! (`BootstrapFailed`); after it, the cluster parks (`DeadlineExceeded`) until the spec is edited.
+
+use api::conditions::reason;
+use api::v1alpha2::{EtcdCluster, ObservedSpec};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
+
+use crate::naming;
+
+/// A member as the planner sees it: its CR, its Pod, and what etcd says about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberView {
+    pub name: String,
+    pub created: Timestamp,
+    pub deleting: bool,
+    pub bootstrap: bool,
+    pub dormant: bool,
+    /// `spec.initialCluster` is empty: the CR exists but the member was not yet added to etcd.
+    pub pending: bool,
+    pub memory: bool,
+    /// `status.podUID`: the Pod this member last ran in.
+    pub recorded_pod_uid: Option<String>,
+    pub pod: Option<PodView>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodView {
+    pub uid: String,
+    pub ready: bool,
+    pub restart_count: i32,
+    /// The etcd container's last termination was an OOM kill.
+    pub oom_killed: bool,
+}
+
+/// A member of the etcd cluster as `MemberList` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdMemberInfo {
+    pub id: u64,
+    /// Empty for a learner that has been added but has not started yet.
+    pub name: String,
+    pub peer_urls: Vec<String>,
+    pub is_learner: bool,
+}
+
+/// What etcd said when asked for its members (through voters only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EtcdView {
+    /// Not asked: no member could be dialed (no ready voter, or none exists yet).
+    NotAsked,
+    Members {
+        cluster_id: u64,
+        members: Vec<EtcdMemberInfo>,
+    },
+    Unreachable(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct Observed<'a> {
+    pub cluster: &'a EtcdCluster,
+    pub members: Vec<MemberView>,
+    pub etcd: EtcdView,
+    pub now: Timestamp,
+    /// The cluster asks for cert-manager Certificates but cert-manager is not installed.
+    pub cert_manager_missing: bool,
+}
+
+/// The one thing to do this reconcile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Create the seed EtcdMember (bootstrap=true, initialCluster set after its name is known).
+    CreateSeed,
+    /// Create an EtcdMember for the next scale-up step (pending until added to etcd).
+    CreateMember,
+    /// Set a created member's `spec.initialCluster`; for a non-seed member, first
+    /// `MemberAddAsLearner(peer_url)` unless etcd already lists that peer URL (crash recovery).
+    CompletePending {
+        member: String,
+        peer_url: String,
+        already_added: bool,
+        /// The `--initial-cluster` value once the member is in etcd's list (for a seed: itself).
+        initial_cluster_after_add: String,
+    },
+    /// The seed is alone in etcd: record the cluster ID and the seed's member ID.
+    LatchClusterId {
+        cluster_id: u64,
+        seed: String,
+        member_id: u64,
+    },
+    Promote {
+        member: String,
+        member_id: u64,
+    },
+    /// Delete an EtcdMember; its finalizer runs MemberRemove.
+    DeleteMember {
+        member: String,
+        why: DeleteReason,
+    },
+    SetDormant {
+        member: String,
+        dormant: bool,
+    },
+    /// Nothing to do now; a watch event or the periodic health check brings the next step.
+    Wait(String),
+    None,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteReason {
+    ScaleDown,
+    Pause,
+    MemoryPodLost,
+    CrashLooping,
+}
+
+/// Crash-loop threshold for self-heal.
+pub const CRASH_LOOP_RESTARTS: i32 = 5;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Working towards `observed`.
+    Progressing,
+    /// `observed` is reached.
+    Reconciled,
+    BootstrapFailed,
+    DeadlineExceeded,
+}
+
+/// The planner's verdict: the locked target, the deadline, what to do, and the facts the status
+/// writer needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub observed: ObservedSpec,
+    pub progress_deadline: Option<Timestamp>,
+    /// Why `observed` was (re)locked this reconcile, if it was.
+    pub locked_because: Option<&'static str>,
+    pub phase: Phase,
+    pub action: Action,
+    pub facts: Facts,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Facts {
+    pub formed: bool,
+    pub ready_members: i32,
+    pub voters: i32,
+    pub live_members: i32,
+    pub paused: bool,
+    pub dormant_pvc: Option<String>,
+    pub seed_without_pod: bool,
+    pub etcd_error: Option<String>,
+}
+
+pub fn target_of(cluster: &EtcdCluster) -> ObservedSpec {
+    ObservedSpec {
+        replicas: cluster.spec.replicas,
+        version: cluster.spec.version.clone(),
+        generation: cluster.metadata.generation,
+    }
+}
+
+fn same_target(a: &ObservedSpec, b: &ObservedSpec) -> bool {
+    a.replicas == b.replicas && a.version == b.version
+}
+
+fn live(members: &[MemberView]) -> impl Iterator<Item = &MemberView> {
+    members.iter().filter(|m| !m.deleting)
+}
+
+/// The member to remove on scale-down: newest first (creation time, then name, descending).
+pub fn scale_down_victim(members: &[MemberView]) -> Option<&MemberView> {
+    live(members).max_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)))
+}
+
+/// Whether the locked target is reached.
+fn reached(target: &ObservedSpec, members: &[MemberView], etcd: &EtcdView, formed: bool) -> bool {
+    let live: Vec<_> = live(members).collect();
+    if members.iter().any(|m| m.deleting) {
+        return false;
+    }
+    if target.replicas == 0 {
+        return live.is_empty() && !formed
+            || live.len() == 1 && live[0].dormant && live[0].pod.is_none();
+    }
+    let any_learner = match etcd {
+        EtcdView::Members { members, .. } => {
+            members.iter().any(|m| m.is_learner) || members.len() != live.len()
+        }
+        _ => true,
+    };
+    formed
+        && !any_learner
+        && live.len() == target.replicas as usize
+        && live
+            .iter()
+            .all(|m| !m.dormant && !m.pending && m.pod.as_ref().is_some_and(|p| p.ready))
+}
+
+/// Which etcd member (if any) is this CR, matched by peer URL (a learner has no name yet).
+fn etcd_entry<'a>(etcd: &'a EtcdView, peer_url: &str) -> Option<&'a EtcdMemberInfo> {
+    match etcd {
+        EtcdView::Members { members, .. } => members
+            .iter()
+            .find(|m| m.peer_urls.iter().any(|u| u == peer_url)),
+        _ => None,
+    }
+}
+
+/// `--initial-cluster` for a member joining now: every member etcd lists (named by our CR
+/// naming, since a just-added learner has no etcd name yet) plus the joiner.
+pub fn initial_cluster(
+    etcd_members: &[EtcdMemberInfo],
+    joiner: &str,
+    joiner_peer_url: &str,
+) -> String {
+    let mut entries: Vec<String> = etcd_members
+        .iter()
+        .filter(|m| !m.peer_urls.iter().any(|u| u == joiner_peer_url))
+        .filter_map(|m| {
+            let url = m.peer_urls.first()?;
+            let name = if m.name.is_empty() {
+                member_name_from_peer_url(url)?
+            } else {
+                m.name.clone()
+            };
+            Some(format!("{name}={url}"))
+        })
+        .collect();
+    entries.push(format!("{joiner}={joiner_peer_url}"));
+    entries.sort();
+    entries.join(",")
+}
+
+/// `http(s)://<member>.<cluster>.<ns>.svc:2380` → `<member>`.
+fn member_name_from_peer_url(url: &str) -> Option<String> {
+    let host = url.split("://").nth(1)?.split(':').next()?;
+    host.split('.').next().map(str::to_string)
+}
+
+pub fn plan(o: &Observed<'_>) -> Plan {
+    let cluster = o.cluster;
+    let status = cluster.status.clone().unwrap_or_default();
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let peer_tls = cluster.spec.tls.as_ref().is_some_and(|t| t.peer.is_some());
+    let formed = status.cluster_id.is_some();
+    let spec_target = target_of(cluster);
+    let deadline_in =
+        SignedDuration::from_secs(i64::from(cluster.spec.progress_deadline_seconds.max(1)));
+
+    // --- locking ---
+    let mut locked_because = None;
+    let mut deadline = status.progress_deadline.as_ref().map(|t| t.0);
+    let observed = match &status.observed {
+        None => {
+            locked_because = Some(reason::INITIAL_SNAPSHOT);
+            deadline = Some(o.now + deadline_in);
+            spec_target.clone()
+        }
+        Some(current) if !same_target(current, &spec_target) => {
+            let was_reached = reached(current, &o.members, &o.etcd, formed);
+            let expired = deadline.is_some_and(|d| d <= o.now);
+            if was_reached {
+                locked_because = Some(reason::SPEC_CHANGED);
+                deadline = Some(o.now + deadline_in);
+                spec_target.clone()
+            } else if expired && formed {
+                locked_because = Some(reason::RETRY_AFTER_DEADLINE);
+                deadline = Some(o.now + deadline_in);
+                spec_target.clone()
+            } else {
+                // Mid-flight edits are noticed, not acted on, until the target is reached.
+                current.clone()
+            }
+        }
+        Some(current) => current.clone(),
+    };
+
+    let mut facts = Facts {
+        formed,
+        ..Default::default()
+    };
+    let live_members: Vec<&MemberView> = live(&o.members).collect();
+    facts.live_members = live_members.len() as i32;
+    facts.ready_members = live_members
+        .iter()
+        .filter(|m| !m.dormant && m.pod.as_ref().is_some_and(|p| p.ready))
+        .count() as i32;
+    if let EtcdView::Members { members, .. } = &o.etcd {
+        facts.voters = members.iter().filter(|m| !m.is_learner).count() as i32;
+    }
+    if let EtcdView::Unreachable(e) = &o.etcd {
+        facts.etcd_error = Some(e.clone());
+    }
+    facts.paused = observed.replicas == 0;
+    facts.dormant_pvc = live_members
+        .iter()
+        .find(|m| m.dormant && !m.memory)
+        .map(|m| api::labels::pvc_name(&m.name));
+
+    let is_reached = reached(&observed, &o.members, &o.etcd, formed);
+    // The deadline bounds an attempt; once reached it is cleared, and a later divergence (a lost
+    // member) starts a fresh attempt at the same target.
+    if is_reached {
+        deadline = None;
+    } else if deadline.is_none() {
+        deadline = Some(o.now + deadline_in);
+    }
+    let expired = !is_reached && deadline.is_some_and(|d| d <= o.now);
+
+    let mut out = Plan {
+        observed: observed.clone(),
+        progress_deadline: deadline,
+        locked_because,
+        phase: if is_reached {
+            Phase::Reconciled
+        } else {
+            Phase::Progressing
+        },
+        action: Action::None,
+        facts,
+    };
+    if expired {
+        out.phase = if formed {
+            Phase::DeadlineExceeded
+        } else {
+            Phase::BootstrapFailed
+        };
+        out.action = Action::Wait("the progress deadline passed; edit the spec to retry".into());
+        return out;
+    }
+    if o.cert_manager_missing {
+        out.action = Action::Wait("cert-manager is not installed".into());
+        return out;
+    }
+
+    let peer_url = |member: &str| naming::peer_url(member, &name, &namespace, peer_tls);
+
+    // One membership change at a time: a member being removed blocks everything else.
+    if let Some(m) = o.members.iter().find(|m| m.deleting) {
+        out.action = Action::Wait(format!("waiting for member {} to be removed", m.name));
+        return out;
+    }
+
+    if !formed {
+        out.action = plan_bootstrap(o, &observed, &live_members, &peer_url, &mut out.facts);
+        return out;
+    }
+
+    out.action = plan_formed(o, &observed, &live_members, &peer_url);
+    out
+}
+
+fn plan_bootstrap(
+    o: &Observed<'_>,
+    target: &ObservedSpec,
+    live: &[&MemberView],
+    peer_url: &dyn Fn(&str) -> String,
+    facts: &mut Facts,
+) -> Action {
+    if target.replicas == 0 {
+        return Action::None;
+    }
+    let Some(seed) = live.iter().find(|m| m.bootstrap) else {
+        if live.is_empty() {
+            return Action::CreateSeed;
+        }
+        return Action::Wait(
+            "members exist but none is the seed; waiting for them to be removed".into(),
+        );
+    };
+    if seed.pending {
+        let url = peer_url(&seed.name);
+        return Action::CompletePending {
+            member: seed.name.clone(),
+            peer_url: url.clone(),
+            already_added: true,
+            initial_cluster_after_add: format!("{}={url}", seed.name),
+        };
+    }
+    if seed.pod.is_none() {
+        facts.seed_without_pod = true;
+        return Action::Wait(format!(
+            "waiting for the seed member {} to get its Pod",
+            seed.name
+        ));
+    }
+    match &o.etcd {
+        EtcdView::Members {
+            cluster_id,
+            members,
+        } => {
+            let url = peer_url(&seed.name);
+            match members.as_slice() {
+                [only] if only.name == seed.name || only.peer_urls.contains(&url) => {
+                    Action::LatchClusterId {
+                        cluster_id: *cluster_id,
+                        seed: seed.name.clone(),
+                        member_id: only.id,
+                    }
+                }
+                _ => Action::Wait(format!(
+                    "the seed {} reports {} members; the cluster ID is latched only when the seed is alone",
+                    seed.name,
+                    members.len()
+                )),
+            }
+        }
+        _ => Action::Wait(format!(
+            "waiting for the seed member {} to become reachable",
+            seed.name
+        )),
+    }
+}
+
+fn plan_formed(
+    o: &Observed<'_>,
+    target: &ObservedSpec,
+    live: &[&MemberView],
+    peer_url: &dyn Fn(&str) -> String,
+) -> Action {
+    let etcd_members = match &o.etcd {
+        EtcdView::Members { members, .. } => members.as_slice(),
+        // Without etcd's view no membership change is safe, except waking a paused member
+        // (nothing answers while paused).
+        _ => {
+            if target.replicas >= 1 {
+                if let Some(m) = live.iter().find(|m| m.dormant) {
+                    return Action::SetDormant {
+                        member: m.name.clone(),
+                        dormant: false,
+                    };
+                }
+            }
+            return Action::Wait("etcd is not reachable through any voter".into());
+        }
+    };
+
+    // 1. Finish a half-done scale-up step (crash between create / MemberAddAsLearner / patch).
+    if let Some(m) = live.iter().find(|m| m.pending) {
+        let url = peer_url(&m.name);
+        let already_added = etcd_entry(&o.etcd, &url).is_some();
+        return Action::CompletePending {
+            member: m.name.clone(),
+            initial_cluster_after_add: initial_cluster(etcd_members, &m.name, &url),
+            peer_url: url,
+            already_added,
+        };
+    }
+
+    // 2. Promote a learner whose Pod is Ready.
+    for m in live {
+        if let Some(entry) = etcd_entry(&o.etcd, &peer_url(&m.name)) {
+            if entry.is_learner && m.pod.as_ref().is_some_and(|p| p.ready) {
+                return Action::Promote {
+                    member: m.name.clone(),
+                    member_id: entry.id,
+                };
+            }
+        }
+    }
+
+    // 3. Self-heal.
+    let ready = live
+        .iter()
+        .filter(|m| m.pod.as_ref().is_some_and(|p| p.ready))
+        .count();
+    for m in live {
+        if m.memory && m.recorded_pod_uid.is_some() {
+            let lost = match &m.pod {
+                None => true,
+                Some(p) => Some(&p.uid) != m.recorded_pod_uid.as_ref(),
+            };
+            if lost {
+                return Action::DeleteMember {
+                    member: m.name.clone(),
+                    why: DeleteReason::MemoryPodLost,
+                };
+            }
+        }
+    }
+    let voters = etcd_members.iter().filter(|m| !m.is_learner).count();
+    for m in live {
+        if let Some(p) = &m.pod {
+            // MemberRemove needs a majority of the current voters without this member.
+            let others_ready = ready - usize::from(p.ready);
+            if !p.ready
+                && p.restart_count >= CRASH_LOOP_RESTARTS
+                && !p.oom_killed
+                && voters > 1
+                && others_ready > voters / 2
+            {
+                return Action::DeleteMember {
+                    member: m.name.clone(),
+                    why: DeleteReason::CrashLooping,
+                };
+            }
+        }
+    }
+
+    // 4. Pause / resume.
+    if target.replicas == 0 {
+        if live.len() > 1 {
+            if let Some(v) = scale_down_victim(&o.members) {
+                return Action::DeleteMember {
+                    member: v.name.clone(),
+                    why: DeleteReason::Pause,
+                };
+            }
+        }
+        if let Some(last) = live.first() {
+            if !last.dormant {
+                return Action::SetDormant {
+                    member: last.name.clone(),
+                    dormant: true,
+                };
+            }
+        }
+        return Action::None;
+    }
+    if let Some(m) = live.iter().find(|m| m.dormant) {
+        return Action::SetDormant {
+            member: m.name.clone(),
+            dormant: false,
+        };
+    }
+
+    // 5. Scale, one member at a time, each step gated on every member being a Ready voter.
+    let want = target.replicas as usize;
+    if live.len() < want {
+        let all_ready_voters = live.iter().all(|m| m.pod.as_ref().is_some_and(|p| p.ready))
+            && etcd_members.iter().all(|e| !e.is_learner);
+        if !all_ready_voters {
+            return Action::Wait(
+                "waiting for existing members to become Ready before next scale-up step".into(),
+            );
+        }
+        return Action::CreateMember;
+    }
+    if live.len() > want {
+        if let Some(v) = scale_down_victim(&o.members) {
+            return Action::DeleteMember {
+                member: v.name.clone(),
+                why: DeleteReason::ScaleDown,
+            };
+        }
+    }
+    Action::None
+}
+
+#[cfg(test)]
+mod tests;
