@@ -1,7 +1,47 @@
-//! The etcd-operator controller. Reconcile decisions are pure functions (`builders`, `plan`) of
-//! observed state; the reconcilers around them only read caches, call one planner, perform one
-//! step and write status.
+//! The etcd-operator controller. Reconcile decisions are pure functions (`builders`,
+//! `cluster::plan`, `cluster::status`) of observed state; the reconcilers around them only read,
+//! call one planner, perform one step and write status.
 
 pub mod builders;
 pub mod cluster;
+pub mod context;
+pub mod etcd;
+pub mod member;
+pub mod metrics;
 pub mod naming;
+pub mod run;
+
+/// Errors of a reconcile. Each maps to a metric label; all are transient (retried with backoff)
+/// except where the planner turns a condition into a status reason instead of an error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Etcd(#[from] etcd::EtcdError),
+    #[error(transparent)]
+    Build(#[from] builders::BuildError),
+    #[error("serialising an object: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("object has no namespace")]
+    NoNamespace,
+    #[error("object has no uid")]
+    NoUid,
+    #[error("etcd is needed for this step but no voter is reachable")]
+    EtcdUnavailable,
+    #[error("{0}")]
+    Conflict(String),
+}
+
+impl Error {
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "KubeApi",
+            Error::Etcd(_) | Error::EtcdUnavailable => "Etcd",
+            Error::Build(_) => "Build",
+            Error::Json(_) => "Serialization",
+            Error::NoNamespace | Error::NoUid => "InvalidObject",
+            Error::Conflict(_) => "OwnershipConflict",
+        }
+    }
+}

@@ -2,3 +2,5 @@
 //! in `reconcile`.
 
 pub mod plan;
+pub mod reconcile;
+pub mod status;

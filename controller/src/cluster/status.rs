@@ -1,0 +1,464 @@
+//! Renders the EtcdCluster status from a plan: the counters, the locked target and the three
+//! conditions with the reference reasons. Pure; `lastTransitionTime` is kept while a condition's
+//! status does not change, so a steady cluster renders an identical status (and nothing is written).
+
+use api::conditions::{cluster as ctype, reason};
+use api::labels;
+use api::v1alpha2::{EtcdCluster, EtcdClusterStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use super::plan::{Action, Phase, Plan};
+
+/// Set a condition, keeping `lastTransitionTime` when the status is unchanged.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let status = if status { "True" } else { "False" }.to_string();
+    let existing = conditions.iter().position(|c| c.type_ == type_);
+    let last_transition_time = match existing.map(|i| &conditions[i]) {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => Time(now),
+    };
+    let condition = Condition {
+        type_: type_.to_string(),
+        status,
+        reason: reason.to_string(),
+        message,
+        observed_generation: generation,
+        last_transition_time,
+    };
+    match existing {
+        Some(i) => conditions[i] = condition,
+        None => conditions.push(condition),
+    }
+}
+
+pub fn cluster_token(cluster: &EtcdCluster) -> String {
+    format!(
+        "{}-{}-{}",
+        cluster.namespace().unwrap_or_default(),
+        cluster.name_any(),
+        cluster.uid().unwrap_or_default()
+    )
+}
+
+/// The status to write after `plan` (and its action, when it latched the cluster ID).
+pub fn render(
+    cluster: &EtcdCluster,
+    plan: &Plan,
+    latched_cluster_id: Option<String>,
+    now: Timestamp,
+) -> EtcdClusterStatus {
+    let old = cluster.status.clone().unwrap_or_default();
+    let generation = cluster.metadata.generation;
+    let facts = &plan.facts;
+    let mut conditions = old.conditions.clone();
+    let mut set = |t: &str, s: bool, r: &str, m: String| {
+        set_condition(&mut conditions, t, s, r, m, generation, now)
+    };
+
+    let cluster_id = latched_cluster_id.or(old.cluster_id.clone());
+    let formed = cluster_id.is_some();
+    let target = plan.observed.replicas;
+    let paused = target == 0 && plan.phase == Phase::Reconciled;
+    let paused_message = match &facts.dormant_pvc {
+        Some(pvc) => format!("cluster is paused (spec.replicas=0); data is preserved on PVC {pvc}"),
+        None => "cluster is paused (spec.replicas=0); no data has been written (cluster never bootstrapped)".to_string(),
+    };
+    let members = target.max(facts.live_members);
+    let majority = members / 2 + 1;
+    let ready = facts.ready_members;
+
+    // Available
+    match plan.phase {
+        Phase::BootstrapFailed => set(
+            ctype::AVAILABLE,
+            false,
+            reason::BOOTSTRAP_FAILED,
+            "the cluster did not form before the progress deadline; delete the EtcdCluster, wait until its EtcdMembers and PVCs are gone, then recreate it".into(),
+        ),
+        Phase::DeadlineExceeded => set(
+            ctype::AVAILABLE,
+            false,
+            reason::DEADLINE_EXCEEDED,
+            format!(
+                "could not reach {} replicas (version {}) before the progress deadline; edit the spec (for example revert spec.replicas) to retry",
+                plan.observed.replicas, plan.observed.version
+            ),
+        ),
+        _ if matches!(plan.action, Action::Wait(ref w) if w == "cert-manager is not installed") => set(
+            ctype::AVAILABLE,
+            false,
+            reason::CERT_MANAGER_NOT_INSTALLED,
+            "spec.tls asks for cert-manager Certificates but the cert-manager.io/v1 API is not installed; install cert-manager, then restart the operator".into(),
+        ),
+        _ if paused => set(ctype::AVAILABLE, false, reason::PAUSED, paused_message.clone()),
+        _ if matches!(plan.action, Action::LatchClusterId { .. }) => set(
+            ctype::AVAILABLE,
+            true,
+            reason::CLUSTER_DISCOVERED,
+            format!("the seed formed cluster {}", cluster_id.clone().unwrap_or_default()),
+        ),
+        _ if !formed => set(
+            ctype::AVAILABLE,
+            false,
+            reason::CLUSTER_UNREACHABLE,
+            match &facts.etcd_error {
+                Some(e) => format!("cannot reach the seed member: {e}"),
+                None => "waiting for the seed member to start and form the cluster".into(),
+            },
+        ),
+        _ if ready >= members && ready > 0 => set(
+            ctype::AVAILABLE,
+            true,
+            reason::QUORUM_HEALTHY,
+            format!("all {ready} members are ready"),
+        ),
+        _ if ready >= majority => set(
+            ctype::AVAILABLE,
+            true,
+            reason::QUORUM_AVAILABLE,
+            format!("{ready} of {members} members are ready; a majority ({majority}) serves writes"),
+        ),
+        _ => set(
+            ctype::AVAILABLE,
+            false,
+            reason::QUORUM_LOST,
+            match &facts.etcd_error {
+                Some(e) => format!("{ready} of {members} members are ready, fewer than a majority ({majority}); {e}"),
+                None => format!("{ready} of {members} members are ready, fewer than a majority ({majority})"),
+            },
+        ),
+    }
+
+    // Progressing
+    match plan.phase {
+        Phase::BootstrapFailed => set(
+            ctype::PROGRESSING,
+            false,
+            reason::BOOTSTRAP_FAILED,
+            "bootstrap gave up at the progress deadline".into(),
+        ),
+        Phase::DeadlineExceeded => set(
+            ctype::PROGRESSING,
+            false,
+            reason::DEADLINE_EXCEEDED,
+            "gave up at the progress deadline; waiting for a spec edit".into(),
+        ),
+        Phase::Reconciled if target == 0 => set(
+            ctype::PROGRESSING,
+            false,
+            reason::PAUSED,
+            paused_message.clone(),
+        ),
+        Phase::Reconciled => set(
+            ctype::PROGRESSING,
+            false,
+            reason::RECONCILED,
+            format!(
+                "{} members of version {} are ready",
+                target, plan.observed.version
+            ),
+        ),
+        Phase::Progressing if facts.seed_without_pod => set(
+            ctype::PROGRESSING,
+            true,
+            reason::WAITING_FOR_SEED,
+            "the seed EtcdMember exists; waiting for its Pod".into(),
+        ),
+        Phase::Progressing => {
+            let previous = old
+                .conditions
+                .iter()
+                .find(|c| {
+                    c.type_ == ctype::PROGRESSING
+                        && c.status == "True"
+                        && c.reason != reason::WAITING_FOR_SEED
+                })
+                .map(|c| c.reason.clone());
+            let why = plan
+                .locked_because
+                .map(str::to_string)
+                .or(previous)
+                .unwrap_or_else(|| reason::SPEC_CHANGED.to_string());
+            set(
+                ctype::PROGRESSING,
+                true,
+                &why,
+                format!(
+                    "reconciling towards {} members of version {} ({} ready)",
+                    target, plan.observed.version, ready
+                ),
+            )
+        }
+    }
+
+    // Degraded (meaningful once the cluster has formed, or when paused)
+    if paused {
+        set(ctype::DEGRADED, false, reason::PAUSED, paused_message);
+    } else if formed {
+        if ready >= members && ready > 0 {
+            set(
+                ctype::DEGRADED,
+                false,
+                reason::QUORUM_HEALTHY,
+                format!("all {ready} members are ready"),
+            );
+        } else if ready >= majority {
+            set(
+                ctype::DEGRADED,
+                true,
+                reason::MEMBERS_UNHEALTHY,
+                format!("{} of {members} members are not ready", members - ready),
+            );
+        } else {
+            set(
+                ctype::DEGRADED,
+                true,
+                reason::QUORUM_LOST,
+                format!(
+                    "{ready} of {members} members are ready, fewer than a majority ({majority})"
+                ),
+            );
+        }
+    }
+
+    EtcdClusterStatus {
+        ready_members: ready,
+        selector: Some(labels::cluster_selector(&cluster.name_any())),
+        cluster_id,
+        cluster_token: Some(
+            old.cluster_token
+                .clone()
+                .unwrap_or_else(|| cluster_token(cluster)),
+        ),
+        auth_enabled: old.auth_enabled,
+        observed: Some(plan.observed.clone()),
+        progress_deadline: plan.progress_deadline.map(Time),
+        broken_members: old.broken_members,
+        observed_generation: generation,
+        conditions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::plan::{Facts, Plan};
+    use api::v1alpha2::{EtcdClusterSpec, ObservedSpec};
+
+    fn cluster() -> EtcdCluster {
+        let mut c = EtcdCluster::new(
+            "c",
+            EtcdClusterSpec {
+                version: "3.6.11".into(),
+                ..Default::default()
+            },
+        );
+        c.metadata.namespace = Some("n".into());
+        c.metadata.uid = Some("u1".into());
+        c
+    }
+
+    fn plan(replicas: i32, phase: Phase, facts: Facts, action: Action) -> Plan {
+        Plan {
+            observed: ObservedSpec {
+                replicas,
+                version: "3.6.11".into(),
+                generation: None,
+            },
+            progress_deadline: None,
+            locked_because: None,
+            phase,
+            action,
+            facts,
+        }
+    }
+
+    fn cond<'a>(s: &'a EtcdClusterStatus, t: &str) -> &'a Condition {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .expect("condition")
+    }
+
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_800_000_000).unwrap()
+    }
+
+    #[test]
+    fn healthy_cluster_reports_quorum_healthy_and_reconciled() {
+        let mut c = cluster();
+        c.status = Some(EtcdClusterStatus {
+            cluster_id: Some("00000000000000ab".into()),
+            ..Default::default()
+        });
+        let facts = Facts {
+            formed: true,
+            ready_members: 3,
+            voters: 3,
+            live_members: 3,
+            ..Default::default()
+        };
+        let s = render(
+            &c,
+            &plan(3, Phase::Reconciled, facts, Action::None),
+            None,
+            now(),
+        );
+        assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_HEALTHY);
+        assert_eq!(cond(&s, ctype::PROGRESSING).reason, reason::RECONCILED);
+        assert_eq!(cond(&s, ctype::DEGRADED).status, "False");
+        assert_eq!(s.cluster_token.as_deref(), Some("n-c-u1"));
+        assert_eq!(
+            s.selector.as_deref(),
+            Some("etcd-operator.cozystack.io/cluster=c")
+        );
+        assert_eq!(s.ready_members, 3);
+    }
+
+    #[test]
+    fn paused_message_names_the_preserved_pvc_or_says_never_bootstrapped() {
+        let mut c = cluster();
+        c.status = Some(EtcdClusterStatus {
+            cluster_id: Some("ab".into()),
+            ..Default::default()
+        });
+        let facts = Facts {
+            formed: true,
+            live_members: 1,
+            dormant_pvc: Some("data-c-x".into()),
+            ..Default::default()
+        };
+        let s = render(
+            &c,
+            &plan(0, Phase::Reconciled, facts, Action::None),
+            None,
+            now(),
+        );
+        let a = cond(&s, ctype::AVAILABLE);
+        assert_eq!(
+            (a.status.as_str(), a.reason.as_str()),
+            ("False", reason::PAUSED)
+        );
+        assert!(
+            a.message.contains("data is preserved on PVC data-c-x"),
+            "{}",
+            a.message
+        );
+        let s = render(
+            &cluster(),
+            &plan(0, Phase::Reconciled, Facts::default(), Action::None),
+            None,
+            now(),
+        );
+        assert!(cond(&s, ctype::AVAILABLE)
+            .message
+            .contains("never bootstrapped"));
+    }
+
+    #[test]
+    fn minority_ready_is_quorum_lost_and_majority_is_quorum_available() {
+        let mut c = cluster();
+        c.status = Some(EtcdClusterStatus {
+            cluster_id: Some("ab".into()),
+            ..Default::default()
+        });
+        let f = |ready| Facts {
+            formed: true,
+            ready_members: ready,
+            voters: 3,
+            live_members: 3,
+            ..Default::default()
+        };
+        let s = render(
+            &c,
+            &plan(3, Phase::Progressing, f(1), Action::None),
+            None,
+            now(),
+        );
+        assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_LOST);
+        assert_eq!(cond(&s, ctype::DEGRADED).reason, reason::QUORUM_LOST);
+        let s = render(
+            &c,
+            &plan(3, Phase::Progressing, f(2), Action::None),
+            None,
+            now(),
+        );
+        assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_AVAILABLE);
+        assert_eq!(cond(&s, ctype::DEGRADED).reason, reason::MEMBERS_UNHEALTHY);
+    }
+
+    #[test]
+    fn unchanged_condition_keeps_its_transition_time() {
+        let mut c = cluster();
+        c.status = Some(EtcdClusterStatus {
+            cluster_id: Some("ab".into()),
+            ..Default::default()
+        });
+        let facts = Facts {
+            formed: true,
+            ready_members: 1,
+            voters: 1,
+            live_members: 1,
+            ..Default::default()
+        };
+        let first = render(
+            &c,
+            &plan(1, Phase::Reconciled, facts.clone(), Action::None),
+            None,
+            now(),
+        );
+        c.status = Some(first.clone());
+        let later = Timestamp::from_second(1_800_000_999).unwrap();
+        let second = render(
+            &c,
+            &plan(1, Phase::Reconciled, facts, Action::None),
+            None,
+            later,
+        );
+        assert_eq!(
+            first, second,
+            "a steady cluster renders an identical status"
+        );
+    }
+
+    #[test]
+    fn terminal_phases_name_the_recovery() {
+        let s = render(
+            &cluster(),
+            &plan(3, Phase::BootstrapFailed, Facts::default(), Action::None),
+            None,
+            now(),
+        );
+        let a = cond(&s, ctype::AVAILABLE);
+        assert_eq!(a.reason, reason::BOOTSTRAP_FAILED);
+        assert!(a.message.contains("delete"), "{}", a.message);
+        let s = render(
+            &cluster(),
+            &plan(
+                3,
+                Phase::Progressing,
+                Facts {
+                    seed_without_pod: true,
+                    ..Default::default()
+                },
+                Action::None,
+            ),
+            None,
+            now(),
+        );
+        assert_eq!(
+            cond(&s, ctype::PROGRESSING).reason,
+            reason::WAITING_FOR_SEED
+        );
+    }
+}

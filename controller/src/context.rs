@@ -1,0 +1,76 @@
+//! What every reconcile shares: the API client, the operator's configuration, metrics and the
+//! event recorder.
+
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource};
+
+use crate::metrics::Metrics;
+
+pub const FIELD_MANAGER: &str = "etcd-operator";
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Repository of the etcd image; the tag is `v<version>`.
+    pub etcd_image_repository: String,
+    /// Cluster DNS suffix (for certificate SANs).
+    pub cluster_domain: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            etcd_image_repository: "quay.io/coreos/etcd".to_string(),
+            cluster_domain: "cluster.local".to_string(),
+        }
+    }
+}
+
+pub struct Context {
+    pub client: Client,
+    pub config: Config,
+    pub metrics: Metrics,
+    recorder: Recorder,
+}
+
+impl Context {
+    pub fn new(client: Client, config: Config, metrics: Metrics) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.to_string(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        Self {
+            client,
+            config,
+            metrics,
+            recorder,
+        }
+    }
+
+    /// Publish a Kubernetes Event on `obj`; failures are logged, never fatal.
+    pub async fn event<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_string(),
+            note: Some(note),
+            action: action.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
+            tracing::warn!(error = %e, reason, "could not publish event");
+        }
+    }
+}

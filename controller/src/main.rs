@@ -1,0 +1,231 @@
+//! `etcd-operator`: the controller binary.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::{bail, Context as _};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use clap::Parser;
+use controller::context::{Config, Context};
+use controller::metrics::Metrics;
+use kube::Client;
+
+/// The placeholder image of hand-crafted manifests; snapshot Jobs and restore init containers
+/// would sit in ImagePullBackOff with it, so the operator refuses to start instead.
+const PLACEHOLDER_IMAGE: &str = "controller:latest";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "etcd-operator",
+    version,
+    about = "Kubernetes operator for etcd clusters"
+)]
+struct Args {
+    /// Repository of the etcd image; members run `<repository>:v<spec.version>`.
+    #[arg(
+        long,
+        env = "ETCD_IMAGE_REPOSITORY",
+        default_value = "quay.io/coreos/etcd"
+    )]
+    etcd_image_repository: String,
+    /// Only watch this namespace (default: all namespaces).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    watch_namespace: Option<String>,
+    /// The operator's own image, used for snapshot Jobs and restore init containers.
+    #[arg(long, env = "OPERATOR_IMAGE")]
+    operator_image: Option<String>,
+    /// Cluster DNS suffix for certificate SANs (default: from /etc/resolv.conf, else cluster.local).
+    #[arg(long, env = "CLUSTER_DOMAIN")]
+    cluster_domain: Option<String>,
+    /// Admin listener: /healthz, /readyz, /metrics.
+    #[arg(long, env = "ADMIN_LISTEN", default_value = "0.0.0.0:8081")]
+    admin_listen: SocketAddr,
+    /// Elect a leader through a Lease so only one replica writes.
+    #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Namespace of the leader-election Lease (default: POD_NAMESPACE, else `default`).
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+    #[arg(long, default_value = "etcd-operator-leader")]
+    leader_election_lease: String,
+}
+
+/// `svc.<domain>` from the resolv.conf search line, as kubelet writes it for cluster Pods.
+fn cluster_domain_from_resolv_conf(text: &str) -> Option<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("search"))
+        .flat_map(str::split_whitespace)
+        .find_map(|d| d.strip_prefix("svc.").map(str::to_string))
+}
+
+#[derive(Clone)]
+struct Admin {
+    metrics: Metrics,
+    ready: Arc<AtomicBool>,
+}
+
+async fn serve_admin(addr: SocketAddr, admin: Admin) -> anyhow::Result<()> {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|State(a): State<Admin>| async move {
+                if a.ready.load(Ordering::Relaxed) {
+                    (StatusCode::OK, "ready")
+                } else {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "not ready: the API has not answered yet",
+                    )
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(|State(a): State<Admin>| async move { a.metrics.render() }),
+        )
+        .with_state(admin);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the admin listener {addr}"))?;
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            tokio::select! {
+                _ = ctrl_c => {},
+                _ = term.recv() => {},
+            }
+            return;
+        }
+    }
+    let _ = ctrl_c.await;
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn")),
+        )
+        .init();
+    let args = Args::parse();
+    if args.operator_image.as_deref() == Some(PLACEHOLDER_IMAGE) {
+        bail!(
+            "OPERATOR_IMAGE is the placeholder {PLACEHOLDER_IMAGE}: set it (or --operator-image) to this operator's own image, \
+             as the Helm chart does from image.repository/image.tag"
+        );
+    }
+    let cluster_domain = args
+        .cluster_domain
+        .clone()
+        .or_else(|| {
+            std::fs::read_to_string("/etc/resolv.conf")
+                .ok()
+                .and_then(|t| cluster_domain_from_resolv_conf(&t))
+        })
+        .unwrap_or_else(|| "cluster.local".to_string());
+
+    let client = Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API")?;
+    let metrics = Metrics::new();
+    let ready = Arc::new(AtomicBool::new(false));
+    let admin = Admin {
+        metrics: metrics.clone(),
+        ready: ready.clone(),
+    };
+    let admin_addr = args.admin_listen;
+    tokio::spawn(async move {
+        if let Err(e) = serve_admin(admin_addr, admin).await {
+            tracing::error!(error = %e, "admin server failed");
+        }
+    });
+
+    let config = Config {
+        etcd_image_repository: args.etcd_image_repository.clone(),
+        cluster_domain,
+    };
+    let ctx = Arc::new(Context::new(client.clone(), config, metrics));
+
+    // Ready once the API answers for our kinds (CRDs installed, RBAC in place).
+    let probe: kube::Api<api::v1alpha2::EtcdCluster> = match &args.watch_namespace {
+        Some(ns) => kube::Api::namespaced(client.clone(), ns),
+        None => kube::Api::all(client.clone()),
+    };
+    probe
+        .list(&kube::api::ListParams::default().limit(1))
+        .await
+        .context("listing EtcdClusters (are the CRDs installed and is RBAC granted?)")?;
+    ready.store(true, Ordering::Relaxed);
+
+    let shutdown = shutdown_signal();
+    if args.leader_elect {
+        let namespace = args
+            .leader_election_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".to_string());
+        let manager = kube_lease_manager::LeaseManagerBuilder::new(
+            client.clone(),
+            &args.leader_election_lease,
+        )
+        .with_namespace(namespace)
+        .with_duration(15)
+        .with_grace(5)
+        .build()
+        .await
+        .context("creating the leader-election lease manager")?;
+        let (mut leader, lease_task) = manager.watch().await;
+        tracing::info!("waiting for leadership");
+        tokio::select! {
+            _ = leader.wait_for(|l| *l) => {}
+            _ = shutdown_signal() => { return Ok(()); }
+        }
+        tracing::info!("acquired leadership; starting controllers");
+        let lost = async move {
+            let _ = leader.wait_for(|l| !*l).await;
+            tracing::warn!("lost leadership; stopping");
+        };
+        tokio::select! {
+            _ = controller::run::run(ctx, args.watch_namespace.clone(), shutdown) => {}
+            _ = lost => {}
+        }
+        lease_task.abort();
+    } else {
+        controller::run::run(ctx, args.watch_namespace.clone(), shutdown).await;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_domain_comes_from_the_svc_search_entry() {
+        let resolv = "nameserver 10.96.0.10\nsearch ns1.svc.cozy.local svc.cozy.local cozy.local\noptions ndots:5\n";
+        assert_eq!(
+            cluster_domain_from_resolv_conf(resolv).as_deref(),
+            Some("cozy.local")
+        );
+        assert_eq!(
+            cluster_domain_from_resolv_conf("nameserver 1.1.1.1\n"),
+            None
+        );
+    }
+}

@@ -1,0 +1,454 @@
+//! The EtcdMember reconciler: the member's PVC and Pod, its status, its voter label, and the
+//! cleanup finalizer that removes it from etcd before its Pod and PVC are garbage-collected.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use api::conditions::{member as mtype, reason};
+use api::labels;
+use api::v1alpha2::{EtcdCluster, EtcdMember};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action as Requeue;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use crate::builders::pod::{
+    member_pod, PodParams, INITIAL_CLUSTER_STATE_ANNOTATION, STATE_EXISTING, STATE_NEW,
+};
+use crate::builders::pvc::member_pvc;
+use crate::cluster::reconcile::pod_view;
+use crate::cluster::status::set_condition;
+use crate::context::{Context, FIELD_MANAGER};
+use crate::etcd::{format_id, parse_id, Etcd};
+use crate::naming;
+use crate::Error;
+
+pub async fn reconcile(member: Arc<EtcdMember>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&member, &ctx).await;
+    ctx.metrics
+        .observe_reconcile("etcdmember", started.elapsed());
+    if let Err(e) = &result {
+        ctx.metrics.count_error("etcdmember", e.metric_label());
+    }
+    result
+}
+
+pub fn error_policy(_member: Arc<EtcdMember>, error: &Error, _ctx: Arc<Context>) -> Requeue {
+    tracing::warn!(%error, "EtcdMember reconcile failed");
+    Requeue::requeue(Duration::from_secs(5))
+}
+
+fn owner_uid(obj: &impl Resource) -> Option<String> {
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.clone())
+}
+
+async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, Error> {
+    let ns = member.namespace().ok_or(Error::NoNamespace)?;
+    let name = member.name_any();
+    let uid = member.uid().ok_or(Error::NoUid)?;
+    let client = ctx.client.clone();
+    let members: Api<EtcdMember> = Api::namespaced(client.clone(), &ns);
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+
+    let cluster = clusters
+        .get_opt(&member.spec.cluster_name)
+        .await?
+        .filter(|c| c.uid() == owner_uid(member));
+
+    if member.metadata.deletion_timestamp.is_some() {
+        return finalize(member, cluster.as_ref(), ctx).await;
+    }
+    if !member
+        .finalizers()
+        .iter()
+        .any(|f| f == labels::MEMBER_CLEANUP_FINALIZER)
+    {
+        let mut finalizers = member.finalizers().to_vec();
+        finalizers.push(labels::MEMBER_CLEANUP_FINALIZER.to_string());
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": member.resource_version()}});
+        members
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+
+    let formed = cluster
+        .as_ref()
+        .and_then(|c| c.status.as_ref())
+        .is_some_and(|s| s.cluster_id.is_some());
+    let status = member.status.clone().unwrap_or_default();
+    let generation = member.metadata.generation;
+    let now = Timestamp::now();
+    let mut conditions = status.conditions.clone();
+    let mut new_status = status.clone();
+    new_status.observed_generation = generation;
+
+    let pod = pods.get_opt(&name).await?;
+    if let Some(p) = &pod {
+        if owner_uid(p).as_deref() != Some(uid.as_str()) {
+            return Err(Error::Conflict(format!(
+                "Pod {name} exists but is not owned by this EtcdMember; waiting for it to be garbage-collected"
+            )));
+        }
+    }
+
+    if member.spec.initial_cluster.is_empty() {
+        set_condition(
+            &mut conditions,
+            mtype::READY,
+            false,
+            reason::POD_NOT_READY,
+            "the member is being added to etcd; its Pod is created once it has an initial cluster"
+                .into(),
+            generation,
+            now,
+        );
+    } else if member.spec.dormant {
+        if let Some(p) = &pod {
+            if p.metadata.deletion_timestamp.is_none() {
+                pods.delete(&name, &DeleteParams::default()).await?;
+            }
+        }
+        new_status.pod_name = None;
+        new_status.pod_uid = None;
+        set_condition(
+            &mut conditions,
+            mtype::READY,
+            false,
+            reason::PAUSED,
+            format!(
+                "the cluster is paused; the member is dormant and its data is kept on PVC {}",
+                labels::pvc_name(&name)
+            ),
+            generation,
+            now,
+        );
+    } else {
+        if !member.spec.storage.is_memory() {
+            ensure_pvc(member, &pvcs, &uid).await?;
+            new_status.pvc_name = Some(labels::pvc_name(&name));
+        }
+        match &pod {
+            None if member.spec.storage.is_memory() && status.pod_uid.is_some() => {
+                // The tmpfs data went with the Pod; the cluster controller replaces this member.
+                set_condition(
+                    &mut conditions,
+                    mtype::READY,
+                    false,
+                    reason::POD_NOT_READY,
+                    "the Pod and its in-memory data are gone; the member is being replaced".into(),
+                    generation,
+                    now,
+                );
+            }
+            None => {
+                let voter = status.is_voter;
+                let params = PodParams {
+                    etcd_image_repository: &ctx.config.etcd_image_repository,
+                    voter,
+                    bootstrap_new_cluster: member.spec.bootstrap && !formed,
+                };
+                let want = member_pod(member, &params)?;
+                let created = pods
+                    .create(
+                        &PostParams {
+                            field_manager: Some(FIELD_MANAGER.into()),
+                            ..Default::default()
+                        },
+                        &want,
+                    )
+                    .await?;
+                new_status.pod_name = Some(name.clone());
+                new_status.pod_uid = created.uid();
+                set_condition(
+                    &mut conditions,
+                    mtype::READY,
+                    false,
+                    reason::POD_NOT_READY,
+                    "the Pod was created and is starting".into(),
+                    generation,
+                    now,
+                );
+            }
+            Some(p) => {
+                sync_pod_metadata(p, &pods, status.is_voter, formed).await?;
+                let view = pod_view(p);
+                new_status.pod_name = Some(name.clone());
+                new_status.pod_uid = p.uid();
+                if !view.ready {
+                    set_condition(
+                        &mut conditions,
+                        mtype::READY,
+                        false,
+                        reason::POD_NOT_READY,
+                        format!("Pod {name} is not ready"),
+                        generation,
+                        now,
+                    );
+                } else if status.member_id.is_none() {
+                    set_condition(
+                        &mut conditions,
+                        mtype::READY,
+                        false,
+                        reason::DISCOVERING_MEMBER_ID,
+                        "the Pod is ready; waiting for etcd to report the member ID".into(),
+                        generation,
+                        now,
+                    );
+                } else {
+                    set_condition(
+                        &mut conditions,
+                        mtype::READY,
+                        true,
+                        reason::POD_READY,
+                        format!("Pod {name} is ready"),
+                        generation,
+                        now,
+                    );
+                    if let Some(version) = running_version(member, cluster.as_ref(), ctx).await {
+                        new_status.version = Some(version);
+                    }
+                }
+            }
+        }
+    }
+
+    match &new_status.version {
+        Some(running) if running != &member.spec.version => set_condition(
+            &mut conditions,
+            mtype::VERSION_DRIFTED,
+            true,
+            reason::VERSION_MISMATCH,
+            format!(
+                "etcd reports version {running}, the member spec asks for {}",
+                member.spec.version
+            ),
+            generation,
+            now,
+        ),
+        Some(_) => set_condition(
+            &mut conditions,
+            mtype::VERSION_DRIFTED,
+            false,
+            reason::VERSION_MATCHED,
+            format!("running version {}", member.spec.version),
+            generation,
+            now,
+        ),
+        None => {}
+    }
+    new_status.conditions = conditions;
+    if new_status != status {
+        let patch = json!({"status": {
+            "podName": new_status.pod_name, "podUID": new_status.pod_uid, "pvcName": new_status.pvc_name,
+            "version": new_status.version, "observedGeneration": new_status.observed_generation,
+            "conditions": new_status.conditions,
+        }});
+        members
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    Ok(Requeue::await_change())
+}
+
+/// The version etcd reports for this member (dialed directly; the member is Ready).
+async fn running_version(
+    member: &EtcdMember,
+    cluster: Option<&EtcdCluster>,
+    ctx: &Context,
+) -> Option<String> {
+    let cluster = cluster?;
+    let tls = cluster
+        .spec
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.client.is_some());
+    let url = naming::client_url(
+        &member.name_any(),
+        &cluster.name_any(),
+        &cluster.namespace()?,
+        tls,
+    );
+    let mut etcd = Etcd::connect(&[url], ctx.metrics.clone()).await.ok()?;
+    etcd.version().await.ok()
+}
+
+async fn ensure_pvc(
+    member: &EtcdMember,
+    pvcs: &Api<PersistentVolumeClaim>,
+    uid: &str,
+) -> Result<(), Error> {
+    let Some(want) = member_pvc(member)? else {
+        return Ok(());
+    };
+    let pvc_name = want.name_any();
+    match pvcs.get_opt(&pvc_name).await? {
+        Some(existing) if owner_uid(&existing).as_deref() != Some(uid) => Err(Error::Conflict(format!(
+            "PVC {pvc_name} exists but is not owned by this EtcdMember; it is never adopted, waiting for it to be garbage-collected"
+        ))),
+        Some(_) => Ok(()),
+        None => {
+            pvcs.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &want)
+                .await?;
+            Ok(())
+        }
+    }
+}
+
+/// Keep the voter label in step with etcd, and retire `initial-cluster-state=new` once formed.
+async fn sync_pod_metadata(
+    pod: &Pod,
+    pods: &Api<Pod>,
+    voter: bool,
+    formed: bool,
+) -> Result<(), Error> {
+    let labels_now = pod.labels();
+    let has_role = labels_now.get(labels::ROLE).map(String::as_str) == Some(labels::ROLE_VOTER);
+    let state = pod
+        .annotations()
+        .get(INITIAL_CLUSTER_STATE_ANNOTATION)
+        .map(String::as_str);
+    let mut patch = json!({"metadata": {}});
+    if voter != has_role {
+        let value = if voter {
+            json!(labels::ROLE_VOTER)
+        } else {
+            serde_json::Value::Null
+        };
+        patch["metadata"]["labels"] = json!({labels::ROLE: value});
+    }
+    if formed && state == Some(STATE_NEW) {
+        patch["metadata"]["annotations"] =
+            json!({INITIAL_CLUSTER_STATE_ANNOTATION: STATE_EXISTING});
+    }
+    if patch["metadata"].as_object().is_some_and(|m| !m.is_empty()) {
+        pods.patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The cleanup finalizer: MemberRemove against the remaining voters, unless the whole cluster is
+/// going away (then nothing is left to remove from, and waiting would deadlock the deletion).
+async fn finalize(
+    member: &EtcdMember,
+    cluster: Option<&EtcdCluster>,
+    ctx: &Context,
+) -> Result<Requeue, Error> {
+    let name = member.name_any();
+    let ns = member.namespace().ok_or(Error::NoNamespace)?;
+    let members: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
+    if !member
+        .finalizers()
+        .iter()
+        .any(|f| f == labels::MEMBER_CLEANUP_FINALIZER)
+    {
+        return Ok(Requeue::await_change());
+    }
+    let cluster_going = match cluster {
+        None => true,
+        Some(c) => c.metadata.deletion_timestamp.is_some(),
+    };
+    if let (false, Some(cluster)) = (cluster_going, cluster) {
+        remove_from_etcd(member, cluster, ctx).await?;
+    }
+    let finalizers: Vec<String> = member
+        .finalizers()
+        .iter()
+        .filter(|f| *f != labels::MEMBER_CLEANUP_FINALIZER)
+        .cloned()
+        .collect();
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": member.resource_version()}});
+    members
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(Requeue::await_change())
+}
+
+async fn remove_from_etcd(
+    member: &EtcdMember,
+    cluster: &EtcdCluster,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
+    let cluster_name = cluster.name_any();
+    let name = member.name_any();
+    let client_tls = cluster
+        .spec
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.client.is_some());
+    let peer_tls = cluster.spec.tls.as_ref().is_some_and(|t| t.peer.is_some());
+    let members: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let selector = ListParams::default().labels(&labels::cluster_selector(&cluster_name));
+    let ready: BTreeMap<String, bool> = pods
+        .list(&selector)
+        .await?
+        .items
+        .iter()
+        .map(|p| (p.name_any(), pod_view(p).ready))
+        .collect();
+    let endpoints: Vec<String> = members
+        .list(&selector)
+        .await?
+        .items
+        .iter()
+        .filter(|m| m.name_any() != name)
+        .filter(|m| m.status.as_ref().is_some_and(|s| s.is_voter))
+        .filter(|m| ready.get(&m.name_any()).copied().unwrap_or(false))
+        .map(|m| naming::client_url(&m.name_any(), &cluster_name, &ns, client_tls))
+        .collect();
+    if endpoints.is_empty() {
+        // No other voter: this is the last member (or the cluster never formed); nothing to
+        // remove it from.
+        return Ok(());
+    }
+    let mut etcd = Etcd::connect(&endpoints, ctx.metrics.clone()).await?;
+    let url = naming::peer_url(&name, &cluster_name, &ns, peer_tls);
+    let (_, listed) = etcd.member_list().await?;
+    let id = listed
+        .iter()
+        .find(|e| e.peer_urls.iter().any(|u| u == &url))
+        .map(|e| e.id)
+        .or_else(|| {
+            member
+                .status
+                .as_ref()
+                .and_then(|s| s.member_id.as_deref())
+                .and_then(parse_id)
+                .filter(|id| listed.iter().any(|e| e.id == *id))
+        });
+    if let Some(id) = id {
+        match etcd.member_remove(id).await {
+            Ok(()) => {
+                tracing::info!(member = %name, id = %format_id(id), "removed member from etcd");
+                ctx.event(
+                    cluster,
+                    false,
+                    "MemberRemoved",
+                    "MemberRemove",
+                    format!("removed {name} from etcd"),
+                )
+                .await;
+            }
+            Err(e) if e.is_member_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,86 @@
+//! Wiring: the two kube-runtime controllers, driven by watches. EtcdCluster reconciles on changes
+//! to the cluster, its EtcdMembers, Services and PDB, and its member Pods; EtcdMember reconciles on
+//! changes to the member and its Pod and PVC.
+
+use std::sync::Arc;
+
+use api::labels;
+use api::v1alpha2::{EtcdCluster, EtcdMember};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{watcher, Controller};
+use kube::{Api, ResourceExt};
+
+use crate::context::Context;
+use crate::{cluster, member};
+
+fn api<K>(ctx: &Context, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    }
+}
+
+/// Run both controllers until `shutdown` resolves.
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let ns = namespace.as_deref();
+    let managed = watcher::Config::default().labels(&format!(
+        "{}={}",
+        labels::APP_MANAGED_BY,
+        labels::MANAGED_BY_VALUE
+    ));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+
+    let clusters = Controller::new(api::<EtcdCluster>(&ctx, ns), watcher::Config::default())
+        .owns(api::<EtcdMember>(&ctx, ns), watcher::Config::default())
+        .owns(api::<Service>(&ctx, ns), managed.clone())
+        .owns(api::<PodDisruptionBudget>(&ctx, ns), managed.clone())
+        .watches(api::<Pod>(&ctx, ns), managed.clone(), |pod| {
+            let cluster = pod.labels().get(labels::CLUSTER)?.clone();
+            Some(ObjectRef::<EtcdCluster>::new(&cluster).within(&pod.namespace()?))
+        })
+        .graceful_shutdown_on(stopped(stop_rx.clone()))
+        .run(
+            cluster::reconcile::reconcile,
+            cluster::reconcile::error_policy,
+            ctx.clone(),
+        )
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "cluster controller event");
+            }
+        });
+
+    let members = Controller::new(api::<EtcdMember>(&ctx, ns), watcher::Config::default())
+        .owns(api::<Pod>(&ctx, ns), managed.clone())
+        .owns(api::<PersistentVolumeClaim>(&ctx, ns), managed)
+        .graceful_shutdown_on(stopped(stop_rx))
+        .run(member::reconcile, member::error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "member controller event");
+            }
+        });
+
+    tokio::join!(clusters, members);
+}
