@@ -393,11 +393,28 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     let new_status = status::render(cluster, &plan, latched, Timestamp::now());
     if cluster.status.as_ref() != Some(&new_status) {
         let api: Api<EtcdCluster> = Api::namespaced(client, &ns);
-        let patch = json!({"status": new_status});
+        let patch = json!({"status": status_merge_patch(cluster.status.as_ref(), &new_status)?});
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
     }
     Ok(requeue)
+}
+
+/// A JSON merge patch from `old` to `new`: fields `new` no longer has are sent as `null`, or a
+/// merge patch would leave them in place (and the status would never converge).
+pub fn status_merge_patch<T: serde::Serialize>(
+    old: Option<&T>,
+    new: &T,
+) -> Result<serde_json::Value, Error> {
+    let mut patch = serde_json::to_value(new)?;
+    if let (Some(old), Some(fields)) = (old, patch.as_object_mut()) {
+        if let serde_json::Value::Object(old) = serde_json::to_value(old)? {
+            for key in old.keys() {
+                fields.entry(key.clone()).or_insert(serde_json::Value::Null);
+            }
+        }
+    }
+    Ok(patch)
 }
 
 fn peer_tls(cluster: &EtcdCluster) -> bool {
@@ -585,4 +602,31 @@ async fn ensure_pdb(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use api::v1alpha2::{EtcdClusterStatus, ObservedSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    #[test]
+    fn status_patch_clears_fields_the_new_status_dropped() {
+        let old = EtcdClusterStatus {
+            progress_deadline: Some(Time(Timestamp::from_second(1_800_000_000).unwrap())),
+            observed: Some(ObservedSpec {
+                replicas: 3,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let new = EtcdClusterStatus {
+            observed: old.observed.clone(),
+            ..Default::default()
+        };
+        let patch = status_merge_patch(Some(&old), &new).unwrap();
+        assert_eq!(patch["progressDeadline"], serde_json::Value::Null);
+        assert!(patch.as_object().unwrap().contains_key("progressDeadline"));
+        assert_eq!(patch["observed"]["replicas"], 3);
+    }
 }
