@@ -106,7 +106,7 @@ fn default_storage_size() -> Quantity {
     validation = Rule::new("isQuantity(string(self.size))")
         .message("spec.storage.size must be a quantity such as 1Gi, 512Mi or a plain number of bytes")
         .field_path(".size"),
-    validation = Rule::new("(has(self.medium) && self.medium == 'Memory') ? quantity(string(self.size)).sign() > 0 : true")
+    validation = Rule::new("(has(self.medium) && self.medium == 'Memory') ? quantity(string(self.size)).isGreaterThan(quantity('0')) : true")
         .message("spec.storage.size must be greater than 0 with spec.storage.medium=Memory: it is the tmpfs size limit of each member; set e.g. 256Mi")
         .field_path(".size"),
     validation = Rule::new("quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) >= 0")

@@ -1,0 +1,924 @@
+//! A real Kubernetes control plane on loopback: etcd 3.6, kube-apiserver, and on request the
+//! project's CRDs, kube-controller-manager and kube-scheduler, in that order (the controller
+//! manager's garbage collector re-reads discovery only every 30 s, so CRDs go in first).
+//!
+//! Starting takes 10-20 s, so a test binary normally shares one instance among its tests through
+//! [`ControlPlaneBuilder::shared`]; the instance then lives until the process exits, and its
+//! children die with it through their parent-death signal. An owned instance from
+//! [`ControlPlaneBuilder::start`] kills its children and removes its files on drop.
+//!
+//! Clients are bound to the tokio runtime that builds them and `#[tokio::test]` makes a runtime
+//! per test, so the control plane hands out a fresh [`kube::Client`] per call to
+//! [`ControlPlane::client`] rather than keeping one.
+
+use std::fs;
+use std::future::Future;
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, Once};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::OnceCell;
+
+use super::logs;
+use super::pki::{Pki, FRONT_PROXY_CLIENT};
+use super::process::{self, Process};
+use super::testbins::{Kubernetes, Testbins};
+use super::Error;
+
+const APISERVER_READY_TIMEOUT: Duration = Duration::from_secs(180);
+const ETCD_READY_TIMEOUT: Duration = Duration::from_secs(60);
+const COMPONENT_READY_TIMEOUT: Duration = Duration::from_secs(120);
+const CRD_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(60);
+const POLL: Duration = Duration::from_millis(200);
+/// Attempts at a component whose freshly picked port was taken by someone else meanwhile.
+const PORT_ATTEMPTS: usize = 3;
+
+/// The service CIDR; nothing routes to it (tests never dial a ClusterIP), it only has to exist.
+pub const SERVICE_CLUSTER_IP_RANGE: &str = "10.0.0.0/24";
+pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+
+/// The kube-controller-manager controllers the operator's objects need (TESTING.md step 5); the
+/// rest (node lifecycle, CSR signing, cloud, ...) have nothing to do without real nodes.
+pub const CONTROLLERS: &[&str] = &[
+    "garbage-collector-controller",
+    "job-controller",
+    "disruption-controller",
+    "endpoints-controller",
+    "endpointslice-controller",
+    "replicaset-controller",
+    "deployment-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "persistentvolume-binder-controller",
+    "persistentvolume-protection-controller",
+    "persistentvolumeclaim-protection-controller",
+    "ttl-after-finished-controller",
+    "root-ca-certificate-publisher-controller",
+    "pod-garbage-collector-controller",
+];
+
+/// What to start. Compare with [`ControlPlane::builder`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ControlPlaneBuilder {
+    kubernetes: Kubernetes,
+    crds: bool,
+    controller_manager: bool,
+    scheduler: bool,
+}
+
+impl ControlPlaneBuilder {
+    /// Which kube-apiserver build to run (default [`Kubernetes::Current`]).
+    pub fn kubernetes(mut self, kubernetes: Kubernetes) -> Self {
+        self.kubernetes = kubernetes;
+        self
+    }
+
+    /// Install the project's CRDs (`api::crd::all()`) and wait until they are Established.
+    pub fn with_crds(mut self) -> Self {
+        self.crds = true;
+        self
+    }
+
+    /// Start kube-controller-manager (after the CRDs).
+    pub fn with_controller_manager(mut self) -> Self {
+        self.controller_manager = true;
+        self
+    }
+
+    /// Start kube-scheduler.
+    pub fn with_scheduler(mut self) -> Self {
+        self.scheduler = true;
+        self
+    }
+
+    /// Start a control plane owned by the caller; dropping it stops it.
+    pub async fn start(self) -> Result<ControlPlane, Error> {
+        ControlPlane::start(self).await
+    }
+
+    /// The test binary's one control plane of this shape, started by the first caller. A failed
+    /// start is remembered: every later caller gets the same error at once instead of another
+    /// slow attempt.
+    pub async fn shared(self) -> Result<&'static ControlPlane, Error> {
+        type Cell = OnceCell<Result<ControlPlane, String>>;
+        static SHARED: Mutex<Vec<(ControlPlaneBuilder, &'static Cell)>> = Mutex::new(Vec::new());
+        let cell: &'static Cell = {
+            let mut shared = SHARED
+                .lock()
+                .map_err(|_| Error::SharedStartFailed("a test panicked while starting".into()))?;
+            match shared.iter().find(|(b, _)| *b == self) {
+                Some((_, cell)) => cell,
+                None => {
+                    let cell: &'static Cell = Box::leak(Box::new(OnceCell::new()));
+                    shared.push((self.clone(), cell));
+                    cell
+                }
+            }
+        };
+        match cell
+            .get_or_init(|| async { self.start().await.map_err(|e| e.to_string()) })
+            .await
+        {
+            Ok(cp) => Ok(cp),
+            Err(message) => Err(Error::SharedStartFailed(message.clone())),
+        }
+    }
+}
+
+/// A running control plane. See the module docs.
+pub struct ControlPlane {
+    /// Stopped last-started-first on drop, before `root` is removed.
+    processes: Vec<Process>,
+    kubernetes: Kubernetes,
+    kubernetes_version: Option<String>,
+    testbins: Testbins,
+    kubectl: PathBuf,
+    server_url: String,
+    etcd_url: String,
+    kubeconfig: PathBuf,
+    config: Config,
+    pki: Pki,
+    log_dir: PathBuf,
+    namespaces: AtomicU64,
+    started_in: Duration,
+    root: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlane")
+            .field("kubernetes", &self.kubernetes_version)
+            .field("server", &self.server_url)
+            .field("etcd", &self.etcd_url)
+            .field("root", &self.root.path())
+            .field("logs", &self.log_dir)
+            .field("processes", &self.processes)
+            .finish()
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        while let Some(process) = self.processes.pop() {
+            process.kill();
+        }
+    }
+}
+
+/// What kubectl printed, and how it exited.
+#[derive(Clone, Debug)]
+pub struct KubectlOutput {
+    pub success: bool,
+    pub status: String,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl ControlPlane {
+    pub fn builder() -> ControlPlaneBuilder {
+        ControlPlaneBuilder::default()
+    }
+
+    async fn start(want: ControlPlaneBuilder) -> Result<Self, Error> {
+        let began = Instant::now();
+        install_crypto_provider();
+        let testbins = Testbins::from_env()?;
+        if want.kubernetes != Kubernetes::Current && (want.controller_manager || want.scheduler) {
+            return Err(Error::Unsupported(format!(
+                "only kube-apiserver is built for {}: kube-controller-manager and kube-scheduler \
+                 must not be newer than the apiserver, so start them only with Kubernetes::Current",
+                want.kubernetes.part()
+            )));
+        }
+        // Resolve every binary first: a missing one should fail in milliseconds, not after etcd.
+        let etcd_bin = testbins.binary("etcd-3.6", "etcd")?;
+        let apiserver_bin = testbins.binary(want.kubernetes.part(), "kube-apiserver")?;
+        let kubectl = testbins.binary(Kubernetes::Current.part(), "kubectl")?;
+        let kcm_bin = want
+            .controller_manager
+            .then(|| testbins.binary(Kubernetes::Current.part(), "kube-controller-manager"))
+            .transpose()?;
+        let scheduler_bin = want
+            .scheduler
+            .then(|| testbins.binary(Kubernetes::Current.part(), "kube-scheduler"))
+            .transpose()?;
+
+        let root = temp_root()?;
+        static PLANES: AtomicU64 = AtomicU64::new(0);
+        let log_dir = logs::run_dir().join(format!(
+            "{}-{}",
+            want.kubernetes.part(),
+            PLANES.fetch_add(1, Ordering::SeqCst) + 1
+        ));
+        fs::create_dir_all(&log_dir)
+            .map_err(Error::io(format!("creating {}", log_dir.display())))?;
+        let pki = Pki::mint(&root.path().join("pki"))?;
+
+        let mut processes = Vec::new();
+        let (etcd, etcd_url) = start_etcd(&etcd_bin, root.path(), &log_dir).await?;
+        processes.push(etcd);
+
+        let kubeconfig = root.path().join("admin.kubeconfig");
+        let (apiserver, server_url, config) = start_apiserver(
+            &apiserver_bin,
+            &etcd_url,
+            &pki,
+            &kubeconfig,
+            &log_dir,
+            &processes,
+        )
+        .await?;
+        processes.push(apiserver);
+
+        let mut cp = ControlPlane {
+            processes,
+            kubernetes: want.kubernetes,
+            kubernetes_version: testbins.version(want.kubernetes.part()),
+            testbins,
+            kubectl,
+            server_url,
+            etcd_url,
+            kubeconfig,
+            config,
+            pki,
+            log_dir,
+            namespaces: AtomicU64::new(0),
+            started_in: Duration::ZERO,
+            root,
+        };
+
+        if want.crds {
+            cp.install_crds(api::crd::all()).await?;
+        }
+        if let Some(bin) = kcm_bin {
+            let kcm = cp.start_controller_manager(&bin).await?;
+            cp.processes.push(kcm);
+        }
+        if let Some(bin) = scheduler_bin {
+            let scheduler = cp.start_scheduler(&bin).await?;
+            cp.processes.push(scheduler);
+        }
+        cp.started_in = began.elapsed();
+        // Straight to stderr, past the test harness's capture: start-up time belongs in every log.
+        let _ = writeln!(
+            std::io::stderr(),
+            "control plane {} ({}) started in {:.1?}: {}; logs in {}",
+            cp.kubernetes.part(),
+            cp.kubernetes_version().unwrap_or("unknown version"),
+            cp.started_in,
+            cp.processes
+                .iter()
+                .map(|p| p.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+            cp.log_dir.display()
+        );
+        Ok(cp)
+    }
+
+    /// How long [`ControlPlaneBuilder::start`] took.
+    pub fn started_in(&self) -> Duration {
+        self.started_in
+    }
+
+    /// An admin client (`system:masters`) for the current tokio runtime.
+    pub fn client(&self) -> Result<Client, Error> {
+        Client::try_from(self.config.clone()).map_err(Error::kube("building a kube client"))
+    }
+
+    /// The admin client configuration (for clients with other settings).
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The admin kubeconfig (client certificate, trusts the serving CA).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// `https://127.0.0.1:<port>`.
+    pub fn server_url(&self) -> &str {
+        &self.server_url
+    }
+
+    /// The control plane's own etcd, `http://127.0.0.1:<port>` (not an operator-managed cluster).
+    pub fn etcd_url(&self) -> &str {
+        &self.etcd_url
+    }
+
+    pub fn pki(&self) -> &Pki {
+        &self.pki
+    }
+
+    /// Scratch space that lives as long as the control plane.
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+
+    /// Where this control plane's component logs are.
+    pub fn log_dir(&self) -> &Path {
+        &self.log_dir
+    }
+
+    pub fn testbins(&self) -> &Testbins {
+        &self.testbins
+    }
+
+    pub fn kubernetes(&self) -> Kubernetes {
+        self.kubernetes
+    }
+
+    /// The apiserver's version as built (`v1.37.1`), if recorded.
+    pub fn kubernetes_version(&self) -> Option<&str> {
+        self.kubernetes_version.as_deref()
+    }
+
+    /// The running components, in start order.
+    pub fn processes(&self) -> &[Process] {
+        &self.processes
+    }
+
+    /// An error naming the first component that is no longer running.
+    pub fn check_running(&self) -> Result<(), Error> {
+        self.processes
+            .iter()
+            .try_for_each(|p| p.check_running("while the tests were running"))
+    }
+
+    /// Create a fresh namespace `<prefix>-<n>-<suffix>` and return its name.
+    pub async fn namespace(&self, prefix: &str) -> Result<String, Error> {
+        let prefix: String = prefix
+            .chars()
+            .map(|c| match c {
+                'a'..='z' | '0'..='9' | '-' => c,
+                'A'..='Z' => c.to_ascii_lowercase(),
+                _ => '-',
+            })
+            .take(40)
+            .collect();
+        let n = self.namespaces.fetch_add(1, Ordering::SeqCst) + 1;
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or_default();
+        let name = format!("{}-{n}-{:04x}", prefix.trim_matches('-'), nanos & 0xffff);
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(self.client()?)
+            .create(&PostParams::default(), &ns)
+            .await
+            .map_err(Error::kube(format!("creating namespace {name}")))?;
+        Ok(name)
+    }
+
+    /// Run the built kubectl against this control plane (`--kubeconfig` and a private discovery
+    /// cache are added; a cache shared across runs would hold stale discovery for a reused port).
+    pub async fn kubectl(&self, args: &[&str]) -> Result<KubectlOutput, Error> {
+        let mut cmd = Command::new(&self.kubectl);
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.root.path().join("kubectl-cache"))
+            .args(args)
+            .env("HOME", self.root.path())
+            .stdin(std::process::Stdio::null());
+        process::contain(&mut cmd);
+        let output = tokio::process::Command::from(cmd)
+            .kill_on_drop(true)
+            .output()
+            .await
+            .map_err(Error::io(format!("running kubectl {}", args.join(" "))))?;
+        Ok(KubectlOutput {
+            success: output.status.success(),
+            status: output.status.to_string(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })
+    }
+
+    /// [`ControlPlane::kubectl`], failing with its stderr unless it exits 0; returns stdout.
+    pub async fn kubectl_ok(&self, args: &[&str]) -> Result<String, Error> {
+        let out = self.kubectl(args).await?;
+        if out.success {
+            Ok(out.stdout)
+        } else {
+            Err(Error::Kubectl {
+                args: args.join(" "),
+                status: out.status,
+                stderr: out.stderr,
+            })
+        }
+    }
+
+    /// Create (or replace) CRDs and wait until each is Established.
+    pub async fn install_crds(&self, crds: Vec<CustomResourceDefinition>) -> Result<(), Error> {
+        let client = self.client()?;
+        let api = Api::<CustomResourceDefinition>::all(client);
+        let mut names = Vec::new();
+        for crd in crds {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            match api.create(&PostParams::default(), &crd).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    let existing = api
+                        .get(&name)
+                        .await
+                        .map_err(Error::kube(format!("reading CRD {name}")))?;
+                    let mut crd = crd;
+                    crd.metadata.resource_version = existing.metadata.resource_version;
+                    api.replace(&name, &PostParams::default(), &crd)
+                        .await
+                        .map_err(Error::kube(format!("replacing CRD {name}")))?;
+                }
+                Err(e) => return Err(Error::kube(format!("creating CRD {name}"))(e)),
+            }
+            names.push(name);
+        }
+        for name in names {
+            let api = api.clone();
+            self.wait_for(
+                &format!("CRD {name} to be Established"),
+                CRD_ESTABLISHED_TIMEOUT,
+                || {
+                    let api = api.clone();
+                    let name = name.clone();
+                    async move {
+                        let crd = api.get(&name).await.map_err(|e| e.to_string())?;
+                        let established = crd
+                            .status
+                            .and_then(|s| s.conditions)
+                            .unwrap_or_default()
+                            .iter()
+                            .any(|c| c.type_ == "Established" && c.status == "True");
+                        Ok(established.then_some(()))
+                    }
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn start_controller_manager(&self, bin: &Path) -> Result<Process, Error> {
+        let mut last = None;
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_port()?;
+            let mut cmd = Command::new(bin);
+            cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+                .arg(format!(
+                    "--authentication-kubeconfig={}",
+                    self.kubeconfig.display()
+                ))
+                .arg(format!(
+                    "--authorization-kubeconfig={}",
+                    self.kubeconfig.display()
+                ))
+                .arg("--bind-address=127.0.0.1")
+                .arg(format!("--secure-port={port}"))
+                .arg(format!(
+                    "--cert-dir={}",
+                    self.root.path().join("kcm-certs").display()
+                ))
+                .arg(format!("--controllers={}", CONTROLLERS.join(",")))
+                .arg("--leader-elect=false")
+                .arg("--use-service-account-credentials=false")
+                .arg(format!(
+                    "--service-account-private-key-file={}",
+                    self.pki.service_account_key_file.display()
+                ))
+                .arg(format!(
+                    "--root-ca-file={}",
+                    self.pki.serving_ca_file.display()
+                ));
+            let log = self.log_dir.join("kube-controller-manager.log");
+            let kcm = Process::spawn("kube-controller-manager", cmd, &log)?;
+            match self.wait_healthz(&kcm, port).await {
+                Ok(()) => {}
+                Err(e) if port_taken(&kcm) => {
+                    last = Some(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            // Controllers are running once the serviceaccount controller has filled `default`.
+            let api = Api::<ServiceAccount>::namespaced(self.client()?, "default");
+            self.wait_for_with(
+                "the `default` ServiceAccount (kube-controller-manager's controllers running)",
+                COMPONENT_READY_TIMEOUT,
+                &[&kcm],
+                || {
+                    let api = api.clone();
+                    async move {
+                        match api.get_opt("default").await {
+                            Ok(sa) => Ok(sa.map(|_| ())),
+                            Err(e) => Err(e.to_string()),
+                        }
+                    }
+                },
+            )
+            .await?;
+            return Ok(kcm);
+        }
+        Err(last.unwrap_or_else(|| Error::Unsupported("no free port".into())))
+    }
+
+    async fn start_scheduler(&self, bin: &Path) -> Result<Process, Error> {
+        let mut last = None;
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_port()?;
+            let mut cmd = Command::new(bin);
+            cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+                .arg(format!(
+                    "--authentication-kubeconfig={}",
+                    self.kubeconfig.display()
+                ))
+                .arg(format!(
+                    "--authorization-kubeconfig={}",
+                    self.kubeconfig.display()
+                ))
+                .arg("--bind-address=127.0.0.1")
+                .arg(format!("--secure-port={port}"))
+                .arg(format!(
+                    "--cert-dir={}",
+                    self.root.path().join("scheduler-certs").display()
+                ))
+                .arg("--leader-elect=false");
+            let log = self.log_dir.join("kube-scheduler.log");
+            let scheduler = Process::spawn("kube-scheduler", cmd, &log)?;
+            match self.wait_healthz(&scheduler, port).await {
+                Ok(()) => return Ok(scheduler),
+                Err(e) if port_taken(&scheduler) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Unsupported("no free port".into())))
+    }
+
+    /// Wait until a component's own HTTPS `/healthz` on 127.0.0.1 answers `ok` (its serving
+    /// certificate is self-signed, so it is not verified).
+    async fn wait_healthz(&self, process: &Process, port: u16) -> Result<(), Error> {
+        let url = format!("https://127.0.0.1:{port}");
+        let mut config = Config::new(
+            url.parse()
+                .map_err(|e| Error::Unsupported(format!("bad url {url}: {e}")))?,
+        );
+        config.accept_invalid_certs = true;
+        config.connect_timeout = Some(Duration::from_secs(2));
+        config.read_timeout = Some(Duration::from_secs(5));
+        let client = Client::try_from(config).map_err(Error::kube("building a client"))?;
+        self.wait_for_with(
+            &format!("{} /healthz on {url}", process.name()),
+            COMPONENT_READY_TIMEOUT,
+            &[process],
+            || get_text(client.clone(), "/healthz"),
+        )
+        .await
+    }
+
+    async fn wait_for<T, F, Fut>(&self, what: &str, timeout: Duration, probe: F) -> Result<T, Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Option<T>, String>>,
+    {
+        let watched: Vec<&Process> = self.processes.iter().collect();
+        wait_until(what, timeout, &watched, &self.log_dir, probe).await
+    }
+
+    async fn wait_for_with<T, F, Fut>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        extra: &[&Process],
+        probe: F,
+    ) -> Result<T, Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Option<T>, String>>,
+    {
+        let mut watched: Vec<&Process> = self.processes.iter().collect();
+        watched.extend_from_slice(extra);
+        wait_until(what, timeout, &watched, &self.log_dir, probe).await
+    }
+}
+
+/// One process-wide rustls provider (aws-lc-rs), as the binaries do; kube's client needs one
+/// when more than one is compiled in.
+fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    });
+}
+
+/// `$TMPDIR/etcd-operator-tests/<binary>-<pid>-XXXX`. Roots of test binaries that are gone (a
+/// shared control plane's root is never dropped) are removed first.
+fn temp_root() -> Result<tempfile::TempDir, Error> {
+    let base = std::env::temp_dir().join("etcd-operator-tests");
+    fs::create_dir_all(&base).map_err(Error::io(format!("creating {}", base.display())))?;
+    if let Ok(entries) = fs::read_dir(&base) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // `<binary>-<pid>-<random>`
+            let pid = name
+                .rsplit('-')
+                .nth(1)
+                .and_then(|pid| pid.parse::<u32>().ok());
+            if pid.is_some_and(|pid| pid != std::process::id() && !process::pid_alive(pid)) {
+                let _ = fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    tempfile::Builder::new()
+        .prefix(&format!("{}-{}-", logs::binary_name(), std::process::id()))
+        .tempdir_in(&base)
+        .map_err(Error::io(format!(
+            "creating a temp dir in {}",
+            base.display()
+        )))
+}
+
+/// A loopback port free right now. Another process may take it before the component binds it;
+/// callers retry with a new port when the component says so ([`port_taken`]).
+fn free_port() -> Result<u16, Error> {
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(Error::io("binding a loopback port"))?;
+    let port = listener
+        .local_addr()
+        .map_err(Error::io("reading a bound port"))?
+        .port();
+    Ok(port)
+}
+
+/// Whether a component that exited complains about a taken port.
+fn port_taken(process: &Process) -> bool {
+    process.exited().is_some()
+        && logs::tail(process.log(), logs::TAIL_LINES).contains("address already in use")
+}
+
+async fn start_etcd(bin: &Path, root: &Path, log_dir: &Path) -> Result<(Process, String), Error> {
+    let mut last = None;
+    for _ in 0..PORT_ATTEMPTS {
+        let client_port = free_port()?;
+        let peer_port = free_port()?;
+        let client_url = format!("http://127.0.0.1:{client_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let data_dir = root.join("etcd");
+        let _ = fs::remove_dir_all(&data_dir);
+        let mut cmd = Command::new(bin);
+        cmd.arg("--name=control-plane")
+            .arg(format!("--data-dir={}", data_dir.display()))
+            .arg(format!("--listen-client-urls={client_url}"))
+            .arg(format!("--advertise-client-urls={client_url}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster=control-plane={peer_url}"))
+            .arg("--initial-cluster-state=new")
+            // The control plane's own store only: its data is thrown away with the test run.
+            .arg("--unsafe-no-fsync");
+        let etcd = Process::spawn("etcd", cmd, &log_dir.join("etcd.log"))?;
+        let addr = format!("127.0.0.1:{client_port}");
+        let ready = wait_until(
+            &format!("etcd /health on {client_url}"),
+            ETCD_READY_TIMEOUT,
+            &[&etcd],
+            log_dir,
+            || etcd_healthy(addr.clone()),
+        )
+        .await;
+        match ready {
+            Ok(()) => return Ok((etcd, client_url)),
+            Err(e) if port_taken(&etcd) => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::Unsupported("no free port".into())))
+}
+
+/// etcd's `/health` over plain HTTP/1.0 (no client needed for one loopback GET).
+async fn etcd_healthy(addr: String) -> Result<Option<()>, String> {
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(&addr).await?;
+        stream
+            .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .await?;
+        let mut body = String::new();
+        stream.read_to_string(&mut body).await?;
+        Ok::<_, std::io::Error>(body)
+    };
+    match tokio::time::timeout(Duration::from_secs(2), exchange).await {
+        Ok(Ok(body)) if body.contains(r#""health":"true""#) => Ok(Some(())),
+        Ok(Ok(body)) => Err(format!("unhealthy: {}", body.lines().last().unwrap_or(""))),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer within 2s".into()),
+    }
+}
+
+async fn start_apiserver(
+    bin: &Path,
+    etcd_url: &str,
+    pki: &Pki,
+    kubeconfig: &Path,
+    log_dir: &Path,
+    running: &[Process],
+) -> Result<(Process, String, Config), Error> {
+    let mut last = None;
+    for _ in 0..PORT_ATTEMPTS {
+        let port = free_port()?;
+        let server_url = format!("https://127.0.0.1:{port}");
+        let mut cmd = Command::new(bin);
+        cmd.arg(format!("--etcd-servers={etcd_url}"))
+            .arg(format!("--secure-port={port}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg("--advertise-address=127.0.0.1")
+            .arg("--endpoint-reconciler-type=none")
+            .arg(format!(
+                "--tls-cert-file={}",
+                pki.apiserver_cert_file.display()
+            ))
+            .arg(format!(
+                "--tls-private-key-file={}",
+                pki.apiserver_key_file.display()
+            ))
+            .arg(format!("--client-ca-file={}", pki.client_ca_file.display()))
+            .arg(format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"))
+            .arg(format!(
+                "--service-account-key-file={}",
+                pki.service_account_pub_file.display()
+            ))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                pki.service_account_key_file.display()
+            ))
+            .arg(format!(
+                "--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}"
+            ))
+            .arg("--authorization-mode=RBAC")
+            .arg("--allow-privileged=true")
+            // Webhook calls through a Service then go to the endpoint's pod IP, never a ClusterIP.
+            .arg("--enable-aggregator-routing=true")
+            .arg("--kubelet-preferred-address-types=InternalIP")
+            .arg(format!(
+                "--requestheader-client-ca-file={}",
+                pki.front_proxy_ca_file.display()
+            ))
+            .arg(format!(
+                "--requestheader-allowed-names={FRONT_PROXY_CLIENT}"
+            ))
+            .arg("--requestheader-username-headers=X-Remote-User")
+            .arg("--requestheader-group-headers=X-Remote-Group")
+            .arg("--requestheader-extra-headers-prefix=X-Remote-Extra-")
+            .arg(format!(
+                "--proxy-client-cert-file={}",
+                pki.front_proxy_client_cert_file.display()
+            ))
+            .arg(format!(
+                "--proxy-client-key-file={}",
+                pki.front_proxy_client_key_file.display()
+            ));
+        let apiserver = Process::spawn("kube-apiserver", cmd, &log_dir.join("kube-apiserver.log"))?;
+
+        write_kubeconfig(kubeconfig, &server_url, pki)?;
+        let mut config = load_kubeconfig(kubeconfig).await?;
+        let mut probe_config = config.clone();
+        probe_config.connect_timeout = Some(Duration::from_secs(2));
+        probe_config.read_timeout = Some(Duration::from_secs(10));
+        let probe = Client::try_from(probe_config).map_err(Error::kube("building a client"))?;
+        let mut watched: Vec<&Process> = running.iter().collect();
+        watched.push(&apiserver);
+        let ready = wait_until(
+            &format!("kube-apiserver /readyz on {server_url}"),
+            APISERVER_READY_TIMEOUT,
+            &watched,
+            log_dir,
+            || get_text(probe.clone(), "/readyz"),
+        )
+        .await;
+        match ready {
+            Ok(()) => {
+                config.read_timeout = Some(Duration::from_secs(60));
+                return Ok((apiserver, server_url, config));
+            }
+            Err(e) if port_taken(&apiserver) => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::Unsupported("no free port".into())))
+}
+
+fn write_kubeconfig(path: &Path, server_url: &str, pki: &Pki) -> Result<(), Error> {
+    let doc = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{
+            "name": "test",
+            "cluster": {
+                "server": server_url,
+                "certificate-authority": pki.serving_ca_file,
+            },
+        }],
+        "users": [{
+            "name": "admin",
+            "user": {
+                "client-certificate": pki.admin_cert_file,
+                "client-key": pki.admin_key_file,
+            },
+        }],
+        "contexts": [{
+            "name": "test",
+            "context": {"cluster": "test", "user": "admin", "namespace": "default"},
+        }],
+        "current-context": "test",
+    });
+    let yaml = serde_yaml::to_string(&doc).map_err(|e| Error::Kubeconfig {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    fs::write(path, yaml).map_err(Error::io(format!("writing {}", path.display())))
+}
+
+async fn load_kubeconfig(path: &Path) -> Result<Config, Error> {
+    let bad = |message: String| Error::Kubeconfig {
+        path: path.to_path_buf(),
+        message,
+    };
+    let kubeconfig = Kubeconfig::read_from(path).map_err(|e| bad(e.to_string()))?;
+    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| bad(e.to_string()))
+}
+
+/// `GET path` answering `ok`.
+async fn get_text(client: Client, path: &str) -> Result<Option<()>, String> {
+    let request = http::Request::get(path)
+        .body(Vec::new())
+        .map_err(|e| e.to_string())?;
+    match client.request_text(request).await {
+        Ok(body) if body.trim() == "ok" => Ok(Some(())),
+        Ok(body) => Err(format!("answered {body:?}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Poll `probe` until it yields a value, failing early when a watched process exits and with the
+/// probe's last complaint and every log's tail on timeout.
+async fn wait_until<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    watched: &[&Process],
+    log_dir: &Path,
+    mut probe: F,
+) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>, String>>,
+{
+    let start = Instant::now();
+    let mut last: String;
+    loop {
+        for process in watched {
+            process.check_running(&format!("while waiting for {what}"))?;
+        }
+        match probe().await {
+            Ok(Some(value)) => return Ok(value),
+            Ok(None) => last = "not yet".into(),
+            Err(e) => last = e,
+        }
+        if start.elapsed() > timeout {
+            let tails = watched
+                .iter()
+                .map(|p| {
+                    format!(
+                        "---- {} ({}) ----\n{}",
+                        p.name(),
+                        p.log().display(),
+                        logs::tail(p.log(), 20)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            return Err(Error::Timeout {
+                what: what.to_string(),
+                timeout,
+                last,
+                log_dir: log_dir.to_path_buf(),
+                tails,
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}

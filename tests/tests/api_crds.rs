@@ -1,0 +1,325 @@
+//! API layer: the project's CRDs on a real kube-apiserver (with etcd, nothing else). Every corpus
+//! case gets the recorded verdict from the apiserver's schema and CEL rules and from the Rust
+//! validator; defaults, printer columns, and the scale and status subresources behave as the CRD
+//! declares.
+//!
+//! Needs `ETCD_OPERATOR_TESTBINS` (see docs/testing.md). One control plane is shared by the tests
+//! of this binary; the Kubernetes 1.29 run starts its own.
+
+use std::io::Write as _;
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::Client;
+use serde_json::{json, Value};
+use tests::corpus;
+use tests::env::{ControlPlane, Kubernetes, PartState, Testbins};
+use tests::OrPanic;
+
+async fn control_plane() -> &'static ControlPlane {
+    ControlPlane::builder()
+        .with_crds()
+        .shared()
+        .await
+        .or_panic()
+}
+
+fn clusters(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let resource = corpus::resource("EtcdCluster").expect("the EtcdCluster CRD");
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+fn cluster(name: &str, ns: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": api::v1alpha2::API_VERSION,
+        "kind": "EtcdCluster",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }))
+    .expect("an EtcdCluster object")
+}
+
+async fn create_cluster(client: &Client, ns: &str, name: &str, spec: Value) -> DynamicObject {
+    clusters(client, ns)
+        .create(&PostParams::default(), &cluster(name, ns, spec))
+        .await
+        .unwrap_or_else(|e| panic!("creating EtcdCluster {ns}/{name}: {e}"))
+}
+
+/// Write to the terminal past the harness's capture, so a passing test can still say something.
+fn report(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+async fn assert_corpus_agrees(cp: &ControlPlane) {
+    let client = cp.client().or_panic();
+    let ns = cp.namespace("corpus").await.or_panic();
+    let cases = api::corpus::cases();
+    let started = std::time::Instant::now();
+    let found = corpus::disagreements(&client, &ns, &cases).await;
+    let version = cp.kubernetes_version().unwrap_or(cp.kubernetes().part());
+    report(&format!(
+        "corpus on Kubernetes {version}: {} cases judged in {:.1?}, {} disagreements",
+        cases.len(),
+        started.elapsed(),
+        found.len()
+    ));
+    cp.check_running().or_panic();
+    assert!(
+        found.is_empty(),
+        "{} disagreement(s) with api/testdata/validation-corpus.yaml on Kubernetes {version} \
+         (namespace {ns}):\n  {}",
+        found.len(),
+        found.join("\n  ")
+    );
+}
+
+#[tokio::test]
+async fn corpus_verdicts_agree_on_current_kubernetes() {
+    assert_corpus_agrees(control_plane().await).await;
+}
+
+/// Kubernetes 1.29 is the oldest minor the CRDs are meant for; its apiserver is built only when
+/// it compiles with the machine's Go. When it does not, the build script records why, and this
+/// test says so rather than passing silently.
+#[tokio::test]
+async fn corpus_verdicts_agree_on_kubernetes_1_29() {
+    let bins = Testbins::from_env().or_panic();
+    let part = Kubernetes::V1_29.part();
+    match bins.part_state(part) {
+        PartState::Built => {
+            let cp = ControlPlane::builder()
+                .kubernetes(Kubernetes::V1_29)
+                .with_crds()
+                .start()
+                .await
+                .or_panic();
+            assert_corpus_agrees(&cp).await;
+        }
+        PartState::Unbuildable {
+            go_version,
+            reason,
+            build_log,
+        } => {
+            assert!(
+                !reason.is_empty(),
+                "{part} is marked unbuildable in {} without a reason; rebuild with `make testbins`",
+                bins.dir().join(part).join(".failed").display()
+            );
+            report(&format!(
+                "{part} not built: {reason} (with {go_version}; see {} and tools/testbins/README.md) \
+                 -- the corpus ran on the current Kubernetes only",
+                build_log.display()
+            ));
+        }
+        PartState::Missing => panic!(
+            "{part} is neither built nor recorded as unbuildable in {}: run `make testbins` \
+             (the build script writes {part}/.done, or {part}/.failed with the reason)",
+            bins.dir().display()
+        ),
+    }
+}
+
+#[tokio::test]
+async fn defaults_fill_replicas_storage_size_and_progress_deadline() {
+    let cp = control_plane().await;
+    let client = cp.client().or_panic();
+    let ns = cp.namespace("defaults").await.or_panic();
+    create_cluster(&client, &ns, "minimal", json!({"version": "3.6.11"})).await;
+
+    let got = clusters(&client, &ns).get("minimal").await.or_panic();
+    let spec = &got.data["spec"];
+    assert_eq!(spec["replicas"], json!(3), "{spec}");
+    assert_eq!(spec["storage"]["size"], json!("1Gi"), "{spec}");
+    assert_eq!(spec["progressDeadlineSeconds"], json!(600), "{spec}");
+
+    // What the apiserver stored reads back into the Rust type with the same defaults.
+    let typed = Api::<api::v1alpha2::EtcdCluster>::namespaced(client, &ns)
+        .get("minimal")
+        .await
+        .or_panic();
+    assert_eq!(typed.spec.replicas, api::v1alpha2::DEFAULT_REPLICAS);
+    assert_eq!(
+        typed.spec.progress_deadline_seconds,
+        api::v1alpha2::DEFAULT_PROGRESS_DEADLINE_SECONDS
+    );
+}
+
+#[tokio::test]
+async fn issuer_reference_kind_defaults_to_issuer() {
+    let cp = control_plane().await;
+    let client = cp.client().or_panic();
+    let ns = cp.namespace("issuer").await.or_panic();
+    create_cluster(
+        &client,
+        &ns,
+        "peer-cm",
+        json!({"version": "3.6.11", "tls": {"peer": {"certManager": {"issuerRef": {"name": "ca"}}}}}),
+    )
+    .await;
+
+    let got = clusters(&client, &ns).get("peer-cm").await.or_panic();
+    let issuer = &got.data["spec"]["tls"]["peer"]["certManager"]["issuerRef"];
+    assert_eq!(issuer["kind"], json!("Issuer"), "{issuer}");
+    assert_eq!(issuer["group"], json!("cert-manager.io"), "{issuer}");
+}
+
+#[tokio::test]
+async fn kubectl_get_prints_version_replicas_ready_and_age_columns() {
+    let cp = control_plane().await;
+    let client = cp.client().or_panic();
+    let ns = cp.namespace("columns").await.or_panic();
+    create_cluster(
+        &client,
+        &ns,
+        "printed",
+        json!({"version": "3.6.11", "replicas": 5}),
+    )
+    .await;
+    clusters(&client, &ns)
+        .patch_status(
+            "printed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"readyMembers": 2}})),
+        )
+        .await
+        .or_panic();
+
+    let out = cp
+        .kubectl_ok(&["get", "etcdcluster", "printed", "-n", &ns])
+        .await
+        .or_panic();
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows.first().map(Vec::as_slice),
+        Some(&["NAME", "VERSION", "REPLICAS", "READY", "AGE"][..]),
+        "{out}"
+    );
+    assert_eq!(
+        rows.get(1).map(|r| &r[..r.len().min(4)]),
+        Some(&["printed", "3.6.11", "5", "2"][..]),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn scale_subresource_sets_spec_replicas_and_reads_ready_members_and_selector() {
+    let cp = control_plane().await;
+    let client = cp.client().or_panic();
+    let ns = cp.namespace("scale").await.or_panic();
+    let api = clusters(&client, &ns);
+    create_cluster(&client, &ns, "scaled", json!({"version": "3.6.11"})).await;
+
+    cp.kubectl_ok(&["scale", "etcdcluster", "scaled", "--replicas=5", "-n", &ns])
+        .await
+        .or_panic();
+    let got = api.get("scaled").await.or_panic();
+    assert_eq!(got.data["spec"]["replicas"], json!(5), "{:?}", got.data);
+
+    let selector = "app.kubernetes.io/instance=scaled";
+    api.patch_status(
+        "scaled",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"readyMembers": 2, "selector": selector}})),
+    )
+    .await
+    .or_panic();
+
+    let out = cp
+        .kubectl_ok(&[
+            "get",
+            "etcdcluster",
+            "scaled",
+            "-n",
+            &ns,
+            "--subresource=scale",
+            "-o",
+            "json",
+        ])
+        .await
+        .or_panic();
+    let scale: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(scale["kind"], json!("Scale"), "{scale}");
+    assert_eq!(scale["spec"]["replicas"], json!(5), "{scale}");
+    assert_eq!(scale["status"]["replicas"], json!(2), "{scale}");
+    assert_eq!(scale["status"]["selector"], json!(selector), "{scale}");
+
+    let scale = api.get_scale("scaled").await.or_panic();
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(5));
+    let status = scale.status.expect("scale status");
+    assert_eq!(status.replicas, 2);
+    assert_eq!(status.selector.as_deref(), Some(selector));
+}
+
+#[tokio::test]
+async fn spec_writes_ignore_status_and_status_writes_ignore_spec() {
+    let cp = control_plane().await;
+    let client = cp.client().or_panic();
+    let ns = cp.namespace("status").await.or_panic();
+    let api = clusters(&client, &ns);
+    let created = create_cluster(
+        &client,
+        &ns,
+        "split",
+        json!({"version": "3.6.11", "replicas": 3}),
+    )
+    .await;
+    assert_eq!(created.metadata.generation, Some(1));
+
+    api.patch_status(
+        "split",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"readyMembers": 1}})),
+    )
+    .await
+    .or_panic();
+    let got = api.get("split").await.or_panic();
+    assert_eq!(
+        got.data["status"]["readyMembers"],
+        json!(1),
+        "{:?}",
+        got.data
+    );
+    assert_eq!(
+        got.metadata.generation,
+        Some(1),
+        "a status write bumped the generation"
+    );
+
+    // A write to the main resource changes the spec and drops the status it carries.
+    let mut update = got.clone();
+    update.data["spec"]["replicas"] = json!(4);
+    update.data["status"]["readyMembers"] = json!(9);
+    api.replace("split", &PostParams::default(), &update)
+        .await
+        .or_panic();
+    let got = api.get("split").await.or_panic();
+    assert_eq!(got.data["spec"]["replicas"], json!(4), "{:?}", got.data);
+    assert_eq!(
+        got.data["status"]["readyMembers"],
+        json!(1),
+        "{:?}",
+        got.data
+    );
+    assert_eq!(got.metadata.generation, Some(2));
+
+    // A write to the status subresource changes the status and drops the spec it carries.
+    api.patch_status(
+        "split",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 7}, "status": {"readyMembers": 2}})),
+    )
+    .await
+    .or_panic();
+    let got = api.get("split").await.or_panic();
+    assert_eq!(got.data["spec"]["replicas"], json!(4), "{:?}", got.data);
+    assert_eq!(
+        got.data["status"]["readyMembers"],
+        json!(2),
+        "{:?}",
+        got.data
+    );
+    assert_eq!(got.metadata.generation, Some(2));
+}

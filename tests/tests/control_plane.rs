@@ -1,0 +1,106 @@
+//! The test control plane itself, in full (etcd, apiserver, kube-controller-manager,
+//! kube-scheduler): its controllers and scheduler act on objects, and dropping it leaves no
+//! process and no files behind. The end-to-end suites build on exactly this.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+use tests::env::ControlPlane;
+use tests::OrPanic;
+
+async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test]
+async fn controllers_and_scheduler_act_and_drop_leaves_nothing_running() {
+    let cp = ControlPlane::builder()
+        .with_controller_manager()
+        .with_scheduler()
+        .start()
+        .await
+        .or_panic();
+    let client = cp.client().or_panic();
+    let ns = cp.namespace("full").await.or_panic();
+
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "example.invalid/web:1"}]},
+            },
+        },
+    }))
+    .or_panic();
+    Api::<Deployment>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &deployment)
+        .await
+        .or_panic();
+
+    // The deployment and replicaset controllers (kube-controller-manager) make a Pod ...
+    let replicasets = Api::<ReplicaSet>::namespaced(client.clone(), &ns);
+    eventually("a ReplicaSet for the Deployment", || {
+        let replicasets = replicasets.clone();
+        async move {
+            let list = replicasets.list(&ListParams::default()).await.ok()?;
+            (!list.items.is_empty()).then_some(())
+        }
+    })
+    .await;
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    // ... and the scheduler, with no Node to offer, marks it unschedulable.
+    eventually("the scheduler to judge the Pod", || {
+        let pods = pods.clone();
+        async move {
+            let list = pods.list(&ListParams::default()).await.ok()?;
+            let pod = list.items.into_iter().next()?;
+            let conditions = pod.status?.conditions?;
+            conditions
+                .iter()
+                .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))
+                .then_some(())
+        }
+    })
+    .await;
+
+    let pids: Vec<u32> = cp_pids(&cp);
+    let root = cp.root().to_path_buf();
+    assert_eq!(
+        pids.len(),
+        4,
+        "etcd, apiserver, controller manager, scheduler"
+    );
+    drop(cp);
+    for pid in pids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "pid {pid} outlived its control plane"
+        );
+    }
+    assert!(
+        !root.exists(),
+        "{} outlived its control plane",
+        root.display()
+    );
+}
+
+fn cp_pids(cp: &ControlPlane) -> Vec<u32> {
+    cp.processes().iter().map(|p| p.pid()).collect()
+}
