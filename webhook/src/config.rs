@@ -1,0 +1,190 @@
+//! Command-line flags (each with an environment fallback) and the admission [`Policy`] derived
+//! from them. Parsing only; nothing here opens files or sockets.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser, ValueEnum};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+/// The ServiceAccount the chart runs the controller as.
+pub const DEFAULT_CONTROLLER_USERNAME: &str =
+    "system:serviceaccount:etcd-operator-system:etcd-operator";
+/// Where controller-runtime style deployments mount the serving certificate.
+pub const DEFAULT_TLS_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
+pub const DEFAULT_MEMORY_HEADROOM: &str = "256Mi";
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Which pod anti-affinity the mutating webhook adds to an EtcdCluster that sets none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum AntiAffinity {
+    /// `preferredDuringSchedulingIgnoredDuringExecution`, weight 100: spread members over
+    /// nodes when possible, still schedule when there are fewer nodes than members.
+    #[default]
+    Preferred,
+    /// `requiredDuringSchedulingIgnoredDuringExecution`: never two members on one node.
+    Required,
+    /// Add nothing (and warn when a cluster has no anti-affinity).
+    Off,
+}
+
+/// Flags of `etcd-operator-webhook`.
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "etcd-operator-webhook",
+    version,
+    about = "Admission webhook for etcd-operator.cozystack.io: validation, defaults and warnings"
+)]
+pub struct Config {
+    /// Directory of the mounted serving-certificate Secret (`tls.crt`, `tls.key`); re-read when
+    /// it changes.
+    #[arg(long, env = "WEBHOOK_TLS_CERT_DIR", default_value = DEFAULT_TLS_CERT_DIR)]
+    pub tls_cert_dir: PathBuf,
+
+    /// Certificate file name inside --tls-cert-dir.
+    #[arg(long, env = "WEBHOOK_TLS_CERT_FILE", default_value = "tls.crt")]
+    pub tls_cert_file: String,
+
+    /// Private key file name inside --tls-cert-dir.
+    #[arg(long, env = "WEBHOOK_TLS_KEY_FILE", default_value = "tls.key")]
+    pub tls_key_file: String,
+
+    /// Seconds between re-reads of the certificate files (a backup for missed file events).
+    #[arg(long, env = "WEBHOOK_TLS_RESYNC_SECONDS", default_value_t = 30)]
+    pub tls_resync_seconds: u64,
+
+    /// HTTPS address for `/validate` and `/mutate`.
+    #[arg(long, env = "WEBHOOK_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+
+    /// Plain-HTTP address for `/healthz`, `/readyz` and `/metrics`.
+    #[arg(long, env = "WEBHOOK_ADMIN_LISTEN", default_value = "0.0.0.0:8080")]
+    pub admin_listen: SocketAddr,
+
+    /// Pod anti-affinity added to EtcdClusters created without one.
+    #[arg(long, env = "WEBHOOK_ANTI_AFFINITY", value_enum, default_value_t = AntiAffinity::Preferred)]
+    pub anti_affinity: AntiAffinity,
+
+    /// Added to `storage.size` for the memory limit of `medium: Memory` members.
+    #[arg(long, env = "WEBHOOK_MEMORY_HEADROOM", default_value = DEFAULT_MEMORY_HEADROOM, value_parser = parse_headroom)]
+    pub memory_headroom: Quantity,
+
+    /// Default memory limit and request of `medium: Memory` clusters (`--memory-defaults=false`
+    /// to turn off).
+    #[arg(long, env = "WEBHOOK_MEMORY_DEFAULTS", default_value_t = true, action = ArgAction::Set)]
+    pub memory_defaults: bool,
+
+    /// The user the controller authenticates as; only it may update EtcdMembers.
+    #[arg(long, env = "WEBHOOK_CONTROLLER_USERNAME", default_value = DEFAULT_CONTROLLER_USERNAME)]
+    pub controller_username: String,
+
+    /// Largest AdmissionReview body accepted, in bytes (larger gets 413).
+    #[arg(long, env = "WEBHOOK_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
+    pub max_body_bytes: usize,
+
+    /// Seconds to let in-flight requests finish after SIGTERM/SIGINT.
+    #[arg(long, env = "WEBHOOK_SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
+    pub shutdown_grace_seconds: u64,
+
+    /// Log as JSON lines instead of text.
+    #[arg(long, env = "WEBHOOK_LOG_JSON", default_value_t = false, action = ArgAction::Set)]
+    pub log_json: bool,
+}
+
+fn parse_headroom(s: &str) -> Result<Quantity, String> {
+    let q = Quantity(s.to_string());
+    api::quantity::parse(&q)?;
+    match api::quantity::to_bytes(&q) {
+        Some(bytes) if bytes >= 0 => Ok(q),
+        _ => Err(format!(
+            "{s:?} must be a non-negative number of bytes such as 256Mi"
+        )),
+    }
+}
+
+impl Config {
+    /// Settings for tests and embedding: listen on ephemeral loopback ports, every other value
+    /// at its flag default.
+    pub fn for_tests(tls_cert_dir: impl Into<PathBuf>) -> Self {
+        let mut config = Self::parse_from(["etcd-operator-webhook"]);
+        config.tls_cert_dir = tls_cert_dir.into();
+        config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.admin_listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.tls_resync_seconds = 1;
+        config
+    }
+
+    pub fn policy(&self) -> Policy {
+        Policy {
+            anti_affinity: self.anti_affinity,
+            memory_headroom: self.memory_headroom.clone(),
+            memory_defaults: self.memory_defaults,
+            controller_username: self.controller_username.clone(),
+        }
+    }
+
+    pub fn tls_resync(&self) -> Duration {
+        Duration::from_secs(self.tls_resync_seconds.max(1))
+    }
+}
+
+/// What the admission decisions depend on besides the request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Policy {
+    pub anti_affinity: AntiAffinity,
+    pub memory_headroom: Quantity,
+    pub memory_defaults: bool,
+    pub controller_username: String,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            anti_affinity: AntiAffinity::Preferred,
+            memory_headroom: Quantity(DEFAULT_MEMORY_HEADROOM.to_string()),
+            memory_defaults: true,
+            controller_username: DEFAULT_CONTROLLER_USERNAME.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_documented_flags() {
+        let c = Config::parse_from(["etcd-operator-webhook"]);
+        assert_eq!(c.listen.port(), 8443);
+        assert_eq!(c.admin_listen.port(), 8080);
+        assert_eq!(c.policy(), Policy::default());
+        assert_eq!(c.max_body_bytes, 1 << 20);
+        assert_eq!(c.tls_cert_dir, PathBuf::from(DEFAULT_TLS_CERT_DIR));
+    }
+
+    #[test]
+    fn flags_override_defaults() {
+        let c = Config::parse_from([
+            "etcd-operator-webhook",
+            "--anti-affinity=required",
+            "--memory-defaults=false",
+            "--memory-headroom=512Mi",
+            "--controller-username=system:serviceaccount:ops:etcd",
+        ]);
+        assert_eq!(c.anti_affinity, AntiAffinity::Required);
+        assert!(!c.memory_defaults);
+        assert_eq!(c.memory_headroom, Quantity("512Mi".into()));
+        assert_eq!(c.controller_username, "system:serviceaccount:ops:etcd");
+    }
+
+    #[test]
+    fn headroom_must_be_a_quantity() {
+        assert!(
+            Config::try_parse_from(["etcd-operator-webhook", "--memory-headroom=lots"]).is_err()
+        );
+        assert!(
+            Config::try_parse_from(["etcd-operator-webhook", "--anti-affinity=maybe"]).is_err()
+        );
+    }
+}

@@ -1,0 +1,229 @@
+//! Starting and stopping the webhook: the TLS listener (tokio-rustls handshakes, then hyper
+//! serving HTTP/1.1 or HTTP/2 per connection), the plain admin listener, and the certificate
+//! reloader — all tied to one shutdown signal. The serving certificate is resolved per
+//! handshake from [`certs::CertReloader`], so a rotated Secret needs no restart.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use certs::{CertReloader, CertResolver, ReloadStats};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::routes::{self, AppState};
+
+/// A client that does not finish its handshake in this time is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A client that does not send its request headers in this time is dropped (slowloris).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why the webhook could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot build the TLS server config: {0}")]
+    Tls(#[from] certs::server::ServerConfigError),
+}
+
+/// A started webhook. Dropping it stops everything too, without waiting.
+pub struct RunningWebhook {
+    /// Where `/validate` and `/mutate` are served (TLS).
+    pub tls_addr: SocketAddr,
+    /// Where `/healthz`, `/readyz` and `/metrics` are served (plain HTTP).
+    pub admin_addr: SocketAddr,
+    pub resolver: Arc<CertResolver>,
+    pub reload_stats: Arc<ReloadStats>,
+    state: Arc<AppState>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningWebhook {
+    /// Stop accepting, let in-flight requests finish (up to the configured grace), and return
+    /// when every listener and the reloader have stopped.
+    pub async fn shutdown(self) {
+        self.state.shutting_down.store(true, Ordering::Relaxed);
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Resolves once `rx` says stop (or its sender is gone).
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    while !*rx.borrow_and_update() {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Bind { what, addr, source })
+}
+
+/// Bind both ports, load the certificate if it is there already, and serve until
+/// [`RunningWebhook::shutdown`].
+pub async fn start(config: Config) -> Result<RunningWebhook, ServerError> {
+    let cert: PathBuf = config.tls_cert_dir.join(&config.tls_cert_file);
+    let key: PathBuf = config.tls_cert_dir.join(&config.tls_key_file);
+    let reloader = Arc::new(CertReloader::new(cert, key).with_resync(config.tls_resync()));
+    let resolver = reloader.resolver();
+    let reload_stats = reloader.stats();
+    // Load what is mounted already, so a Pod whose Secret is in place is ready at once; a missing
+    // or broken certificate is logged by the reloader and retried on every change.
+    let initial = reloader.clone();
+    if let Err(err) = tokio::task::spawn_blocking(move || initial.reload_now()).await {
+        tracing::error!(error = %err, "initial certificate load failed to run");
+    }
+
+    let mut tls = certs::server::server_config(resolver.clone())?;
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = TlsAcceptor::from(Arc::new(tls));
+
+    let metrics = Arc::new(Metrics::new(reload_stats.clone(), resolver.clone()));
+    let state = Arc::new(AppState {
+        policy: config.policy(),
+        metrics: metrics.clone(),
+        resolver: resolver.clone(),
+        shutting_down: AtomicBool::new(false),
+    });
+
+    let tls_listener = bind("webhook TLS", config.listen).await?;
+    let admin_listener = bind("admin", config.admin_listen).await?;
+    let tls_addr = local_addr(&tls_listener, config.listen);
+    let admin_addr = local_addr(&admin_listener, config.admin_listen);
+
+    let (shutdown, rx) = watch::channel(false);
+    let grace = Duration::from_secs(config.shutdown_grace_seconds);
+    let tasks = vec![
+        reloader.spawn(stopped(rx.clone())),
+        tokio::spawn(serve_tls(
+            tls_listener,
+            acceptor,
+            routes::admission_router(state.clone(), config.max_body_bytes),
+            metrics,
+            stopped(rx.clone()),
+            grace,
+        )),
+        tokio::spawn(serve_admin(
+            admin_listener,
+            routes::admin_router(state.clone()),
+            stopped(rx),
+        )),
+    ];
+    tracing::info!(%tls_addr, %admin_addr, cert_dir = %config.tls_cert_dir.display(), "webhook listening");
+    Ok(RunningWebhook {
+        tls_addr,
+        admin_addr,
+        resolver,
+        reload_stats,
+        state,
+        shutdown,
+        tasks,
+    })
+}
+
+fn local_addr(listener: &TcpListener, requested: SocketAddr) -> SocketAddr {
+    listener.local_addr().unwrap_or(requested)
+}
+
+async fn serve_admin(
+    listener: TcpListener,
+    app: Router,
+    stop: impl Future<Output = ()> + Send + 'static,
+) {
+    if let Err(err) = axum::serve(listener, app)
+        .with_graceful_shutdown(stop)
+        .await
+    {
+        tracing::error!(error = %err, "admin server failed");
+    }
+}
+
+async fn serve_tls(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    app: Router,
+    metrics: Arc<Metrics>,
+    stop: impl Future<Output = ()>,
+    grace: Duration,
+) {
+    tokio::pin!(stop);
+    let graceful = GracefulShutdown::new();
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(err) => {
+                    // Typically EMFILE: back off instead of spinning.
+                    tracing::warn!(error = %err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(app.clone());
+        let metrics = metrics.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(err)) => {
+                    metrics.handshake_failed();
+                    tracing::debug!(%peer, error = %err, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    metrics.handshake_failed();
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT);
+            let connection = builder
+                .serve_connection(TokioIo::new(tls), service)
+                .into_owned();
+            if let Err(err) = watcher.watch(connection).await {
+                tracing::debug!(%peer, error = %err, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(grace) => {
+            tracing::warn!(grace_seconds = grace.as_secs(), "connections still open after the shutdown grace period; closing them");
+        }
+    }
+}

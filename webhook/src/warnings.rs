@@ -1,0 +1,149 @@
+//! Advice returned as admission warnings (`kubectl` prints them; the request still succeeds):
+//! choices that are valid but risky for an etcd cluster. Each message names the field, says
+//! why it matters and what to do, and stays under the 256 characters the apiserver keeps.
+
+use api::v1alpha2::EtcdClusterSpec;
+
+use crate::config::{AntiAffinity, Policy};
+
+/// Above this, every write waits for more acknowledgements without useful extra tolerance.
+pub const MAX_ADVISED_REPLICAS: i32 = 7;
+
+/// Warnings for an EtcdCluster spec as it will be stored (after defaulting).
+pub fn cluster_advice(spec: &EtcdClusterSpec, policy: &Policy) -> Vec<String> {
+    let mut out = Vec::new();
+    let replicas = spec.replicas;
+    if replicas > 0 && replicas % 2 == 0 {
+        out.push(format!(
+            "spec.replicas={replicas} is even: it tolerates no more member failures than {} (quorum is {}); prefer an odd count such as {} or {}",
+            replicas - 1,
+            replicas / 2 + 1,
+            replicas - 1,
+            replicas + 1
+        ));
+    }
+    if replicas > MAX_ADVISED_REPLICAS {
+        out.push(format!(
+            "spec.replicas={replicas} is more than {MAX_ADVISED_REPLICAS}: every write must reach a majority, so large clusters write slower without useful extra fault tolerance; prefer 5 or 7"
+        ));
+    }
+    let memory_limit = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|l| l.get("memory"));
+    if spec.storage.is_memory() && memory_limit.is_none() {
+        out.push(format!(
+            "spec.storage.medium=Memory without spec.resources.limits.memory: tmpfs data counts as the member's memory, so an unbounded member can exhaust its node; set limits.memory to storage.size ({}) plus headroom",
+            spec.storage.size.0
+        ));
+    }
+    let anti_affinity_set = spec
+        .affinity
+        .as_ref()
+        .is_some_and(|a| a.pod_anti_affinity.is_some());
+    if policy.anti_affinity == AntiAffinity::Off && !anti_affinity_set {
+        out.push(
+            "spec.affinity.podAntiAffinity is unset: several members may share a node, and losing that node can lose quorum; add a podAntiAffinity on kubernetes.io/hostname for the etcd-operator.cozystack.io/cluster label"
+                .to_string(),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Affinity, PodAntiAffinity, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use std::collections::BTreeMap;
+
+    fn spec(json: serde_json::Value) -> EtcdClusterSpec {
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn off() -> Policy {
+        Policy {
+            anti_affinity: AntiAffinity::Off,
+            ..Policy::default()
+        }
+    }
+
+    #[test]
+    fn odd_replicas_with_defaults_get_no_advice() {
+        let s = spec(serde_json::json!({"version": "3.6.11", "replicas": 3}));
+        assert!(cluster_advice(&s, &Policy::default()).is_empty());
+        let paused = spec(serde_json::json!({"version": "3.6.11", "replicas": 0}));
+        assert!(cluster_advice(&paused, &Policy::default()).is_empty());
+    }
+
+    #[test]
+    fn even_replicas_are_warned_with_the_odd_neighbours() {
+        let w = cluster_advice(
+            &spec(serde_json::json!({"version": "3.6.11", "replicas": 4})),
+            &Policy::default(),
+        );
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("spec.replicas=4") && w[0].contains("3 or 5"),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn more_than_seven_replicas_is_warned() {
+        let w = cluster_advice(
+            &spec(serde_json::json!({"version": "3.6.11", "replicas": 9})),
+            &Policy::default(),
+        );
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("more than 7"), "{w:?}");
+    }
+
+    #[test]
+    fn memory_medium_without_memory_limit_is_warned_and_with_one_is_not() {
+        let mut s = spec(
+            serde_json::json!({"version": "3.6.11", "storage": {"size": "1Gi", "medium": "Memory"}}),
+        );
+        let w = cluster_advice(&s, &Policy::default());
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("limits.memory") && w[0].contains("1Gi"),
+            "{w:?}"
+        );
+        s.resources = Some(ResourceRequirements {
+            limits: Some(BTreeMap::from([(
+                "memory".to_string(),
+                Quantity("2Gi".into()),
+            )])),
+            ..Default::default()
+        });
+        assert!(cluster_advice(&s, &Policy::default()).is_empty());
+    }
+
+    #[test]
+    fn missing_anti_affinity_is_warned_only_when_defaulting_is_off() {
+        let mut s = spec(serde_json::json!({"version": "3.6.11"}));
+        assert!(cluster_advice(&s, &Policy::default()).is_empty());
+        let w = cluster_advice(&s, &off());
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("podAntiAffinity"), "{w:?}");
+        s.affinity = Some(Affinity {
+            pod_anti_affinity: Some(PodAntiAffinity::default()),
+            ..Default::default()
+        });
+        assert!(cluster_advice(&s, &off()).is_empty());
+    }
+
+    #[test]
+    fn every_warning_fits_what_the_apiserver_keeps() {
+        let s = spec(
+            serde_json::json!({"version": "3.6.11", "replicas": 12, "storage": {"size": "1024Gi", "medium": "Memory"}}),
+        );
+        let w = cluster_advice(&s, &off());
+        assert_eq!(w.len(), 4, "{w:?}");
+        for warning in w {
+            assert!(warning.len() < 256, "{} chars: {warning}", warning.len());
+        }
+    }
+}
