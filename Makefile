@@ -7,11 +7,12 @@ CARGO ?= cargo
 TESTBINS_DIR := $(shell bash tools/testbins/build.sh --print-dir)
 export ETCD_OPERATOR_TESTBINS := $(TESTBINS_DIR)
 
-.PHONY: help test fmt-check clippy unit testbins api crds
+.PHONY: help test fmt-check clippy unit testbins api crds bench
 
 help:
 	@echo "make test      fmt check, clippy -D warnings, unit tests, then the API-layer suites on a real apiserver"
 	@echo "make testbins  build (once, cached) kube-apiserver & co, etcd 3.6/3.5, helm from the Go module proxy"
+	@echo "make bench     measure (not test): webhook admission latency/throughput over TLS and RSS"
 	@echo "make crds      regenerate the CRDs in charts/etcd-operator/files/crds from api/"
 
 ## test: everything CI checks, fastest first.
@@ -40,3 +41,7 @@ api: testbins
 ## crds: write the CRDs generated from the Rust types into the chart (commit the result).
 crds:
 	$(CARGO) run --quiet --locked -p api --bin crdgen
+
+## bench: measurements, not pass/fail tests; numbers go to docs/performance.md.
+bench:
+	$(CARGO) bench --locked -p webhook --bench admission
