@@ -7,6 +7,7 @@
 
 pub mod corpus;
 pub mod env;
+pub mod podrunner;
 
 /// `unwrap` for test code that shows the error's `Display` (our errors carry log tails and
 /// multi-line messages that `Debug` would escape into one line).

@@ -1,0 +1,192 @@
+//! Dynamic provisioning for the runner's StorageClass, the way an external provisioner does it: a
+//! pending PVC of the class gets a PV (a `hostPath` directory under the control plane's root, so
+//! it outlives runner restarts) pre-bound to it through `claimRef`; kube-controller-manager's PV
+//! binder completes the binding. A Released PV is deleted with its directory (reclaim policy
+//! Delete). Volume expansion is not performed.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::Client;
+use kube_runtime::reflector::Store;
+use serde_json::json;
+
+use super::Error;
+
+pub const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+pub const DEFAULT_CLASS_ANNOTATION: &str = "storageclass.kubernetes.io/is-default-class";
+
+/// The class and where its volumes live.
+#[derive(Clone, Debug)]
+pub struct Provisioner {
+    pub class: String,
+    pub provisioner: String,
+    pub root: PathBuf,
+}
+
+impl Provisioner {
+    pub fn pv_dir(&self, pv_name: &str) -> PathBuf {
+        self.root.join(pv_name)
+    }
+
+    /// Create the default StorageClass (or replace one left by an earlier runner).
+    pub async fn install_class(&self, client: &Client) -> Result<(), Error> {
+        let api = Api::<StorageClass>::all(client.clone());
+        let class: StorageClass = serde_json::from_value(json!({
+            "metadata": {
+                "name": self.class,
+                "annotations": {DEFAULT_CLASS_ANNOTATION: "true"},
+            },
+            "provisioner": self.provisioner,
+            "reclaimPolicy": "Delete",
+            "volumeBindingMode": "Immediate",
+            "allowVolumeExpansion": true,
+        }))
+        .map_err(|e| Error::Unsupported(format!("building StorageClass: {e}")))?;
+        match api.create(&PostParams::default(), &class).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(Error::kube(format!("creating StorageClass {}", self.class))(e)),
+        }
+    }
+
+    /// One pass: provision every pending claim of the class, delete every released volume of
+    /// ours. Errors are left for the next pass.
+    pub async fn reconcile(
+        &self,
+        client: &Client,
+        claims: &Store<PersistentVolumeClaim>,
+        volumes: &Store<PersistentVolume>,
+    ) -> Vec<String> {
+        let mut problems = Vec::new();
+        let pv_api = Api::<PersistentVolume>::all(client.clone());
+        let existing: Vec<Arc<PersistentVolume>> = volumes.state();
+        for pvc in claims.state() {
+            if !self.wants(&pvc) {
+                continue;
+            }
+            let Some(uid) = pvc.metadata.uid.clone() else {
+                continue;
+            };
+            let name = format!("pvc-{uid}");
+            if existing
+                .iter()
+                .any(|pv| pv.metadata.name.as_deref() == Some(name.as_str()))
+            {
+                continue;
+            }
+            if let Err(e) = self.provision(&pv_api, &pvc, &name).await {
+                problems.push(e.to_string());
+            }
+        }
+        for pv in existing {
+            let ours = pv
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(PROVISIONED_BY))
+                .is_some_and(|p| *p == self.provisioner);
+            let released = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
+            if !ours || !released || pv.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let Some(name) = pv.metadata.name.clone() else {
+                continue;
+            };
+            if let Some(path) = pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.host_path.as_ref())
+                .map(|h| PathBuf::from(&h.path))
+            {
+                if path.starts_with(&self.root) {
+                    let _ = fs::remove_dir_all(&path);
+                }
+            }
+            match pv_api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => problems.push(format!("deleting released PV {name}: {e}")),
+            }
+        }
+        problems
+    }
+
+    fn wants(&self, pvc: &PersistentVolumeClaim) -> bool {
+        let Some(spec) = &pvc.spec else { return false };
+        let pending = pvc
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_none_or(|p| p == "Pending");
+        pending
+            && pvc.metadata.deletion_timestamp.is_none()
+            && spec.volume_name.as_deref().unwrap_or("").is_empty()
+            && spec.storage_class_name.as_deref() == Some(self.class.as_str())
+    }
+
+    async fn provision(
+        &self,
+        api: &Api<PersistentVolume>,
+        pvc: &PersistentVolumeClaim,
+        name: &str,
+    ) -> Result<(), Error> {
+        let spec = pvc.spec.clone().unwrap_or_default();
+        let storage = spec
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage"))
+            .map(|q| q.0.clone())
+            .unwrap_or_else(|| "1Gi".to_string());
+        let dir = self.pv_dir(name);
+        // Like a freshly formatted filesystem: root-owned 0755, so non-root Pods need fsGroup.
+        fs::create_dir_all(&dir).map_err(Error::io(format!("creating {}", dir.display())))?;
+        let pv: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {
+                "name": name,
+                "annotations": {PROVISIONED_BY: self.provisioner},
+            },
+            "spec": {
+                "capacity": {"storage": storage},
+                "accessModes": spec.access_modes.clone().unwrap_or_else(|| vec!["ReadWriteOnce".into()]),
+                "persistentVolumeReclaimPolicy": "Delete",
+                "storageClassName": self.class,
+                "volumeMode": spec.volume_mode.clone().unwrap_or_else(|| "Filesystem".into()),
+                "hostPath": {"path": dir, "type": "DirectoryOrCreate"},
+                "claimRef": {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "namespace": pvc.metadata.namespace,
+                    "name": pvc.metadata.name,
+                    "uid": pvc.metadata.uid,
+                },
+            },
+        }))
+        .map_err(|e| Error::Unsupported(format!("building PV {name}: {e}")))?;
+        match api.create(&PostParams::default(), &pv).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(Error::kube(format!("creating PV {name}"))(e)),
+        }
+    }
+}
+
+/// Remove everything inside `dir`, keeping the directory itself (a wiped disk).
+pub fn wipe_dir(dir: &Path) -> Result<(), Error> {
+    let entries = fs::read_dir(dir).map_err(Error::io(format!("reading {}", dir.display())))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let removed = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        };
+        removed.map_err(Error::io(format!("removing {}", path.display())))?;
+    }
+    Ok(())
+}
