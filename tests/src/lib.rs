@@ -8,6 +8,7 @@
 pub mod corpus;
 pub mod env;
 pub mod podrunner;
+pub mod webhook;
 
 /// `unwrap` for test code that shows the error's `Display` (our errors carry log tails and
 /// multi-line messages that `Debug` would escape into one line).

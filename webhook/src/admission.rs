@@ -281,14 +281,26 @@ fn guard_member(req: &Request, response: AdmissionResponse, policy: &Policy) -> 
     )
 }
 
-/// The mutating webhook: defaults for EtcdCluster CREATE; everything else passes unchanged.
+/// The mutating webhook: rejects invalid EtcdCluster and EtcdSnapshot writes with the full
+/// violation list, then defaults EtcdCluster CREATE; everything else passes unchanged.
+///
+/// The rejection lives here as well as in [`validate`] because the apiserver runs mutating
+/// webhooks, then the CRD's schema and CEL rules, and only then validating webhooks: an object
+/// CEL rejects never reaches `/validate`, so only `/mutate` can give its author the rich message.
 pub fn mutate(req: &Request, policy: &Policy) -> AdmissionResponse {
     let response = AdmissionResponse::from(req);
-    if !ours(req)
-        || req.kind.kind != "EtcdCluster"
-        || req.operation != Operation::Create
-        || req.sub_resource.is_some()
+    if !ours(req) || req.sub_resource.is_some() {
+        return response;
+    }
+    if matches!(req.kind.kind.as_str(), "EtcdCluster" | "EtcdSnapshot")
+        && matches!(req.operation, Operation::Create | Operation::Update)
     {
+        let verdict = validate_spec(req, response.clone(), policy);
+        if !verdict.allowed {
+            return verdict;
+        }
+    }
+    if req.kind.kind != "EtcdCluster" || req.operation != Operation::Create {
         return response;
     }
     let Some(object) = &req.object else {
@@ -554,12 +566,41 @@ mod tests {
         let snapshot = review(
             "CREATE",
             "EtcdSnapshot",
-            json!({"metadata": {"name": "s"}, "spec": {}}),
+            json!({"metadata": {"name": "s"}, "spec": {"clusterRef": {"name": "main"},
+                   "destination": {"pvc": {"claimName": "backups"}}}}),
             None,
             "alice",
         );
         let resp = mutate(&snapshot, &Policy::default());
         assert!(resp.allowed && resp.patch.is_none());
+    }
+
+    #[test]
+    fn mutate_denies_invalid_objects_with_every_violation_before_cel_runs() {
+        let bad = review(
+            "CREATE",
+            "EtcdCluster",
+            cluster("main", json!({"version": "3.6", "replicas": -1})),
+            None,
+            "alice",
+        );
+        let resp = mutate(&bad, &Policy::default());
+        assert!(!resp.allowed);
+        assert!(resp.patch.is_none());
+        let message = resp.result.message;
+        assert!(message.contains("(2 problems)"), "{message}");
+        assert!(
+            message.contains("spec.version") && message.contains("spec.replicas"),
+            "{message}"
+        );
+        let snapshot = review(
+            "CREATE",
+            "EtcdSnapshot",
+            json!({"metadata": {"name": "s"}, "spec": {"clusterRef": {"name": "main"}, "destination": {}}}),
+            None,
+            "alice",
+        );
+        assert!(!mutate(&snapshot, &Policy::default()).allowed);
     }
 
     #[test]

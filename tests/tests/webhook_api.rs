@@ -1,0 +1,708 @@
+//! The admission webhook behind a real kube-apiserver (current Kubernetes, the CRDs installed):
+//! the `etcd-operator-webhook` binary runs as a child on loopback with a minted serving
+//! certificate, registered through a ValidatingWebhookConfiguration and a
+//! MutatingWebhookConfiguration (`clientConfig.url` + `caBundle`), and the tests go through
+//! kubectl and the API as a user would.
+//!
+//! Needs `ETCD_OPERATOR_TESTBINS` and the webhook binary (`cargo build -p webhook --bins`); see
+//! docs/testing.md. Webhook configurations are cluster-scoped, so the tests of this binary take
+//! turns ([`SERIAL`]) and each registers its own webhook under the same configuration names.
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use futures::stream::{self, StreamExt};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::Client;
+use serde_json::{json, Value};
+use tests::corpus::{self, Verdict};
+use tests::env::{ControlPlane, KubectlOutput};
+use tests::webhook::{self, FailurePolicy, Webhook};
+use tests::OrPanic;
+
+/// The name of both webhook configurations.
+const CONFIG: &str = "etcd-operator-webhook-api-test";
+/// How long the apiserver may take to act on a configuration change.
+const EFFECTIVE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Corpus requests in flight at once.
+const CONCURRENCY: usize = 8;
+
+/// The tests of this binary take turns: every one of them registers cluster-wide webhooks.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn control_plane() -> &'static ControlPlane {
+    ControlPlane::builder()
+        .with_crds()
+        .shared()
+        .await
+        .or_panic()
+}
+
+/// Write to the terminal past the harness's capture.
+fn report(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+fn object(kind: &str, name: &str, ns: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": api::v1alpha2::API_VERSION,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    })
+}
+
+fn dynamic(value: Value) -> DynamicObject {
+    serde_json::from_value(value).unwrap_or_else(|e| panic!("not an object: {e}"))
+}
+
+fn api_of(client: &Client, ns: &str, kind: &str) -> Api<DynamicObject> {
+    let resource = corpus::resource(kind).unwrap_or_else(|| panic!("no CRD for {kind}"));
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+/// `kubectl apply -f <file>` of `object`, as a user would.
+async fn kubectl_apply(cp: &ControlPlane, object: &Value) -> KubectlOutput {
+    let file = tempfile::Builder::new()
+        .prefix("object-")
+        .suffix(".json")
+        .tempfile_in(cp.root())
+        .or_panic();
+    std::fs::write(file.path(), serde_json::to_vec_pretty(object).or_panic()).or_panic();
+    let path = file.path().to_string_lossy().into_owned();
+    cp.kubectl(&["apply", "-f", &path]).await.or_panic()
+}
+
+fn api_message(result: Result<DynamicObject, kube::Error>) -> Result<DynamicObject, String> {
+    result.map_err(|e| match e {
+        kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
+        other => other.to_string(),
+    })
+}
+
+/// An invalid EtcdCluster with three independent problems.
+fn invalid_cluster_spec() -> Value {
+    json!({"version": "v3.6", "replicas": -1, "progressDeadlineSeconds": 0})
+}
+
+/// The EtcdMember the ownership checks update (creating one is not intercepted).
+const MEMBER: &str = "main-abcde";
+
+async fn create_member(client: &Client, ns: &str) {
+    api_of(client, ns, "EtcdMember")
+        .create(
+            &PostParams::default(),
+            &dynamic(object(
+                "EtcdMember",
+                MEMBER,
+                ns,
+                json!({"clusterName": "main", "version": "3.6.11"}),
+            )),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("creating EtcdMember {ns}/{MEMBER}: {e}"));
+}
+
+/// Update the member's spec as the admin, for real or as a dry run.
+async fn update_member(client: &Client, ns: &str, dry_run: bool) -> Result<DynamicObject, String> {
+    let pp = PatchParams {
+        dry_run,
+        ..Default::default()
+    };
+    api_message(
+        api_of(client, ns, "EtcdMember")
+            .patch(
+                MEMBER,
+                &pp,
+                &Patch::Merge(json!({"spec": {"dormant": true}})),
+            )
+            .await,
+    )
+}
+
+/// Dry-run create of a valid EtcdCluster (reaches both webhooks, stores nothing).
+async fn dry_run_cluster(client: &Client, ns: &str) -> Result<DynamicObject, String> {
+    let pp = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    api_message(
+        api_of(client, ns, "EtcdCluster")
+            .create(
+                &pp,
+                &dynamic(object(
+                    "EtcdCluster",
+                    "probe",
+                    ns,
+                    json!({"version": "3.6.11"}),
+                )),
+            )
+            .await,
+    )
+}
+
+/// Start a webhook with `args`, register it (both configurations, `policy`), and wait until the
+/// apiserver calls *this* webhook for both: its own request counters move on dry-run probes.
+/// Needs the probe member in `ns`.
+async fn start_and_register(
+    cp: &ControlPlane,
+    client: &Client,
+    ns: &str,
+    args: &[&str],
+    policy: FailurePolicy,
+) -> Webhook {
+    let started = Instant::now();
+    let hook = Webhook::start(cp, args).await.or_panic();
+    webhook::register(client, CONFIG, &hook, policy)
+        .await
+        .or_panic();
+    let last = std::sync::Mutex::new(String::new());
+    let waited = webhook::wait_until(
+        "the apiserver to call the new webhook (validating and mutating)",
+        EFFECTIVE_TIMEOUT,
+        || {
+            let (hook, last) = (&hook, &last);
+            async move {
+                let cluster = dry_run_cluster(client, ns).await;
+                let member = update_member(client, ns, true).await;
+                hook.process()
+                    .check_running("while waiting for its registration")
+                    .map_err(|e| e.to_string())?;
+                let mutated = hook
+                    .admissions(&[("webhook", "mutate"), ("kind", "EtcdCluster")])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let validated = hook
+                    .admissions(&[("webhook", "validate"), ("kind", "EtcdMember")])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if let Ok(mut last) = last.lock() {
+                    *last = format!("cluster probe {cluster:?}; member probe {member:?}");
+                }
+                Ok((mutated > 0.0 && validated > 0.0).then_some(()))
+            }
+        },
+    )
+    .await;
+    if let Err(e) = waited {
+        panic!(
+            "{e}; last probes: {}",
+            last.lock().map(|l| l.clone()).unwrap_or_default()
+        );
+    }
+    report(&format!(
+        "webhook {} registered ({policy:?}) and called within {:.1?}",
+        hook.url(""),
+        started.elapsed()
+    ));
+    hook
+}
+
+fn bytes_of(value: &Value) -> Option<i64> {
+    api::quantity::to_bytes(&Quantity(value.as_str()?.to_string()))
+}
+
+/// The admin kubeconfig's user (the CN of its client certificate), as the apiserver sees it.
+async fn admin_username(cp: &ControlPlane) -> String {
+    let user = cp
+        .kubectl_ok(&[
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ])
+        .await
+        .or_panic();
+    let user = user.trim().to_string();
+    assert!(!user.is_empty(), "kubectl auth whoami printed no username");
+    user
+}
+
+/// `kubectl patch --type=json` of the first webhook's failurePolicy in both configurations.
+async fn set_failure_policy(cp: &ControlPlane, policy: FailurePolicy) {
+    let patch =
+        json!([{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": policy.as_str()}])
+            .to_string();
+    for kind in [
+        "validatingwebhookconfiguration",
+        "mutatingwebhookconfiguration",
+    ] {
+        cp.kubectl_ok(&["patch", kind, CONFIG, "--type=json", "-p", &patch])
+            .await
+            .or_panic();
+    }
+}
+
+/// 1-5: registered with failurePolicy Fail, the webhook's defaults, warnings and EtcdMember
+/// ownership reach kubectl and the API; an invalid object is rejected with every problem named.
+#[tokio::test(flavor = "multi_thread")]
+async fn webhook_up_defaults_warns_guards_members_and_rejects_with_every_field() {
+    let _serial = SERIAL.lock().await;
+    let began = Instant::now();
+    let cp = control_plane().await;
+    let client = cp.client().or_panic();
+    let ns = cp.namespace("webhook-up").await.or_panic();
+    create_member(&client, &ns).await;
+    let hook = start_and_register(cp, &client, &ns, &[], FailurePolicy::Fail).await;
+    let clusters = api_of(&client, &ns, "EtcdCluster");
+
+    // 2. An invalid cluster is rejected naming every problem with its field path, in the
+    // webhook's own rendering. The apiserver runs the CRD's schema and CEL validation *before*
+    // validating admission webhooks (and after mutating ones), so the rich message comes from
+    // /mutate, which runs first.
+    let out = kubectl_apply(
+        cp,
+        &object("EtcdCluster", "broken", &ns, invalid_cluster_spec()),
+    )
+    .await;
+    assert!(!out.success, "an invalid cluster was accepted: {out:?}");
+    // kubectl renders a 422 denial from its causes: one line per violation, each the webhook's
+    // own text (value and fix), not the schema's terser wording.
+    for line in [
+        "spec.replicas: must be 0 or more (got -1); set the number of members",
+        "spec.version: must be an etcd release as X.Y.Z",
+        "spec.progressDeadlineSeconds: must be at least 1 (got 0)",
+    ] {
+        assert!(
+            out.stderr.contains(line),
+            "kubectl apply does not show the webhook's violation {line:?}:\n{}",
+            out.stderr
+        );
+    }
+
+    // 3. Defaults, applied by the apiserver from the webhook's JSONPatch (kube sends the patch
+    // bytes as a JSON array of numbers; the apiserver must accept that encoding).
+    let memory = json!({"version": "3.6.11", "storage": {"size": "1Gi", "medium": "Memory"}});
+    api_message(
+        clusters
+            .create(
+                &PostParams::default(),
+                &dynamic(object("EtcdCluster", "tmpfs", &ns, memory)),
+            )
+            .await,
+    )
+    .unwrap_or_else(|e| panic!("creating a valid Memory cluster: {e}"));
+    let stored = clusters.get("tmpfs").await.or_panic().data["spec"].clone();
+    let anti = &stored["affinity"]["podAntiAffinity"];
+    assert_eq!(
+        anti,
+        &json!({"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100,
+            "podAffinityTerm": {
+                "labelSelector": {"matchLabels": {(api::labels::CLUSTER): "tmpfs"}},
+                "topologyKey": "kubernetes.io/hostname",
+            },
+        }]}),
+        "stored spec: {stored}"
+    );
+    let expected = 1024 * 1024 * 1024 + 256 * 1024 * 1024;
+    let resources = &stored["resources"];
+    assert_eq!(
+        bytes_of(&resources["limits"]["memory"]),
+        Some(expected),
+        "limits.memory must be storage.size + 256Mi: {stored}"
+    );
+    assert_eq!(
+        bytes_of(&resources["requests"]["memory"]),
+        Some(expected),
+        "requests.memory must match the limit: {stored}"
+    );
+
+    // What the user set is kept as written: their anti-affinity and limit, no request added.
+    let own_affinity = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+        "labelSelector": {"matchLabels": {"team": "db"}},
+        "topologyKey": "topology.kubernetes.io/zone",
+    }]}});
+    let own_resources = json!({"limits": {"memory": "3Gi"}});
+    let spec = json!({
+        "version": "3.6.11",
+        "storage": {"size": "1Gi", "medium": "Memory"},
+        "affinity": own_affinity,
+        "resources": own_resources,
+    });
+    clusters
+        .create(
+            &PostParams::default(),
+            &dynamic(object("EtcdCluster", "own", &ns, spec)),
+        )
+        .await
+        .or_panic();
+    let stored = clusters.get("own").await.or_panic().data["spec"].clone();
+    assert_eq!(stored["affinity"], own_affinity, "{stored}");
+    assert_eq!(stored["resources"], own_resources, "{stored}");
+
+    // A user-set affinity without podAntiAffinity is extended, not replaced.
+    let node_affinity = json!({"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
+        "matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}],
+    }]}});
+    let spec = json!({"version": "3.6.11", "affinity": {"nodeAffinity": node_affinity}});
+    clusters
+        .create(
+            &PostParams::default(),
+            &dynamic(object("EtcdCluster", "nodes", &ns, spec)),
+        )
+        .await
+        .or_panic();
+    let stored = clusters.get("nodes").await.or_panic().data["spec"].clone();
+    assert_eq!(
+        stored["affinity"]["nodeAffinity"], node_affinity,
+        "{stored}"
+    );
+    assert!(
+        stored["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+            .is_array(),
+        "{stored}"
+    );
+    assert!(
+        stored.get("resources").is_none(),
+        "PVC clusters get no memory default: {stored}"
+    );
+
+    // 4. A valid but risky choice is admitted with a warning kubectl prints.
+    let out = kubectl_apply(
+        cp,
+        &object(
+            "EtcdCluster",
+            "even",
+            &ns,
+            json!({"version": "3.6.11", "replicas": 4}),
+        ),
+    )
+    .await;
+    assert!(out.success, "{out:?}");
+    assert!(
+        out.stderr.contains("Warning: spec.replicas=4 is even"),
+        "no even-replica warning on kubectl's stderr: {out:?}"
+    );
+
+    // 5. EtcdMembers are operator-owned: the admin is not the controller...
+    let admin = admin_username(cp).await;
+    let member_patch = json!({"spec": {"dormant": true}}).to_string();
+    let out = cp
+        .kubectl(&[
+            "patch",
+            "etcdmember",
+            MEMBER,
+            "-n",
+            &ns,
+            "--type=merge",
+            "-p",
+            &member_patch,
+        ])
+        .await
+        .or_panic();
+    assert!(!out.success, "the admin updated an EtcdMember: {out:?}");
+    for part in [
+        "admission webhook \"validate.etcd-operator.cozystack.io\" denied the request",
+        &format!("EtcdMember \"{MEMBER}\" is operator-owned"),
+        &format!("{admin:?} is not it"),
+    ] {
+        assert!(
+            out.stderr.contains(part),
+            "missing {part:?} in:\n{}",
+            out.stderr
+        );
+    }
+    // ...but deletion bookkeeping (finalizers) is anyone's.
+    let members = api_of(&client, &ns, "EtcdMember");
+    for finalizers in [json!(["example.com/hold"]), json!(null)] {
+        api_message(
+            members
+                .patch(
+                    MEMBER,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+                )
+                .await,
+        )
+        .unwrap_or_else(|e| panic!("a finalizer change by the admin was refused: {e}"));
+    }
+
+    // ...and with --controller-username set to the admin's user, the same update is allowed.
+    drop(hook);
+    let controller_flag = format!("--controller-username={admin}");
+    let hook = start_and_register(cp, &client, &ns, &[&controller_flag], FailurePolicy::Fail).await;
+    let out = cp
+        .kubectl(&[
+            "patch",
+            "etcdmember",
+            MEMBER,
+            "-n",
+            &ns,
+            "--type=merge",
+            "-p",
+            &member_patch,
+        ])
+        .await
+        .or_panic();
+    assert!(out.success, "the controller's update was refused: {out:?}");
+    let stored = members.get(MEMBER).await.or_panic();
+    assert_eq!(
+        stored.data["spec"]["dormant"],
+        json!(true),
+        "{:?}",
+        stored.data
+    );
+    assert!(
+        hook.admissions(&[
+            ("webhook", "validate"),
+            ("kind", "EtcdMember"),
+            ("allowed", "true")
+        ])
+        .await
+        .or_panic()
+            > 0.0
+    );
+
+    webhook::unregister(&client, CONFIG).await.or_panic();
+    cp.check_running().or_panic();
+    report(&format!("webhook up: passed in {:.1?}", began.elapsed()));
+}
+
+/// 6. The webhook down: with failurePolicy Fail writes stop; switched to Ignore, the CRD's CEL
+/// rules alone still reject what they rejected, with the apiserver's own messages.
+#[tokio::test(flavor = "multi_thread")]
+async fn webhook_down_with_failure_policy_ignore_leaves_cel_in_charge() {
+    let _serial = SERIAL.lock().await;
+    let began = Instant::now();
+    let cp = control_plane().await;
+    let client = cp.client().or_panic();
+    let ns = cp.namespace("webhook-down").await.or_panic();
+    create_member(&client, &ns).await;
+    let hook = start_and_register(cp, &client, &ns, &[], FailurePolicy::Fail).await;
+    let clusters = api_of(&client, &ns, "EtcdCluster");
+    // An object for the update rule, created while the webhook is up.
+    let old = json!({"version": "3.6.11", "storage": {"size": "10Gi"}});
+    clusters
+        .create(
+            &PostParams::default(),
+            &dynamic(object("EtcdCluster", "shrink", &ns, old)),
+        )
+        .await
+        .or_panic();
+
+    hook.kill();
+    let refused = dry_run_cluster(&client, &ns)
+        .await
+        .expect_err("a write went through a dead webhook with failurePolicy Fail");
+    assert!(refused.contains("failed calling webhook"), "{refused}");
+
+    let switched = Instant::now();
+    set_failure_policy(cp, FailurePolicy::Ignore).await;
+    let last = std::sync::Mutex::new(String::new());
+    let waited = webhook::wait_until(
+        "failurePolicy Ignore to take effect",
+        EFFECTIVE_TIMEOUT,
+        || async {
+            let result = dry_run_cluster(&client, &ns).await;
+            if let Ok(mut last) = last.lock() {
+                *last = format!("{result:?}");
+            }
+            Ok(result.ok().map(|_| ()))
+        },
+    )
+    .await;
+    if let Err(e) = waited {
+        panic!(
+            "{e}; last probe: {}",
+            last.lock().map(|l| l.clone()).unwrap_or_default()
+        );
+    }
+    report(&format!(
+        "failurePolicy Ignore in effect {:.1?} after the patch",
+        switched.elapsed()
+    ));
+
+    // The multi-problem cluster (rejected by schema and CEL, every field named), a CEL rule
+    // (replicas 0 with Memory) and a CEL transition rule (storage shrinks): the apiserver's own
+    // messages, with nothing about the webhook.
+    let paused = json!({"version": "3.6.11", "replicas": 0, "storage": {"size": "256Mi", "medium": "Memory"}});
+    let shrunk = json!({"version": "3.6.11", "storage": {"size": "5Gi"}});
+    let rejected: [(&str, Value, &[&str]); 3] = [
+        (
+            "broken",
+            invalid_cluster_spec(),
+            &[
+                "spec.version",
+                "spec.replicas",
+                "spec.progressDeadlineSeconds",
+            ],
+        ),
+        ("paused", paused, &["spec.replicas"]),
+        ("shrink", shrunk, &["spec.storage.size"]),
+    ];
+    for (name, spec, fields) in rejected {
+        let out = kubectl_apply(cp, &object("EtcdCluster", name, &ns, spec)).await;
+        assert!(
+            !out.success,
+            "{name} was accepted without the webhook: {out:?}"
+        );
+        assert!(
+            out.stderr
+                .contains(&format!("The EtcdCluster \"{name}\" is invalid")),
+            "{}",
+            out.stderr
+        );
+        for field in fields {
+            assert!(
+                out.stderr.contains(field),
+                "{name}: no {field} in {}",
+                out.stderr
+            );
+        }
+        assert!(!out.stderr.contains("webhook"), "{}", out.stderr);
+        assert!(!out.stderr.contains("problems)"), "{}", out.stderr);
+    }
+    // Valid writes go through without defaults...
+    let created = clusters
+        .create(
+            &PostParams::default(),
+            &dynamic(object(
+                "EtcdCluster",
+                "plain",
+                &ns,
+                json!({"version": "3.6.11"}),
+            )),
+        )
+        .await
+        .or_panic();
+    assert!(
+        created.data["spec"].get("affinity").is_none(),
+        "{:?}",
+        created.data
+    );
+    // ...and EtcdMember ownership, which only the webhook enforces, is gone (the documented price
+    // of Ignore).
+    update_member(&client, &ns, false)
+        .await
+        .unwrap_or_else(|e| panic!("with the webhook ignored, the member update failed: {e}"));
+
+    webhook::unregister(&client, CONFIG).await.or_panic();
+    cp.check_running().or_panic();
+    report(&format!("webhook down: passed in {:.1?}", began.elapsed()));
+}
+
+/// Judge every corpus case in `ns`, in corpus order.
+async fn judge_corpus(
+    client: &Client,
+    ns: &str,
+    cases: &[api::corpus::Case],
+) -> Vec<Result<Verdict, String>> {
+    let mut judged: Vec<(usize, Result<Verdict, String>)> = stream::iter(cases.iter().enumerate())
+        .map(|(index, case)| async move {
+            let name = corpus::object_name(index, case);
+            (
+                index,
+                corpus::apiserver_verdict(client, ns, case, &name).await,
+            )
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    judged.sort_by_key(|(index, _)| *index);
+    judged.into_iter().map(|(_, verdict)| verdict).collect()
+}
+
+fn show(verdict: &Result<Verdict, String>) -> String {
+    match verdict {
+        Ok(Verdict::Allowed) => "allowed".to_string(),
+        Ok(Verdict::Denied(message)) => format!("denied ({message})"),
+        Err(e) => format!("not judged ({e})"),
+    }
+}
+
+/// 7. The whole shared corpus gets the same verdict with the webhook registered (failurePolicy
+/// Fail, defaults added by the mutating webhook) as from the CRD's CEL rules alone, and the
+/// recorded one.
+#[tokio::test(flavor = "multi_thread")]
+async fn corpus_verdicts_are_the_same_with_and_without_the_webhook() {
+    let _serial = SERIAL.lock().await;
+    let began = Instant::now();
+    let cp = control_plane().await;
+    let client = cp.client().or_panic();
+    let cases = api::corpus::cases();
+
+    let on_ns = cp.namespace("corpus-webhook").await.or_panic();
+    create_member(&client, &on_ns).await;
+    let hook = start_and_register(cp, &client, &on_ns, &[], FailurePolicy::Fail).await;
+    let calls = || hook.admissions(&[]);
+    let before = calls().await.or_panic();
+    let started = Instant::now();
+    let with_webhook = judge_corpus(&client, &on_ns, &cases).await;
+    let on_time = started.elapsed();
+    let consulted = calls().await.or_panic() - before;
+    assert!(
+        consulted > 0.0,
+        "the webhook was never called while judging the corpus"
+    );
+
+    // Unregistered: wait until the apiserver stops calling the (still running) webhook.
+    webhook::unregister(&client, CONFIG).await.or_panic();
+    webhook::wait_until(
+        "the apiserver to stop calling the unregistered webhook",
+        EFFECTIVE_TIMEOUT,
+        || async {
+            let before = calls().await.map_err(|e| e.to_string())?;
+            let _ = dry_run_cluster(&client, &on_ns).await;
+            let _ = update_member(&client, &on_ns, true).await;
+            let after = calls().await.map_err(|e| e.to_string())?;
+            Ok((after == before).then_some(()))
+        },
+    )
+    .await
+    .or_panic();
+    let off_ns = cp.namespace("corpus-cel").await.or_panic();
+    let before = calls().await.or_panic();
+    let started = Instant::now();
+    let cel_only = judge_corpus(&client, &off_ns, &cases).await;
+    let off_time = started.elapsed();
+    assert_eq!(
+        calls().await.or_panic(),
+        before,
+        "the webhook was called after it was unregistered"
+    );
+
+    // A case mismatches when either run could not judge it, the runs disagree, or a run differs
+    // from the corpus (wrong verdict, or a rejection that does not name the case's field).
+    let mismatches: Vec<String> = cases
+        .iter()
+        .zip(with_webhook.iter().zip(&cel_only))
+        .filter(|(case, (on, off))| match (on, off) {
+            (Ok(on), Ok(off)) => {
+                on.allowed() != off.allowed()
+                    || corpus::disagreement(case, "", on).is_some()
+                    || corpus::disagreement(case, "", off).is_some()
+            }
+            _ => true,
+        })
+        .map(|(case, (on, off))| {
+            format!(
+                "{}: corpus says {}{}; webhook on: {}; CEL only: {}",
+                case.name,
+                if case.allowed { "allowed" } else { "denied" },
+                case.field
+                    .as_deref()
+                    .map(|f| format!(" naming {f}"))
+                    .unwrap_or_default(),
+                show(on),
+                show(off)
+            )
+        })
+        .collect();
+    report(&format!(
+        "corpus: {} cases with the webhook in {on_time:.1?} ({consulted} webhook calls), CEL only \
+         in {off_time:.1?}; {} mismatches; test took {:.1?}",
+        cases.len(),
+        mismatches.len(),
+        began.elapsed()
+    ));
+    cp.check_running().or_panic();
+    assert!(
+        mismatches.is_empty(),
+        "{} corpus case(s) judged differently with the webhook (namespace {on_ns}) and CEL only \
+         (namespace {off_ns}), or unlike api/testdata/validation-corpus.yaml:\n  {}",
+        mismatches.len(),
+        mismatches.join("\n  ")
+    );
+}
