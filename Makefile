@@ -7,16 +7,17 @@ CARGO ?= cargo
 TESTBINS_DIR := $(shell bash tools/testbins/build.sh --print-dir)
 export ETCD_OPERATOR_TESTBINS := $(TESTBINS_DIR)
 
-.PHONY: help test fmt-check clippy unit testbins api crds bench
+.PHONY: help test fmt-check clippy unit testbins api e2e crds bench
 
 help:
 	@echo "make test      fmt check, clippy -D warnings, unit tests, then the API-layer suites on a real apiserver"
+	@echo "make e2e       the pod runner and the operator end to end on real etcd members (needs root)"
 	@echo "make testbins  build (once, cached) kube-apiserver & co, etcd 3.6/3.5, helm from the Go module proxy"
 	@echo "make bench     measure (not test): webhook admission latency/throughput over TLS and RSS"
 	@echo "make crds      regenerate the CRDs in charts/etcd-operator/files/crds from api/"
 
 ## test: everything CI checks, fastest first.
-test: fmt-check clippy unit api
+test: fmt-check clippy unit api e2e
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -36,7 +37,14 @@ testbins:
 ## api: CRDs on a real kube-apiserver (current and 1.29): every validation rule, defaults,
 ## printer columns, scale and status subresources; the test control plane itself.
 api: testbins
-	$(CARGO) test --locked -p tests --test api_crds --test control_plane
+	$(CARGO) build --locked -p webhook --bins
+	$(CARGO) test --locked -p tests --test api_crds --test control_plane --test webhook_api
+
+## e2e: the pod runner (Pods as real local processes), then the operator binary driving real etcd
+## members: bootstrap, scale, pause/resume, member loss, every key checked.
+e2e: testbins
+	$(CARGO) build --locked -p controller --bins
+	$(CARGO) test --locked -p tests --test pod_runner --test e2e_cluster
 
 ## crds: write the CRDs generated from the Rust types into the chart (commit the result).
 crds:

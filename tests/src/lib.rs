@@ -6,7 +6,9 @@
 //! on this crate.
 
 pub mod corpus;
+pub mod e2e;
 pub mod env;
+pub mod operator;
 pub mod podrunner;
 pub mod webhook;
 

@@ -1,0 +1,297 @@
+//! End-to-end support: one environment per test binary — the control plane (CRDs, controller
+//! manager, scheduler), the pod runner running member Pods as real etcd processes, and the
+//! operator binary — plus helpers to create clusters, wait for conditions and check data through a
+//! real etcd client.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use api::v1alpha2::{EtcdCluster, EtcdClusterSpec, EtcdMember};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tokio::sync::OnceCell;
+
+use crate::env::ControlPlane;
+use crate::operator::Operator;
+use crate::podrunner::PodRunner;
+use crate::OrPanic;
+
+pub struct Env {
+    pub cp: &'static ControlPlane,
+    pub runner: PodRunner,
+    pub operator: Operator,
+}
+
+/// The test binary's environment, started by the first test that asks.
+pub async fn env() -> &'static Env {
+    static ENV: OnceCell<Env> = OnceCell::const_new();
+    ENV.get_or_init(|| async {
+        let cp = ControlPlane::builder()
+            .with_crds()
+            .with_controller_manager()
+            .with_scheduler()
+            .shared()
+            .await
+            .or_panic();
+        let runner = PodRunner::builder().start(cp).await.or_panic();
+        let lease_ns = cp.namespace("operator").await.or_panic();
+        let operator = Operator::start(cp, &lease_ns, None).await.or_panic();
+        Env {
+            cp,
+            runner,
+            operator,
+        }
+    })
+    .await
+}
+
+impl Env {
+    pub fn client(&self) -> Client {
+        self.cp.client().or_panic()
+    }
+
+    pub async fn namespace(&self, prefix: &str) -> String {
+        self.cp.namespace(prefix).await.or_panic()
+    }
+
+    pub fn clusters(&self, ns: &str) -> Api<EtcdCluster> {
+        Api::namespaced(self.client(), ns)
+    }
+
+    pub async fn create_cluster(&self, ns: &str, name: &str, spec: EtcdClusterSpec) -> EtcdCluster {
+        let cluster = EtcdCluster::new(name, spec);
+        self.clusters(ns)
+            .create(&PostParams::default(), &cluster)
+            .await
+            .or_panic()
+    }
+
+    pub async fn scale(&self, ns: &str, name: &str, replicas: i32) {
+        let patch = json!({"spec": {"replicas": replicas}});
+        self.clusters(ns)
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .or_panic();
+    }
+
+    pub async fn cluster(&self, ns: &str, name: &str) -> EtcdCluster {
+        self.clusters(ns).get(name).await.or_panic()
+    }
+
+    pub async fn members(&self, ns: &str, cluster: &str) -> Vec<EtcdMember> {
+        let api: Api<EtcdMember> = Api::namespaced(self.client(), ns);
+        api.list(&ListParams::default().labels(&api::labels::cluster_selector(cluster)))
+            .await
+            .or_panic()
+            .items
+    }
+
+    pub async fn pods(&self, ns: &str, cluster: &str) -> Vec<Pod> {
+        let api: Api<Pod> = Api::namespaced(self.client(), ns);
+        api.list(&ListParams::default().labels(&api::labels::cluster_selector(cluster)))
+            .await
+            .or_panic()
+            .items
+    }
+
+    pub async fn pvcs(&self, ns: &str, cluster: &str) -> Vec<PersistentVolumeClaim> {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client(), ns);
+        api.list(&ListParams::default().labels(&api::labels::cluster_selector(cluster)))
+            .await
+            .or_panic()
+            .items
+    }
+
+    /// Wait until `check` holds for the cluster; on timeout, panic with the last status and the
+    /// operator's log location.
+    pub async fn wait_for(
+        &self,
+        ns: &str,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(&EtcdCluster) -> bool,
+    ) -> EtcdCluster {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let c = self.cluster(ns, name).await;
+            if check(&c) {
+                return c;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{ns}/{name}: timed out after {timeout:?} waiting for {what}; status: {}\noperator log: {}",
+                    serde_json::to_string_pretty(&c.status).unwrap_or_default(),
+                    self.operator.log().display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Wait for `replicas` Ready members and `Available=True/QuorumHealthy`.
+    pub async fn wait_healthy(
+        &self,
+        ns: &str,
+        name: &str,
+        replicas: i32,
+        timeout: Duration,
+    ) -> EtcdCluster {
+        self.wait_for(
+            ns,
+            name,
+            &format!("{replicas} ready members and QuorumHealthy"),
+            timeout,
+            |c| {
+                let s = c.status.clone().unwrap_or_default();
+                s.ready_members == replicas
+                    && s.observed.as_ref().is_some_and(|o| o.replicas == replicas)
+                    && condition(c, "Available")
+                        .is_some_and(|(st, r, _)| st == "True" && r == "QuorumHealthy")
+                    && condition(c, "Progressing").is_some_and(|(st, _, _)| st == "False")
+            },
+        )
+        .await
+    }
+
+    /// `etcdctl member list` inside a member Pod: `(name, is_learner)` per member.
+    pub async fn etcd_members(&self, ns: &str, cluster: &str) -> Vec<(String, bool)> {
+        let pods = self.pods(ns, cluster).await;
+        let pod = pods
+            .iter()
+            .find(|p| p.metadata.deletion_timestamp.is_none() && crate::e2e::pod_ready(p))
+            .unwrap_or_else(|| panic!("{ns}/{cluster}: no ready member Pod to exec into"));
+        let out = self
+            .runner
+            .exec(
+                ns,
+                &pod.name_any(),
+                "etcd",
+                &[
+                    "etcdctl",
+                    "--endpoints=http://localhost:2379",
+                    "member",
+                    "list",
+                    "-w",
+                    "json",
+                ],
+            )
+            .await
+            .or_panic();
+        assert_eq!(
+            out.code,
+            Some(0),
+            "etcdctl member list failed: {}",
+            out.stderr
+        );
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).or_panic();
+        v["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| {
+                (
+                    m["name"].as_str().unwrap_or_default().to_string(),
+                    m["isLearner"].as_bool().unwrap_or(false),
+                )
+            })
+            .collect()
+    }
+
+    /// A real etcd client on the cluster's client Service name (resolved through the runner's
+    /// hosts block to Ready members).
+    pub async fn etcd_client(&self, ns: &str, cluster: &str) -> etcd_client::Client {
+        let endpoints: Vec<String> = self
+            .pods(ns, cluster)
+            .await
+            .iter()
+            .filter(|p| pod_ready(p))
+            .map(|p| format!("http://{}.{cluster}.{ns}.svc:2379", p.name_any()))
+            .collect();
+        assert!(
+            !endpoints.is_empty(),
+            "{ns}/{cluster}: no ready member to dial"
+        );
+        let options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_timeout(Duration::from_secs(10));
+        etcd_client::Client::connect(endpoints, Some(options))
+            .await
+            .or_panic()
+    }
+
+    /// Write `count` keys `e2e/<i>` = `v<i>` and return them.
+    pub async fn write_keys(
+        &self,
+        ns: &str,
+        cluster: &str,
+        count: usize,
+    ) -> BTreeMap<String, String> {
+        let mut client = self.etcd_client(ns, cluster).await;
+        let mut keys = BTreeMap::new();
+        for i in 0..count {
+            let (k, v) = (format!("e2e/{i:04}"), format!("v{i}"));
+            client.put(k.clone(), v.clone(), None).await.or_panic();
+            keys.insert(k, v);
+        }
+        keys
+    }
+
+    /// Every key is present with its value (read linearizably through the cluster).
+    pub async fn check_keys(&self, ns: &str, cluster: &str, keys: &BTreeMap<String, String>) {
+        let mut client = self.etcd_client(ns, cluster).await;
+        let res = client
+            .get("e2e/", Some(etcd_client::GetOptions::new().with_prefix()))
+            .await
+            .or_panic();
+        let got: BTreeMap<String, String> = res
+            .kvs()
+            .iter()
+            .map(|kv| {
+                (
+                    kv.key_str().unwrap_or_default().to_string(),
+                    kv.value_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        let missing: Vec<_> = keys
+            .iter()
+            .filter(|(k, v)| got.get(*k) != Some(v))
+            .map(|(k, _)| k)
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{ns}/{cluster}: {} of {} keys lost: {:?}",
+            missing.len(),
+            keys.len(),
+            &missing[..missing.len().min(10)]
+        );
+    }
+}
+
+pub fn pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// `(status, reason, message)` of a cluster condition.
+pub fn condition(c: &EtcdCluster, type_: &str) -> Option<(String, String, String)> {
+    c.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|x| x.type_ == type_)
+        .map(|x| (x.status.clone(), x.reason.clone(), x.message.clone()))
+}
+
+pub fn spec(replicas: i32) -> EtcdClusterSpec {
+    EtcdClusterSpec {
+        replicas,
+        version: "3.6.16".to_string(),
+        ..Default::default()
+    }
+}

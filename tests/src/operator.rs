@@ -1,0 +1,135 @@
+//! The operator under test, run as its real binary (`etcd-operator`) on the host against the test
+//! control plane, exactly as `make run` would: it reaches the API through the admin kubeconfig and
+//! etcd members through their per-member DNS names, which the pod runner publishes in the host's
+//! hosts file.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::env::{logs, process::Process, ControlPlane, Error};
+
+/// The operator binaries: `$ETCD_OPERATOR_BIN_DIR`, else the cargo target dir's debug profile.
+pub fn bin_dir() -> PathBuf {
+    std::env::var_os("ETCD_OPERATOR_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| logs::target_dir().join("debug"))
+}
+
+fn free_port() -> Result<u16, Error> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(Error::io("picking a free port"))?;
+    let port = listener
+        .local_addr()
+        .map_err(Error::io("reading a bound port"))?
+        .port();
+    Ok(port)
+}
+
+pub struct Operator {
+    process: Process,
+    admin: String,
+    started: Instant,
+}
+
+impl Operator {
+    /// Start `etcd-operator`, optionally limited to one namespace. Leader election is on, with
+    /// its Lease in `lease_namespace`, as in a real deployment.
+    pub async fn start(
+        cp: &ControlPlane,
+        lease_namespace: &str,
+        watch_namespace: Option<&str>,
+    ) -> Result<Self, Error> {
+        let binary = bin_dir().join("etcd-operator");
+        if !binary.is_file() {
+            return Err(Error::Io {
+                what: format!(
+                    "{} is missing: build it with `cargo build -p controller --bins` (make test does)",
+                    binary.display()
+                ),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            });
+        }
+        let port = free_port()?;
+        let admin = format!("127.0.0.1:{port}");
+        let mut cmd = Command::new(&binary);
+        cmd.env("KUBECONFIG", cp.kubeconfig())
+            .env("RUST_LOG", "info,kube=warn,controller=debug")
+            .env("POD_NAMESPACE", lease_namespace)
+            .arg(format!("--admin-listen={admin}"))
+            .arg("--leader-elect=true");
+        if let Some(ns) = watch_namespace {
+            cmd.arg(format!("--watch-namespace={ns}"));
+        }
+        let log = logs::run_dir().join(format!("etcd-operator-{port}.log"));
+        let process = Process::spawn("etcd-operator", cmd, &log)?;
+        let op = Self {
+            process,
+            admin,
+            started: Instant::now(),
+        };
+        op.wait_ready(Duration::from_secs(60)).await?;
+        Ok(op)
+    }
+
+    async fn wait_ready(&self, timeout: Duration) -> Result<(), Error> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.process
+                .check_running("waiting for the operator's /readyz")?;
+            if let Ok(body) = self.get("/readyz").await {
+                if body.starts_with("ready") {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Io {
+                    what: format!(
+                        "the operator did not become ready within {timeout:?}; log: {}",
+                        self.process.log().display()
+                    ),
+                    source: std::io::Error::from(std::io::ErrorKind::TimedOut),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// GET a path of the admin port (plain HTTP/1.0, loopback).
+    pub async fn get(&self, path: &str) -> Result<String, Error> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(&self.admin)
+            .await
+            .map_err(Error::io(format!(
+                "connecting to the operator admin port {}",
+                self.admin
+            )))?;
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.admin).as_bytes())
+            .await
+            .map_err(Error::io("writing to the admin port"))?;
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .await
+            .map_err(Error::io("reading the admin port"))?;
+        Ok(response
+            .split("\r\n\r\n")
+            .nth(1)
+            .unwrap_or_default()
+            .to_string())
+    }
+
+    /// SIGKILL the operator (a crash, not a graceful stop).
+    pub fn kill(&self) {
+        self.process.kill();
+    }
+
+    pub fn log(&self) -> PathBuf {
+        self.process.log().to_path_buf()
+    }
+
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+}

@@ -1,0 +1,292 @@
+//! End to end: the operator binary against a real apiserver, with member Pods run as real etcd
+//! processes by the pod runner. Every scenario that promises to keep data writes keys first and
+//! checks every key after.
+
+use std::time::Duration;
+
+use api::labels;
+use kube::ResourceExt;
+use tests::e2e::{condition, env, pod_ready, spec};
+
+const BOOT: Duration = Duration::from_secs(180);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_member_cluster_bootstraps_with_services_and_pdb() {
+    let env = env().await;
+    let ns = env.namespace("one").await;
+    env.create_cluster(&ns, "solo", spec(1)).await;
+    let c = env.wait_healthy(&ns, "solo", 1, BOOT).await;
+    let status = c.status.unwrap();
+    let id = status.cluster_id.expect("clusterID latched");
+    assert_eq!(id.len(), 16, "clusterID is 16 hex digits: {id}");
+    assert_eq!(
+        status.selector.as_deref(),
+        Some("etcd-operator.cozystack.io/cluster=solo")
+    );
+    assert!(status
+        .cluster_token
+        .unwrap()
+        .starts_with(&format!("{ns}-solo-")));
+
+    let members = env.members(&ns, "solo").await;
+    assert_eq!(members.len(), 1);
+    let m = &members[0];
+    assert!(m.spec.bootstrap, "the only member is the seed");
+    assert!(m
+        .finalizers()
+        .iter()
+        .any(|f| f == labels::MEMBER_CLEANUP_FINALIZER));
+    let ms = m.status.clone().unwrap();
+    assert_eq!(ms.member_id.as_deref().map(str::len), Some(16));
+    assert!(ms.is_voter);
+    assert_eq!(ms.pvc_name, Some(format!("data-{}", m.name_any())));
+
+    let pods = env.pods(&ns, "solo").await;
+    assert_eq!(pods.len(), 1);
+    assert_eq!(
+        pods[0].labels().get(labels::ROLE).map(String::as_str),
+        Some("voter")
+    );
+    assert_eq!(
+        pods[0]
+            .annotations()
+            .get("etcd-operator.cozystack.io/initial-cluster-state")
+            .map(String::as_str),
+        Some("existing"),
+        "once formed, no Pod may bootstrap a new cluster"
+    );
+    assert_eq!(env.pvcs(&ns, "solo").await.len(), 1);
+    let out = env
+        .cp
+        .kubectl_ok(&["get", "svc,pdb", "-n", &ns, "-o", "name"])
+        .await
+        .unwrap();
+    for want in [
+        "service/solo",
+        "service/solo-client",
+        "poddisruptionbudget.policy/solo",
+    ] {
+        assert!(out.lines().any(|l| l == want), "missing {want} in {out}");
+    }
+    let members = env.etcd_members(&ns, "solo").await;
+    assert_eq!(members, vec![(m.name_any(), false)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_scale_to_five_and_back_keeping_every_key() {
+    let env = env().await;
+    let ns = env.namespace("scale").await;
+    env.create_cluster(&ns, "kv", spec(3)).await;
+    let c = env.wait_healthy(&ns, "kv", 3, BOOT).await;
+    let cluster_id = c.status.unwrap().cluster_id;
+    let etcd = env.etcd_members(&ns, "kv").await;
+    assert_eq!(etcd.len(), 3);
+    assert!(
+        etcd.iter().all(|(_, learner)| !learner),
+        "every member is a voter: {etcd:?}"
+    );
+    let pdb = env
+        .cp
+        .kubectl_ok(&[
+            "get",
+            "pdb",
+            "kv",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.spec.minAvailable}",
+        ])
+        .await
+        .unwrap();
+    assert_eq!(pdb.trim(), "2");
+
+    let keys = env.write_keys(&ns, "kv", 100).await;
+    let before: Vec<String> = env
+        .members(&ns, "kv")
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+
+    env.scale(&ns, "kv", 5).await;
+    env.wait_healthy(&ns, "kv", 5, BOOT).await;
+    let etcd = env.etcd_members(&ns, "kv").await;
+    assert_eq!(etcd.len(), 5, "{etcd:?}");
+    assert!(etcd.iter().all(|(_, learner)| !learner), "{etcd:?}");
+    env.check_keys(&ns, "kv", &keys).await;
+    let pdb = env
+        .cp
+        .kubectl_ok(&[
+            "get",
+            "pdb",
+            "kv",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.spec.minAvailable}",
+        ])
+        .await
+        .unwrap();
+    assert_eq!(pdb.trim(), "3");
+
+    env.scale(&ns, "kv", 3).await;
+    let c = env.wait_healthy(&ns, "kv", 3, BOOT).await;
+    assert_eq!(
+        c.status.unwrap().cluster_id,
+        cluster_id,
+        "same cluster throughout"
+    );
+    let after: Vec<String> = env
+        .members(&ns, "kv")
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+    let mut kept = after.clone();
+    kept.sort();
+    let mut original = before.clone();
+    original.sort();
+    assert_eq!(
+        kept, original,
+        "scale-down removed the newest members first"
+    );
+    assert_eq!(env.etcd_members(&ns, "kv").await.len(), 3);
+    env.check_keys(&ns, "kv", &keys).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_keeps_one_dormant_pvc_and_resume_keeps_cluster_id_and_keys() {
+    let env = env().await;
+    let ns = env.namespace("pause").await;
+    env.create_cluster(&ns, "pz", spec(3)).await;
+    let c = env.wait_healthy(&ns, "pz", 3, BOOT).await;
+    let cluster_id = c.status.unwrap().cluster_id;
+    let keys = env.write_keys(&ns, "pz", 50).await;
+
+    env.scale(&ns, "pz", 0).await;
+    let c = env
+        .wait_for(&ns, "pz", "Available=False/Paused", BOOT, |c| {
+            condition(c, "Available").is_some_and(|(s, r, _)| s == "False" && r == "Paused")
+        })
+        .await;
+    let (_, _, message) = condition(&c, "Available").unwrap();
+    let members = env.members(&ns, "pz").await;
+    assert_eq!(members.len(), 1, "one member remains");
+    assert!(members[0].spec.dormant);
+    let pvc = format!("data-{}", members[0].name_any());
+    assert!(
+        message.contains(&pvc),
+        "the Paused message names the PVC: {message}"
+    );
+    assert!(env.pods(&ns, "pz").await.is_empty(), "no Pods while paused");
+    let pvcs = env.pvcs(&ns, "pz").await;
+    assert_eq!(
+        pvcs.iter().map(|p| p.name_any()).collect::<Vec<_>>(),
+        vec![pvc]
+    );
+
+    env.scale(&ns, "pz", 3).await;
+    let c = env.wait_healthy(&ns, "pz", 3, BOOT).await;
+    assert_eq!(
+        c.status.unwrap().cluster_id,
+        cluster_id,
+        "resume keeps the cluster ID"
+    );
+    env.check_keys(&ns, "pz", &keys).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_member_pod_is_recreated_on_its_pvc_and_data_survives() {
+    let env = env().await;
+    let ns = env.namespace("podloss").await;
+    env.create_cluster(&ns, "pl", spec(3)).await;
+    env.wait_healthy(&ns, "pl", 3, BOOT).await;
+    let keys = env.write_keys(&ns, "pl", 30).await;
+    let members_before: Vec<String> = env
+        .members(&ns, "pl")
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+    let victim = env
+        .pods(&ns, "pl")
+        .await
+        .into_iter()
+        .find(pod_ready)
+        .unwrap()
+        .name_any();
+    env.cp
+        .kubectl_ok(&["delete", "pod", &victim, "-n", &ns, "--wait=false"])
+        .await
+        .unwrap();
+    env.wait_for(&ns, "pl", "the victim to be gone and back", BOOT, |c| {
+        c.status.as_ref().is_some_and(|s| s.ready_members < 3)
+    })
+    .await;
+    env.wait_healthy(&ns, "pl", 3, BOOT).await;
+    let members_after: Vec<String> = env
+        .members(&ns, "pl")
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+    assert_eq!(
+        members_before, members_after,
+        "a PVC-backed member keeps its identity"
+    );
+    env.check_keys(&ns, "pl", &keys).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_member_whose_pod_is_deleted_is_replaced_by_a_new_member() {
+    let env = env().await;
+    let ns = env.namespace("mem").await;
+    let mut s = spec(3);
+    s.storage.medium = Some(api::v1alpha2::StorageMedium::Memory);
+    s.storage.size = k8s_openapi::apimachinery::pkg::api::resource::Quantity("128Mi".into());
+    env.create_cluster(&ns, "mem", s).await;
+    env.wait_healthy(&ns, "mem", 3, BOOT).await;
+    assert!(
+        env.pvcs(&ns, "mem").await.is_empty(),
+        "memory members have no PVC"
+    );
+    let keys = env.write_keys(&ns, "mem", 30).await;
+    let before: Vec<String> = env
+        .members(&ns, "mem")
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+    let victim = before[1].clone();
+    env.cp
+        .kubectl_ok(&["delete", "pod", &victim, "-n", &ns])
+        .await
+        .unwrap();
+    env.wait_for(&ns, "mem", "the lost member to be replaced", BOOT, |_| true)
+        .await;
+    let deadline = std::time::Instant::now() + BOOT;
+    loop {
+        let names: Vec<String> = env
+            .members(&ns, "mem")
+            .await
+            .iter()
+            .map(|m| m.name_any())
+            .collect();
+        if !names.contains(&victim) && names.len() == 3 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "member {victim} was not replaced: {names:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    env.wait_healthy(&ns, "mem", 3, BOOT).await;
+    let etcd = env.etcd_members(&ns, "mem").await;
+    assert_eq!(etcd.len(), 3);
+    assert!(
+        !etcd.iter().any(|(n, _)| n == &victim),
+        "the lost member left etcd: {etcd:?}"
+    );
+    env.check_keys(&ns, "mem", &keys).await;
+}
