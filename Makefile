@@ -7,13 +7,14 @@ CARGO ?= cargo
 TESTBINS_DIR := $(shell bash tools/testbins/build.sh --print-dir)
 export ETCD_OPERATOR_TESTBINS := $(TESTBINS_DIR)
 
-.PHONY: help test fmt-check clippy unit testbins api e2e crds bench
+.PHONY: help test fmt-check clippy unit testbins api e2e crds bench demo
 
 help:
+	@echo "make demo      a 3-member EtcdCluster on real etcd members, run by the operator binary; until Ctrl-C (needs root)"
 	@echo "make test      fmt check, clippy -D warnings, unit tests, then the API-layer suites on a real apiserver"
 	@echo "make e2e       the pod runner and the operator end to end on real etcd members (needs root)"
 	@echo "make testbins  build (once, cached) kube-apiserver & co, etcd 3.6/3.5, helm from the Go module proxy"
-	@echo "make bench     measure (not test): webhook admission latency/throughput over TLS and RSS"
+	@echo "make bench     measure (not test): webhook latency/RSS; controller apply→Ready, step overhead, idle writes, RSS (root)"
 	@echo "make crds      regenerate the CRDs in charts/etcd-operator/files/crds from api/"
 
 ## test: everything CI checks, fastest first.
@@ -51,5 +52,13 @@ crds:
 	$(CARGO) run --quiet --locked -p api --bin crdgen
 
 ## bench: measurements, not pass/fail tests; numbers go to docs/performance.md.
-bench:
+bench: testbins
 	$(CARGO) bench --locked -p webhook --bench admission
+	$(CARGO) build --locked -p controller --bins
+	$(CARGO) run --locked -p tests --example bench_controller
+
+## demo: the embedded environment (control plane, pod runner, the operator binary) with a 3-member
+## EtcdCluster default/demo; prints the kubeconfig and commands to try, runs until Ctrl-C (root).
+demo: testbins
+	$(CARGO) build --locked -p controller --bins
+	$(CARGO) run --locked -p tests --bin demo

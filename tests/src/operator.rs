@@ -129,6 +129,24 @@ impl Operator {
         self.process.log().to_path_buf()
     }
 
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// Resident set size of the operator process, from /proc.
+    pub fn rss_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kib * 1024)
+    }
+
     pub fn uptime(&self) -> Duration {
         self.started.elapsed()
     }

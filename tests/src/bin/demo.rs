@@ -1,0 +1,494 @@
+//! `make demo`: the embedded environment with one EtcdCluster to play with.
+//!
+//! Starts the test control plane (etcd, kube-apiserver with the CRDs, kube-controller-manager,
+//! kube-scheduler), the pod runner (member Pods run as real etcd processes on this machine), and
+//! the `etcd-operator` binary from the cargo target dir; applies a 3-member EtcdCluster
+//! `default/demo`, waits until it is Ready, prints the kubeconfig and commands to try, and stays up
+//! until SIGINT or SIGTERM. Then it stops the operator, shuts the pod runner down (containers,
+//! network namespaces, its `/etc/hosts` block) and the control plane (its processes and temp root).
+//!
+//! `DEMO_EXIT_AFTER_READY=1` exits (cleanly) right after printing, for non-interactive checks.
+//! Needs root (the pod runner) and `ETCD_OPERATOR_TESTBINS` (the Makefile exports it).
+
+use std::error::Error;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use api::v1alpha2::{EtcdCluster, EtcdMember};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use kube::ResourceExt;
+use tests::e2e::{condition, pod_ready};
+use tests::env::{ControlPlane, Kubernetes};
+use tests::operator::Operator;
+use tests::podrunner::PodRunner;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+const NAMESPACE: &str = "default";
+const CLUSTER: &str = "demo";
+const REPLICAS: i32 = 3;
+/// The etcd 3.6 the testbins build (tools/testbins/README.md); the pod runner maps its image to it.
+const VERSION: &str = "3.6.16";
+/// Where the operator keeps its leader-election Lease.
+const OPERATOR_NAMESPACE: &str = "etcd-operator";
+const READY_TIMEOUT: Duration = Duration::from_secs(300);
+const POLL: Duration = Duration::from_millis(500);
+const EXIT_AFTER_READY: &str = "DEMO_EXIT_AFTER_READY";
+
+type BoxError = Box<dyn Error + Send + Sync>;
+
+/// Why the session ended.
+enum End {
+    /// `DEMO_EXIT_AFTER_READY` was set.
+    Done,
+    /// SIGINT or SIGTERM.
+    Signal(&'static str),
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let clock = Clock(Instant::now());
+    let mut stop = match watch_signals() {
+        Ok(stop) => stop,
+        Err(e) => {
+            eprintln!("demo: installing signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(&clock, &mut stop).await {
+        Ok(End::Done) => {
+            clock.say("stopped cleanly");
+            ExitCode::SUCCESS
+        }
+        Ok(End::Signal(name)) => {
+            clock.say(&format!("stopped cleanly after {name}"));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("\ndemo failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Seconds since the demo started, in front of every progress line.
+struct Clock(Instant);
+
+impl Clock {
+    fn say(&self, line: &str) {
+        println!("[{:>6.1}s] {line}", self.0.elapsed().as_secs_f64());
+    }
+}
+
+/// The first SIGINT/SIGTERM asks for a clean shutdown; a second one exits at once (children die
+/// with the demo through their parent-death signal; the next pod runner sweeps what is left).
+fn watch_signals() -> std::io::Result<watch::Receiver<Option<&'static str>>> {
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let (tx, rx) = watch::channel(None);
+    tokio::spawn(async move {
+        let name = tokio::select! {
+            _ = interrupt.recv() => "SIGINT",
+            _ = terminate.recv() => "SIGTERM",
+        };
+        println!("\n{name}: shutting down (send it again to exit without cleaning up)");
+        let _ = tx.send(Some(name));
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+        eprintln!("second signal: exiting without cleaning up");
+        std::process::exit(130);
+    });
+    Ok(rx)
+}
+
+/// Run `step` unless a signal arrives first; the step is dropped then, so only steps whose drop
+/// cleans up after them (processes are killed on drop) may go through here.
+async fn unless_stopped<T>(
+    stop: &mut watch::Receiver<Option<&'static str>>,
+    step: impl Future<Output = T>,
+) -> Result<T, &'static str> {
+    if let Some(name) = *stop.borrow() {
+        return Err(name);
+    }
+    tokio::select! {
+        out = step => Ok(out),
+        _ = stop.changed() => Err(stop.borrow().unwrap_or("a signal")),
+    }
+}
+
+async fn run(
+    clock: &Clock,
+    stop: &mut watch::Receiver<Option<&'static str>>,
+) -> Result<End, BoxError> {
+    if !nix::unistd::geteuid().is_root() {
+        let why = "the demo needs root: the pod runner makes network namespaces, bind mounts \
+                   and an /etc/hosts block: run it as root";
+        return Err(why.into());
+    }
+    clock.say(
+        "starting the control plane: etcd, kube-apiserver with the CRDs, \
+         kube-controller-manager, kube-scheduler",
+    );
+    let cp = match unless_stopped(
+        stop,
+        ControlPlane::builder()
+            .with_crds()
+            .with_controller_manager()
+            .with_scheduler()
+            .start(),
+    )
+    .await
+    {
+        Err(name) => return Ok(End::Signal(name)),
+        Ok(cp) => cp?,
+    };
+    clock.say(&format!(
+        "control plane up in {:.1?}; starting the pod runner (3 Nodes, member Pods as real etcd processes)",
+        cp.started_in()
+    ));
+    // Not interruptible: a runner dropped half-started tears down on its own thread, which the
+    // demo would not wait for. It starts in seconds; a signal meanwhile is seen right after.
+    let runner = PodRunner::builder().start(&cp).await?;
+    clock.say(&format!(
+        "pod runner up: Nodes {}, slot {}",
+        runner.node_names().join(", "),
+        runner.slot()
+    ));
+
+    // The operator lives inside `session`, so it is gone before the runner stops its Pods.
+    let outcome = session(clock, stop, &cp, &runner).await;
+
+    clock.say("stopping the pod runner: member processes, network namespaces, /etc/hosts block");
+    if let Err(e) = runner.shutdown().await {
+        eprintln!("demo: pod runner shutdown: {e}");
+    }
+    clock.say("stopping the control plane");
+    let logs = cp.log_dir().parent().map(Path::to_path_buf);
+    drop(cp);
+    if let Some(logs) = logs {
+        clock.say(&format!("logs kept in {}", logs.display()));
+    }
+    outcome
+}
+
+/// Operator, cluster, wait, print, then wait for the end.
+async fn session(
+    clock: &Clock,
+    stop: &mut watch::Receiver<Option<&'static str>>,
+    cp: &ControlPlane,
+    runner: &PodRunner,
+) -> Result<End, BoxError> {
+    let client = cp.client()?;
+    let lease_ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(OPERATOR_NAMESPACE.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &lease_ns)
+        .await
+        .map_err(|e| format!("creating namespace {OPERATOR_NAMESPACE}: {e}"))?;
+    clock.say("starting the etcd-operator binary (leader election on)");
+    let operator = match unless_stopped(stop, Operator::start(cp, OPERATOR_NAMESPACE, None)).await {
+        Err(name) => return Ok(End::Signal(name)),
+        Ok(op) => op?,
+    };
+    clock.say(&format!("operator ready; log {}", operator.log().display()));
+
+    let manifest = cp.root().join("demo-etcdcluster.yaml");
+    std::fs::write(&manifest, sample_manifest())
+        .map_err(|e| format!("writing {}: {e}", manifest.display()))?;
+    cp.kubectl_ok(&["apply", "-f", &manifest.to_string_lossy()])
+        .await?;
+    let applied = Instant::now();
+    clock.say(&format!(
+        "applied EtcdCluster {NAMESPACE}/{CLUSTER} ({REPLICAS} members, etcd {VERSION}) from {}",
+        manifest.display()
+    ));
+
+    let pods = match unless_stopped(stop, wait_ready(clock, cp, &operator, runner)).await {
+        Err(name) => return Ok(End::Signal(name)),
+        Ok(pods) => pods?,
+    };
+    let to_ready = applied.elapsed();
+    let etcdctl = cp.testbins().binary("etcd-3.6", "etcdctl")?;
+    // One member is enough for etcdctl (it finds the rest); the banner shows the others' names.
+    let first = pods.first().map(String::as_str).unwrap_or(CLUSTER);
+    let endpoints = format!("http://{first}.{CLUSTER}.{NAMESPACE}.svc:2379");
+    // The same command the banner prints, run once from the host so a broken one shows here.
+    let member_list = run_etcdctl(&etcdctl, &endpoints, &["member", "list", "-w", "table"]).await;
+    print_banner(
+        cp,
+        &operator,
+        runner,
+        &pods,
+        &etcdctl,
+        &endpoints,
+        &member_list,
+        to_ready,
+    );
+
+    if std::env::var(EXIT_AFTER_READY).is_ok_and(|v| !v.is_empty() && v != "0") {
+        clock.say(&format!("{EXIT_AFTER_READY} is set: shutting down"));
+        return Ok(End::Done);
+    }
+    clock.say("running until Ctrl-C (SIGINT) or SIGTERM");
+    match unless_stopped(stop, watch_components(cp, &operator)).await {
+        Err(name) => Ok(End::Signal(name)),
+        Ok(failure) => Err(failure),
+    }
+}
+
+fn sample_manifest() -> String {
+    format!(
+        "apiVersion: etcd-operator.cozystack.io/v1alpha2\n\
+         kind: EtcdCluster\n\
+         metadata:\n  name: {CLUSTER}\n  namespace: {NAMESPACE}\n\
+         spec:\n  replicas: {REPLICAS}\n  version: \"{VERSION}\"\n"
+    )
+}
+
+/// Poll until `readyMembers` is 3 and `Available=True/QuorumHealthy`, printing each change;
+/// returns the member Pods' names.
+async fn wait_ready(
+    clock: &Clock,
+    cp: &ControlPlane,
+    operator: &Operator,
+    runner: &PodRunner,
+) -> Result<Vec<String>, BoxError> {
+    let client = cp.client()?;
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), NAMESPACE);
+    let members: Api<EtcdMember> = Api::namespaced(client.clone(), NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
+    let selector = ListParams::default().labels(&api::labels::cluster_selector(CLUSTER));
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let mut seen_members: Vec<String> = Vec::new();
+    let mut seen_pods: Vec<String> = Vec::new();
+    let mut last_state = String::new();
+    let mut last_error = String::new();
+    let mut last_status = String::from("(none yet)");
+    loop {
+        cp.check_running()?;
+        if operator.get("/healthz").await.is_err() {
+            return Err(format!(
+                "the operator stopped answering on its admin port; log {}",
+                operator.log().display()
+            )
+            .into());
+        }
+        let observed = async {
+            let cluster = clusters.get(CLUSTER).await?;
+            let members = members.list(&selector).await?.items;
+            let pods = pods.list(&selector).await?.items;
+            Ok::<_, kube::Error>((cluster, members, pods))
+        }
+        .await;
+        match observed {
+            Err(e) => last_error = e.to_string(),
+            Ok((cluster, members, pods)) => {
+                for m in &members {
+                    let name = m.name_any();
+                    if !seen_members.contains(&name) {
+                        let role = if m.spec.bootstrap {
+                            "the seed: bootstraps the etcd cluster"
+                        } else {
+                            "joins as a learner, then is promoted"
+                        };
+                        clock.say(&format!("EtcdMember {name} created ({role})"));
+                        seen_members.push(name);
+                    }
+                }
+                for p in &pods {
+                    let name = p.name_any();
+                    let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+                    if let Some(node) = node.filter(|_| !seen_pods.contains(&name)) {
+                        clock.say(&format!("Pod {name} scheduled to {node}"));
+                        seen_pods.push(name);
+                    }
+                }
+                let status = cluster.status.clone().unwrap_or_default();
+                let available = condition(&cluster, "Available");
+                let available_text = available
+                    .as_ref()
+                    .map(|(s, r, _)| format!("Available={s}/{r}"))
+                    .unwrap_or_else(|| "Available not set yet".into());
+                let ready_pods = pods.iter().filter(|p| pod_ready(p)).count();
+                let state = format!(
+                    "members ready {}/{REPLICAS} (Pods ready {ready_pods}/{}), {available_text}",
+                    status.ready_members,
+                    pods.len()
+                );
+                if state != last_state {
+                    clock.say(&state);
+                    last_state = state;
+                }
+                last_status = serde_json::to_string_pretty(&cluster.status).unwrap_or_default();
+                let healthy = available
+                    .as_ref()
+                    .is_some_and(|(s, r, _)| s == "True" && r == "QuorumHealthy");
+                if status.ready_members == REPLICAS && healthy {
+                    let mut names: Vec<String> = pods
+                        .iter()
+                        .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+                        .map(|p| p.name_any())
+                        .collect();
+                    names.sort();
+                    return Ok(names);
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{NAMESPACE}/{CLUSTER} was not Ready ({REPLICAS} ready members, \
+                 Available=True/QuorumHealthy) within {READY_TIMEOUT:?}\n\
+                 last status: {last_status}\n\
+                 last API error: {}\n\
+                 operator log: {}\n\
+                 pod runner log: {}\n\
+                 component logs: {}",
+                if last_error.is_empty() {
+                    "none"
+                } else {
+                    &last_error
+                },
+                operator.log().display(),
+                runner.journal().display(),
+                cp.log_dir().display()
+            )
+            .into());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// `etcdctl` on the host against the members' DNS names (the pod runner's `/etc/hosts` block).
+async fn run_etcdctl(etcdctl: &Path, endpoints: &str, args: &[&str]) -> Result<String, String> {
+    let mut cmd = tokio::process::Command::new(etcdctl);
+    cmd.arg(format!("--endpoints={endpoints}"))
+        .arg("--dial-timeout=5s")
+        .arg("--command-timeout=10s")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    match tokio::time::timeout(Duration::from_secs(20), cmd.output()).await {
+        Err(_) => Err("etcdctl did not finish within 20s".into()),
+        Ok(Err(e)) => Err(format!("running {}: {e}", etcdctl.display())),
+        Ok(Ok(out)) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into()),
+        Ok(Ok(out)) => Err(format!(
+            "etcdctl failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn print_banner(
+    cp: &ControlPlane,
+    operator: &Operator,
+    runner: &PodRunner,
+    pods: &[String],
+    etcdctl: &Path,
+    endpoints: &str,
+    member_list: &Result<String, String>,
+    to_ready: Duration,
+) {
+    let kubectl = cp
+        .testbins()
+        .dir()
+        .join(Kubernetes::Current.part())
+        .join("kubectl");
+    let k = format!(
+        "{} --kubeconfig {}",
+        kubectl.display(),
+        cp.kubeconfig().display()
+    );
+    let first = pods.first().map(String::as_str).unwrap_or("<pod>");
+    let etcd = format!("{} --endpoints={endpoints}", etcdctl.display());
+    let run_dir: PathBuf = cp
+        .log_dir()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| cp.log_dir().to_path_buf());
+    let rule = "=".repeat(100);
+    println!("\n{rule}");
+    println!(
+        "EtcdCluster {NAMESPACE}/{CLUSTER} is Ready: {REPLICAS}/{REPLICAS} members, \
+         Available=True/QuorumHealthy, {:.1?} after it was applied.",
+        to_ready
+    );
+    println!("\nkubeconfig: {}", cp.kubeconfig().display());
+    println!("logs:       {}", run_dir.display());
+    println!("  operator       {}", operator.log().display());
+    println!(
+        "  control plane  {}/{{etcd,kube-apiserver,kube-controller-manager,kube-scheduler}}.log",
+        cp.log_dir().display()
+    );
+    println!("  pod runner     {}", runner.journal().display());
+    if let Some(dir) = runner.journal().parent() {
+        println!("  member Pods    {}/pods/", dir.display());
+    }
+    println!("\nTry it (from another shell on this machine):\n");
+    println!("  {k} get etcdcluster.etcd-operator.cozystack.io -A");
+    println!(
+        "  {k} get etcdmember -o custom-columns='NAME:.metadata.name,BOOTSTRAP:.spec.bootstrap,\
+         DORMANT:.spec.dormant,READY:.status.conditions[?(@.type==\"Ready\")].status,\
+         MEMBERID:.status.memberID'"
+    );
+    println!("  {k} get pod -l etcd-operator.cozystack.io/cluster={CLUSTER} -o wide");
+    println!("  {k} logs {first}");
+    println!("  {k} scale etcdcluster {CLUSTER} --replicas=5");
+    println!("  {k} get etcdcluster {CLUSTER} -w");
+    println!(
+        "\nTalk to etcd from the host: the pod runner has no `kubectl exec`, but it publishes every \
+         Ready member as\n<member>.{CLUSTER}.{NAMESPACE}.svc in /etc/hosts (now: {}):\n",
+        pods.iter()
+            .map(|p| format!("{p}.{CLUSTER}.{NAMESPACE}.svc"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!("  {etcd} member list -w table");
+    println!("  {etcd} endpoint status --cluster -w table");
+    println!("  {etcd} put hello world");
+    println!("  {etcd} get hello");
+    match member_list {
+        Ok(table) => {
+            println!("\n$ etcdctl --endpoints={endpoints} member list -w table");
+            for line in table.lines() {
+                println!("  {line}");
+            }
+        }
+        Err(e) => println!("\n(warning: running `etcdctl member list` from here failed: {e})"),
+    }
+    println!("\nCtrl-C stops everything: the operator, the member processes, the control plane.");
+    println!("{rule}\n");
+}
+
+/// Returns (as an error) when a component of the demo dies.
+async fn watch_components(cp: &ControlPlane, operator: &Operator) -> BoxError {
+    let mut misses = 0;
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        if let Err(e) = cp.check_running() {
+            return e.into();
+        }
+        misses = match operator.get("/healthz").await {
+            Ok(_) => 0,
+            Err(_) => misses + 1,
+        };
+        if misses >= 3 {
+            return format!(
+                "the operator stopped answering on its admin port; log {}",
+                operator.log().display()
+            )
+            .into();
+        }
+    }
+}
