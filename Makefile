@@ -42,10 +42,11 @@ api: testbins
 	$(CARGO) test --locked -p tests --test api_crds --test control_plane --test webhook_api
 
 ## e2e: the pod runner (Pods as real local processes), then the operator binary driving real etcd
-## members: bootstrap, scale, pause/resume, member loss, every key checked.
+## members: bootstrap, scale, pause/resume, member loss, operator crashes in every scale-up window,
+## every condition reason the environment can produce, the PDB against evictions; every key checked.
 e2e: testbins
 	$(CARGO) build --locked -p controller --bins
-	$(CARGO) test --locked -p tests --test pod_runner --test e2e_cluster
+	$(CARGO) test --locked -p tests --test pod_runner --test e2e_cluster --test e2e_lifecycle
 
 ## crds: write the CRDs generated from the Rust types into the chart (commit the result).
 crds:

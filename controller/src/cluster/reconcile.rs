@@ -31,13 +31,26 @@ pub const HEALTH_RECHECK: Duration = Duration::from_secs(30);
 
 pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let started = Instant::now();
-    let result = reconcile_inner(&cluster, &ctx).await;
+    let result = match fresh_cluster(&cluster, &ctx).await {
+        Ok(Some(fresh)) => reconcile_inner(&fresh, &ctx).await,
+        Ok(None) => Ok(Requeue::await_change()),
+        Err(e) => Err(e),
+    };
     ctx.metrics
         .observe_reconcile("etcdcluster", started.elapsed());
     if let Err(e) = &result {
         ctx.metrics.count_error("etcdcluster", e.metric_label());
     }
     result
+}
+
+/// The cluster as the API has it now, not as the watch cache last saw it: the cache can lag
+/// behind this operator's own status writes, and planning from a stale `status.observed` acts on
+/// an old target (it removed the member the previous reconcile had just added for the new one).
+async fn fresh_cluster(cluster: &EtcdCluster, ctx: &Context) -> Result<Option<EtcdCluster>, Error> {
+    let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
+    let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    Ok(api.get_opt(&cluster.name_any()).await?)
 }
 
 pub fn error_policy(_cluster: Arc<EtcdCluster>, error: &Error, _ctx: Arc<Context>) -> Requeue {
@@ -196,6 +209,20 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         _ => Requeue::await_change(),
     };
     let mut latched = None;
+
+    // Persist a newly locked target before acting on it: if this action fails or the operator
+    // dies half-way, the next reconcile must resume the step towards the same target, not keep
+    // the old one and undo the step (a member created for 5 replicas removed again as surplus).
+    let status_api: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    let mut stored = cluster.status.clone();
+    if plan.locked_because.is_some() && !matches!(plan.action, Action::None | Action::Wait(_)) {
+        let locked = status::render(cluster, &plan, None, now);
+        let patch = json!({"status": status_merge_patch(stored.as_ref(), &locked)?});
+        status_api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        stored = Some(locked);
+    }
 
     match &plan.action {
         Action::CreateSeed => {
@@ -391,10 +418,10 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     ensure_pdb(cluster, ctx, voters, plan.observed.replicas).await?;
 
     let new_status = status::render(cluster, &plan, latched, Timestamp::now());
-    if cluster.status.as_ref() != Some(&new_status) {
-        let api: Api<EtcdCluster> = Api::namespaced(client, &ns);
-        let patch = json!({"status": status_merge_patch(cluster.status.as_ref(), &new_status)?});
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+    if stored.as_ref() != Some(&new_status) {
+        let patch = json!({"status": status_merge_patch(stored.as_ref(), &new_status)?});
+        status_api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
     }
     Ok(requeue)

@@ -175,15 +175,16 @@ pub fn render(
             "the seed EtcdMember exists; waiting for its Pod".into(),
         ),
         Phase::Progressing => {
+            // Keep the reason the target was locked with. WaitingForSeed only ever interrupts
+            // a bootstrap, which works towards the initial snapshot: it is not a spec change.
             let previous = old
                 .conditions
                 .iter()
-                .find(|c| {
-                    c.type_ == ctype::PROGRESSING
-                        && c.status == "True"
-                        && c.reason != reason::WAITING_FOR_SEED
-                })
-                .map(|c| c.reason.clone());
+                .find(|c| c.type_ == ctype::PROGRESSING && c.status == "True")
+                .map(|c| match c.reason.as_str() {
+                    reason::WAITING_FOR_SEED => reason::INITIAL_SNAPSHOT.to_string(),
+                    other => other.to_string(),
+                });
             let why = plan
                 .locked_because
                 .map(str::to_string)
@@ -459,6 +460,37 @@ mod tests {
         assert_eq!(
             cond(&s, ctype::PROGRESSING).reason,
             reason::WAITING_FOR_SEED
+        );
+    }
+
+    #[test]
+    fn bootstrap_after_waiting_for_seed_is_still_the_initial_snapshot() {
+        let mut c = cluster();
+        let waiting = render(
+            &c,
+            &plan(
+                3,
+                Phase::Progressing,
+                Facts {
+                    seed_without_pod: true,
+                    ..Default::default()
+                },
+                Action::None,
+            ),
+            None,
+            now(),
+        );
+        c.status = Some(waiting);
+        let s = render(
+            &c,
+            &plan(3, Phase::Progressing, Facts::default(), Action::None),
+            None,
+            now(),
+        );
+        let p = cond(&s, ctype::PROGRESSING);
+        assert_eq!(
+            (p.status.as_str(), p.reason.as_str()),
+            ("True", reason::INITIAL_SNAPSHOT)
         );
     }
 }

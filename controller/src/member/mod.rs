@@ -81,6 +81,14 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
     }
+    // The component label needs the generated name, so the cluster controller adds it in a second
+    // call after creating the member; an operator that died in between left it off.
+    if member.labels().get(labels::APP_COMPONENT) != Some(&name) {
+        let patch = json!({"metadata": {"labels": {labels::APP_COMPONENT: name}}});
+        members
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
 
     let formed = cluster
         .as_ref()
