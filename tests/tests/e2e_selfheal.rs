@@ -1,0 +1,73 @@
+//! Self-healing end to end: a member whose data directory is lost must neither form a new empty
+//! cluster (the seed) nor rejoin with empty data; it crash-loops, and the operator replaces it
+//! while the others keep quorum — with every key intact.
+
+use std::time::{Duration, Instant};
+
+use kube::ResourceExt;
+use tests::e2e::{env, spec};
+use tests::OrPanic;
+
+const BOOT: Duration = Duration::from_secs(180);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_with_wiped_data_never_forms_a_new_cluster_and_is_replaced_while_quorum_holds() {
+    let env = env().await;
+    let ns = env.namespace("wipe").await;
+    env.create_cluster(&ns, "wp", spec(3)).await;
+    let c = env.wait_healthy(&ns, "wp", 3, BOOT).await;
+    let cluster_id = c.status.unwrap().cluster_id;
+    let keys = env.write_keys(&ns, "wp", 50).await;
+
+    let members = env.members(&ns, "wp").await;
+    let seed = members
+        .iter()
+        .find(|m| m.spec.bootstrap)
+        .expect("a seed member")
+        .name_any();
+    let pvc = format!("data-{seed}");
+    // Lose the seed's data, then make etcd start again on the empty directory.
+    env.runner.wipe_claim(&ns, &pvc).await.or_panic();
+    env.runner.kill_container(&ns, &seed, "etcd").or_panic();
+
+    // The seed must never come back as a cluster of its own: while it is being replaced, the
+    // cluster keeps its ID and its members never see a second cluster.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let names: Vec<String> = env
+            .members(&ns, "wp")
+            .await
+            .iter()
+            .map(|m| m.name_any())
+            .collect();
+        if !names.contains(&seed) && names.len() == 3 {
+            break;
+        }
+        let c = env.cluster(&ns, "wp").await;
+        assert_eq!(
+            c.status.and_then(|s| s.cluster_id),
+            cluster_id,
+            "the cluster ID changed"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the wiped seed {seed} was not replaced; members: {names:?}; operator log: {}",
+            env.operator.log().display()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let c = env.wait_healthy(&ns, "wp", 3, BOOT).await;
+    assert_eq!(
+        c.status.unwrap().cluster_id,
+        cluster_id,
+        "same cluster after the replacement"
+    );
+    let etcd = env.etcd_members(&ns, "wp").await;
+    assert_eq!(etcd.len(), 3, "{etcd:?}");
+    assert!(
+        !etcd.iter().any(|(n, _)| n == &seed),
+        "the wiped seed left etcd: {etcd:?}"
+    );
+    assert!(etcd.iter().all(|(_, learner)| !learner), "{etcd:?}");
+    env.check_keys(&ns, "wp", &keys).await;
+}
