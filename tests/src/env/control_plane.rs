@@ -43,8 +43,9 @@ const POLL: Duration = Duration::from_millis(200);
 /// Attempts at a component whose freshly picked port was taken by someone else meanwhile.
 const PORT_ATTEMPTS: usize = 3;
 
-/// The service CIDR; nothing routes to it (tests never dial a ClusterIP), it only has to exist.
-pub const SERVICE_CLUSTER_IP_RANGE: &str = "10.0.0.0/24";
+/// The service CIDR; nothing routes to it (tests never dial a ClusterIP), it only has to exist —
+/// and be large enough for hundreds of clusters (two Services each) in the benchmarks.
+pub const SERVICE_CLUSTER_IP_RANGE: &str = "10.0.0.0/16";
 pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
 /// The kube-controller-manager controllers the operator's objects need (TESTING.md step 5); the
