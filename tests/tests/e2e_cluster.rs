@@ -290,3 +290,43 @@ async fn memory_member_whose_pod_is_deleted_is_replaced_by_a_new_member() {
     );
     env.check_keys(&ns, "mem", &keys).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_formed_cluster_removes_every_owned_object_without_deadlock() {
+    let env = env().await;
+    let ns = env.namespace("delete").await;
+    env.create_cluster(&ns, "gone", spec(3)).await;
+    env.wait_healthy(&ns, "gone", 3, BOOT).await;
+    env.cp
+        .kubectl_ok(&[
+            "delete",
+            "etcdcluster.etcd-operator.cozystack.io",
+            "gone",
+            "-n",
+            &ns,
+            "--wait=false",
+        ])
+        .await
+        .unwrap();
+    // The member finalizers see the cluster going and skip MemberRemove; owner references
+    // garbage-collect the rest.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let members = env.members(&ns, "gone").await.len();
+        let pods = env.pods(&ns, "gone").await.len();
+        let pvcs = env.pvcs(&ns, "gone").await.len();
+        let rest = env
+            .cp
+            .kubectl_ok(&["get", "etcdcluster,svc,pdb", "-n", &ns, "-o", "name"])
+            .await
+            .unwrap();
+        if members + pods + pvcs == 0 && rest.trim().is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left behind: {members} members, {pods} pods, {pvcs} PVCs, {rest:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
