@@ -11,6 +11,16 @@ pub mod metrics;
 pub mod naming;
 pub mod run;
 
+/// UID of the object's controlling owner (the EtcdCluster of a member, the member of a Pod or PVC).
+pub fn controller_uid(obj: &impl kube::Resource) -> Option<String> {
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.clone())
+}
+
 /// Errors of a reconcile. Each maps to a metric label; all are transient (retried with backoff)
 /// except where the planner turns a condition into a status reason instead of an error.
 #[derive(Debug, thiserror::Error)]

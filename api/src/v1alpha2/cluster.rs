@@ -141,6 +141,18 @@ impl Default for EtcdClusterSpec {
     }
 }
 
+impl EtcdClusterSpec {
+    /// The client listener (2379) serves TLS.
+    pub fn client_tls(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.client.is_some())
+    }
+
+    /// The peer listener (2380) serves (mutual) TLS.
+    pub fn peer_tls(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.peer.is_some())
+    }
+}
+
 /// TLS for the two etcd listeners; each is optional and independent.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]

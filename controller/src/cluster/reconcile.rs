@@ -61,11 +61,7 @@ pub fn error_policy(_cluster: Arc<EtcdCluster>, error: &Error, _ctx: Arc<Context
 /// Members that belong to this incarnation of the cluster (a recreated cluster of the same name
 /// must not adopt members of the previous one that are still being garbage-collected).
 fn owned_by(obj: &impl Resource, owner_uid: &str) -> bool {
-    obj.meta()
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.uid == owner_uid && o.controller == Some(true))
+    crate::controller_uid(obj).as_deref() == Some(owner_uid)
 }
 
 pub fn pod_view(pod: &Pod) -> PodView {
@@ -118,11 +114,7 @@ fn voter_endpoints(
 ) -> Vec<String> {
     let ns = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
-    let client_tls = cluster
-        .spec
-        .tls
-        .as_ref()
-        .is_some_and(|t| t.client.is_some());
+    let client_tls = cluster.spec.client_tls();
     members
         .iter()
         .zip(views)
@@ -229,7 +221,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
             tracing::info!(cluster = %name, "bootstrapping single-node cluster");
             let seed = create_member(cluster, ctx, &plan.observed.version, true).await?;
             let seed_name = seed.name_any();
-            let url = naming::peer_url(&seed_name, &name, &ns, peer_tls(cluster));
+            let url = naming::peer_url(&seed_name, &name, &ns, cluster.spec.peer_tls());
             set_initial_cluster(&members_api, &seed_name, &format!("{seed_name}={url}")).await?;
             ctx.event(
                 cluster,
@@ -243,7 +235,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         Action::CreateMember => {
             let member = create_member(cluster, ctx, &plan.observed.version, false).await?;
             let member_name = member.name_any();
-            let url = naming::peer_url(&member_name, &name, &ns, peer_tls(cluster));
+            let url = naming::peer_url(&member_name, &name, &ns, cluster.spec.peer_tls());
             // Continue the same step at once; each part is recoverable if we crash in between.
             if let (
                 Some(etcd),
@@ -444,10 +436,6 @@ pub fn status_merge_patch<T: serde::Serialize>(
     Ok(patch)
 }
 
-fn peer_tls(cluster: &EtcdCluster) -> bool {
-    cluster.spec.tls.as_ref().is_some_and(|t| t.peer.is_some())
-}
-
 async fn create_member(
     cluster: &EtcdCluster,
     ctx: &Context,
@@ -548,7 +536,7 @@ async fn sync_member_status(
         .filter(|m| m.metadata.deletion_timestamp.is_none())
     {
         let name = m.name_any();
-        let url = naming::peer_url(&name, &cluster_name, &ns, peer_tls(cluster));
+        let url = naming::peer_url(&name, &cluster_name, &ns, cluster.spec.peer_tls());
         let Some(entry) = etcd_members
             .iter()
             .find(|e| e.peer_urls.iter().any(|u| u == &url))

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::builders::pod::{
@@ -24,7 +24,7 @@ use crate::cluster::status::set_condition;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::etcd::{format_id, parse_id, Etcd};
 use crate::naming;
-use crate::Error;
+use crate::{controller_uid, Error};
 
 pub async fn reconcile(member: Arc<EtcdMember>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let started = Instant::now();
@@ -42,15 +42,6 @@ pub fn error_policy(_member: Arc<EtcdMember>, error: &Error, _ctx: Arc<Context>)
     Requeue::requeue(Duration::from_secs(5))
 }
 
-fn owner_uid(obj: &impl Resource) -> Option<String> {
-    obj.meta()
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-        .map(|o| o.uid.clone())
-}
-
 async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, Error> {
     let ns = member.namespace().ok_or(Error::NoNamespace)?;
     let name = member.name_any();
@@ -64,7 +55,7 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
     let cluster = clusters
         .get_opt(&member.spec.cluster_name)
         .await?
-        .filter(|c| c.uid() == owner_uid(member));
+        .filter(|c| c.uid() == controller_uid(member));
 
     if member.metadata.deletion_timestamp.is_some() {
         return finalize(member, cluster.as_ref(), ctx).await;
@@ -103,7 +94,7 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
 
     let pod = pods.get_opt(&name).await?;
     if let Some(p) = &pod {
-        if owner_uid(p).as_deref() != Some(uid.as_str()) {
+        if controller_uid(p).as_deref() != Some(uid.as_str()) {
             return Err(Error::Conflict(format!(
                 "Pod {name} exists but is not owned by this EtcdMember; waiting for it to be garbage-collected"
             )));
@@ -276,11 +267,7 @@ async fn running_version(
     ctx: &Context,
 ) -> Option<String> {
     let cluster = cluster?;
-    let tls = cluster
-        .spec
-        .tls
-        .as_ref()
-        .is_some_and(|t| t.client.is_some());
+    let tls = cluster.spec.client_tls();
     let url = naming::client_url(
         &member.name_any(),
         &cluster.name_any(),
@@ -301,7 +288,7 @@ async fn ensure_pvc(
     };
     let pvc_name = want.name_any();
     match pvcs.get_opt(&pvc_name).await? {
-        Some(existing) if owner_uid(&existing).as_deref() != Some(uid) => Err(Error::Conflict(format!(
+        Some(existing) if controller_uid(&existing).as_deref() != Some(uid) => Err(Error::Conflict(format!(
             "PVC {pvc_name} exists but is not owned by this EtcdMember; it is never adopted, waiting for it to be garbage-collected"
         ))),
         Some(_) => Ok(()),
@@ -395,12 +382,8 @@ async fn remove_from_etcd(
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
     let cluster_name = cluster.name_any();
     let name = member.name_any();
-    let client_tls = cluster
-        .spec
-        .tls
-        .as_ref()
-        .is_some_and(|t| t.client.is_some());
-    let peer_tls = cluster.spec.tls.as_ref().is_some_and(|t| t.peer.is_some());
+    let client_tls = cluster.spec.client_tls();
+    let peer_tls = cluster.spec.peer_tls();
     let members: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let selector = ListParams::default().labels(&labels::cluster_selector(&cluster_name));
