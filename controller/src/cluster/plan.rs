@@ -157,6 +157,24 @@ pub struct Facts {
     pub etcd_error: Option<String>,
 }
 
+/// The spec was edited after the cluster parked at its deadline: the `Progressing` condition
+/// that says `DeadlineExceeded` was written for an older generation.
+fn edited_since_parked(cluster: &EtcdCluster) -> bool {
+    let parked_at = cluster.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| {
+                c.type_ == api::conditions::cluster::PROGRESSING
+                    && c.reason == reason::DEADLINE_EXCEEDED
+            })
+            .map(|c| c.observed_generation)
+    });
+    match (parked_at, cluster.metadata.generation) {
+        (Some(Some(parked)), Some(now)) => now > parked,
+        _ => false,
+    }
+}
+
 pub fn target_of(cluster: &EtcdCluster) -> ObservedSpec {
     ObservedSpec {
         replicas: cluster.spec.replicas,
@@ -279,6 +297,19 @@ pub fn plan(o: &Observed<'_>) -> Plan {
                 current.clone()
             }
         }
+        Some(current)
+            if formed
+                && deadline.is_some_and(|d| d <= o.now)
+                && edited_since_parked(cluster)
+                && !reached(current, &o.members, &o.etcd, formed) =>
+        {
+            // Any spec edit is the intervention signal (the runbook: "edit spec to something
+            // sane"), not only one that changes the target: fixing resources or the deadline
+            // itself must also resume a parked cluster.
+            locked_because = Some(reason::RETRY_AFTER_DEADLINE);
+            deadline = Some(o.now + deadline_in);
+            spec_target.clone()
+        }
         Some(current) => current.clone(),
     };
 
@@ -305,12 +336,13 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         .map(|m| api::labels::pvc_name(&m.name));
 
     let is_reached = reached(&observed, &o.members, &o.etcd, formed);
-    // The deadline bounds an attempt; once reached it is cleared, and a later divergence (a lost
-    // member) starts a fresh attempt at the same target.
+    // The deadline bounds an attempt to reach a target the user asked for; once reached it is
+    // cleared. A later divergence (a member lost or hung) is repaired without a deadline and
+    // shows in Available/Degraded: parking a serving cluster as DeadlineExceeded would stop
+    // self-heal and report it unavailable while a majority serves. The runbook's forced
+    // deadline (a past `status.progressDeadline`) still parks it.
     if is_reached {
         deadline = None;
-    } else if deadline.is_none() {
-        deadline = Some(o.now + deadline_in);
     }
     let expired = !is_reached && deadline.is_some_and(|d| d <= o.now);
 

@@ -116,6 +116,17 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
         if let Some(p) = &pod {
             if p.metadata.deletion_timestamp.is_none() {
                 pods.delete(&name, &DeleteParams::default()).await?;
+                ctx.event(
+                    member,
+                    false,
+                    "PodDeleted",
+                    "Pause",
+                    format!(
+                        "deleted Pod {name}: the member is dormant; its data stays on PVC {}",
+                        labels::pvc_name(&name)
+                    ),
+                )
+                .await;
             }
         }
         new_status.pod_name = None;
@@ -134,7 +145,7 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
         );
     } else {
         if !member.spec.storage.is_memory() {
-            ensure_pvc(member, &pvcs, &uid).await?;
+            ensure_pvc(member, &pvcs, &uid, ctx).await?;
             new_status.pvc_name = Some(labels::pvc_name(&name));
         }
         match &pod {
@@ -169,6 +180,19 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
                     .await?;
                 new_status.pod_name = Some(name.clone());
                 new_status.pod_uid = created.uid();
+                let state = if params.bootstrap_new_cluster {
+                    "it bootstraps a new cluster"
+                } else {
+                    "it joins the existing cluster"
+                };
+                ctx.event(
+                    member,
+                    false,
+                    "PodCreated",
+                    "Create",
+                    format!("created Pod {name}; {state}"),
+                )
+                .await;
                 set_condition(
                     &mut conditions,
                     mtype::READY,
@@ -282,6 +306,7 @@ async fn ensure_pvc(
     member: &EtcdMember,
     pvcs: &Api<PersistentVolumeClaim>,
     uid: &str,
+    ctx: &Context,
 ) -> Result<(), Error> {
     let Some(want) = member_pvc(member)? else {
         return Ok(());
@@ -295,6 +320,14 @@ async fn ensure_pvc(
         None => {
             pvcs.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &want)
                 .await?;
+            ctx.event(
+                member,
+                false,
+                "PVCCreated",
+                "Create",
+                format!("created PVC {pvc_name} for the member's data"),
+            )
+            .await;
             Ok(())
         }
     }
@@ -394,20 +427,29 @@ async fn remove_from_etcd(
         .iter()
         .map(|p| (p.name_any(), pod_view(p).ready))
         .collect();
-    let endpoints: Vec<String> = members
+    let other_voters: Vec<String> = members
         .list(&selector)
         .await?
         .items
         .iter()
         .filter(|m| m.name_any() != name)
         .filter(|m| m.status.as_ref().is_some_and(|s| s.is_voter))
-        .filter(|m| ready.get(&m.name_any()).copied().unwrap_or(false))
-        .map(|m| naming::client_url(&m.name_any(), &cluster_name, &ns, client_tls))
+        .map(|m| m.name_any())
         .collect();
-    if endpoints.is_empty() {
+    if other_voters.is_empty() {
         // No other voter: this is the last member (or the cluster never formed); nothing to
         // remove it from.
         return Ok(());
+    }
+    let endpoints: Vec<String> = other_voters
+        .iter()
+        .filter(|m| ready.get(*m).copied().unwrap_or(false))
+        .map(|m| naming::client_url(m, &cluster_name, &ns, client_tls))
+        .collect();
+    if endpoints.is_empty() {
+        // Dropping the finalizer now would leave a ghost member in etcd that still counts
+        // towards quorum; the member stays Terminating until a voter can take the MemberRemove.
+        return Err(Error::EtcdUnavailable);
     }
     let mut etcd = Etcd::connect(&endpoints, ctx.metrics.clone()).await?;
     let url = naming::peer_url(&name, &cluster_name, &ns, peer_tls);
@@ -428,14 +470,17 @@ async fn remove_from_etcd(
         match etcd.member_remove(id).await {
             Ok(()) => {
                 tracing::info!(member = %name, id = %format_id(id), "removed member from etcd");
+                let note = format!("removed {name} (ID {}) from etcd", format_id(id));
                 ctx.event(
                     cluster,
                     false,
                     "MemberRemoved",
                     "MemberRemove",
-                    format!("removed {name} from etcd"),
+                    note.clone(),
                 )
                 .await;
+                ctx.event(member, false, "MemberRemoved", "MemberRemove", note)
+                    .await;
             }
             Err(e) if e.is_member_not_found() => {}
             Err(e) => return Err(e.into()),

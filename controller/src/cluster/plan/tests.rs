@@ -467,3 +467,65 @@ fn initial_cluster_names_unstarted_learners_from_their_peer_url() {
         format!("c-a={},c-b={},c-c={}", url("c-a"), url("c-b"), url("c-c"))
     );
 }
+
+#[test]
+fn member_lost_after_the_target_was_reached_is_repaired_without_a_deadline() {
+    // Reached earlier (no deadline in the status); one of three Pods hangs.
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let mut hung = m("c-b", 2);
+    hung.pod.as_mut().unwrap().ready = false;
+    let view = etcd(vec![
+        e(1, "c-a", false),
+        e(2, "c-b", false),
+        e(3, "c-c", false),
+    ]);
+    let p = run(&c, vec![m("c-a", 1), hung, m("c-c", 3)], view);
+    assert_eq!(p.phase, Phase::Progressing);
+    assert_eq!(
+        p.progress_deadline, None,
+        "a repair must never park a serving cluster at a deadline"
+    );
+}
+
+fn parked(c: &mut EtcdCluster, at_generation: i64) {
+    c.status.as_mut().unwrap().conditions.push(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: api::conditions::cluster::PROGRESSING.into(),
+            status: "False".into(),
+            reason: reason::DEADLINE_EXCEEDED.into(),
+            message: String::new(),
+            observed_generation: Some(at_generation),
+            last_transition_time: Time(ts(50)),
+        },
+    );
+}
+
+#[test]
+fn any_spec_edit_after_the_deadline_retries_the_same_target() {
+    let members = vec![m("c-a", 1)];
+    let view = etcd(vec![e(1, "c-a", false)]);
+
+    // Parked at generation 2, nothing edited since: stays parked.
+    let mut c = cluster(3, locked(3, Some(0xabc), Some(50)));
+    c.metadata.generation = Some(2);
+    parked(&mut c, 2);
+    let p = run(&c, members.clone(), view.clone());
+    assert_eq!(p.phase, Phase::DeadlineExceeded);
+
+    // An edit that keeps replicas and version (say, resources) bumps the generation: retried.
+    c.metadata.generation = Some(3);
+    let p = run(&c, members.clone(), view.clone());
+    assert_eq!(p.locked_because, Some(reason::RETRY_AFTER_DEADLINE));
+    assert_eq!(p.observed.replicas, 3);
+    assert_eq!(p.observed.generation, Some(3));
+    assert_eq!(p.progress_deadline, Some(ts(700)));
+    assert_eq!(p.phase, Phase::Progressing);
+    assert_eq!(p.action, Action::CreateMember);
+
+    // Before the deadline, an edit that keeps the target is not a retry signal.
+    let mut c = cluster(3, locked(3, Some(0xabc), Some(500)));
+    c.metadata.generation = Some(3);
+    parked(&mut c, 2);
+    let p = run(&c, members, view);
+    assert_eq!(p.locked_because, None);
+}
