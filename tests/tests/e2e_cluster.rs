@@ -155,6 +155,102 @@ async fn three_members_scale_to_five_and_back_keeping_every_key() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_member_cluster_bootstraps_with_every_member_a_voter() {
+    let env = env().await;
+    let ns = env.namespace("five").await;
+    env.create_cluster(&ns, "five", spec(5)).await;
+    let c = env.wait_healthy(&ns, "five", 5, BOOT).await;
+    assert_eq!(c.status.unwrap().ready_members, 5);
+    let members = env.members(&ns, "five").await;
+    assert_eq!(members.len(), 5);
+    assert_eq!(
+        members.iter().filter(|m| m.spec.bootstrap).count(),
+        1,
+        "exactly one seed"
+    );
+    let mut want: Vec<String> = members.iter().map(|m| m.name_any()).collect();
+    want.sort();
+    let mut etcd = env.etcd_members(&ns, "five").await;
+    etcd.sort();
+    assert_eq!(
+        etcd,
+        want.iter().map(|n| (n.clone(), false)).collect::<Vec<_>>(),
+        "etcd lists every EtcdMember, each a voter"
+    );
+    let voters = env
+        .pods(&ns, "five")
+        .await
+        .iter()
+        .filter(|p| p.labels().get(labels::ROLE).map(String::as_str) == Some("voter"))
+        .count();
+    assert_eq!(voters, 5, "every Pod carries the voter label");
+    let keys = env.write_keys(&ns, "five", 20).await;
+    env.check_keys(&ns, "five", &keys).await;
+}
+
+/// A member deleted while no other voter is ready cannot be removed from etcd yet; its
+/// finalizer must hold it (Terminating) rather than leave a ghost that counts towards quorum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_deleted_without_a_ready_voter_waits_to_leave_etcd_before_it_goes() {
+    let env = env().await;
+    let ns = env.namespace("ghost").await;
+    env.create_cluster(&ns, "gh", spec(3)).await;
+    env.wait_healthy(&ns, "gh", 3, BOOT).await;
+    let keys = env.write_keys(&ns, "gh", 30).await;
+    let names: Vec<String> = env
+        .members(&ns, "gh")
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+    let (victim, hung) = (names[0].clone(), &names[1..]);
+    for h in hung {
+        env.runner.stop_container(&ns, h, "etcd").unwrap();
+    }
+    env.wait_for(&ns, "gh", "two members not ready", BOOT, |c| {
+        c.status.as_ref().is_some_and(|s| s.ready_members == 1)
+    })
+    .await;
+    env.cp
+        .kubectl_ok(&["delete", "etcdmember", &victim, "-n", &ns, "--wait=false"])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let held = env
+        .members(&ns, "gh")
+        .await
+        .into_iter()
+        .find(|m| m.name_any() == victim)
+        .expect("the member is held by its finalizer while no voter can remove it from etcd");
+    assert!(held.metadata.deletion_timestamp.is_some());
+
+    for h in hung {
+        env.runner.resume_container(&ns, h, "etcd").unwrap();
+    }
+    let deadline = std::time::Instant::now() + BOOT;
+    while env
+        .members(&ns, "gh")
+        .await
+        .iter()
+        .any(|m| m.name_any() == victim)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{victim} was never finalized after the voters came back"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    env.wait_healthy(&ns, "gh", 3, BOOT).await;
+    let etcd = env.etcd_members(&ns, "gh").await;
+    assert_eq!(etcd.len(), 3, "a replacement joined, no ghost: {etcd:?}");
+    assert!(
+        !etcd.iter().any(|(n, _)| n == &victim),
+        "{victim} left etcd: {etcd:?}"
+    );
+    env.check_keys(&ns, "gh", &keys).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_keeps_one_dormant_pvc_and_resume_keeps_cluster_id_and_keys() {
     let env = env().await;
     let ns = env.namespace("pause").await;
