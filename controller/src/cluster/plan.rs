@@ -397,7 +397,7 @@ fn plan_bootstrap(
     facts: &mut Facts,
 ) -> Action {
     if target.replicas == 0 {
-        return Action::None;
+        return Action::Wait("cluster declared paused from the start; not bootstrapping".into());
     }
     let Some(seed) = live.iter().find(|m| m.bootstrap) else {
         if live.is_empty() {
@@ -419,7 +419,7 @@ fn plan_bootstrap(
     if seed.pod.is_none() {
         facts.seed_without_pod = true;
         return Action::Wait(format!(
-            "waiting for the seed member {} to get its Pod",
+            "waiting for bootstrap member to form cluster: the seed {} has no Pod yet",
             seed.name
         ));
     }
@@ -445,7 +445,7 @@ fn plan_bootstrap(
             }
         }
         _ => Action::Wait(format!(
-            "waiting for the seed member {} to become reachable",
+            "waiting for bootstrap member to form cluster: the seed {} is not reachable yet",
             seed.name
         )),
     }

@@ -386,7 +386,8 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
             }
         }
         Action::Wait(why) => {
-            tracing::debug!(cluster = %name, why = %why, "waiting");
+            // The runbook's "key signals" are these messages, so they are logged at info.
+            tracing::info!(cluster = %name, namespace = %ns, "{why}");
         }
         Action::None => {}
     }
