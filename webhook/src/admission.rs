@@ -8,9 +8,10 @@
 //!   `Invalid`). An UPDATE that leaves `spec` as it was (metadata, finalizers) is allowed, as
 //!   the apiserver's validation ratcheting does, so an object stored under older rules can
 //!   still be labelled or finalized. Status subresource writes are not judged (no spec change).
-//! - `EtcdMember` UPDATE: only the controller's user; anyone else only when the change is
-//!   deletion bookkeeping (finalizers, owner references) — the garbage collector's and the
-//!   escape hatch of an admin clearing a stuck finalizer.
+//! - `EtcdMember` UPDATE: only the controller's user. Anyone else only to remove finalizers
+//!   from a member that already has `metadata.deletionTimestamp`, and nothing else: the escape
+//!   hatch of an admin clearing a deletion stuck on a finalizer. On a live member the same
+//!   removal would let a later delete skip etcd MemberRemove, so it is denied.
 //! - DELETE / CONNECT and kinds of other groups: allowed untouched.
 
 use api::v1alpha2::{EtcdClusterSpec, GROUP};
@@ -236,13 +237,12 @@ fn validate_spec(req: &Request, response: AdmissionResponse, policy: &Policy) ->
     response
 }
 
-/// The object without what deletion bookkeeping (and the apiserver) changes.
-fn without_bookkeeping(object: &DynamicObject) -> Option<Value> {
+/// The object without its finalizers and the fields the apiserver maintains itself.
+fn apart_from_finalizers(object: &DynamicObject) -> Option<Value> {
     let mut value = serde_json::to_value(object).ok()?;
     if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
         for key in [
             "finalizers",
-            "ownerReferences",
             "managedFields",
             "resourceVersion",
             "generation",
@@ -253,26 +253,41 @@ fn without_bookkeeping(object: &DynamicObject) -> Option<Value> {
     Some(value)
 }
 
-fn only_bookkeeping_changed(req: &Request) -> bool {
-    match (&req.object, &req.old_object) {
-        (Some(new), Some(old)) => match (without_bookkeeping(new), without_bookkeeping(old)) {
-            (Some(new), Some(old)) => new == old,
-            _ => false,
-        },
-        _ => false,
+/// Whether the update does nothing but remove finalizers from a member that is being deleted
+/// already. Only then is a finalizer's work moot enough to let anyone skip it.
+fn only_releases_a_deleting_member(req: &Request) -> bool {
+    let (Some(new), Some(old)) = (&req.object, &req.old_object) else {
+        return false;
+    };
+    if req.sub_resource.is_some() || old.metadata.deletion_timestamp.is_none() {
+        return false;
     }
+    let old_finalizers = old.metadata.finalizers.as_deref().unwrap_or_default();
+    let new_finalizers = new.metadata.finalizers.as_deref().unwrap_or_default();
+    // The new list is the old one with entries taken out: nothing added, nothing reordered.
+    let mut remaining = old_finalizers.iter();
+    let removes_only = new_finalizers.len() < old_finalizers.len()
+        && new_finalizers
+            .iter()
+            .all(|kept| remaining.any(|f| f == kept));
+    removes_only
+        && matches!(
+            (apart_from_finalizers(new), apart_from_finalizers(old)),
+            (Some(new), Some(old)) if new == old
+        )
 }
 
 fn guard_member(req: &Request, response: AdmissionResponse, policy: &Policy) -> AdmissionResponse {
     let user = req.user_info.username.as_deref().unwrap_or_default();
-    if user == policy.controller_username || only_bookkeeping_changed(req) {
+    if user == policy.controller_username || only_releases_a_deleting_member(req) {
         return response;
     }
     let message = format!(
         "EtcdMember {:?} is operator-owned: only etcd-operator ({}) may update EtcdMembers, and {user:?} is not it. \
          Members are derived from their EtcdCluster; change the EtcdCluster (e.g. spec.replicas, spec.version) instead. \
-         The operator's own updates, including status subresource updates, are allowed; \
-         removing finalizers or owner references of a member being deleted is allowed to anyone.",
+         The operator's own updates, including status subresource updates, are allowed. \
+         The one exception: to release a deletion stuck on a finalizer, anyone may remove finalizers (and change nothing else) \
+         once the member has metadata.deletionTimestamp; on a live member that would let its later deletion skip the etcd MemberRemove.",
         req.name, policy.controller_username
     );
     deny(
@@ -518,17 +533,86 @@ mod tests {
         );
     }
 
+    const CLEANUP: &str = "etcd-operator.cozystack.io/member-cleanup";
+
+    fn terminating(mut member: Value) -> Value {
+        member["metadata"]["deletionTimestamp"] = json!("2026-01-02T03:04:05Z");
+        member
+    }
+
+    fn member_update_by(user: &str, new: Value, old: Value) -> AdmissionResponse {
+        validate(
+            &review("UPDATE", "EtcdMember", new, Some(old), user),
+            &Policy::default(),
+        )
+    }
+
     #[test]
-    fn member_finalizer_removal_by_anyone_is_allowed() {
+    fn live_member_finalizer_removal_by_anyone_else_is_denied() {
         let spec = json!({"clusterName": "main"});
-        let req = review(
-            "UPDATE",
-            "EtcdMember",
-            member(spec.clone(), &[]),
-            Some(member(spec, &["etcd-operator.cozystack.io/member-cleanup"])),
-            "system:serviceaccount:kube-system:generic-garbage-collector",
+        let resp = member_update_by("alice", member(spec.clone(), &[]), member(spec, &[CLEANUP]));
+        assert!(!resp.allowed);
+        assert_eq!(resp.result.code, 403);
+        assert!(
+            resp.result.message.contains("deletionTimestamp"),
+            "{}",
+            resp.result.message
         );
-        assert!(validate(&req, &Policy::default()).allowed);
+    }
+
+    #[test]
+    fn terminating_member_finalizer_removal_by_anyone_is_allowed() {
+        let spec = json!({"clusterName": "main"});
+        let old = terminating(member(
+            spec.clone(),
+            &["example.com/a", CLEANUP, "example.com/b"],
+        ));
+        for kept in [
+            &[][..],
+            &["example.com/a", "example.com/b"],
+            &["example.com/b"],
+        ] {
+            let new = terminating(member(spec.clone(), kept));
+            assert!(
+                member_update_by("alice", new, old.clone()).allowed,
+                "keeping {kept:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn terminating_member_takes_nothing_but_finalizer_removal_from_anyone_else() {
+        let spec = json!({"clusterName": "main"});
+        let old = terminating(member(spec.clone(), &[CLEANUP]));
+        let mut relabelled = terminating(member(spec.clone(), &[]));
+        relabelled["metadata"]["labels"] = json!({"team": "db"});
+        let mut disowned = terminating(member(spec.clone(), &[]));
+        disowned["metadata"]["ownerReferences"] = json!([]);
+        let mut owned = old.clone();
+        owned["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "u"}]);
+        for (what, new, old) in [
+            (
+                "finalizer added",
+                terminating(member(spec.clone(), &[CLEANUP, "example.com/hold"])),
+                old.clone(),
+            ),
+            (
+                "finalizers reordered",
+                terminating(member(spec.clone(), &["b", "a"])),
+                terminating(member(spec.clone(), &["a", "b"])),
+            ),
+            ("nothing removed", old.clone(), old.clone()),
+            ("removal and a label", relabelled, old.clone()),
+            ("removal and the owner", disowned, owned),
+            (
+                "removal and the spec",
+                terminating(member(json!({"clusterName": "main", "dormant": true}), &[])),
+                old.clone(),
+            ),
+        ] {
+            assert!(!member_update_by("alice", new, old).allowed, "{what}");
+        }
     }
 
     #[test]

@@ -365,10 +365,11 @@ async fn etcd_member_update_by_another_user_is_denied_as_operator_owned() {
 }
 
 #[tokio::test]
-async fn etcd_member_finalizer_removal_is_allowed_to_anyone() {
+async fn etcd_member_finalizer_removal_is_allowed_to_anyone_only_once_it_is_terminating() {
     let harness = Harness::start().await;
     let cleanup = "etcd-operator.cozystack.io/member-cleanup";
-    let response = harness
+    let user = "alice";
+    let live = harness
         .review(
             "/validate",
             &review(
@@ -376,11 +377,31 @@ async fn etcd_member_finalizer_removal_is_allowed_to_anyone() {
                 "EtcdMember",
                 Some(member(false, &[])),
                 Some(member(false, &[cleanup])),
-                "system:serviceaccount:kube-system:generic-garbage-collector",
+                user,
             ),
         )
         .await;
-    assert_eq!(response["allowed"], true, "{response}");
+    assert_eq!(live["allowed"], false, "{live}");
+    assert_eq!(live["status"]["code"], 403);
+
+    let terminating = |finalizers: &[&str]| {
+        let mut object = member(false, finalizers);
+        object["metadata"]["deletionTimestamp"] = json!("2026-01-02T03:04:05Z");
+        object
+    };
+    let stuck = harness
+        .review(
+            "/validate",
+            &review(
+                "UPDATE",
+                "EtcdMember",
+                Some(terminating(&[])),
+                Some(terminating(&[cleanup])),
+                user,
+            ),
+        )
+        .await;
+    assert_eq!(stuck["allowed"], true, "{stuck}");
 }
 
 #[tokio::test]
