@@ -2,18 +2,23 @@
 //!
 //! | metric | labels |
 //! |---|---|
-//! | `admission_requests_total` | `webhook` (validate/mutate), `operation`, `kind`, `allowed` |
+//! | `admission_requests_total` | `webhook` (validate/mutate), `operation`, `kind` (ours or `other`), `allowed` |
 //! | `admission_duration_seconds` (histogram) | `webhook` |
 //! | `admission_malformed_requests_total` | `webhook`, `reason` (body_too_large, not_json, …) |
 //! | `tls_handshake_failures_total` | — |
 //! | `certificate_reloads_total`, `certificate_reload_failures_total` | — |
 //! | `certificate_loaded` (gauge 0/1), `certificate_last_reload_timestamp_seconds` | — |
+//!
+//! Every label value comes from a fixed set: the admission port has no client authentication,
+//! so a value copied from a request body would let anyone who reaches it create series without
+//! bound.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use certs::{CertResolver, ReloadStats};
+use kube::core::GroupVersionKind;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -42,8 +47,22 @@ impl Endpoint {
 struct RequestLabels {
     webhook: &'static str,
     operation: &'static str,
-    kind: String,
+    kind: &'static str,
     allowed: bool,
+}
+
+/// The kinds the webhook judges; any other kind (or group) is counted as `other`.
+const KINDS: [&str; 3] = ["EtcdCluster", "EtcdMember", "EtcdSnapshot"];
+
+/// The `kind` label of a reviewed object's group and kind.
+pub fn kind_label(group: &str, kind: &str) -> &'static str {
+    if group != api::v1alpha2::GROUP {
+        return "other";
+    }
+    KINDS
+        .into_iter()
+        .find(|known| *known == kind)
+        .unwrap_or("other")
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -159,12 +178,12 @@ impl Metrics {
         }
     }
 
-    /// Count an answered review.
+    /// Count an answered review of an object of `kind` (see [`kind_label`]).
     pub fn answered(
         &self,
         endpoint: Endpoint,
         operation: &'static str,
-        kind: &str,
+        kind: &GroupVersionKind,
         allowed: bool,
         elapsed: Duration,
     ) {
@@ -172,7 +191,7 @@ impl Metrics {
             .get_or_create(&RequestLabels {
                 webhook: endpoint.as_str(),
                 operation,
-                kind: kind.to_string(),
+                kind: kind_label(&kind.group, &kind.kind),
                 allowed,
             })
             .inc();
@@ -214,13 +233,17 @@ impl Metrics {
 mod tests {
     use super::*;
 
+    fn ours(kind: &str) -> GroupVersionKind {
+        GroupVersionKind::gvk(api::v1alpha2::GROUP, "v1alpha2", kind)
+    }
+
     #[test]
     fn exposition_names_every_family() {
         let m = Metrics::new(Arc::default(), Arc::default());
         m.answered(
             Endpoint::Validate,
             "CREATE",
-            "EtcdCluster",
+            &ours("EtcdCluster"),
             false,
             Duration::from_micros(300),
         );
@@ -237,6 +260,34 @@ mod tests {
             "etcd_operator_webhook_certificate_loaded 0",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn kind_label_is_one_of_ours_or_other_whatever_the_request_says() {
+        let m = Metrics::new(Arc::default(), Arc::default());
+        let mut kinds: Vec<GroupVersionKind> =
+            (0..100).map(|i| ours(&format!("Made-Up-{i}"))).collect();
+        kinds.push(GroupVersionKind::gvk("evil.example", "v1", "EtcdCluster"));
+        kinds.extend(KINDS.map(ours));
+        for kind in &kinds {
+            m.answered(Endpoint::Validate, "UPDATE", kind, true, Duration::ZERO);
+        }
+        let text = m.encode().unwrap();
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("etcd_operator_webhook_admission_requests_total{"))
+            .collect();
+        assert_eq!(series.len(), 4, "{series:#?}");
+        assert!(
+            text.contains(r#"operation="UPDATE",kind="other",allowed="true"} 101"#),
+            "{text}"
+        );
+        for known in KINDS {
+            assert!(
+                text.contains(&format!(r#"kind="{known}",allowed="true"}} 1"#)),
+                "{text}"
+            );
         }
     }
 }

@@ -101,7 +101,7 @@ fn answer(state: &AppState, endpoint: Endpoint, body: Result<Bytes, BytesRejecti
     state.metrics.answered(
         endpoint,
         operation,
-        &request.kind.kind,
+        &request.kind,
         response.allowed,
         started.elapsed(),
     );
