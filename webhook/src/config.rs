@@ -14,7 +14,9 @@ pub const DEFAULT_CONTROLLER_USERNAME: &str =
 /// Where controller-runtime style deployments mount the serving certificate.
 pub const DEFAULT_TLS_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
 pub const DEFAULT_MEMORY_HEADROOM: &str = "256Mi";
-pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// An UPDATE review carries the object and its old version, each up to etcd's default request
+/// limit of 1.5 MiB, plus the review around them.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 /// Which pod anti-affinity the mutating webhook adds to an EtcdCluster that sets none.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -159,7 +161,7 @@ mod tests {
         assert_eq!(c.listen.port(), 8443);
         assert_eq!(c.admin_listen.port(), 8080);
         assert_eq!(c.policy(), Policy::default());
-        assert_eq!(c.max_body_bytes, 1 << 20);
+        assert_eq!(c.max_body_bytes, 4 << 20);
         assert_eq!(c.tls_cert_dir, PathBuf::from(DEFAULT_TLS_CERT_DIR));
     }
 

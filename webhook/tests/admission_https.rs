@@ -513,6 +513,24 @@ async fn oversized_body_gets_413() {
 }
 
 #[tokio::test]
+async fn update_of_an_object_at_the_etcd_request_limit_fits_the_default_body_cap() {
+    let harness = Harness::start().await;
+    // etcd refuses requests over 1.5 MiB by default, so that is the largest stored object; an
+    // UPDATE review carries it twice (object and oldObject).
+    let mut object = cluster("main", json!({"version": "3.6.11"}));
+    object["metadata"]["annotations"] = json!({"padding": "x".repeat(1536 * 1024 - 512)});
+    let body = review(
+        "UPDATE",
+        "EtcdCluster",
+        Some(object.clone()),
+        Some(object),
+        "alice",
+    );
+    assert!(serde_json::to_vec(&body).unwrap().len() > 3 << 20);
+    assert_eq!(harness.review("/validate", &body).await["allowed"], true);
+}
+
+#[tokio::test]
 async fn wrong_method_and_unknown_path_are_4xx() {
     let harness = Harness::start().await;
     let mut conn = harness.connect().await;
