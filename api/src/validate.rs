@@ -482,7 +482,7 @@ fn storage_size(size: &Quantity, memory: bool) -> Option<Violation> {
             format!("must be a quantity: {e}"),
             "write a size such as 1Gi or 512Mi",
         )),
-        Ok(q) if memory && q <= kube_quantity::ParsedQuantity::default() => Some(
+        Ok(q) if memory && !q.is_positive() => Some(
             Violation::new(
                 field,
                 "must be greater than 0 with spec.storage.medium=Memory (it is each member's tmpfs size limit)",

@@ -139,7 +139,7 @@ fn memory(out: &mut Defaults, typed: &EtcdClusterSpec, spec: &Value, policy: &Po
     if user_limit.is_some() {
         return;
     }
-    if quantity::to_bytes(&typed.storage.size).is_none_or(|b| b <= 0) {
+    if !quantity::parse(&typed.storage.size).is_ok_and(|size| size.is_positive()) {
         return; // invalid with medium Memory; the validating webhook says so
     }
     let Some(mut limit) = quantity::add(&typed.storage.size, &policy.memory_headroom) else {
@@ -149,8 +149,11 @@ fn memory(out: &mut Defaults, typed: &EtcdClusterSpec, spec: &Value, policy: &Po
         .and_then(|r| r.requests.as_ref())
         .and_then(|l| l.get("memory"));
     if let Some(request) = user_request {
-        if quantity::to_bytes(request) > quantity::to_bytes(&limit) {
-            limit = request.clone();
+        // Compared exactly, so a request beyond the i64 range still wins over the limit.
+        if let (Ok(r), Ok(l)) = (quantity::parse(request), quantity::parse(&limit)) {
+            if r > l {
+                limit = request.clone();
+            }
         }
     }
     let memory = |q: &Quantity| json!({ "memory": q.0 });
@@ -379,6 +382,31 @@ mod tests {
             &p,
         );
         assert_eq!(spec["resources"]["limits"]["memory"], json!("1280Mi"));
+    }
+
+    #[test]
+    fn memory_limit_beyond_int64_saturates_instead_of_overflowing() {
+        let (spec, _) = defaulted(
+            "main",
+            json!({"version": "3.6.11", "storage": {"size": "100000000000000P", "medium": "Memory"}}),
+            &Policy::default(),
+        );
+        let max = json!(i64::MAX.to_string());
+        assert_eq!(
+            spec["resources"],
+            json!({"limits": {"memory": max}, "requests": {"memory": max}})
+        );
+    }
+
+    #[test]
+    fn user_request_beyond_int64_raises_the_limit_to_it() {
+        let (spec, _) = defaulted(
+            "main",
+            json!({"version": "3.6.11", "storage": {"size": "1Gi", "medium": "Memory"},
+                   "resources": {"requests": {"memory": "1e30"}}}),
+            &Policy::default(),
+        );
+        assert_eq!(spec["resources"]["limits"]["memory"], json!("1e30"));
     }
 
     #[test]
