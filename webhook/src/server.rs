@@ -2,8 +2,13 @@
 //! serving HTTP/1.1 or HTTP/2 per connection), the plain admin listener, and the certificate
 //! reloader — all tied to one shutdown signal. The serving certificate is resolved per
 //! handshake from [`certs::CertReloader`], so a rotated Secret needs no restart.
+//!
+//! Stopping drains first: `/readyz` turns 503 while both ports keep serving, because the
+//! endpoints controller and kube-proxy (and the apiserver's pooled connections) take a few
+//! seconds to stop sending to a Pod that is no longer ready; a listener closed at once would
+//! refuse admission requests still routed here.
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -59,10 +64,18 @@ pub struct RunningWebhook {
 }
 
 impl RunningWebhook {
-    /// Stop accepting, let in-flight requests finish (up to the configured grace), and return
-    /// when every listener and the reloader have stopped.
-    pub async fn shutdown(self) {
+    /// Answer `/readyz` with 503 at once and keep serving for `drain`; then stop accepting,
+    /// let in-flight requests finish (up to the configured grace), and return when every
+    /// listener and the reloader have stopped.
+    pub async fn shutdown(self, drain: Duration) {
         self.state.shutting_down.store(true, Ordering::Relaxed);
+        if !drain.is_zero() {
+            tracing::info!(
+                drain_seconds = drain.as_secs_f64(),
+                "not ready any more; serving on while endpoints drain"
+            );
+            tokio::time::sleep(drain).await;
+        }
         let _ = self.shutdown.send(true);
         for task in self.tasks {
             let _ = task.await;
@@ -132,7 +145,8 @@ pub async fn start(config: Config) -> Result<RunningWebhook, ServerError> {
         tokio::spawn(serve_admin(
             admin_listener,
             routes::admin_router(state.clone()),
-            stopped(rx),
+            rx,
+            grace,
         )),
     ];
     tracing::info!(%tls_addr, %admin_addr, cert_dir = %config.tls_cert_dir.display(), "webhook listening");
@@ -154,13 +168,21 @@ fn local_addr(listener: &TcpListener, requested: SocketAddr) -> SocketAddr {
 async fn serve_admin(
     listener: TcpListener,
     app: Router,
-    stop: impl Future<Output = ()> + Send + 'static,
+    stop: watch::Receiver<bool>,
+    grace: Duration,
 ) {
-    if let Err(err) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
-        .await
-    {
-        tracing::error!(error = %err, "admin server failed");
+    let serving = axum::serve(listener, app)
+        .with_graceful_shutdown(stopped(stop.clone()))
+        .into_future();
+    tokio::select! {
+        served = serving => if let Err(err) = served {
+            tracing::error!(error = %err, "admin server failed");
+        },
+        // The admin port has no header timeout: a client that never finishes its request must
+        // not hold the exit up past the grace period.
+        _ = async { stopped(stop).await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(grace_seconds = grace.as_secs(), "admin connections still open after the shutdown grace period; closing them");
+        }
     }
 }
 

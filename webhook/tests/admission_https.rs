@@ -11,6 +11,7 @@ use std::time::Duration;
 use hyper::StatusCode;
 use serde_json::{json, Value};
 use support::{cluster, review, Connection, Harness, CONTROLLER};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use webhook::AntiAffinity;
 
 const TERM: &str = "podAffinityTerm";
@@ -24,6 +25,17 @@ async fn mutate_create(harness: &Harness, object: &Value) -> (Value, Value) {
         .await;
     assert_eq!(response["allowed"], true, "{response}");
     (support::apply_patch(object, &response), response)
+}
+
+/// A CREATE of a valid EtcdCluster: allowed whenever the webhook serves.
+fn valid_create() -> Value {
+    review(
+        "CREATE",
+        "EtcdCluster",
+        Some(cluster("main", json!({"version": "3.6.11"}))),
+        None,
+        "alice",
+    )
 }
 
 fn warnings(response: &Value) -> Vec<String> {
@@ -466,13 +478,7 @@ async fn malformed_bodies_get_a_4xx_with_the_reason() {
 #[tokio::test]
 async fn unreadable_request_with_a_uid_is_denied_in_a_review() {
     let harness = Harness::start().await;
-    let mut body = review(
-        "CREATE",
-        "EtcdCluster",
-        Some(cluster("main", json!({"version": "3.6.11"}))),
-        None,
-        "alice",
-    );
+    let mut body = valid_create();
     body["request"]["object"]["metadata"]["labels"] = json!("not-a-map");
     let response = harness.review("/validate", &body).await;
     assert_eq!(response["allowed"], false, "{response}");
@@ -483,13 +489,7 @@ async fn unreadable_request_with_a_uid_is_denied_in_a_review() {
 #[tokio::test]
 async fn oversized_body_gets_413() {
     let harness = Harness::start_with(|c| c.max_body_bytes = 64 * 1024).await;
-    let mut body = review(
-        "CREATE",
-        "EtcdCluster",
-        Some(cluster("main", json!({"version": "3.6.11"}))),
-        None,
-        "alice",
-    );
+    let mut body = valid_create();
     body["request"]["object"]["metadata"]["annotations"] =
         json!({"padding": "x".repeat(70 * 1024)});
     let (status, _) = harness
@@ -497,13 +497,7 @@ async fn oversized_body_gets_413() {
         .await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     // The connection and the server are fine afterwards.
-    let ok = review(
-        "CREATE",
-        "EtcdCluster",
-        Some(cluster("main", json!({"version": "3.6.11"}))),
-        None,
-        "alice",
-    );
+    let ok = valid_create();
     assert_eq!(harness.review("/validate", &ok).await["allowed"], true);
     let (_, metrics) = harness.admin_get("/metrics").await;
     assert!(
@@ -557,13 +551,7 @@ async fn readyz_is_503_until_the_certificate_appears_then_200() {
     harness.write_cert();
     harness.wait_ready().await;
     assert_eq!(harness.admin_get("/readyz").await.0, StatusCode::OK);
-    let ok = review(
-        "CREATE",
-        "EtcdCluster",
-        Some(cluster("main", json!({"version": "3.6.11"}))),
-        None,
-        "alice",
-    );
+    let ok = valid_create();
     assert_eq!(harness.review("/validate", &ok).await["allowed"], true);
 }
 
@@ -584,13 +572,7 @@ async fn rotated_serving_certificate_is_used_without_restart() {
     let served = harness.webhook.resolver.current().unwrap();
     assert_eq!(served.end_entity_cert().unwrap(), &next.cert_der);
     // Open connections keep working, new ones handshake with the new certificate.
-    let ok = review(
-        "CREATE",
-        "EtcdCluster",
-        Some(cluster("main", json!({"version": "3.6.11"}))),
-        None,
-        "alice",
-    );
+    let ok = valid_create();
     assert_eq!(before.review("/validate", &ok).await["allowed"], true);
     assert_eq!(harness.review("/validate", &ok).await["allowed"], true);
 }
@@ -641,13 +623,7 @@ async fn http2_clients_are_served() {
     let mut conn = Connection::https_h2(harness.webhook.tls_addr, harness.ca.cert_pem())
         .await
         .unwrap();
-    let ok = review(
-        "CREATE",
-        "EtcdCluster",
-        Some(cluster("main", json!({"version": "3.6.11"}))),
-        None,
-        "alice",
-    );
+    let ok = valid_create();
     for _ in 0..3 {
         assert_eq!(conn.review("/validate", &ok).await["allowed"], true);
     }
@@ -679,9 +655,79 @@ async fn shutdown_stops_both_listeners() {
     let tls = harness.webhook.tls_addr;
     let admin = harness.webhook.admin_addr;
     let Harness { webhook, ca, .. } = harness;
-    tokio::time::timeout(Duration::from_secs(15), webhook.shutdown())
+    tokio::time::timeout(Duration::from_secs(15), webhook.shutdown(Duration::ZERO))
         .await
         .expect("shutdown finishes within the grace period");
     assert!(Connection::https(tls, ca.cert_pem()).await.is_err());
     assert!(support::http_get(admin, "/healthz").await.is_err());
+}
+
+#[tokio::test]
+async fn shutdown_reports_not_ready_while_draining_and_finishes_the_request_in_flight() {
+    let harness = Harness::start().await;
+    let (tls, admin) = (harness.webhook.tls_addr, harness.webhook.admin_addr);
+    let Harness {
+        webhook, ca, tmp, ..
+    } = harness;
+    let ok = valid_create();
+
+    // An admission request whose body is half sent when the shutdown begins.
+    let body = serde_json::to_vec(&ok).unwrap();
+    let (first, rest) = body.split_at(body.len() / 2);
+    let mut in_flight = Connection::tls(tls, ca.cert_pem(), b"http/1.1")
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /validate HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    in_flight.write_all(head.as_bytes()).await.unwrap();
+    in_flight.write_all(first).await.unwrap();
+    in_flight.flush().await.unwrap();
+
+    let shutdown = tokio::spawn(webhook.shutdown(Duration::from_secs(2)));
+
+    // Draining: not ready, yet new admission requests are still answered.
+    loop {
+        let (status, _) = support::http_get(admin, "/readyz")
+            .await
+            .expect("the admin port serves during the drain");
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut during = Connection::https(tls, ca.cert_pem())
+        .await
+        .expect("new connections are accepted during the drain");
+    assert_eq!(during.review("/validate", &ok).await["allowed"], true);
+
+    // After the drain the listener closes; the request already in flight still gets its answer.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while Connection::https(tls, ca.cert_pem()).await.is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still accepting after the drain"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    in_flight.write_all(rest).await.unwrap();
+    in_flight.flush().await.unwrap();
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    // The server closes the connection after this answer (shutdown turns keep-alive off).
+    while let Ok(n @ 1..) = in_flight.read(&mut chunk).await {
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    let (_, json) = answer.split_once("\r\n\r\n").unwrap();
+    let json: Value = serde_json::from_str(json).unwrap();
+    assert_eq!(json["response"]["allowed"], true, "{json}");
+
+    tokio::time::timeout(Duration::from_secs(15), shutdown)
+        .await
+        .expect("shutdown finishes within the grace period")
+        .unwrap();
+    drop(tmp);
 }

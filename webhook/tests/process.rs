@@ -1,5 +1,6 @@
 //! The `etcd-operator-webhook` binary as the chart runs it: configured through environment
-//! variables, ready once its certificate is mounted, and exiting cleanly on SIGTERM.
+//! variables, ready once its certificate is mounted, and exiting cleanly on SIGTERM after
+//! reporting not ready for the drain period.
 
 // Test helpers outside `#[test]` functions: a failed set-up step should fail the test loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -35,6 +36,7 @@ fn spawn_webhook(cert_dir: &std::path::Path) -> (Process, SocketAddr, SocketAddr
         .env("WEBHOOK_ADMIN_LISTEN", "127.0.0.1:0")
         .env("WEBHOOK_LOG_JSON", "true")
         .env("WEBHOOK_ANTI_AFFINITY", "required")
+        .env("WEBHOOK_SHUTDOWN_DRAIN", "3s")
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -102,6 +104,20 @@ async fn binary_reads_env_serves_after_the_cert_appears_and_exits_zero_on_sigter
 
     let pid = Pid::from_raw(i32::try_from(process.0.id()).unwrap());
     kill(pid, Signal::SIGTERM).unwrap();
+    // WEBHOOK_SHUTDOWN_DRAIN: not ready at once, still serving for the drain.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while support::http_get(admin_addr, "/readyz").await.unwrap().0 != 503 {
+        assert!(Instant::now() < deadline, "still ready after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        conn.review(
+            "/validate",
+            &review("CREATE", "EtcdCluster", Some(object), None, "alice")
+        )
+        .await["allowed"],
+        true
+    );
     let deadline = Instant::now() + Duration::from_secs(15);
     let status = loop {
         if let Some(status) = process.0.try_wait().unwrap() {

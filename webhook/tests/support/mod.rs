@@ -156,7 +156,8 @@ impl Connection {
         })
     }
 
-    async fn tls(
+    /// A bare TLS stream (ALPN `alpn`), for tests that write HTTP by hand.
+    pub async fn tls(
         addr: SocketAddr,
         ca_pem: &str,
         alpn: &[u8],
