@@ -12,6 +12,7 @@ use std::sync::LazyLock;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use crate::quantity;
 use crate::v1alpha2::{
@@ -152,8 +153,9 @@ pub fn object(
         match old.map(spec_of::<T>) {
             None => create(&new),
             Some(Ok(old)) => update(&old, &new),
-            // An old object that no longer parses cannot be compared; judge the new one alone.
-            Some(Err(_)) => create(&new),
+            // Judging the new spec alone would skip every transition rule (shrink, immutable
+            // subtrees), so an update whose stored object cannot be read is denied.
+            Some(Err(unreadable)) => vec![stored_spec_unreadable(&unreadable)],
         }
     }
     match kind {
@@ -165,6 +167,19 @@ pub fn object(
             "send only EtcdCluster and EtcdSnapshot objects to this validator",
         )],
     }
+}
+
+/// The violation for an update whose stored (old) object does not parse.
+fn stored_spec_unreadable(why: &Violation) -> Violation {
+    Violation::new(
+        "spec",
+        format!(
+            "cannot be checked: the stored object could not be read ({}: {}), so this update cannot be compared with it",
+            why.field, why.message
+        ),
+        "the stored object was written under other rules (an older operator, or while this webhook was not called); \
+         labels, annotations and finalizers can still be changed, but to change the spec delete and recreate the object",
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -454,7 +469,7 @@ pub fn cluster_update(old: &EtcdClusterSpec, new: &EtcdClusterSpec) -> Vec<Viola
     out
 }
 
-fn immutable<T: PartialEq>(
+fn immutable<T: PartialEq + Serialize>(
     out: &mut Vec<Violation>,
     field: &str,
     old: &Option<T>,
@@ -467,11 +482,81 @@ fn immutable<T: PartialEq>(
         (Some(o), Some(n)) if o != n => "cannot be changed on an existing cluster",
         _ => return,
     };
-    out.push(Violation::new(
+    out.push(changed(
         field,
+        old,
+        new,
         change,
         format!("restore the previous value; to change {what}, delete and recreate the cluster"),
     ));
+}
+
+/// A change to the immutable `field`, reported at the first sub-field that differs, with its
+/// old and new value, so the user sees what changed and not only where.
+fn changed<T: Serialize>(field: &str, old: &T, new: &T, message: &str, hint: String) -> Violation {
+    let as_json = |v: &T| serde_json::to_value(v).ok();
+    let Some(diff) = first_difference(field, as_json(old).as_ref(), as_json(new).as_ref()) else {
+        return Violation::new(field, message, hint);
+    };
+    let message = if diff.field == field {
+        message.to_string()
+    } else {
+        format!("{message}: {field} is immutable")
+    };
+    Violation::new(diff.field, message, hint)
+        .old_value(shown_json(diff.old.as_ref()))
+        .value(shown_json(diff.new.as_ref()))
+}
+
+/// Where two JSON values first differ (object keys in sorted order); absent and `null` are both
+/// unset.
+struct Difference {
+    field: String,
+    old: Option<serde_json::Value>,
+    new: Option<serde_json::Value>,
+}
+
+fn first_difference(
+    path: &str,
+    old: Option<&serde_json::Value>,
+    new: Option<&serde_json::Value>,
+) -> Option<Difference> {
+    use serde_json::Value;
+    let old = old.filter(|v| !v.is_null());
+    let new = new.filter(|v| !v.is_null());
+    match (old, new) {
+        (Some(Value::Object(o)), Some(Value::Object(n))) => {
+            let keys: std::collections::BTreeSet<&String> = o.keys().chain(n.keys()).collect();
+            keys.into_iter()
+                .find_map(|k| first_difference(&format!("{path}.{k}"), o.get(k), n.get(k)))
+        }
+        (Some(Value::Array(o)), Some(Value::Array(n))) if o.len() == n.len() => o
+            .iter()
+            .zip(n)
+            .enumerate()
+            .find_map(|(i, (o, n))| first_difference(&format!("{path}[{i}]"), Some(o), Some(n))),
+        (o, n) if o == n => None,
+        (o, n) => Some(Difference {
+            field: path.to_string(),
+            old: o.cloned(),
+            new: n.cloned(),
+        }),
+    }
+}
+
+/// Compact JSON for a message, `unset` for nothing, cut short past a couple of hundred bytes.
+fn shown_json(value: Option<&serde_json::Value>) -> String {
+    const MAX_CHARS: usize = 200;
+    let Some(value) = value else {
+        return "unset".to_string();
+    };
+    let text = value.to_string();
+    if text.chars().count() <= MAX_CHARS {
+        return text;
+    }
+    let mut cut: String = text.chars().take(MAX_CHARS).collect();
+    cut.push('…');
+    cut
 }
 
 fn storage_size(size: &Quantity, memory: bool) -> Option<Violation> {
@@ -606,10 +691,12 @@ pub fn snapshot_create(spec: &EtcdSnapshotSpec) -> Vec<Violation> {
 pub fn snapshot_update(old: &EtcdSnapshotSpec, new: &EtcdSnapshotSpec) -> Vec<Violation> {
     let mut out = snapshot_create(new);
     if old != new {
-        out.push(Violation::new(
+        out.push(changed(
             "spec",
-            "is immutable: a snapshot is taken once",
-            "create a new EtcdSnapshot with another name instead of editing this one",
+            old,
+            new,
+            "cannot be changed: a snapshot's spec is immutable, it is taken once",
+            "create a new EtcdSnapshot with another name instead of editing this one".to_string(),
         ));
     }
     out
@@ -638,6 +725,87 @@ mod tests {
             text.contains("cannot shrink") && text.contains("set 10Gi or more"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn immutable_subtree_change_names_the_sub_field_and_both_values() {
+        let old = cluster(
+            json!({"version": "3.6.11", "tls": {"client": {"serverSecretRef": {"name": "a"}}}}),
+        );
+        let new = cluster(
+            json!({"version": "3.6.11", "tls": {"client": {"serverSecretRef": {"name": "b"}}}}),
+        );
+        let v = cluster_update(&old, &new);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].field, "spec.tls.client.serverSecretRef.name");
+        assert_eq!(v[0].old_value.as_deref(), Some("\"a\""));
+        assert_eq!(v[0].value.as_deref(), Some("\"b\""));
+        let text = v[0].to_string();
+        assert!(
+            text.contains("spec.tls is immutable") && text.contains("(was \"a\", now \"b\")"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn immutable_subtree_added_shows_it_as_compact_json() {
+        let old = cluster(json!({"version": "3.6.11"}));
+        let new =
+            cluster(json!({"version": "3.6.11", "tls": {"peer": {"secretRef": {"name": "p"}}}}));
+        let v = cluster_update(&old, &new);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].field, "spec.tls");
+        assert_eq!(v[0].old_value.as_deref(), Some("unset"));
+        assert_eq!(
+            v[0].value.as_deref(),
+            Some(r#"{"peer":{"secretRef":{"name":"p"}}}"#)
+        );
+        assert!(v[0].message.contains("cannot be added"), "{}", v[0]);
+    }
+
+    #[test]
+    fn snapshot_spec_change_names_what_changed() {
+        let spec = |bucket: &str| {
+            parse::<EtcdSnapshotSpec>(
+                "spec",
+                &json!({"clusterRef": {"name": "main"}, "destination": {"s3": {"bucket": bucket}}}),
+            )
+            .expect("spec parses")
+        };
+        let v = snapshot_update(&spec("a"), &spec("b"));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].field, "spec.destination.s3.bucket");
+        assert_eq!(v[0].old_value.as_deref(), Some("\"a\""));
+        assert_eq!(v[0].value.as_deref(), Some("\"b\""));
+    }
+
+    #[test]
+    fn update_of_an_unreadable_stored_object_is_denied_not_judged_as_create() {
+        let old = json!({"spec": {"version": "3.6.11", "storage": {"size": "10Gi"}, "replicas": "three"}});
+        // A shrink: judged as a create it would pass.
+        let new = json!({"spec": {"version": "3.6.11", "storage": {"size": "5Gi"}}});
+        let v = object("EtcdCluster", &new, Some(&old));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].field, "spec");
+        let text = v[0].to_string();
+        assert!(
+            text.contains("stored object could not be read")
+                && text.contains("spec.replicas")
+                && text.contains("delete and recreate"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn memory_size_beyond_int64_is_accepted_without_panic() {
+        let spec = cluster(
+            json!({"version": "3.6.11", "storage": {"size": "100000000000000P", "medium": "Memory"}}),
+        );
+        assert_eq!(cluster_create(&spec), vec![]);
+        let bigger = cluster(
+            json!({"version": "3.6.11", "storage": {"size": "200000000000000P", "medium": "Memory"}}),
+        );
+        assert_eq!(cluster_update(&bigger, &spec).len(), 1);
     }
 
     #[test]
