@@ -3,9 +3,11 @@
 //! out exactly as the kubelet mounts a Secret (timestamped directory, `..data` symlink swapped
 //! atomically, one symlink per key). No binary of the project enables this feature.
 //!
-//! Keys are ECDSA P-256 (fast to generate); certificates are valid from yesterday for a year.
+//! Keys are ECDSA P-256 (fast to generate); certificates are valid from yesterday for a year,
+//! unless a test asks for another period ([`TestCa::server_cert_valid`]).
 
 use std::io;
+use std::ops::Range;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -67,10 +69,15 @@ impl MintedCert {
     }
 }
 
-fn validity(params: &mut CertificateParams) {
+/// From yesterday for a year.
+fn default_validity() -> Range<SystemTime> {
     let now = SystemTime::now();
-    params.not_before = (now - Duration::from_secs(24 * 3600)).into();
-    params.not_after = (now + Duration::from_secs(365 * 24 * 3600)).into();
+    now - Duration::from_secs(24 * 3600)..now + Duration::from_secs(365 * 24 * 3600)
+}
+
+fn set_validity(params: &mut CertificateParams, validity: Range<SystemTime>) {
+    params.not_before = validity.start.into();
+    params.not_after = validity.end.into();
 }
 
 fn distinguished_name(common_name: &str, organizations: &[&str]) -> DistinguishedName {
@@ -94,7 +101,7 @@ impl TestCa {
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
-        validity(&mut params);
+        set_validity(&mut params, default_validity());
         let cert = params.self_signed(&key)?;
         Ok(Self {
             cert_pem: cert.pem(),
@@ -115,6 +122,16 @@ impl TestCa {
     /// A server certificate (server and client auth usages) for the given SANs; entries that
     /// parse as IP addresses become IP SANs, the rest DNS SANs.
     pub fn server_cert(&self, sans: &[&str]) -> Result<MintedCert, MintError> {
+        self.server_cert_valid(sans, default_validity())
+    }
+
+    /// Like [`TestCa::server_cert`], valid from `validity.start` to `validity.end` (in the past
+    /// for an expired certificate, in the future for one not valid yet).
+    pub fn server_cert_valid(
+        &self,
+        sans: &[&str],
+        validity: Range<SystemTime>,
+    ) -> Result<MintedCert, MintError> {
         let mut params =
             CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())?;
         params.distinguished_name =
@@ -127,7 +144,7 @@ impl TestCa {
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
-        self.sign(params)
+        self.sign(params, validity)
     }
 
     /// A client certificate with `CN=<common_name>` and one `O=` per organization (Kubernetes
@@ -144,11 +161,15 @@ impl TestCa {
             KeyUsagePurpose::KeyEncipherment,
         ];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        self.sign(params)
+        self.sign(params, default_validity())
     }
 
-    fn sign(&self, mut params: CertificateParams) -> Result<MintedCert, MintError> {
-        validity(&mut params);
+    fn sign(
+        &self,
+        mut params: CertificateParams,
+        validity: Range<SystemTime>,
+    ) -> Result<MintedCert, MintError> {
+        set_validity(&mut params, validity);
         params.use_authority_key_identifier_extension = true;
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;

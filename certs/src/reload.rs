@@ -5,9 +5,12 @@
 //! e.g. when the directory did not exist yet — and stores each new valid pair in its
 //! [`CertResolver`], so the next handshake presents it.
 //!
-//! A new pair that fails to parse, or whose key does not belong to its certificate, is refused:
-//! the previous certificate keeps serving, a warning is logged and [`ReloadStats::failures`]
-//! counts it (once per distinct broken content, not once per re-read).
+//! A new pair that fails to parse, whose key does not belong to its certificate, or whose
+//! certificate is expired or not valid yet, is refused: the previous certificate keeps serving,
+//! a warning is logged and [`ReloadStats::failures`] counts it (once per distinct broken
+//! content, not once per re-read). A certificate refused as not valid yet is judged again on
+//! every re-read and served once its time comes — issuers backdate little, so a node clock a
+//! few seconds behind must not keep a renewal out until the next one.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -19,7 +22,7 @@ use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
 use crate::pem;
-use crate::server::{certified_key_from_pem, CertResolver, KeyPairError};
+use crate::server::{certified_key_from_pem, check_validity, CertResolver, KeyPairError};
 
 /// Default period of the re-read that backs up the directory watch.
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(30);
@@ -40,7 +43,8 @@ impl ReloadStats {
         self.reloads.load(Ordering::Relaxed)
     }
 
-    /// New certificate/key contents that were refused (unreadable, unparsable or mismatched).
+    /// New certificate/key contents that were refused (unreadable, unparsable, mismatched, or
+    /// outside their validity period).
     pub fn failures(&self) -> u64 {
         self.failures.load(Ordering::Relaxed)
     }
@@ -69,6 +73,12 @@ enum Seen {
     Unreadable(String),
 }
 
+/// The last read and whether its refusal was only for being early (then it is judged again).
+struct LastRead {
+    seen: Seen,
+    early: bool,
+}
+
 /// Watches a certificate/key pair on disk and keeps a [`CertResolver`] current.
 pub struct CertReloader {
     cert: PathBuf,
@@ -76,7 +86,7 @@ pub struct CertReloader {
     resync: Duration,
     resolver: Arc<CertResolver>,
     stats: Arc<ReloadStats>,
-    last_seen: Mutex<Option<Seen>>,
+    last_read: Mutex<Option<LastRead>>,
 }
 
 impl CertReloader {
@@ -88,7 +98,7 @@ impl CertReloader {
             resync: DEFAULT_RESYNC,
             resolver: Arc::new(CertResolver::new()),
             stats: Arc::new(ReloadStats::default()),
-            last_seen: Mutex::new(None),
+            last_read: Mutex::new(None),
         }
     }
 
@@ -116,9 +126,9 @@ impl CertReloader {
         &self.cert
     }
 
-    fn last_seen(&self) -> MutexGuard<'_, Option<Seen>> {
+    fn last_read(&self) -> MutexGuard<'_, Option<LastRead>> {
         // A panic while holding the lock leaves a plain value behind; keep using it.
-        self.last_seen.lock().unwrap_or_else(|e| e.into_inner())
+        self.last_read.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Read both files so that they come from one revision of the Secret: the kubelet never
@@ -140,26 +150,37 @@ impl CertReloader {
 
     /// Re-read the files now and serve them if they are new and valid.
     pub fn reload_now(&self) -> ReloadOutcome {
-        let mut last_seen = self.last_seen();
-        let (cert, key) = match self.read_pair() {
-            Ok(pair) => pair,
+        self.reload_at(SystemTime::now())
+    }
+
+    /// [`CertReloader::reload_now`] with the clock read by the caller.
+    fn reload_at(&self, now: SystemTime) -> ReloadOutcome {
+        let mut last_read = self.last_read();
+        let seen = match self.read_pair() {
+            Ok((cert, key)) => Seen::Content { cert, key },
             Err(err) => {
                 let seen = Seen::Unreadable(err.to_string());
-                if last_seen.as_ref() == Some(&seen) {
+                if last_read.as_ref().is_some_and(|last| last.seen == seen) {
                     return ReloadOutcome::Unchanged;
                 }
-                *last_seen = Some(seen);
+                *last_read = Some(LastRead { seen, early: false });
                 return self.refuse(err.into());
             }
         };
-        let seen = Seen::Content { cert, key };
-        if last_seen.as_ref() == Some(&seen) {
-            return ReloadOutcome::Unchanged;
-        }
-        let Seen::Content { cert, key } = last_seen.insert(seen) else {
+        // Content refused as early was counted then; judging it again is not a new failure.
+        let judged_before = match last_read.as_ref() {
+            Some(last) if last.seen == seen && !last.early => return ReloadOutcome::Unchanged,
+            Some(last) => last.seen == seen,
+            None => false,
+        };
+        let Seen::Content { cert, key } = &seen else {
             return ReloadOutcome::Unchanged;
         };
-        match certified_key_from_pem(cert, key, &self.cert, &self.key) {
+        let verdict = certified_key_from_pem(cert, key, &self.cert, &self.key)
+            .and_then(|certified| check_validity(&certified, &self.cert, now).map(|()| certified));
+        let early = matches!(verdict, Err(KeyPairError::NotYetValid { .. }));
+        *last_read = Some(LastRead { seen, early });
+        match verdict {
             Ok(certified) => {
                 self.resolver.store(Arc::new(certified));
                 self.stats.reloads.fetch_add(1, Ordering::Relaxed);
@@ -173,6 +194,7 @@ impl CertReloader {
                 tracing::info!(cert = %self.cert.display(), "serving certificate loaded");
                 ReloadOutcome::Loaded
             }
+            Err(_) if judged_before => ReloadOutcome::Unchanged,
             Err(err) => self.refuse(err),
         }
     }
@@ -292,6 +314,44 @@ mod tests {
         assert_eq!((stats.reloads(), stats.failures()), (1, 1));
         let served = reloader.resolver().current().unwrap();
         assert_eq!(served.end_entity_cert().unwrap(), &good.cert_der);
+    }
+
+    #[test]
+    fn early_certificate_is_counted_once_and_served_when_its_time_comes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mount = SecretMount::new(tmp.path().join("tls")).unwrap();
+        let ca = TestCa::new("reload-test").unwrap();
+        let now = SystemTime::now();
+        let hour = Duration::from_secs(3600);
+        let good = ca.server_cert(&["localhost"]).unwrap();
+        let early = ca
+            .server_cert_valid(&["localhost"], now + hour..now + 48 * hour)
+            .unwrap();
+        mount.write_tls(&good, None).unwrap();
+        let reloader = CertReloader::for_secret_dir(mount.dir());
+        assert!(matches!(reloader.reload_at(now), ReloadOutcome::Loaded));
+
+        mount.write_tls(&early, None).unwrap();
+        let ReloadOutcome::Rejected(err) = reloader.reload_at(now) else {
+            panic!("a certificate not valid yet must be refused");
+        };
+        assert!(matches!(err, KeyPairError::NotYetValid { .. }), "{err}");
+        assert!(matches!(reloader.reload_at(now), ReloadOutcome::Unchanged));
+        let served = reloader.resolver().current().unwrap();
+        assert_eq!(served.end_entity_cert().unwrap(), &good.cert_der);
+
+        assert!(matches!(
+            reloader.reload_at(now + 2 * hour),
+            ReloadOutcome::Loaded
+        ));
+        assert!(matches!(
+            reloader.reload_at(now + 2 * hour),
+            ReloadOutcome::Unchanged
+        ));
+        let stats = reloader.stats();
+        assert_eq!((stats.reloads(), stats.failures()), (2, 1));
+        let served = reloader.resolver().current().unwrap();
+        assert_eq!(served.end_entity_cert().unwrap(), &early.cert_der);
     }
 
     #[test]

@@ -8,11 +8,13 @@
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwapOption;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{ServerConfig, SupportedProtocolVersion};
+use x509_parser::time::ASN1Time;
 
 use crate::pem::{self, PemError};
 
@@ -37,6 +39,24 @@ pub enum KeyPairError {
         key: String,
         #[source]
         source: rustls::Error,
+    },
+    #[error("the certificate in {cert} cannot be read as X.509: {reason}")]
+    UnreadableCertificate { cert: String, reason: String },
+    #[error(
+        "the certificate in {cert} expired at {not_after} (now {now}); renew it, e.g. see the cert-manager Certificate's status"
+    )]
+    Expired {
+        cert: String,
+        not_after: String,
+        now: String,
+    },
+    #[error(
+        "the certificate in {cert} is not valid before {not_before} (now {now}); it is judged again on every re-read, so a clock skew resolves itself"
+    )]
+    NotYetValid {
+        cert: String,
+        not_before: String,
+        now: String,
     },
 }
 
@@ -76,6 +96,50 @@ pub fn certified_key_from_pem(
             source,
         })?;
     Ok(certified)
+}
+
+/// Check that `now` lies within the validity period of the leaf certificate of `certified`:
+/// clients refuse a certificate outside it, so it is no better than none. `cert_origin` names
+/// the file in errors.
+pub fn check_validity(
+    certified: &CertifiedKey,
+    cert_origin: &Path,
+    now: SystemTime,
+) -> Result<(), KeyPairError> {
+    let cert = || cert_origin.display().to_string();
+    let unreadable = |reason: String| KeyPairError::UnreadableCertificate {
+        cert: cert(),
+        reason,
+    };
+    let leaf = certified
+        .end_entity_cert()
+        .map_err(|err| unreadable(err.to_string()))?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf.as_ref())
+        .map_err(|err| unreadable(err.to_string()))?;
+    let validity = parsed.validity();
+    let now = now.duration_since(UNIX_EPOCH).map_or(0, |since| {
+        i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+    });
+    let shown = |t: i64| {
+        ASN1Time::from_timestamp(t)
+            .map(|t| t.to_string())
+            .unwrap_or_else(|_| format!("{t} s since 1970"))
+    };
+    if now < validity.not_before.timestamp() {
+        return Err(KeyPairError::NotYetValid {
+            cert: cert(),
+            not_before: validity.not_before.to_string(),
+            now: shown(now),
+        });
+    }
+    if now > validity.not_after.timestamp() {
+        return Err(KeyPairError::Expired {
+            cert: cert(),
+            not_after: validity.not_after.to_string(),
+            now: shown(now),
+        });
+    }
+    Ok(())
 }
 
 /// Read a certificate chain and its key from files (see [`certified_key_from_pem`]).
@@ -145,6 +209,7 @@ pub fn server_config(
 mod tests {
     use super::*;
     use crate::mint::TestCa;
+    use std::time::Duration;
 
     #[test]
     fn pair_from_one_mint_is_accepted() {
@@ -178,6 +243,30 @@ mod tests {
             msg.contains("/mnt/tls.crt") && msg.contains("/mnt/tls.key"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn validity_period_is_checked_against_the_given_time_naming_file_and_dates() {
+        let ca = TestCa::new("server-test").unwrap();
+        let now = SystemTime::now();
+        let day = Duration::from_secs(24 * 3600);
+        let leaf = ca
+            .server_cert_valid(&["localhost"], now - 2 * day..now - day)
+            .unwrap()
+            .certified_key()
+            .unwrap();
+        let origin = Path::new("/mnt/tls.crt");
+        let err = check_validity(&leaf, origin, now).unwrap_err();
+        assert!(matches!(err, KeyPairError::Expired { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("/mnt/tls.crt") && msg.contains("renew"),
+            "{msg}"
+        );
+        assert!(msg.contains("expired at") && msg.contains("now "), "{msg}");
+        assert!(check_validity(&leaf, origin, now - day - day / 2).is_ok());
+        let err = check_validity(&leaf, origin, now - 3 * day).unwrap_err();
+        assert!(matches!(err, KeyPairError::NotYetValid { .. }), "{err}");
     }
 
     #[test]

@@ -7,10 +7,10 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use certs::mint::{MintedCert, SecretMount, TestCa};
-use certs::{CertReloader, ReloadStats};
+use certs::{CertReloader, ReloadOutcome, ReloadStats};
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -167,6 +167,27 @@ async fn mismatched_key_keeps_the_previous_certificate_serving_and_a_good_pair_r
         presented_certificate(f.addr, &f.ca).await.as_ref() == Some(&third.cert_der)
     })
     .await;
+    assert_eq!(f.reloader.stats().failures(), 1);
+}
+
+#[tokio::test]
+async fn expired_certificate_keeps_the_previous_certificate_serving() {
+    let f = fixture().await;
+    let now = SystemTime::now();
+    let day = Duration::from_secs(24 * 3600);
+    let expired =
+        f.ca.server_cert_valid(&["localhost", "127.0.0.1"], now - 30 * day..now - day)
+            .unwrap();
+    f.mount.write_tls(&expired, Some(&f.ca)).unwrap();
+    failures_reach(&f.reloader.stats(), 1).await;
+    assert_eq!(
+        presented_certificate(f.addr, &f.ca).await.as_ref(),
+        Some(&f.first.cert_der)
+    );
+    assert_eq!(f.reloader.stats().reloads(), 1);
+    let ReloadOutcome::Unchanged = f.reloader.reload_now() else {
+        panic!("the refused expired certificate is not judged again");
+    };
     assert_eq!(f.reloader.stats().failures(), 1);
 }
 

@@ -115,7 +115,7 @@ impl Collector for CertificateCollector {
         let failures = ConstCounter::new(self.stats.failures());
         failures.encode(encoder.encode_descriptor(
             "certificate_reload_failures",
-            "New certificate/key contents refused (unreadable, unparsable or mismatched); the previous certificate kept serving",
+            "New certificate/key contents refused (unreadable, unparsable, mismatched, expired or not valid yet); the previous certificate kept serving",
             None,
             failures.metric_type(),
         )?)?;
