@@ -237,49 +237,73 @@ fn validate_spec(req: &Request, response: AdmissionResponse, policy: &Policy) ->
     response
 }
 
-/// The object without its finalizers and the fields the apiserver maintains itself.
-fn apart_from_finalizers(object: &DynamicObject) -> Option<Value> {
+/// The object without `list` (a metadata key) and the fields the apiserver maintains itself.
+fn apart_from(object: &DynamicObject, list: &str) -> Option<Value> {
     let mut value = serde_json::to_value(object).ok()?;
     if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        for key in [
-            "finalizers",
-            "managedFields",
-            "resourceVersion",
-            "generation",
-        ] {
+        for key in [list, "managedFields", "resourceVersion", "generation"] {
             metadata.remove(key);
         }
     }
     Some(value)
 }
 
-/// Whether the update does nothing but remove finalizers from a member that is being deleted
-/// already. Only then is a finalizer's work moot enough to let anyone skip it.
-fn only_releases_a_deleting_member(req: &Request) -> bool {
+/// Whether the update does nothing but take entries out of one metadata list (nothing added,
+/// nothing reordered, nothing else changed).
+fn only_removes_from<T: PartialEq>(
+    req: &Request,
+    list: &str,
+    of: fn(&DynamicObject) -> &[T],
+) -> bool {
     let (Some(new), Some(old)) = (&req.object, &req.old_object) else {
         return false;
     };
-    if req.sub_resource.is_some() || old.metadata.deletion_timestamp.is_none() {
+    if req.sub_resource.is_some() {
         return false;
     }
-    let old_finalizers = old.metadata.finalizers.as_deref().unwrap_or_default();
-    let new_finalizers = new.metadata.finalizers.as_deref().unwrap_or_default();
-    // The new list is the old one with entries taken out: nothing added, nothing reordered.
-    let mut remaining = old_finalizers.iter();
-    let removes_only = new_finalizers.len() < old_finalizers.len()
-        && new_finalizers
-            .iter()
-            .all(|kept| remaining.any(|f| f == kept));
-    removes_only
+    let (old_list, new_list) = (of(old), of(new));
+    let mut remaining = old_list.iter();
+    new_list.len() < old_list.len()
+        && new_list.iter().all(|kept| remaining.any(|f| f == kept))
         && matches!(
-            (apart_from_finalizers(new), apart_from_finalizers(old)),
+            (apart_from(new, list), apart_from(old, list)),
             (Some(new), Some(old)) if new == old
         )
 }
 
+/// Whether the update does nothing but remove finalizers from a member that is being deleted
+/// already. Only then is a finalizer's work moot enough to let anyone skip it.
+fn only_releases_a_deleting_member(req: &Request) -> bool {
+    req.old_object
+        .as_ref()
+        .is_some_and(|old| old.metadata.deletion_timestamp.is_some())
+        && only_removes_from(req, "finalizers", |o| {
+            o.metadata.finalizers.as_deref().unwrap_or_default()
+        })
+}
+
+/// The identities kube-controller-manager's garbage collector writes as: with
+/// `--use-service-account-credentials` (kubeadm's default) and without.
+const GARBAGE_COLLECTORS: [&str; 2] = [
+    "system:serviceaccount:kube-system:generic-garbage-collector",
+    "system:kube-controller-manager",
+];
+
+/// The garbage collector orphaning a member (`kubectl delete etcdcluster --cascade=orphan`)
+/// removes its owner reference and nothing else; denying it would hang that deletion.
+fn garbage_collector_orphans(req: &Request, user: &str) -> bool {
+    GARBAGE_COLLECTORS.contains(&user)
+        && only_removes_from(req, "ownerReferences", |o| {
+            o.metadata.owner_references.as_deref().unwrap_or_default()
+        })
+}
+
 fn guard_member(req: &Request, response: AdmissionResponse, policy: &Policy) -> AdmissionResponse {
     let user = req.user_info.username.as_deref().unwrap_or_default();
-    if user == policy.controller_username || only_releases_a_deleting_member(req) {
+    if user == policy.controller_username
+        || only_releases_a_deleting_member(req)
+        || garbage_collector_orphans(req, user)
+    {
         return response;
     }
     let message = format!(
@@ -613,6 +637,31 @@ mod tests {
         ] {
             assert!(!member_update_by("alice", new, old).allowed, "{what}");
         }
+    }
+
+    #[test]
+    fn garbage_collector_may_orphan_a_member_and_nobody_else_may() {
+        let spec = json!({"clusterName": "main"});
+        let mut owned = member(spec.clone(), &[CLEANUP]);
+        owned["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "etcd-operator.cozystack.io/v1alpha2", "kind": "EtcdCluster",
+            "name": "main", "uid": "u", "controller": true
+        }]);
+        let mut orphaned = owned.clone();
+        orphaned["metadata"]["ownerReferences"] = json!([]);
+        for gc in GARBAGE_COLLECTORS {
+            assert!(
+                member_update_by(gc, orphaned.clone(), owned.clone()).allowed,
+                "{gc}"
+            );
+        }
+        assert!(!member_update_by("alice", orphaned.clone(), owned.clone()).allowed);
+        let mut orphaned_and_relabelled = orphaned;
+        orphaned_and_relabelled["metadata"]["labels"] = json!({"team": "db"});
+        assert!(
+            !member_update_by(GARBAGE_COLLECTORS[0], orphaned_and_relabelled, owned).allowed,
+            "the garbage collector gets nothing beyond removing owner references"
+        );
     }
 
     #[test]
