@@ -404,20 +404,51 @@ async fn webhook_up_defaults_warns_guards_members_and_rejects_with_every_field()
             out.stderr
         );
     }
-    // ...but deletion bookkeeping (finalizers) is anyone's.
+    // A live member's finalizers are the operator's too: dropping member-cleanup would let a
+    // later delete skip the etcd MemberRemove.
     let members = api_of(&client, &ns, "EtcdMember");
-    for finalizers in [json!(["example.com/hold"]), json!(null)] {
-        api_message(
-            members
-                .patch(
-                    MEMBER,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
-                )
-                .await,
-        )
-        .unwrap_or_else(|e| panic!("a finalizer change by the admin was refused: {e}"));
-    }
+    let err = api_message(
+        members
+            .patch(
+                MEMBER,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold"]}})),
+            )
+            .await,
+    )
+    .expect_err("the admin changed a live member's finalizers");
+    assert!(err.contains("deletionTimestamp"), "{err}");
+    // ...but a member already being deleted can be released by anyone: create one holding a
+    // finalizer (creation is not guarded), delete it, and clear the finalizer as the admin.
+    let mut held = object(
+        "EtcdMember",
+        "main-held0",
+        &ns,
+        json!({"clusterName": "main", "version": "3.6.11"}),
+    );
+    held["metadata"]["finalizers"] = json!(["etcd-operator.cozystack.io/member-cleanup"]);
+    members
+        .create(&PostParams::default(), &dynamic(held))
+        .await
+        .or_panic();
+    members
+        .delete("main-held0", &Default::default())
+        .await
+        .or_panic();
+    api_message(
+        members
+            .patch(
+                "main-held0",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await,
+    )
+    .unwrap_or_else(|e| panic!("releasing a terminating member was refused: {e}"));
+    assert!(
+        members.get_opt("main-held0").await.or_panic().is_none(),
+        "the released member is gone"
+    );
 
     // ...and with --controller-username set to the admin's user, the same update is allowed.
     drop(hook);
