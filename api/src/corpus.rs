@@ -15,6 +15,10 @@ pub struct Case {
     pub name: String,
     pub rule: String,
     pub kind: String,
+    /// The object's own `metadata.name`, for a case about the name; without it each suite picks
+    /// one. Create cases only: a suite updates the object under the name it picked.
+    #[serde(default)]
+    pub metadata_name: Option<String>,
     pub spec: Value,
     #[serde(default)]
     pub old_spec: Option<Value>,
@@ -24,16 +28,21 @@ pub struct Case {
 }
 
 impl Case {
-    /// The object to create (or to update to), with the given name and namespace.
+    /// The object to create (or to update to), in the given namespace, named `name` unless the
+    /// case names it itself.
     pub fn object(&self, name: &str, namespace: &str) -> Value {
-        Self::wrap(&self.kind, &self.spec, name, namespace)
+        Self::wrap(&self.kind, &self.spec, self.name_or(name), namespace)
     }
 
     /// The object to create first, for an update case.
     pub fn old_object(&self, name: &str, namespace: &str) -> Option<Value> {
         self.old_spec
             .as_ref()
-            .map(|spec| Self::wrap(&self.kind, spec, name, namespace))
+            .map(|spec| Self::wrap(&self.kind, spec, self.name_or(name), namespace))
+    }
+
+    fn name_or<'a>(&'a self, name: &'a str) -> &'a str {
+        self.metadata_name.as_deref().unwrap_or(name)
     }
 
     fn wrap(kind: &str, spec: &Value, name: &str, namespace: &str) -> Value {

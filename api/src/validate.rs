@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::quantity;
 use crate::v1alpha2::{
     EtcdClusterSpec, EtcdSnapshotSpec, PvcLocation, RestoreSource, S3Location, SnapshotDestination,
-    StorageMedium, RETENTION_PATTERN, VERSION_PATTERN,
+    StorageMedium, CLUSTER_NAME_MAX_LEN, RETENTION_PATTERN, VERSION_PATTERN,
 };
 
 /// One broken rule.
@@ -159,7 +159,19 @@ pub fn object(
         }
     }
     match kind {
-        "EtcdCluster" => judge::<EtcdClusterSpec>(new, old, cluster_create, cluster_update),
+        // The name rule is a plain (non-transition) CEL rule on the CRD root, so the apiserver
+        // evaluates it on update too; so does this mirror.
+        "EtcdCluster" => {
+            let name = new.pointer("/metadata/name").and_then(|n| n.as_str());
+            let mut out: Vec<Violation> = name.and_then(cluster_name).into_iter().collect();
+            out.extend(judge::<EtcdClusterSpec>(
+                new,
+                old,
+                cluster_create,
+                cluster_update,
+            ));
+            out
+        }
         "EtcdSnapshot" => judge::<EtcdSnapshotSpec>(new, old, snapshot_create, snapshot_update),
         other => vec![Violation::new(
             "kind",
@@ -184,6 +196,54 @@ fn stored_spec_unreadable(why: &Violation) -> Violation {
 
 // ---------------------------------------------------------------------------------------------
 // EtcdCluster
+
+/// An EtcdCluster's `metadata.name`, judged as the CRD's root CEL rule judges it: a DNS-1035
+/// label of at most [`CLUSTER_NAME_MAX_LEN`] characters. Kubernetes itself only requires a
+/// DNS-1123 subdomain, but the operator names Services `<name>` and `<name>-client` and Pods
+/// `<name>-xxxxx` after the cluster, and a name those cannot carry would fail only at reconcile.
+/// An absent name passes, as in the CEL rule (`generateName` is resolved before validation).
+pub fn cluster_name(name: &str) -> Option<Violation> {
+    let mut problems = Vec::new();
+    let length = name.chars().count();
+    if length > CLUSTER_NAME_MAX_LEN {
+        problems.push(format!("is {length} characters long"));
+    }
+    match name.chars().next() {
+        None => problems.push("is empty".to_string()),
+        Some(c) if !c.is_ascii_lowercase() => {
+            problems.push(format!("starts with {c:?}, not a lowercase letter"))
+        }
+        Some(_) => {}
+    }
+    let mut others: Vec<char> = Vec::new();
+    for c in name.chars() {
+        if !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || others.contains(&c)) {
+            others.push(c);
+        }
+    }
+    if !others.is_empty() {
+        let shown: Vec<String> = others.iter().map(|c| format!("{c:?}")).collect();
+        problems.push(format!("contains {}", shown.join(", ")));
+    }
+    if name.ends_with('-') {
+        problems.push("ends with '-'".to_string());
+    }
+    if problems.is_empty() {
+        return None;
+    }
+    Some(
+        Violation::new(
+            "metadata.name",
+            format!(
+                "must be a DNS-1035 label of at most {CLUSTER_NAME_MAX_LEN} characters, because the operator names \
+                 Services <name> and <name>-client and Pods <name>-xxxxx after the cluster; this name {}",
+                problems.join(", ")
+            ),
+            "choose a name of lowercase letters, digits and '-' that starts with a letter and ends with a letter or digit, e.g. my-etcd",
+        )
+        .value(format!("{name:?}")),
+    )
+}
 
 /// Every violation of an EtcdCluster spec on create (and of the new spec on update).
 pub fn cluster_create(spec: &EtcdClusterSpec) -> Vec<Violation> {
@@ -844,6 +904,66 @@ mod tests {
         assert!(err.message.contains("Vault"), "{err}");
         let err = parse::<EtcdClusterSpec>("spec", &json!({"replicas": "three"})).unwrap_err();
         assert_eq!(err.field, "spec.replicas");
+    }
+
+    #[test]
+    fn cluster_name_verdict_is_the_cel_rule_verdict() {
+        let pattern = regex::Regex::new(crate::v1alpha2::CLUSTER_NAME_PATTERN).expect("regex");
+        let long = "a".repeat(CLUSTER_NAME_MAX_LEN);
+        let too_long = "a".repeat(CLUSTER_NAME_MAX_LEN + 1);
+        for name in [
+            "a",
+            "a1",
+            "a-b",
+            "my-etcd",
+            &long,
+            &too_long,
+            "",
+            "-",
+            "a-",
+            "9lives",
+            "my.cluster",
+            "Upper",
+            "uPPer",
+            "a_b",
+            "a--b",
+            "é",
+            "aé",
+            "a b",
+        ] {
+            let cel = pattern.is_match(name) && name.chars().count() <= CLUSTER_NAME_MAX_LEN;
+            assert_eq!(cluster_name(name).is_none(), cel, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn cluster_name_violation_says_what_is_wrong_and_why() {
+        let v = cluster_name("9my.etcd-").expect("a violation");
+        assert_eq!(v.field, "metadata.name");
+        assert_eq!(v.value.as_deref(), Some("\"9my.etcd-\""));
+        for part in [
+            "starts with '9'",
+            "contains '.'",
+            "ends with '-'",
+            "<name>-client",
+        ] {
+            assert!(v.message.contains(part), "{part} missing from {v}");
+        }
+        let v = cluster_name(&"a".repeat(57)).expect("a violation");
+        assert!(v.message.contains("is 57 characters long"), "{v}");
+    }
+
+    #[test]
+    fn cluster_name_is_judged_on_create_and_update_and_absent_passes() {
+        let spec = json!({"version": "3.6.11"});
+        let named = |name: &str| json!({"metadata": {"name": name}, "spec": spec});
+        let create = object("EtcdCluster", &named("9lives"), None);
+        assert_eq!(create.len(), 1, "{create:?}");
+        assert_eq!(create[0].field, "metadata.name");
+        let update = object("EtcdCluster", &named("9lives"), Some(&named("9lives")));
+        assert_eq!(update.len(), 1, "{update:?}");
+        let generated = json!({"metadata": {"generateName": "my-etcd-"}, "spec": spec});
+        assert_eq!(object("EtcdCluster", &generated, None), vec![]);
     }
 
     #[test]

@@ -15,6 +15,11 @@ use super::common::{
 
 pub const DEFAULT_REPLICAS: i32 = 3;
 pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i32 = 600;
+/// The longest EtcdCluster name: the client Service `<name>-client` must fit a DNS-1035 label
+/// (63 characters), and so must the members' Pod names `<name>-xxxxx`.
+pub const CLUSTER_NAME_MAX_LEN: usize = 56;
+/// A DNS-1035 label (Service names are): a lowercase letter first, then `[a-z0-9-]`, alphanumeric last.
+pub const CLUSTER_NAME_PATTERN: &str = r"^[a-z]([-a-z0-9]*[a-z0-9])?$";
 /// `X.Y.Z`; the image tag is `v<version>`.
 pub const VERSION_PATTERN: &str = r"^[0-9]+\.[0-9]+\.[0-9]+$";
 
@@ -50,7 +55,9 @@ fn default_progress_deadline_seconds() -> i32 {
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
     ),
-    category = "etcd"
+    category = "etcd",
+    validation = Rule::new("!has(self.metadata.name) || (self.metadata.name.size() <= 56 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))")
+        .message("metadata.name must be a DNS-1035 label of at most 56 characters (lowercase letters, digits and '-', starting with a letter, ending with a letter or digit): the operator names Services <name> and <name>-client and Pods <name>-xxxxx after the cluster, and those names are DNS labels of at most 63 characters; choose a name such as my-etcd")
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
