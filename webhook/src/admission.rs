@@ -194,7 +194,10 @@ fn validate_spec(req: &Request, response: AdmissionResponse, policy: &Policy) ->
         }
     }
 
-    let violations = api::validate::object(kind, &new.data, old.map(|o| &o.data));
+    // The whole objects, not only `data`: the name rule reads `metadata.name`.
+    let whole = |o: &DynamicObject| serde_json::to_value(o).unwrap_or_else(|_| o.data.clone());
+    let old_whole = old.map(whole);
+    let violations = api::validate::object(kind, &whole(new), old_whole.as_ref());
     let mut response = if violations.is_empty() {
         response
     } else {
