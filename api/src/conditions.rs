@@ -34,6 +34,9 @@ pub mod reason {
     pub const AUTH_REQUIRED_NOT_CONFIGURED: &str = "AuthRequiredNotConfigured";
     pub const AUTH_CREDENTIALS_REJECTED: &str = "AuthCredentialsRejected";
     pub const MEMBERS_UNHEALTHY: &str = "MembersUnhealthy";
+    /// Not in the reference API: the spec asks for a feature this operator version does not
+    /// implement yet (Available=False and Progressing=False, before the seed is created).
+    pub const SPEC_NOT_SUPPORTED: &str = "SpecNotSupported";
     // EtcdCluster Progressing
     pub const INITIAL_SNAPSHOT: &str = "InitialSnapshot";
     pub const SPEC_CHANGED: &str = "SpecChanged";

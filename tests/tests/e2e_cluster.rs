@@ -427,3 +427,40 @@ async fn deleting_a_formed_cluster_removes_every_owned_object_without_deadlock()
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// TLS, auth and restore are valid v1alpha2 fields this version does not implement yet: the
+/// cluster says so at once instead of bootstrapping something other than what was asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_asking_for_peer_tls_is_held_with_a_condition_naming_the_field() {
+    let env = env().await;
+    let ns = env.namespace("tls").await;
+    let mut s = spec(3);
+    s.tls = Some(api::v1alpha2::TlsSpec {
+        peer: Some(api::v1alpha2::PeerTlsSpec {
+            secret_ref: Some(api::v1alpha2::SecretReference {
+                name: "peer-tls".into(),
+            }),
+            cert_manager: None,
+        }),
+        ..Default::default()
+    });
+    env.create_cluster(&ns, "tls", s).await;
+    let c = env
+        .wait_for(&ns, "tls", "Available=False/SpecNotSupported", BOOT, |c| {
+            condition(c, "Available")
+                .is_some_and(|(s, r, _)| s == "False" && r == "SpecNotSupported")
+        })
+        .await;
+    let (_, _, message) = condition(&c, "Available").unwrap();
+    assert!(message.contains("spec.tls.peer"), "{message}");
+    let (status, reason, _) = condition(&c, "Progressing").unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "SpecNotSupported")
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        env.members(&ns, "tls").await.is_empty(),
+        "no seed is created for a cluster that could not form"
+    );
+}

@@ -155,6 +155,32 @@ pub struct Facts {
     pub dormant_pvc: Option<String>,
     pub seed_without_pod: bool,
     pub etcd_error: Option<String>,
+    /// Fields of the spec this operator version cannot act on yet (see [`unsupported_fields`]).
+    pub unsupported: Vec<&'static str>,
+}
+
+/// Parts of the v1alpha2 API that this operator version accepts (they are valid, and
+/// immutable after create) but does not implement yet: TLS listeners, root auth and restore.
+/// Bootstrapping such a cluster without them would either never form (peer TLS URLs on a
+/// plaintext listener) or silently give the user less than asked (no auth, an empty cluster
+/// instead of the snapshot), so the cluster is held before its seed is created.
+pub fn unsupported_fields(spec: &api::v1alpha2::EtcdClusterSpec) -> Vec<&'static str> {
+    let mut fields = Vec::new();
+    if let Some(tls) = &spec.tls {
+        if tls.client.is_some() {
+            fields.push("spec.tls.client");
+        }
+        if tls.peer.is_some() {
+            fields.push("spec.tls.peer");
+        }
+    }
+    if spec.auth.as_ref().is_some_and(|a| a.enabled) {
+        fields.push("spec.auth.enabled");
+    }
+    if spec.bootstrap.as_ref().is_some_and(|b| b.restore.is_some()) {
+        fields.push("spec.bootstrap.restore");
+    }
+    fields
 }
 
 /// The spec was edited after the cluster parked at its deadline: the `Progressing` condition
@@ -358,6 +384,16 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         action: Action::None,
         facts,
     };
+    if !formed {
+        out.facts.unsupported = unsupported_fields(&cluster.spec);
+        if !out.facts.unsupported.is_empty() {
+            out.action = Action::Wait(format!(
+                "not bootstrapping: this operator version does not implement {} yet",
+                out.facts.unsupported.join(", ")
+            ));
+            return out;
+        }
+    }
     if expired {
         out.phase = if formed {
             Phase::DeadlineExceeded

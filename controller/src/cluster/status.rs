@@ -77,8 +77,22 @@ pub fn render(
     let majority = members / 2 + 1;
     let ready = facts.ready_members;
 
+    let unsupported = (!facts.unsupported.is_empty()).then(|| {
+        format!(
+            "this operator version does not implement {} yet, so the cluster is not bootstrapped; \
+             these fields cannot change after create: delete the EtcdCluster and recreate it without them",
+            facts.unsupported.join(", ")
+        )
+    });
+
     // Available
     match plan.phase {
+        _ if unsupported.is_some() => set(
+            ctype::AVAILABLE,
+            false,
+            reason::SPEC_NOT_SUPPORTED,
+            unsupported.clone().unwrap_or_default(),
+        ),
         Phase::BootstrapFailed => set(
             ctype::AVAILABLE,
             false,
@@ -141,6 +155,12 @@ pub fn render(
 
     // Progressing
     match plan.phase {
+        _ if unsupported.is_some() => set(
+            ctype::PROGRESSING,
+            false,
+            reason::SPEC_NOT_SUPPORTED,
+            unsupported.clone().unwrap_or_default(),
+        ),
         Phase::BootstrapFailed => set(
             ctype::PROGRESSING,
             false,
@@ -430,6 +450,30 @@ mod tests {
             first, second,
             "a steady cluster renders an identical status"
         );
+    }
+
+    #[test]
+    fn unsupported_fields_are_named_with_the_way_out() {
+        let facts = Facts {
+            unsupported: vec!["spec.auth.enabled"],
+            ..Default::default()
+        };
+        let s = render(
+            &cluster(),
+            &plan(3, Phase::Progressing, facts, Action::None),
+            None,
+            now(),
+        );
+        for t in [ctype::AVAILABLE, ctype::PROGRESSING] {
+            let c = cond(&s, t);
+            assert_eq!(c.status, "False");
+            assert_eq!(c.reason, reason::SPEC_NOT_SUPPORTED);
+            assert!(
+                c.message.contains("spec.auth.enabled") && c.message.contains("recreate"),
+                "{}",
+                c.message
+            );
+        }
     }
 
     #[test]

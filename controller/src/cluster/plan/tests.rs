@@ -533,3 +533,29 @@ fn any_spec_edit_after_the_deadline_retries_the_same_target() {
     let p = run(&c, members, view);
     assert_eq!(p.locked_because, None);
 }
+
+#[test]
+fn cluster_asking_for_tls_auth_or_restore_is_held_before_its_seed() {
+    let mut c = cluster(3, None);
+    c.spec.tls = Some(api::v1alpha2::TlsSpec {
+        peer: Some(Default::default()),
+        ..Default::default()
+    });
+    c.spec.bootstrap = Some(api::v1alpha2::BootstrapSpec {
+        restore: Some(Default::default()),
+    });
+    let p = run(&c, vec![], EtcdView::NotAsked);
+    assert_eq!(
+        p.facts.unsupported,
+        vec!["spec.tls.peer", "spec.bootstrap.restore"]
+    );
+    assert!(
+        matches!(&p.action, Action::Wait(w) if w.contains("spec.tls.peer")),
+        "no seed is created: {:?}",
+        p.action
+    );
+    // Without them the same cluster bootstraps.
+    let p = run(&cluster(3, None), vec![], EtcdView::NotAsked);
+    assert!(p.facts.unsupported.is_empty());
+    assert_eq!(p.action, Action::CreateSeed);
+}
