@@ -464,3 +464,104 @@ async fn cluster_asking_for_peer_tls_is_held_with_a_condition_naming_the_field()
         "no seed is created for a cluster that could not form"
     );
 }
+
+/// The Services are the operator's: an edit that would cut members or clients off is put back,
+/// and a Service of the same name that belongs to someone else is never adopted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drifted_services_are_restored_and_a_foreign_service_is_never_adopted() {
+    let env = env().await;
+    let ns = env.namespace("svc").await;
+    env.create_cluster(&ns, "sv", spec(1)).await;
+    env.wait_healthy(&ns, "sv", 1, BOOT).await;
+    let get = |name: &'static str, path: &'static str| {
+        let (env, ns) = (env, ns.clone());
+        async move {
+            env.cp
+                .kubectl_ok(&[
+                    "get",
+                    "svc",
+                    name,
+                    "-n",
+                    &ns,
+                    "-o",
+                    &format!("jsonpath={path}"),
+                ])
+                .await
+                .unwrap()
+        }
+    };
+    for (svc, patch) in [
+        ("sv-client", r#"{"spec":{"selector":{"app":"elsewhere"}}}"#),
+        ("sv", r#"{"spec":{"publishNotReadyAddresses":false}}"#),
+    ] {
+        env.cp
+            .kubectl_ok(&["patch", "svc", svc, "-n", &ns, "--type=merge", "-p", patch])
+            .await
+            .unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let selector = get("sv-client", "{.spec.selector}").await;
+        let published = get("sv", "{.spec.publishNotReadyAddresses}").await;
+        if selector.contains("etcd-operator.cozystack.io/cluster")
+            && !selector.contains("elsewhere")
+            && published == "true"
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Services not restored: selector {selector}, publishNotReadyAddresses {published}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // Someone else's Service named like a new cluster's client Service.
+    env.cp
+        .kubectl_ok(&[
+            "create",
+            "service",
+            "clusterip",
+            "other-client",
+            "--tcp=80:8080",
+            "-n",
+            &ns,
+        ])
+        .await
+        .unwrap();
+    env.create_cluster(&ns, "other", spec(1)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let events = env
+            .cp
+            .kubectl_ok(&[
+                "get",
+                "events",
+                "-n",
+                &ns,
+                "--field-selector",
+                "involvedObject.name=other,reason=OwnershipConflict",
+                "-o",
+                "jsonpath={.items[*].note}{.items[*].message}",
+            ])
+            .await
+            .unwrap();
+        if events.contains("other-client") && events.contains("not owned") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no OwnershipConflict event: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        env.members(&ns, "other").await.is_empty(),
+        "nothing built on a foreign Service"
+    );
+    let selector = get("other-client", "{.spec.selector}").await;
+    assert!(
+        !selector.contains("etcd-operator"),
+        "the foreign Service was left alone: {selector}"
+    );
+}

@@ -56,6 +56,54 @@ pub fn client_service(cluster: &EtcdCluster) -> Result<Service, BuildError> {
     })
 }
 
+/// Whether an existing Service has drifted from `want` in anything the operator sets: selector,
+/// ports, `publishNotReadyAddresses`, type, or one of its labels and annotations. Fields the
+/// apiserver or others fill in (clusterIP, ipFamilies, extra labels) are not drift.
+pub fn drifted(have: &Service, want: &Service) -> bool {
+    /// name, port, targetPort, protocol
+    type PortKey<'a> = (
+        Option<&'a str>,
+        i32,
+        Option<&'a IntOrString>,
+        Option<&'a str>,
+    );
+    fn ports(s: &ServiceSpec) -> Vec<PortKey<'_>> {
+        s.ports
+            .iter()
+            .flatten()
+            .map(|p| {
+                (
+                    p.name.as_deref(),
+                    p.port,
+                    p.target_port.as_ref(),
+                    p.protocol.as_deref(),
+                )
+            })
+            .collect()
+    }
+    fn contains(
+        have: Option<&BTreeMap<String, String>>,
+        want: Option<&BTreeMap<String, String>>,
+    ) -> bool {
+        want.into_iter()
+            .flatten()
+            .all(|(k, v)| have.and_then(|h| h.get(k)) == Some(v))
+    }
+    let (Some(h), Some(w)) = (&have.spec, &want.spec) else {
+        return true;
+    };
+    h.selector != w.selector
+        || ports(h) != ports(w)
+        || (w.publish_not_ready_addresses.is_some()
+            && h.publish_not_ready_addresses != w.publish_not_ready_addresses)
+        || (w.type_.is_some() && h.type_ != w.type_)
+        || !contains(have.metadata.labels.as_ref(), want.metadata.labels.as_ref())
+        || !contains(
+            have.metadata.annotations.as_ref(),
+            want.metadata.annotations.as_ref(),
+        )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +139,47 @@ mod tests {
                 .collect::<Vec<_>>(),
             [2379]
         );
+    }
+
+    #[test]
+    fn drift_is_what_the_operator_sets_and_nothing_the_apiserver_adds() {
+        let want = client_service(&cluster("my-etcd", "n")).unwrap();
+        let mut have = want.clone();
+        // What the apiserver fills in, plus a label someone else added: no drift.
+        let spec = have.spec.as_mut().unwrap();
+        spec.cluster_ip = Some("10.0.0.7".into());
+        spec.ip_families = Some(vec!["IPv4".into()]);
+        spec.session_affinity = Some("None".into());
+        have.metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert("team".into(), "db".into());
+        assert!(!drifted(&have, &want));
+
+        let mut selector = have.clone();
+        selector.spec.as_mut().unwrap().selector =
+            Some(BTreeMap::from([("app".to_string(), "other".to_string())]));
+        assert!(drifted(&selector, &want));
+        let mut port = have.clone();
+        port.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 2399;
+        assert!(drifted(&port, &want));
+        let mut label = have.clone();
+        label
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .remove(labels::CLUSTER);
+        assert!(drifted(&label, &want));
+
+        let headless = headless_service(&cluster("my-etcd", "n")).unwrap();
+        let mut unpublished = headless.clone();
+        unpublished
+            .spec
+            .as_mut()
+            .unwrap()
+            .publish_not_ready_addresses = Some(false);
+        assert!(drifted(&unpublished, &headless));
+        assert!(!drifted(&headless, &headless));
     }
 }

@@ -40,6 +40,17 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<R
         .observe_reconcile("etcdcluster", started.elapsed());
     if let Err(e) = &result {
         ctx.metrics.count_error("etcdcluster", e.metric_label());
+        if let Error::Conflict(why) = e {
+            // Only a person can resolve it (an object in the way); say so where they look.
+            ctx.event(
+                cluster.as_ref(),
+                true,
+                "OwnershipConflict",
+                "Reconcile",
+                why.clone(),
+            )
+            .await;
+        }
     }
     result
 }
@@ -570,15 +581,39 @@ async fn ensure_services(cluster: &EtcdCluster, ctx: &Context) -> Result<(), Err
         service::client_service(cluster)?,
     ] {
         let name = svc.name_any();
-        if api.get_opt(&name).await?.is_none() {
-            api.create(
-                &PostParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..Default::default()
-                },
-                &svc,
-            )
-            .await?;
+        match api.get_opt(&name).await? {
+            None => {
+                api.create(
+                    &PostParams {
+                        field_manager: Some(FIELD_MANAGER.into()),
+                        ..Default::default()
+                    },
+                    &svc,
+                )
+                .await?;
+            }
+            Some(have) if crate::controller_uid(&have) != cluster.uid() => {
+                return Err(Error::Conflict(format!(
+                    "Service {name} exists but is not owned by EtcdCluster {}; it is never adopted \
+                     (it could route to other Pods): delete or rename it",
+                    cluster.name_any()
+                )));
+            }
+            Some(have) if service::drifted(&have, &svc) => {
+                // Someone edited what members and clients depend on (selector, ports,
+                // publishNotReadyAddresses): put it back.
+                let mut body = serde_json::to_value(&svc)?;
+                body["apiVersion"] = json!("v1");
+                body["kind"] = json!("Service");
+                api.patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&body),
+                )
+                .await?;
+                tracing::info!(cluster = %cluster.name_any(), service = %name, "restored a drifted Service");
+            }
+            Some(_) => {}
         }
     }
     Ok(())
@@ -604,6 +639,10 @@ async fn ensure_pdb(
             let same = existing.as_ref().is_some_and(|have| {
                 have.spec.as_ref().map(|s| (&s.min_available, &s.selector))
                     == want.spec.as_ref().map(|s| (&s.min_available, &s.selector))
+                    && want
+                        .labels()
+                        .iter()
+                        .all(|(k, v)| have.labels().get(k) == Some(v))
             });
             if !same {
                 let pp = PatchParams::apply(FIELD_MANAGER).force();
