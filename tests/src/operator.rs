@@ -40,6 +40,16 @@ impl Operator {
         lease_namespace: &str,
         watch_namespace: Option<&str>,
     ) -> Result<Self, Error> {
+        Self::start_with(cp, lease_namespace, watch_namespace, &[]).await
+    }
+
+    /// [`Operator::start`] with more command-line flags (e.g. `--etcd-image-repository=…`).
+    pub async fn start_with(
+        cp: &ControlPlane,
+        lease_namespace: &str,
+        watch_namespace: Option<&str>,
+        extra_args: &[&str],
+    ) -> Result<Self, Error> {
         let binary = bin_dir().join("etcd-operator");
         if !binary.is_file() {
             return Err(Error::Io {
@@ -61,6 +71,7 @@ impl Operator {
         if let Some(ns) = watch_namespace {
             cmd.arg(format!("--watch-namespace={ns}"));
         }
+        cmd.args(extra_args);
         let log = logs::run_dir().join(format!("etcd-operator-{port}.log"));
         let process = Process::spawn("etcd-operator", cmd, &log)?;
         let op = Self {

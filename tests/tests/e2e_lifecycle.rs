@@ -38,6 +38,8 @@ const BOOT: Duration = Duration::from_secs(180);
 /// A stopped member is noticed after its readiness probe fails three times (period 2 s, timeout
 /// 5 s), then one reconcile.
 const NOTICE: Duration = Duration::from_secs(90);
+/// An etcd image repository other than the default, as an air-gapped install would mirror it.
+const MIRROR: &str = "registry.example.test/mirror/etcd";
 
 // ---------------------------------------------------------------------------------------------
 // The environment: the shared control plane and pod runner, and one operator per test.
@@ -54,7 +56,11 @@ async fn lab() -> &'static Env {
             .shared()
             .await
             .or_panic();
-        let runner = PodRunner::builder().start(cp).await.or_panic();
+        let runner = PodRunner::builder()
+            .etcd_repository(MIRROR)
+            .start(cp)
+            .await
+            .or_panic();
         let idle = cp.namespace("lifecycle-idle").await.or_panic();
         let operator = Operator::start(cp, &idle, Some(&idle)).await.or_panic();
         Env {
@@ -77,9 +83,16 @@ struct Scope {
 
 impl Scope {
     async fn new(prefix: &str) -> Self {
+        Self::with_flags(prefix, &[]).await
+    }
+
+    /// A scope whose operator runs with more flags.
+    async fn with_flags(prefix: &str, flags: &[&str]) -> Self {
         let env = lab().await;
         let ns = env.namespace(prefix).await;
-        let operator = Operator::start(env.cp, &ns, Some(&ns)).await.or_panic();
+        let operator = Operator::start_with(env.cp, &ns, Some(&ns), flags)
+            .await
+            .or_panic();
         let logs = vec![operator.log()];
         Self {
             env,
@@ -1134,5 +1147,150 @@ async fn pdb_allows_one_voter_eviction_and_refuses_a_second_while_it_is_down() {
     s.wait_healthy(name, 3, BOOT).await;
     assert_eq!(names(&env.members(&ns, name).await), members_before);
     env.check_keys(&ns, name, &keys).await;
+    s.finish(name).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Everything the spec passes through to the members.
+
+/// `GET /metrics` on a member's plaintext metrics port, from the host (the pod runner publishes
+/// member names in /etc/hosts).
+async fn member_metrics(host: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect((host, 2381))
+        .await
+        .or_panic();
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {host}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.or_panic();
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.or_panic();
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_repository_options_metadata_and_scheduling_reach_every_member() {
+    let s = Scope::with_flags(
+        "passthrough",
+        &[&format!("--etcd-image-repository={MIRROR}")],
+    )
+    .await;
+    let (env, ns, name) = (s.env, s.ns.clone(), "pt");
+    let mut spec = spec(3);
+    let extra: api::v1alpha2::EtcdClusterSpec = serde_json::from_value(json!({
+        "version": spec.version,
+        "additionalMetadata": {
+            "labels": {"team": "db", "etcd-operator.cozystack.io/cluster": "hijack"},
+            "annotations": {"example.com/owner": "platform"}
+        },
+        "imagePullSecrets": [{"name": "mirror-credentials"}],
+        "topologySpreadConstraints": [{
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"etcd-operator.cozystack.io/cluster": name}}
+        }],
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100,
+            "podAffinityTerm": {
+                "topologyKey": "kubernetes.io/hostname",
+                "labelSelector": {"matchLabels": {"etcd-operator.cozystack.io/cluster": name}}
+            }
+        }]}},
+        "resources": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "512Mi"}},
+        "options": {
+            "quotaBackendBytes": 3221225472_i64,
+            "autoCompactionMode": "periodic",
+            "autoCompactionRetention": "1h",
+            "snapshotCount": 5000
+        }
+    }))
+    .or_panic();
+    spec.additional_metadata = extra.additional_metadata;
+    spec.image_pull_secrets = extra.image_pull_secrets;
+    spec.topology_spread_constraints = extra.topology_spread_constraints;
+    spec.affinity = extra.affinity;
+    spec.resources = extra.resources;
+    spec.options = extra.options;
+    env.create_cluster(&ns, name, spec).await;
+    s.wait_healthy(name, 3, BOOT).await;
+
+    let pods = env.pods(&ns, name).await;
+    assert_eq!(pods.len(), 3);
+    for pod in &pods {
+        let p = serde_json::to_value(pod).or_panic();
+        let who = pod.name_any();
+        let etcd = &p["spec"]["containers"][0];
+        assert_eq!(etcd["image"], format!("{MIRROR}:v3.6.16"), "{who}");
+        assert_eq!(p["metadata"]["labels"]["team"], "db", "{who}");
+        assert_eq!(
+            p["metadata"]["labels"][labels::CLUSTER],
+            name,
+            "{who}: operator labels win over additionalMetadata"
+        );
+        assert_eq!(
+            p["metadata"]["annotations"]["example.com/owner"], "platform",
+            "{who}"
+        );
+        assert_eq!(
+            p["spec"]["imagePullSecrets"],
+            json!([{"name": "mirror-credentials"}]),
+            "{who}"
+        );
+        assert_eq!(
+            p["spec"]["topologySpreadConstraints"][0]["topologyKey"], "topology.kubernetes.io/zone",
+            "{who}"
+        );
+        assert_eq!(
+            p["spec"]["affinity"]["podAntiAffinity"]
+                ["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"],
+            100,
+            "{who}"
+        );
+        assert_eq!(
+            etcd["resources"],
+            json!({"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "512Mi"}}),
+            "{who}"
+        );
+        let args: Vec<&str> = etcd["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .chain(etcd["command"].as_array().into_iter().flatten())
+            .filter_map(|a| a.as_str())
+            .collect();
+        for flag in [
+            "--quota-backend-bytes=3221225472",
+            "--auto-compaction-mode=periodic",
+            "--auto-compaction-retention=1h",
+            "--snapshot-count=5000",
+        ] {
+            assert!(args.contains(&flag), "{who}: {flag} missing from {args:?}");
+        }
+        // The flag reached the running etcd, not only the Pod spec.
+        let metrics = member_metrics(&format!("{who}.{name}.{ns}.svc")).await;
+        let quota = metrics
+            .lines()
+            .find(|l| l.starts_with("etcd_server_quota_backend_bytes "))
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            quota.ends_with(" 3.221225472e+09"),
+            "{who}: etcd reports {quota:?}"
+        );
+    }
+    for pvc in env.pvcs(&ns, name).await {
+        assert_eq!(pvc.labels().get("team").map(String::as_str), Some("db"));
+    }
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(env.client(), &ns);
+    for svc in [name.to_string(), format!("{name}-client")] {
+        let svc = services.get(&svc).await.or_panic();
+        assert_eq!(svc.labels().get("team").map(String::as_str), Some("db"));
+        assert_eq!(
+            svc.annotations()
+                .get("example.com/owner")
+                .map(String::as_str),
+            Some("platform")
+        );
+    }
     s.finish(name).await;
 }
