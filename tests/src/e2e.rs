@@ -88,6 +88,15 @@ impl Env {
             .items
     }
 
+    /// The names of the cluster's EtcdMembers, in the API's list order.
+    pub async fn member_names(&self, ns: &str, cluster: &str) -> Vec<String> {
+        self.members(ns, cluster)
+            .await
+            .iter()
+            .map(|m| m.name_any())
+            .collect()
+    }
+
     pub async fn pods(&self, ns: &str, cluster: &str) -> Vec<Pod> {
         let api: Api<Pod> = Api::namespaced(self.client(), ns);
         api.list(&ListParams::default().labels(&api::labels::cluster_selector(cluster)))

@@ -101,12 +101,7 @@ async fn three_members_scale_to_five_and_back_keeping_every_key() {
     assert_eq!(pdb.trim(), "2");
 
     let keys = env.write_keys(&ns, "kv", 100).await;
-    let before: Vec<String> = env
-        .members(&ns, "kv")
-        .await
-        .iter()
-        .map(|m| m.name_any())
-        .collect();
+    let before: Vec<String> = env.member_names(&ns, "kv").await;
 
     env.scale(&ns, "kv", 5).await;
     env.wait_healthy(&ns, "kv", 5, BOOT).await;
@@ -136,12 +131,7 @@ async fn three_members_scale_to_five_and_back_keeping_every_key() {
         cluster_id,
         "same cluster throughout"
     );
-    let after: Vec<String> = env
-        .members(&ns, "kv")
-        .await
-        .iter()
-        .map(|m| m.name_any())
-        .collect();
+    let after: Vec<String> = env.member_names(&ns, "kv").await;
     let mut kept = after.clone();
     kept.sort();
     let mut original = before.clone();
@@ -197,12 +187,7 @@ async fn member_deleted_without_a_ready_voter_waits_to_leave_etcd_before_it_goes
     env.create_cluster(&ns, "gh", spec(3)).await;
     env.wait_healthy(&ns, "gh", 3, BOOT).await;
     let keys = env.write_keys(&ns, "gh", 30).await;
-    let names: Vec<String> = env
-        .members(&ns, "gh")
-        .await
-        .iter()
-        .map(|m| m.name_any())
-        .collect();
+    let names: Vec<String> = env.member_names(&ns, "gh").await;
     let (victim, hung) = (names[0].clone(), &names[1..]);
     for h in hung {
         env.runner.stop_container(&ns, h, "etcd").unwrap();
@@ -229,12 +214,7 @@ async fn member_deleted_without_a_ready_voter_waits_to_leave_etcd_before_it_goes
         env.runner.resume_container(&ns, h, "etcd").unwrap();
     }
     let deadline = std::time::Instant::now() + BOOT;
-    while env
-        .members(&ns, "gh")
-        .await
-        .iter()
-        .any(|m| m.name_any() == victim)
-    {
+    while env.member_names(&ns, "gh").await.contains(&victim) {
         assert!(
             std::time::Instant::now() < deadline,
             "{victim} was never finalized after the voters came back"
@@ -299,12 +279,7 @@ async fn killed_member_pod_is_recreated_on_its_pvc_and_data_survives() {
     env.create_cluster(&ns, "pl", spec(3)).await;
     env.wait_healthy(&ns, "pl", 3, BOOT).await;
     let keys = env.write_keys(&ns, "pl", 30).await;
-    let members_before: Vec<String> = env
-        .members(&ns, "pl")
-        .await
-        .iter()
-        .map(|m| m.name_any())
-        .collect();
+    let members_before: Vec<String> = env.member_names(&ns, "pl").await;
     let victim = env
         .pods(&ns, "pl")
         .await
@@ -321,12 +296,7 @@ async fn killed_member_pod_is_recreated_on_its_pvc_and_data_survives() {
     })
     .await;
     env.wait_healthy(&ns, "pl", 3, BOOT).await;
-    let members_after: Vec<String> = env
-        .members(&ns, "pl")
-        .await
-        .iter()
-        .map(|m| m.name_any())
-        .collect();
+    let members_after: Vec<String> = env.member_names(&ns, "pl").await;
     assert_eq!(
         members_before, members_after,
         "a PVC-backed member keeps its identity"
@@ -348,12 +318,7 @@ async fn memory_member_whose_pod_is_deleted_is_replaced_by_a_new_member() {
         "memory members have no PVC"
     );
     let keys = env.write_keys(&ns, "mem", 30).await;
-    let before: Vec<String> = env
-        .members(&ns, "mem")
-        .await
-        .iter()
-        .map(|m| m.name_any())
-        .collect();
+    let before: Vec<String> = env.member_names(&ns, "mem").await;
     let victim = before[1].clone();
     env.cp
         .kubectl_ok(&["delete", "pod", &victim, "-n", &ns])
@@ -363,12 +328,7 @@ async fn memory_member_whose_pod_is_deleted_is_replaced_by_a_new_member() {
         .await;
     let deadline = std::time::Instant::now() + BOOT;
     loop {
-        let names: Vec<String> = env
-            .members(&ns, "mem")
-            .await
-            .iter()
-            .map(|m| m.name_any())
-            .collect();
+        let names: Vec<String> = env.member_names(&ns, "mem").await;
         if !names.contains(&victim) && names.len() == 3 {
             break;
         }

@@ -34,12 +34,7 @@ async fn seed_with_wiped_data_never_forms_a_new_cluster_and_is_replaced_while_qu
     // cluster keeps its ID and its members never see a second cluster.
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let names: Vec<String> = env
-            .members(&ns, "wp")
-            .await
-            .iter()
-            .map(|m| m.name_any())
-            .collect();
+        let names: Vec<String> = env.member_names(&ns, "wp").await;
         if !names.contains(&seed) && names.len() == 3 {
             break;
         }
