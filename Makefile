@@ -7,7 +7,7 @@ CARGO ?= cargo
 TESTBINS_DIR := $(shell bash tools/testbins/build.sh --print-dir)
 export ETCD_OPERATOR_TESTBINS := $(TESTBINS_DIR)
 
-.PHONY: help test fmt-check clippy unit testbins api e2e crds bench demo
+.PHONY: help deps test fmt-check clippy unit testbins api e2e crds bench demo
 
 help:
 	@echo "make demo      a 3-member EtcdCluster on real etcd members, run by the operator binary; until Ctrl-C (needs root)"
@@ -17,36 +17,40 @@ help:
 	@echo "make bench     measure (not test): webhook latency/RSS; controller apply→Ready, step overhead, idle writes, RSS (root)"
 	@echo "make crds      regenerate the CRDs in charts/etcd-operator/files/crds from api/"
 
+## deps: system packages a fresh machine lacks (protoc, iproute2), installed with apt when missing.
+deps:
+	@bash tools/install-deps.sh
+
 ## test: everything CI checks, fastest first.
-test: fmt-check clippy unit api e2e
+test: deps fmt-check clippy unit api e2e
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
 
-clippy:
+clippy: deps
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
 ## unit: pure tests, no external processes: planners, builders, validators, the CRD corpus.
-unit:
+unit: deps
 	$(CARGO) test --workspace --locked --exclude tests
 	$(CARGO) test --locked -p tests --lib
 
 ## testbins: the Go-built binaries, in a cache outside the repo (idempotent; prints timings).
-testbins:
+testbins: deps
 	bash tools/testbins/build.sh >/dev/null
 
 ## api: CRDs on a real kube-apiserver (current and 1.29): every validation rule, defaults,
 ## printer columns, scale and status subresources; the test control plane itself.
 api: testbins
 	$(CARGO) build --locked -p webhook --bins
-	$(CARGO) test --locked -p tests --test api_crds --test control_plane --test webhook_api
+	$(CARGO) test --locked -p tests --test api_crds --test control_plane --test webhook_api --test status_writes
 
 ## e2e: the pod runner (Pods as real local processes), then the operator binary driving real etcd
 ## members: bootstrap, scale, pause/resume, member loss, operator crashes in every scale-up window,
 ## every condition reason the environment can produce, the PDB against evictions; every key checked.
 e2e: testbins
 	$(CARGO) build --locked -p controller --bins
-	$(CARGO) test --locked -p tests --test pod_runner --test e2e_cluster --test e2e_lifecycle --test e2e_selfheal
+	$(CARGO) test --locked -p tests --test pod_runner --test e2e_cluster --test e2e_lifecycle --test e2e_selfheal --test e2e_safety
 
 ## crds: write the CRDs generated from the Rust types into the chart (commit the result).
 crds:

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# System packages the build and the tests need and a fresh Debian machine lacks: `protoc` (for
+# etcd-client's generated gRPC code) and `ip` (the pod runner's network namespaces). Installs
+# them with apt when missing; prints what it does. Used by `make demo`/`make test` and `.ci/run`.
+set -euo pipefail
+
+need=()
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+[ ${#need[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "missing: ${need[*]} — install them with your package manager (Debian: apt-get install ${need[*]}), then run make again" >&2
+  exit 1
+fi
+echo "[deps] installing ${need[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null
+apt-get install -y -qq "${need[@]}" >/dev/null
