@@ -37,6 +37,9 @@ pub mod reason {
     /// Not in the reference API: the spec asks for a feature this operator version does not
     /// implement yet (Available=False and Progressing=False, before the seed is created).
     pub const SPEC_NOT_SUPPORTED: &str = "SpecNotSupported";
+    /// Not in the reference API: etcd answers with another cluster ID than the one latched in
+    /// `status.clusterID` (the members' endpoints reach a different cluster). Nothing is changed.
+    pub const CLUSTER_ID_MISMATCH: &str = "ClusterIDMismatch";
     // EtcdCluster Progressing
     pub const INITIAL_SNAPSHOT: &str = "InitialSnapshot";
     pub const SPEC_CHANGED: &str = "SpecChanged";

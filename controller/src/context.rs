@@ -1,9 +1,13 @@
 //! What every reconcile shares: the API client, the operator's configuration, metrics and the
 //! event recorder.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 
+use crate::etcd::{Etcd, EtcdError};
 use crate::metrics::Metrics;
 
 pub const FIELD_MANAGER: &str = "etcd-operator";
@@ -30,6 +34,9 @@ pub struct Context {
     pub config: Config,
     pub metrics: Metrics,
     recorder: Recorder,
+    /// One etcd connection per cluster, kept across reconciles while its endpoints stay the
+    /// same: a reconcile then costs the membership call, not a new TCP and HTTP/2 handshake.
+    etcd_clients: Mutex<HashMap<String, (Vec<String>, Etcd)>>,
 }
 
 impl Context {
@@ -46,6 +53,32 @@ impl Context {
             config,
             metrics,
             recorder,
+            etcd_clients: Mutex::default(),
+        }
+    }
+
+    /// The cluster's etcd client for these endpoints (`key` names the cluster incarnation),
+    /// reused while the endpoints are unchanged.
+    pub async fn etcd(&self, key: &str, endpoints: &[String]) -> Result<Etcd, EtcdError> {
+        let cached = self.etcd_clients.lock().ok().and_then(|c| {
+            c.get(key)
+                .filter(|(e, _)| e.as_slice() == endpoints)
+                .map(|(_, client)| client.clone())
+        });
+        if let Some(client) = cached {
+            return Ok(client);
+        }
+        let client = Etcd::connect(endpoints, self.metrics.clone()).await?;
+        if let Ok(mut c) = self.etcd_clients.lock() {
+            c.insert(key.to_string(), (endpoints.to_vec(), client.clone()));
+        }
+        Ok(client)
+    }
+
+    /// Drop a cluster's cached client (a call through it failed, or the cluster is gone).
+    pub fn forget_etcd(&self, key: &str) {
+        if let Ok(mut c) = self.etcd_clients.lock() {
+            c.remove(key);
         }
     }
 

@@ -56,7 +56,8 @@ impl EtcdError {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A connection to the voters of one cluster.
+/// A connection to the voters of one cluster. Cheap to clone (one gRPC channel underneath).
+#[derive(Clone)]
 pub struct Etcd {
     client: Client,
     metrics: Metrics,

@@ -4,11 +4,13 @@
 
 pub mod builders;
 pub mod cluster;
+pub mod conditions;
 pub mod context;
 pub mod etcd;
 pub mod member;
 pub mod metrics;
 pub mod naming;
+pub mod pods;
 pub mod run;
 
 /// UID of the object's controlling owner (the EtcdCluster of a member, the member of a Pod or PVC).
@@ -44,6 +46,12 @@ pub enum Error {
 }
 
 impl Error {
+    /// The object changed since it was read (HTTP 409 Conflict on an update or patch carrying
+    /// the read `resourceVersion`): retry from a fresh read, soon.
+    pub fn is_stale_write(&self) -> bool {
+        matches!(self, Error::Kube(kube::Error::Api(s)) if s.is_conflict() && !s.is_already_exists())
+    }
+
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube(_) => "KubeApi",

@@ -7,6 +7,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
@@ -27,6 +28,12 @@ struct EtcdLabel {
     result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabel {
+    namespace: String,
+    cluster: String,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     inner: Arc<Inner>,
@@ -38,6 +45,9 @@ struct Inner {
     reconcile_seconds: Family<ControllerLabel, Histogram>,
     errors: Family<ErrorLabel, Counter>,
     etcd_seconds: Family<EtcdLabel, Histogram>,
+    ready_members: Family<ClusterLabel, Gauge>,
+    voters: Family<ClusterLabel, Gauge>,
+    learners: Family<ClusterLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -73,6 +83,24 @@ impl Metrics {
             "Latency of etcd calls made by the operator",
             etcd_seconds.clone(),
         );
+        let ready_members = Family::<ClusterLabel, Gauge>::default();
+        let voters = Family::<ClusterLabel, Gauge>::default();
+        let learners = Family::<ClusterLabel, Gauge>::default();
+        registry.register(
+            "cluster_ready_members",
+            "Members of an EtcdCluster whose Pod is Ready",
+            ready_members.clone(),
+        );
+        registry.register(
+            "cluster_voters",
+            "Voting members etcd lists for an EtcdCluster",
+            voters.clone(),
+        );
+        registry.register(
+            "cluster_learners",
+            "Learners etcd lists for an EtcdCluster",
+            learners.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 registry,
@@ -80,6 +108,9 @@ impl Metrics {
                 reconcile_seconds,
                 errors,
                 etcd_seconds,
+                ready_members,
+                voters,
+                learners,
             }),
         }
     }
@@ -115,6 +146,37 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
+    /// A cluster's member counts as the last reconcile saw them; `None` for what etcd was not
+    /// asked (the gauge keeps its last value).
+    pub fn record_cluster(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        ready: i64,
+        etcd: Option<(i64, i64)>,
+    ) {
+        let label = ClusterLabel {
+            namespace: namespace.to_string(),
+            cluster: cluster.to_string(),
+        };
+        self.inner.ready_members.get_or_create(&label).set(ready);
+        if let Some((voters, learners)) = etcd {
+            self.inner.voters.get_or_create(&label).set(voters);
+            self.inner.learners.get_or_create(&label).set(learners);
+        }
+    }
+
+    /// Drop a deleted cluster's gauges.
+    pub fn forget_cluster(&self, namespace: &str, cluster: &str) {
+        let label = ClusterLabel {
+            namespace: namespace.to_string(),
+            cluster: cluster.to_string(),
+        };
+        self.inner.ready_members.remove(&label);
+        self.inner.voters.remove(&label);
+        self.inner.learners.remove(&label);
+    }
+
     /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -142,5 +204,17 @@ mod tests {
         );
         assert!(text.contains("etcd_operator_reconcile_errors_total{controller=\"etcdcluster\",reason=\"EtcdUnreachable\"} 1"), "{text}");
         assert!(text.contains("etcd_operator_etcd_call_duration_seconds_count{op=\"member_list\",result=\"ok\"} 1"), "{text}");
+        m.record_cluster("ns", "c", 2, Some((3, 1)));
+        let text = m.render();
+        assert!(
+            text.contains("etcd_operator_cluster_voters{namespace=\"ns\",cluster=\"c\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("etcd_operator_cluster_learners{namespace=\"ns\",cluster=\"c\"} 1"),
+            "{text}"
+        );
+        m.forget_cluster("ns", "c");
+        assert!(!m.render().contains("cluster=\"c\""));
     }
 }

@@ -71,9 +71,26 @@ pub async fn run(
             }
         });
 
-    let members = Controller::new(api::<EtcdMember>(&ctx, ns), watcher::Config::default())
+    let members = Controller::new(api::<EtcdMember>(&ctx, ns), watcher::Config::default());
+    // A member's status depends on its cluster too (the locked version it is compared with):
+    // a cluster change wakes its members, found in the member controller's own cache.
+    let member_cache = members.store();
+    let members = members
         .owns(api::<Pod>(&ctx, ns), managed.clone())
         .owns(api::<PersistentVolumeClaim>(&ctx, ns), managed)
+        .watches(
+            api::<EtcdCluster>(&ctx, ns),
+            watcher::Config::default(),
+            move |cluster| {
+                let (name, ns) = (cluster.name_any(), cluster.namespace());
+                member_cache
+                    .state()
+                    .into_iter()
+                    .filter(|m| m.spec.cluster_name == name && m.namespace() == ns)
+                    .map(|m| ObjectRef::from_obj(m.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
         .graceful_shutdown_on(stopped(stop_rx))
         .run(member::reconcile, member::error_policy, ctx)
         .for_each(|res| async move {

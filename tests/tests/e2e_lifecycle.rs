@@ -413,33 +413,24 @@ fn peer_url(member: &str, cluster: &str, ns: &str) -> String {
     format!("http://{member}.{cluster}.{ns}.svc:2380")
 }
 
-/// Push `status.progressDeadline` into the past through the status subresource, as the runbook
-/// does to force escalation, until the cluster shows `want` (a reconcile that was already running
-/// may write the old deadline back once).
+/// Push `status.progressDeadline` into the past through the status subresource, once, as the
+/// runbook does to force escalation, and wait until the cluster shows `want`. The operator
+/// writes status with optimistic concurrency, so a reconcile that read the cluster before this
+/// patch cannot write the old deadline back.
 async fn force_deadline(s: &Scope, name: &str, want: &str) -> EtcdCluster {
     let api = s.env.clusters(&s.ns);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let past = Time(Timestamp::now() - SignedDuration::from_secs(1));
-        let patch = json!({"status": {"progressDeadline": past}});
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .or_panic();
-        let settle = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < settle {
-            let c = s.env.cluster(&s.ns, name).await;
-            if has(&c, ctype::AVAILABLE, "False", want) {
-                return c;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{}/{name}: forcing the deadline never produced Available=False/{want}; operator logs: {}",
-            s.ns,
-            s.logs()
-        );
-    }
+    let past = Time(Timestamp::now() - SignedDuration::from_secs(1));
+    let patch = json!({"status": {"progressDeadline": past}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .or_panic();
+    s.wait_for(
+        name,
+        &format!("Available=False/{want} after forcing the deadline"),
+        Duration::from_secs(30),
+        |c| has(c, ctype::AVAILABLE, "False", want),
+    )
+    .await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -726,6 +717,18 @@ async fn conditions_follow_bootstrap_scale_member_loss_quorum_loss_and_deadline(
     let m = history.expect_after(mark, ctype::PROGRESSING, "True", reason::SPEC_CHANGED);
     assert!(m.contains("towards 3 members"), "{m}");
     assert!(has(&c, ctype::DEGRADED, "False", reason::QUORUM_HEALTHY));
+    // Quorum is etcd's voters: the serving seed keeps it while learners join one at a time.
+    for (t, st, r) in [
+        (ctype::AVAILABLE, "False", reason::QUORUM_LOST),
+        (ctype::DEGRADED, "True", reason::QUORUM_LOST),
+        (ctype::DEGRADED, "True", reason::MEMBERS_UNHEALTHY),
+    ] {
+        assert!(
+            history.seen_after(mark, t, st, r).is_none(),
+            "{t}={st}/{r} during a scale-up from a healthy voter; conditions seen:\n{}",
+            history.dump()
+        );
+    }
     env.check_keys(&ns, name, &keys).await;
 
     // Member conditions: Ready=True/PodReady, VersionDrifted=False/VersionMatched.

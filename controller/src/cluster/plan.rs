@@ -25,9 +25,17 @@ pub struct MemberView {
     /// `spec.initialCluster` is empty: the CR exists but the member was not yet added to etcd.
     pub pending: bool,
     pub memory: bool,
+    /// `status.isVoter` as last recorded (etcd's own list wins when it is known).
+    pub voter: bool,
+    /// `spec.version`: the version the member was created with.
+    pub version: String,
     /// `status.podUID`: the Pod this member last ran in.
     pub recorded_pod_uid: Option<String>,
     pub pod: Option<PodView>,
+    /// A PVC member whose claim the member controller had created (`status.pvcName`) is gone:
+    /// its data is lost, and restarting it empty under its etcd member ID would rejoin Raft with
+    /// an empty log.
+    pub data_lost: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -37,6 +45,10 @@ pub struct PodView {
     pub restart_count: i32,
     /// The etcd container's last termination was an OOM kill.
     pub oom_killed: bool,
+    /// The etcd container is waiting in `CrashLoopBackOff` right now.
+    pub crash_loop_backoff: bool,
+    /// When the etcd container last terminated (`lastState.terminated.finishedAt`).
+    pub last_exit: Option<Timestamp>,
 }
 
 /// A member of the etcd cluster as `MemberList` reports it.
@@ -61,6 +73,15 @@ pub enum EtcdView {
     Unreachable(String),
 }
 
+impl EtcdView {
+    pub fn members(&self) -> Option<&[EtcdMemberInfo]> {
+        match self {
+            EtcdView::Members { members, .. } => Some(members),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Observed<'a> {
     pub cluster: &'a EtcdCluster,
@@ -69,6 +90,15 @@ pub struct Observed<'a> {
     pub now: Timestamp,
     /// The cluster asks for cert-manager Certificates but cert-manager is not installed.
     pub cert_manager_missing: bool,
+}
+
+/// An etcd member that no EtcdMember of this cluster describes (matched by peer URL): left
+/// behind by a finalizer removed by hand, or added to etcd by someone else.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ghost {
+    pub id: u64,
+    pub peer_url: String,
+    pub is_learner: bool,
 }
 
 /// The one thing to do this reconcile.
@@ -106,6 +136,8 @@ pub enum Action {
         member: String,
         dormant: bool,
     },
+    /// `MemberRemove` of an etcd member no EtcdMember describes.
+    RemoveGhost(Ghost),
     /// Nothing to do now; a watch event or the periodic health check brings the next step.
     Wait(String),
     None,
@@ -117,10 +149,15 @@ pub enum DeleteReason {
     Pause,
     MemoryPodLost,
     CrashLooping,
+    /// The member's PVC is gone.
+    DataLost,
 }
 
 /// Crash-loop threshold for self-heal.
 pub const CRASH_LOOP_RESTARTS: i32 = 5;
+/// A crash loop counts only while its last crash is this recent: a lifetime restart count from
+/// long ago says nothing about the member now.
+pub const CRASH_LOOP_RECENT: SignedDuration = SignedDuration::from_mins(10);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
@@ -149,8 +186,21 @@ pub struct Plan {
 pub struct Facts {
     pub formed: bool,
     pub ready_members: i32,
+    /// Voters as etcd lists them (or, when etcd cannot be asked, as the members' status says).
     pub voters: i32,
+    /// Voters whose Pod is Ready: quorum is a majority of `voters` among these.
+    pub ready_voters: i32,
     pub live_members: i32,
+    /// Members that cannot serve: Pod missing, not Ready, crash-looping, or data lost.
+    pub broken_members: i32,
+    /// etcd members no EtcdMember describes.
+    pub ghosts: Vec<Ghost>,
+    /// `(latched, answered)`: etcd answers with another cluster ID than `status.clusterID`.
+    pub cluster_id_mismatch: Option<(String, String)>,
+    /// Members whose version differs from the locked target: `(count, target)`. Rolling
+    /// upgrades are not implemented yet, so the change waits.
+    pub version_pending: Option<(i32, String)>,
+    pub cert_manager_missing: bool,
     pub paused: bool,
     pub dormant_pvc: Option<String>,
     pub seed_without_pod: bool,
@@ -217,9 +267,60 @@ fn live(members: &[MemberView]) -> impl Iterator<Item = &MemberView> {
     members.iter().filter(|m| !m.deleting)
 }
 
-/// The member to remove on scale-down: newest first (creation time, then name, descending).
+fn is_ready(m: &MemberView) -> bool {
+    m.pod.as_ref().is_some_and(|p| p.ready)
+}
+
+/// The member to remove on scale-down: one that cannot serve first (etcd refuses to remove a
+/// healthy voter while another is down, since the rest would lose quorum), then the newest
+/// (creation time, then name, descending).
 pub fn scale_down_victim(members: &[MemberView]) -> Option<&MemberView> {
-    live(members).max_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)))
+    live(members).max_by(|a, b| {
+        let broken = |m: &MemberView| m.data_lost || !is_ready(m);
+        broken(a)
+            .cmp(&broken(b))
+            .then_with(|| a.created.cmp(&b.created))
+            .then_with(|| a.name.cmp(&b.name))
+    })
+}
+
+/// etcd members that no EtcdMember (live or being deleted) describes, by peer URL or name.
+fn ghosts(
+    etcd_members: &[EtcdMemberInfo],
+    members: &[MemberView],
+    peer_url: &dyn Fn(&str) -> String,
+) -> Vec<Ghost> {
+    let urls: Vec<String> = members.iter().map(|m| peer_url(&m.name)).collect();
+    etcd_members
+        .iter()
+        .filter(|e| {
+            !e.peer_urls.iter().any(|u| urls.contains(u))
+                && (e.name.is_empty() || !members.iter().any(|m| m.name == e.name))
+        })
+        .map(|e| Ghost {
+            id: e.id,
+            peer_url: e.peer_urls.first().cloned().unwrap_or_default(),
+            is_learner: e.is_learner,
+        })
+        .collect()
+}
+
+/// Whether a voter that is not serving can be removed from etcd now: the voters that do serve
+/// must stay a majority of the current voters (etcd refuses a removal that leaves too few
+/// started members, and a stricter rule costs only a wait).
+fn can_remove_down_voter(ready_voters: i32, voters: i32) -> bool {
+    voters > 1 && ready_voters > voters / 2
+}
+
+/// A member crash-looping now: waiting in CrashLoopBackOff, restarted often, lately, and not
+/// for lack of memory (a replacement would be OOM-killed the same way).
+fn crash_looping(p: &PodView, now: Timestamp) -> bool {
+    !p.ready
+        && p.crash_loop_backoff
+        && p.restart_count >= CRASH_LOOP_RESTARTS
+        && !p.oom_killed
+        && p.last_exit
+            .is_some_and(|t| now.duration_since(t) <= CRASH_LOOP_RECENT)
 }
 
 /// Whether the locked target is reached.
@@ -310,7 +411,11 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         Some(current) if !same_target(current, &spec_target) => {
             let was_reached = reached(current, &o.members, &o.etcd, formed);
             let expired = deadline.is_some_and(|d| d <= o.now);
-            if was_reached {
+            // No deadline running means the current target was reached earlier and the cluster
+            // is being repaired, not driven towards a user's edit: a repair must not hold the
+            // user's next edit (it may be the scale-down that drops the broken member).
+            let repairing = formed && deadline.is_none();
+            if was_reached || repairing {
                 locked_because = Some(reason::SPEC_CHANGED);
                 deadline = Some(o.now + deadline_in);
                 spec_target.clone()
@@ -347,15 +452,51 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     facts.live_members = live_members.len() as i32;
     facts.ready_members = live_members
         .iter()
-        .filter(|m| !m.dormant && m.pod.as_ref().is_some_and(|p| p.ready))
+        .filter(|m| !m.dormant && is_ready(m))
         .count() as i32;
-    if let EtcdView::Members { members, .. } = &o.etcd {
-        facts.voters = members.iter().filter(|m| !m.is_learner).count() as i32;
+    let peer_url_of = |member: &str| naming::peer_url(member, &name, &namespace, peer_tls);
+    match o.etcd.members() {
+        Some(members) => {
+            facts.voters = members.iter().filter(|m| !m.is_learner).count() as i32;
+            facts.ready_voters = live_members
+                .iter()
+                .filter(|m| is_ready(m))
+                .filter(|m| {
+                    etcd_entry(&o.etcd, &peer_url_of(&m.name)).is_some_and(|e| !e.is_learner)
+                })
+                .count() as i32;
+            facts.ghosts = ghosts(members, &o.members, &peer_url_of);
+        }
+        None => {
+            facts.voters = live_members.iter().filter(|m| m.voter).count() as i32;
+            facts.ready_voters = live_members
+                .iter()
+                .filter(|m| m.voter && is_ready(m))
+                .count() as i32;
+        }
     }
+    facts.broken_members = live_members
+        .iter()
+        .filter(|m| !m.dormant && !m.pending && (m.data_lost || !is_ready(m)))
+        .count() as i32;
+    if let (EtcdView::Members { cluster_id, .. }, Some(latched)) = (&o.etcd, &status.cluster_id) {
+        let answered = crate::etcd::format_id(*cluster_id);
+        if &answered != latched {
+            facts.cluster_id_mismatch = Some((latched.clone(), answered));
+        }
+    }
+    facts.cert_manager_missing = o.cert_manager_missing;
     if let EtcdView::Unreachable(e) = &o.etcd {
         facts.etcd_error = Some(e.clone());
     }
     facts.paused = observed.replicas == 0;
+    let behind = live_members
+        .iter()
+        .filter(|m| m.version != observed.version)
+        .count() as i32;
+    if behind > 0 && observed.replicas > 0 {
+        facts.version_pending = Some((behind, observed.version.clone()));
+    }
     facts.dormant_pvc = live_members
         .iter()
         .find(|m| m.dormant && !m.memory)
@@ -407,8 +548,16 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         out.action = Action::Wait("cert-manager is not installed".into());
         return out;
     }
+    if let Some((latched, answered)) = &out.facts.cluster_id_mismatch {
+        // Whatever answers is not the cluster this EtcdCluster formed: changing its membership
+        // could only do harm.
+        out.action = Action::Wait(format!(
+            "etcd answers with cluster ID {answered}, not the latched {latched}; no membership change is made"
+        ));
+        return out;
+    }
 
-    let peer_url = |member: &str| naming::peer_url(member, &name, &namespace, peer_tls);
+    let peer_url = peer_url_of;
 
     // One membership change at a time: a member being removed blocks everything else.
     if let Some(m) = o.members.iter().find(|m| m.deleting) {
@@ -534,11 +683,22 @@ fn plan_formed(
         }
     }
 
-    // 3. Self-heal.
-    let ready = live
+    // 3. Ghosts: etcd members nothing describes. A learner never counts towards quorum; a voter
+    // is removed only while the serving voters keep a majority without it.
+    let voters = etcd_members.iter().filter(|m| !m.is_learner).count() as i32;
+    let ready_voters = live
         .iter()
-        .filter(|m| m.pod.as_ref().is_some_and(|p| p.ready))
-        .count();
+        .filter(|m| is_ready(m))
+        .filter(|m| etcd_entry(&o.etcd, &peer_url(&m.name)).is_some_and(|e| !e.is_learner))
+        .count() as i32;
+    if let Some(g) = ghosts(etcd_members, &o.members, peer_url)
+        .into_iter()
+        .find(|g| g.is_learner || can_remove_down_voter(ready_voters, voters))
+    {
+        return Action::RemoveGhost(g);
+    }
+
+    // 4. Self-heal.
     for m in live {
         if m.memory && m.recorded_pod_uid.is_some() {
             let lost = match &m.pod {
@@ -553,26 +713,32 @@ fn plan_formed(
             }
         }
     }
-    let voters = etcd_members.iter().filter(|m| !m.is_learner).count();
+    // A member that does not serve can go only while the serving voters keep a majority.
+    let removable = |m: &MemberView| {
+        match etcd_entry(&o.etcd, &peer_url(&m.name)) {
+            Some(e) if !e.is_learner => can_remove_down_voter(ready_voters, voters),
+            // A learner or a member etcd does not list: quorum does not depend on it.
+            _ => true,
+        }
+    };
     for m in live {
-        if let Some(p) = &m.pod {
-            // MemberRemove needs a majority of the current voters without this member.
-            let others_ready = ready - usize::from(p.ready);
-            if !p.ready
-                && p.restart_count >= CRASH_LOOP_RESTARTS
-                && !p.oom_killed
-                && voters > 1
-                && others_ready > voters / 2
-            {
-                return Action::DeleteMember {
-                    member: m.name.clone(),
-                    why: DeleteReason::CrashLooping,
-                };
-            }
+        if m.data_lost && !m.dormant && removable(m) {
+            return Action::DeleteMember {
+                member: m.name.clone(),
+                why: DeleteReason::DataLost,
+            };
+        }
+    }
+    for m in live {
+        if m.pod.as_ref().is_some_and(|p| crash_looping(p, o.now)) && removable(m) {
+            return Action::DeleteMember {
+                member: m.name.clone(),
+                why: DeleteReason::CrashLooping,
+            };
         }
     }
 
-    // 4. Pause / resume.
+    // 5. Pause / resume.
     if target.replicas == 0 {
         if live.len() > 1 {
             if let Some(v) = scale_down_victim(&o.members) {
@@ -599,7 +765,7 @@ fn plan_formed(
         };
     }
 
-    // 5. Scale, one member at a time, each step gated on every member being a Ready voter.
+    // 6. Scale, one member at a time, each step gated on every member being a Ready voter.
     let want = target.replicas as usize;
     if live.len() < want {
         let all_ready_voters = live.iter().all(|m| m.pod.as_ref().is_some_and(|p| p.ready))

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use api::conditions::{cluster as ctype, reason};
 use api::labels;
-use api::v1alpha2::{EtcdCluster, EtcdMember, EtcdMemberSpec, EtcdMemberStatus};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use api::v1alpha2::{EtcdCluster, EtcdClusterStatus, EtcdMember, EtcdMemberSpec, EtcdMemberStatus};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
@@ -17,12 +18,13 @@ use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::plan::{self, Action, DeleteReason, EtcdView, MemberView, Observed, PodView};
+use super::plan::{self, Action, DeleteReason, EtcdView, MemberView, Observed, Phase, Plan};
 use super::status;
 use crate::builders::{pdb, pod::INITIAL_CLUSTER_STATE_ANNOTATION, pod::STATE_EXISTING, service};
 use crate::context::{Context, FIELD_MANAGER};
-use crate::etcd::{format_id, Etcd};
+use crate::etcd::format_id;
 use crate::naming;
+use crate::pods::pod_view;
 use crate::Error;
 
 /// How often a formed cluster's membership and health are re-checked: etcd can change without a
@@ -33,7 +35,13 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<R
     let started = Instant::now();
     let result = match fresh_cluster(&cluster, &ctx).await {
         Ok(Some(fresh)) => reconcile_inner(&fresh, &ctx).await,
-        Ok(None) => Ok(Requeue::await_change()),
+        Ok(None) => {
+            if let (Some(ns), Some(uid)) = (cluster.namespace(), cluster.uid()) {
+                ctx.forget_etcd(&format!("{ns}/{}/{uid}", cluster.name_any()));
+                ctx.metrics.forget_cluster(&ns, &cluster.name_any());
+            }
+            Ok(Requeue::await_change())
+        }
         Err(e) => Err(e),
     };
     ctx.metrics
@@ -65,6 +73,12 @@ async fn fresh_cluster(cluster: &EtcdCluster, ctx: &Context) -> Result<Option<Et
 }
 
 pub fn error_policy(_cluster: Arc<EtcdCluster>, error: &Error, _ctx: Arc<Context>) -> Requeue {
+    if error.is_stale_write() {
+        // Someone wrote the EtcdCluster since this reconcile read it: plan again from a fresh
+        // read rather than overwrite their change.
+        tracing::debug!(%error, "EtcdCluster changed during the reconcile; retrying");
+        return Requeue::requeue(Duration::from_millis(200));
+    }
     tracing::warn!(%error, "EtcdCluster reconcile failed");
     Requeue::requeue(Duration::from_secs(5))
 }
@@ -75,28 +89,21 @@ fn owned_by(obj: &impl Resource, owner_uid: &str) -> bool {
     crate::controller_uid(obj).as_deref() == Some(owner_uid)
 }
 
-pub fn pod_view(pod: &Pod) -> PodView {
-    let status = pod.status.as_ref();
-    let etcd = status
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.name == "etcd"));
-    let ready = status
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        && pod.metadata.deletion_timestamp.is_none();
-    PodView {
-        uid: pod.uid().unwrap_or_default(),
-        ready,
-        restart_count: etcd.map(|c| c.restart_count).unwrap_or(0),
-        oom_killed: etcd
-            .and_then(|c| c.last_state.as_ref())
-            .and_then(|s| s.terminated.as_ref())
-            .is_some_and(|t| t.reason.as_deref() == Some("OOMKilled")),
-    }
-}
-
-fn member_view(m: &EtcdMember, pods: &BTreeMap<String, &Pod>) -> MemberView {
+/// The planner's view of a member: its CR, its own Pod (by name and owner, not by label: a
+/// relabelled Pod is still the member's), and whether the PVC it had is gone.
+fn member_view(
+    m: &EtcdMember,
+    pods: &BTreeMap<String, Pod>,
+    pvcs: &BTreeMap<String, PersistentVolumeClaim>,
+) -> MemberView {
     let name = m.name_any();
+    let status = m.status.clone().unwrap_or_default();
+    let uid = m.uid().unwrap_or_default();
+    let pod = pods.get(&name).filter(|p| owned_by(*p, &uid));
+    let pvc_gone = status
+        .pvc_name
+        .as_ref()
+        .is_some_and(|claim| !pvcs.get(claim).is_some_and(|c| owned_by(c, &uid)));
     MemberView {
         created: m
             .metadata
@@ -109,8 +116,11 @@ fn member_view(m: &EtcdMember, pods: &BTreeMap<String, &Pod>) -> MemberView {
         dormant: m.spec.dormant,
         pending: m.spec.initial_cluster.is_empty(),
         memory: m.spec.storage.is_memory(),
-        recorded_pod_uid: m.status.as_ref().and_then(|s| s.pod_uid.clone()),
-        pod: pods.get(&name).map(|p| pod_view(p)),
+        voter: status.is_voter,
+        version: m.spec.version.clone(),
+        recorded_pod_uid: status.pod_uid.clone(),
+        pod: pod.map(pod_view),
+        data_lost: !m.spec.storage.is_memory() && pvc_gone,
         name,
     }
 }
@@ -160,11 +170,20 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         .into_iter()
         .filter(|m| owned_by(m, &uid))
         .collect();
-    let pods = pods_api.list(&selector).await?.items;
-    let pods_by_name: BTreeMap<String, &Pod> = pods.iter().map(|p| (p.name_any(), p)).collect();
+    // Members that should have a Pod: added to etcd and not dormant.
+    let running = members
+        .iter()
+        .filter(|m| !m.spec.dormant && !m.spec.initial_cluster.is_empty())
+        .map(|m| m.name_any());
+    let pods = by_name(&pods_api, &selector, running).await?;
+    let pvcs_api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let claims = members
+        .iter()
+        .filter_map(|m| m.status.as_ref().and_then(|s| s.pvc_name.clone()));
+    let pvcs = by_name(&pvcs_api, &selector, claims).await?;
     let views: Vec<MemberView> = members
         .iter()
-        .map(|m| member_view(m, &pods_by_name))
+        .map(|m| member_view(m, &pods, &pvcs))
         .collect();
 
     ensure_services(cluster, ctx).await?;
@@ -174,18 +193,22 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         .as_ref()
         .is_some_and(|s| s.cluster_id.is_some());
     let endpoints = voter_endpoints(cluster, &members, &views, formed);
+    let key = format!("{ns}/{name}/{uid}");
     let mut etcd = None;
     let etcd_view = if endpoints.is_empty() {
         EtcdView::NotAsked
     } else {
-        match Etcd::connect(&endpoints, ctx.metrics.clone()).await {
+        match ctx.etcd(&key, &endpoints).await {
             Ok(mut client) => {
                 let view = match client.member_list().await {
                     Ok((cluster_id, members)) => EtcdView::Members {
                         cluster_id,
                         members,
                     },
-                    Err(e) => EtcdView::Unreachable(e.stable_message()),
+                    Err(e) => {
+                        ctx.forget_etcd(&key);
+                        EtcdView::Unreachable(e.stable_message())
+                    }
                 };
                 etcd = Some(client);
                 view
@@ -204,27 +227,17 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     });
     tracing::debug!(cluster = %name, namespace = %ns, action = ?plan.action, phase = ?plan.phase, "planned");
 
-    let mut requeue = match (&plan.phase, formed) {
-        (plan::Phase::Reconciled, true) if plan.observed.replicas > 0 => {
-            Requeue::requeue(HEALTH_RECHECK)
-        }
-        (plan::Phase::Progressing, true) => Requeue::requeue(HEALTH_RECHECK),
-        _ => Requeue::await_change(),
-    };
+    let mut requeue = next_check(&plan, now);
     let mut latched = None;
 
     // Persist a newly locked target before acting on it: if this action fails or the operator
     // dies half-way, the next reconcile must resume the step towards the same target, not keep
     // the old one and undo the step (a member created for 5 replicas removed again as surplus).
     let status_api: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
-    let mut stored = cluster.status.clone();
+    let mut stored = cluster.clone();
     if plan.locked_because.is_some() && !matches!(plan.action, Action::None | Action::Wait(_)) {
         let locked = status::render(cluster, &plan, None, now);
-        let patch = json!({"status": status_merge_patch(stored.as_ref(), &locked)?});
-        status_api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-        stored = Some(locked);
+        stored = write_status(&status_api, &stored, &locked).await?;
     }
 
     match &plan.action {
@@ -354,6 +367,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
                 DeleteReason::Pause => ("Pausing", format!("removing member {member} on the way to a pause")),
                 DeleteReason::MemoryPodLost => ("ReplacingMember", format!("member {member} lost its Pod and its tmpfs data; replacing it")),
                 DeleteReason::CrashLooping => ("ReplacingMember", format!("member {member} is crash-looping; replacing it while the others keep quorum")),
+                DeleteReason::DataLost => ("ReplacingMember", format!("member {member} lost its PVC and its data; removing it from etcd and replacing it, never restarting it on an empty volume under its old member ID")),
             };
             tracing::info!(cluster = %name, member = %member, reason, "deleting member");
             members_api.delete(member, &DeleteParams::default()).await?;
@@ -361,7 +375,9 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
                 cluster,
                 matches!(
                     why,
-                    DeleteReason::MemoryPodLost | DeleteReason::CrashLooping
+                    DeleteReason::MemoryPodLost
+                        | DeleteReason::CrashLooping
+                        | DeleteReason::DataLost
                 ),
                 reason,
                 "DeleteMember",
@@ -396,6 +412,30 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
                 .await;
             }
         }
+        Action::RemoveGhost(ghost) => {
+            let Some(etcd) = etcd.as_mut() else {
+                return Err(Error::EtcdUnavailable);
+            };
+            let id = format_id(ghost.id);
+            match etcd.member_remove(ghost.id).await {
+                Ok(()) => {}
+                Err(e) if e.is_member_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+            tracing::info!(cluster = %name, member_id = %id, peer_url = %ghost.peer_url, "removed a ghost member from etcd");
+            ctx.event(
+                cluster,
+                true,
+                "GhostMemberRemoved",
+                "MemberRemove",
+                format!(
+                    "removed etcd member {id} ({}) that no EtcdMember describes",
+                    ghost.peer_url
+                ),
+            )
+            .await;
+            requeue = Requeue::requeue(Duration::from_millis(200));
+        }
         Action::Wait(why) => {
             // The runbook's "key signals" are these messages, so they are logged at info.
             tracing::info!(cluster = %name, namespace = %ns, "{why}");
@@ -419,16 +459,127 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
             .filter(|m| m.status.as_ref().is_some_and(|s| s.is_voter) && !m.spec.dormant)
             .count() as i32,
     };
-    ensure_pdb(cluster, ctx, voters, plan.observed.replicas).await?;
+    if let Some(conflict) = ensure_pdb(cluster, ctx, voters, plan.observed.replicas).await? {
+        // Not the operator's to touch; everything else goes on, and the PDB is retried.
+        ctx.event(cluster, true, "OwnershipConflict", "Reconcile", conflict)
+            .await;
+        requeue = Requeue::requeue(Duration::from_secs(5));
+    }
 
+    let etcd_counts = etcd_view.members().map(|m| {
+        let learners = m.iter().filter(|e| e.is_learner).count() as i64;
+        (m.len() as i64 - learners, learners)
+    });
+    ctx.metrics
+        .record_cluster(&ns, &name, i64::from(plan.facts.ready_members), etcd_counts);
     let new_status = status::render(cluster, &plan, latched, Timestamp::now());
-    if stored.as_ref() != Some(&new_status) {
-        let patch = json!({"status": status_merge_patch(stored.as_ref(), &new_status)?});
-        status_api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+    if stored.status.as_ref() != Some(&new_status) {
+        write_status(&status_api, &stored, &new_status).await?;
+        announce_parking(cluster, ctx, stored.status.as_ref(), &new_status).await;
     }
     Ok(requeue)
+}
+
+/// When to look again without a watch event: a formed cluster every [`HEALTH_RECHECK`]; a
+/// seed that cannot be reached yet every [`SEED_RECHECK`]; and, whatever else, at the progress
+/// deadline, so that it expires on time even when nothing else changes (a seed Pod stuck
+/// Pending sends no event).
+fn next_check(plan: &Plan, now: Timestamp) -> Requeue {
+    let formed = plan.facts.formed;
+    let mut after = match plan.phase {
+        Phase::Reconciled if formed && plan.observed.replicas > 0 => Some(HEALTH_RECHECK),
+        Phase::Progressing if formed => Some(HEALTH_RECHECK),
+        Phase::Progressing if plan.observed.replicas > 0 && plan.facts.unsupported.is_empty() => {
+            Some(SEED_RECHECK)
+        }
+        _ => None,
+    };
+    if plan.phase == Phase::Progressing {
+        if let Some(deadline) = plan.progress_deadline {
+            let left = Duration::try_from(deadline.duration_since(now))
+                .unwrap_or_default()
+                .saturating_add(Duration::from_millis(100));
+            after = Some(after.map_or(left, |a| a.min(left)));
+        }
+    }
+    match after {
+        Some(d) => Requeue::requeue(d),
+        None => Requeue::await_change(),
+    }
+}
+
+/// How often a seed that is not reachable yet is dialed again (its Pod's readiness changes wake
+/// the reconcile sooner).
+pub const SEED_RECHECK: Duration = Duration::from_secs(5);
+
+/// A Warning Event the moment a cluster parks at its deadline, where `kubectl describe` shows it.
+async fn announce_parking(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    old: Option<&EtcdClusterStatus>,
+    new: &EtcdClusterStatus,
+) {
+    let available = |s: Option<&EtcdClusterStatus>| {
+        s.and_then(|s| s.conditions.iter().find(|c| c.type_ == ctype::AVAILABLE))
+            .map(|c| (c.reason.clone(), c.message.clone()))
+    };
+    let Some((why, message)) = available(Some(new)) else {
+        return;
+    };
+    let parked = why == reason::BOOTSTRAP_FAILED || why == reason::DEADLINE_EXCEEDED;
+    if parked && available(old).map(|(r, _)| r) != Some(why.clone()) {
+        ctx.event(cluster, true, &why, "ProgressDeadline", message)
+            .await;
+    }
+}
+
+/// Write the cluster's status with optimistic concurrency: the patch carries the
+/// `resourceVersion` this reconcile read, so a concurrent write (the runbook's forced deadline,
+/// another status edit) makes it fail with a conflict instead of being silently reverted; the
+/// reconcile is then retried from a fresh read. Returns the written object.
+pub async fn write_status(
+    api: &Api<EtcdCluster>,
+    read: &EtcdCluster,
+    new: &EtcdClusterStatus,
+) -> Result<EtcdCluster, Error> {
+    let patch = json!({
+        "metadata": {"resourceVersion": read.resource_version()},
+        "status": status_merge_patch(read.status.as_ref(), new)?,
+    });
+    Ok(api
+        .patch_status(
+            &read.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?)
+}
+
+/// Objects of the cluster by name: one list by the cluster label, then a GET for each wanted
+/// name the list missed (someone removed the label: it is still the member's object).
+async fn by_name<K>(
+    api: &Api<K>,
+    selector: &ListParams,
+    wanted: impl Iterator<Item = String>,
+) -> Result<BTreeMap<String, K>, Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut found: BTreeMap<String, K> = api
+        .list(selector)
+        .await?
+        .items
+        .into_iter()
+        .map(|o| (o.name_any(), o))
+        .collect();
+    for name in wanted {
+        if let std::collections::btree_map::Entry::Vacant(slot) = found.entry(name) {
+            if let Some(o) = api.get_opt(slot.key()).await? {
+                slot.insert(o);
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// A JSON merge patch from `old` to `new`: fields `new` no longer has are sent as `null`, or a
@@ -619,16 +770,27 @@ async fn ensure_services(cluster: &EtcdCluster, ctx: &Context) -> Result<(), Err
     Ok(())
 }
 
+/// Keep the voter PDB in shape. A PDB of the same name that the EtcdCluster does not own is
+/// never changed or deleted (it may protect someone else's Pods): the conflict is returned.
 async fn ensure_pdb(
     cluster: &EtcdCluster,
     ctx: &Context,
     voters: i32,
     target: i32,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
     let name = cluster.name_any();
     let api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &ns);
     let existing = api.get_opt(&name).await?;
+    if let Some(have) = &existing {
+        if crate::controller_uid(have) != cluster.uid() {
+            return Ok(Some(format!(
+                "PodDisruptionBudget {name} exists but is not owned by EtcdCluster {name}; it is \
+                 never adopted, changed or deleted (it may guard other Pods): delete or rename it \
+                 so the operator can create the voter PDB"
+            )));
+        }
+    }
     match pdb::voter_pdb(cluster, voters, target)? {
         None => {
             if existing.is_some() {
@@ -656,7 +818,7 @@ async fn ensure_pdb(
             }
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -664,6 +826,42 @@ mod tests {
     use super::*;
     use api::v1alpha2::{EtcdClusterStatus, ObservedSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn plan_at(phase: Phase, formed: bool, deadline: Option<Timestamp>) -> Plan {
+        Plan {
+            observed: ObservedSpec {
+                replicas: 3,
+                ..Default::default()
+            },
+            progress_deadline: deadline,
+            locked_because: None,
+            phase,
+            action: Action::None,
+            facts: plan::Facts {
+                formed,
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn a_running_deadline_wakes_the_reconcile_when_it_expires() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let at = |secs| Some(now + k8s_openapi::jiff::SignedDuration::from_secs(secs));
+        // Before formation, nothing sends an event when a seed Pod stays Pending: the deadline
+        // itself (or the seed re-dial) must wake the reconcile.
+        let r = next_check(&plan_at(Phase::Progressing, false, at(3)), now);
+        assert_eq!(r, Requeue::requeue(Duration::from_millis(3100)));
+        let r = next_check(&plan_at(Phase::Progressing, false, at(600)), now);
+        assert_eq!(r, Requeue::requeue(SEED_RECHECK));
+        let r = next_check(&plan_at(Phase::Progressing, true, at(10)), now);
+        assert_eq!(r, Requeue::requeue(Duration::from_millis(10_100)));
+        // Parked: only a spec edit (a watch event) resumes it.
+        let r = next_check(&plan_at(Phase::BootstrapFailed, false, at(-5)), now);
+        assert_eq!(r, Requeue::await_change());
+        let r = next_check(&plan_at(Phase::Reconciled, true, None), now);
+        assert_eq!(r, Requeue::requeue(HEALTH_RECHECK));
+    }
 
     #[test]
     fn status_patch_clears_fields_the_new_status_dropped() {

@@ -5,41 +5,13 @@
 use api::conditions::{cluster as ctype, reason};
 use api::labels;
 use api::v1alpha2::{EtcdCluster, EtcdClusterStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+pub use crate::conditions::set_condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::plan::{Action, Phase, Plan};
-
-/// Set a condition, keeping `lastTransitionTime` when the status is unchanged.
-pub fn set_condition(
-    conditions: &mut Vec<Condition>,
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-    now: Timestamp,
-) {
-    let status = if status { "True" } else { "False" }.to_string();
-    let existing = conditions.iter().position(|c| c.type_ == type_);
-    let last_transition_time = match existing.map(|i| &conditions[i]) {
-        Some(c) if c.status == status => c.last_transition_time.clone(),
-        _ => Time(now),
-    };
-    let condition = Condition {
-        type_: type_.to_string(),
-        status,
-        reason: reason.to_string(),
-        message,
-        observed_generation: generation,
-        last_transition_time,
-    };
-    match existing {
-        Some(i) => conditions[i] = condition,
-        None => conditions.push(condition),
-    }
-}
 
 pub fn cluster_token(cluster: &EtcdCluster) -> String {
     format!(
@@ -73,9 +45,41 @@ pub fn render(
         Some(pvc) => format!("cluster is paused (spec.replicas=0); data is preserved on PVC {pvc}"),
         None => "cluster is paused (spec.replicas=0); no data has been written (cluster never bootstrapped)".to_string(),
     };
-    let members = target.max(facts.live_members);
-    let majority = members / 2 + 1;
     let ready = facts.ready_members;
+    // Quorum is etcd's: a majority of the voters it lists, among the voters whose Pod is Ready.
+    // A joining learner neither helps nor hurts it. Before etcd has been asked (no voter known),
+    // fall back to the target size.
+    let (members, ready_quorum) = if facts.voters > 0 {
+        (facts.voters, facts.ready_voters)
+    } else {
+        (target.max(facts.live_members), ready)
+    };
+    let majority = members / 2 + 1;
+    let joining = (facts.live_members - members).max(0);
+    let joining_note = if joining > 0 {
+        format!(" ({joining} joining)")
+    } else {
+        String::new()
+    };
+    let ghost_note = (!facts.ghosts.is_empty()).then(|| {
+        format!(
+            "etcd lists {} member(s) that no EtcdMember describes: {}; they are removed while quorum allows",
+            facts.ghosts.len(),
+            facts
+                .ghosts
+                .iter()
+                .map(|g| format!("{} ({})", crate::etcd::format_id(g.id), g.peer_url))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    });
+    let id_mismatch = facts.cluster_id_mismatch.as_ref().map(|(latched, answered)| {
+        format!(
+            "etcd answers with cluster ID {answered}, but this EtcdCluster formed cluster {latched}: \
+             its members reach another cluster; the operator changes nothing until the members \
+             serve cluster {latched} again (check the member Pods' data volumes and DNS)"
+        )
+    });
 
     let unsupported = (!facts.unsupported.is_empty()).then(|| {
         format!(
@@ -108,11 +112,17 @@ pub fn render(
                 plan.observed.replicas, plan.observed.version
             ),
         ),
-        _ if matches!(plan.action, Action::Wait(ref w) if w == "cert-manager is not installed") => set(
+        _ if facts.cert_manager_missing => set(
             ctype::AVAILABLE,
             false,
             reason::CERT_MANAGER_NOT_INSTALLED,
             "spec.tls asks for cert-manager Certificates but the cert-manager.io/v1 API is not installed; install cert-manager, then restart the operator".into(),
+        ),
+        _ if id_mismatch.is_some() => set(
+            ctype::AVAILABLE,
+            false,
+            reason::CLUSTER_ID_MISMATCH,
+            id_mismatch.clone().unwrap_or_default(),
         ),
         _ if paused => set(ctype::AVAILABLE, false, reason::PAUSED, paused_message.clone()),
         _ if matches!(plan.action, Action::LatchClusterId { .. }) => set(
@@ -130,25 +140,25 @@ pub fn render(
                 None => "waiting for the seed member to start and form the cluster".into(),
             },
         ),
-        _ if ready >= members && ready > 0 => set(
+        _ if ready_quorum >= members && ready_quorum > 0 => set(
             ctype::AVAILABLE,
             true,
             reason::QUORUM_HEALTHY,
-            format!("all {ready} members are ready"),
+            format!("all {members} members are ready{joining_note}"),
         ),
-        _ if ready >= majority => set(
+        _ if ready_quorum >= majority => set(
             ctype::AVAILABLE,
             true,
             reason::QUORUM_AVAILABLE,
-            format!("{ready} of {members} members are ready; a majority ({majority}) serves writes"),
+            format!("{ready_quorum} of {members} members are ready; a majority ({majority}) serves writes"),
         ),
         _ => set(
             ctype::AVAILABLE,
             false,
             reason::QUORUM_LOST,
             match &facts.etcd_error {
-                Some(e) => format!("{ready} of {members} members are ready, fewer than a majority ({majority}); {e}"),
-                None => format!("{ready} of {members} members are ready, fewer than a majority ({majority})"),
+                Some(e) => format!("{ready_quorum} of {members} members are ready, fewer than a majority ({majority}); {e}"),
+                None => format!("{ready_quorum} of {members} members are ready, fewer than a majority ({majority})"),
             },
         ),
     }
@@ -179,6 +189,20 @@ pub fn render(
             reason::PAUSED,
             paused_message.clone(),
         ),
+        Phase::Reconciled if facts.version_pending.is_some() => {
+            let (behind, version) = facts.version_pending.clone().unwrap_or_default();
+            set(
+                ctype::PROGRESSING,
+                true,
+                reason::SPEC_CHANGED,
+                format!(
+                    "{behind} of {target} members run another version than {version}: changing \
+                     the version of running members needs a rolling upgrade, which this operator \
+                     version does not perform yet, so the change waits for a rollout; members \
+                     created from now on run {version}"
+                ),
+            )
+        }
         Phase::Reconciled => set(
             ctype::PROGRESSING,
             false,
@@ -225,29 +249,36 @@ pub fn render(
     // Degraded (meaningful once the cluster has formed, or when paused)
     if paused {
         set(ctype::DEGRADED, false, reason::PAUSED, paused_message);
+    } else if let Some(m) = id_mismatch {
+        set(ctype::DEGRADED, true, reason::CLUSTER_ID_MISMATCH, m);
     } else if formed {
-        if ready >= members && ready > 0 {
-            set(
-                ctype::DEGRADED,
-                false,
-                reason::QUORUM_HEALTHY,
-                format!("all {ready} members are ready"),
-            );
-        } else if ready >= majority {
-            set(
-                ctype::DEGRADED,
-                true,
-                reason::MEMBERS_UNHEALTHY,
-                format!("{} of {members} members are not ready", members - ready),
-            );
-        } else {
+        if ready_quorum < majority {
             set(
                 ctype::DEGRADED,
                 true,
                 reason::QUORUM_LOST,
                 format!(
-                    "{ready} of {members} members are ready, fewer than a majority ({majority})"
+                    "{ready_quorum} of {members} members are ready, fewer than a majority ({majority})"
                 ),
+            );
+        } else if ready_quorum < members {
+            set(
+                ctype::DEGRADED,
+                true,
+                reason::MEMBERS_UNHEALTHY,
+                format!(
+                    "{} of {members} members are not ready",
+                    members - ready_quorum
+                ),
+            );
+        } else if let Some(note) = ghost_note {
+            set(ctype::DEGRADED, true, reason::MEMBERS_UNHEALTHY, note);
+        } else {
+            set(
+                ctype::DEGRADED,
+                false,
+                reason::QUORUM_HEALTHY,
+                format!("all {members} members are ready{joining_note}"),
             );
         }
     }
@@ -264,7 +295,7 @@ pub fn render(
         auth_enabled: old.auth_enabled,
         observed: Some(plan.observed.clone()),
         progress_deadline: plan.progress_deadline.map(Time),
-        broken_members: old.broken_members,
+        broken_members: facts.broken_members,
         observed_generation: generation,
         conditions,
     }
@@ -275,6 +306,7 @@ mod tests {
     use super::*;
     use crate::cluster::plan::{Facts, Plan};
     use api::v1alpha2::{EtcdClusterSpec, ObservedSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
     fn cluster() -> EtcdCluster {
         let mut c = EtcdCluster::new(
@@ -326,6 +358,7 @@ mod tests {
             formed: true,
             ready_members: 3,
             voters: 3,
+            ready_voters: 3,
             live_members: 3,
             ..Default::default()
         };
@@ -397,6 +430,7 @@ mod tests {
             formed: true,
             ready_members: ready,
             voters: 3,
+            ready_voters: ready,
             live_members: 3,
             ..Default::default()
         };
@@ -429,6 +463,7 @@ mod tests {
             formed: true,
             ready_members: 1,
             voters: 1,
+            ready_voters: 1,
             live_members: 1,
             ..Default::default()
         };

@@ -9,6 +9,7 @@ use api::conditions::{member as mtype, reason};
 use api::labels;
 use api::v1alpha2::{EtcdCluster, EtcdMember};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
@@ -19,11 +20,11 @@ use crate::builders::pod::{
     member_pod, PodParams, INITIAL_CLUSTER_STATE_ANNOTATION, STATE_EXISTING, STATE_NEW,
 };
 use crate::builders::pvc::member_pvc;
-use crate::cluster::reconcile::pod_view;
-use crate::cluster::status::set_condition;
+use crate::conditions::set_condition;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::etcd::{format_id, parse_id, Etcd};
 use crate::naming;
+use crate::pods::pod_view;
 use crate::{controller_uid, Error};
 
 pub async fn reconcile(member: Arc<EtcdMember>, ctx: Arc<Context>) -> Result<Requeue, Error> {
@@ -33,6 +34,18 @@ pub async fn reconcile(member: Arc<EtcdMember>, ctx: Arc<Context>) -> Result<Req
         .observe_reconcile("etcdmember", started.elapsed());
     if let Err(e) = &result {
         ctx.metrics.count_error("etcdmember", e.metric_label());
+        if let Error::Conflict(why) = e {
+            // A Pod or PVC of the member's name that belongs to someone else: say so where
+            // `kubectl describe etcdmember` shows it.
+            ctx.event(
+                member.as_ref(),
+                true,
+                "OwnershipConflict",
+                "Reconcile",
+                why.clone(),
+            )
+            .await;
+        }
     }
     result
 }
@@ -93,6 +106,10 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
     new_status.observed_generation = generation;
 
     let pod = pods.get_opt(&name).await?;
+    let claim = match member.spec.storage.is_memory() {
+        true => None,
+        false => pvcs.get_opt(&labels::pvc_name(&name)).await?,
+    };
     if let Some(p) = &pod {
         if controller_uid(p).as_deref() != Some(uid.as_str()) {
             return Err(Error::Conflict(format!(
@@ -143,12 +160,50 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
             generation,
             now,
         );
+    } else if data_lost(member, claim.as_ref()) {
+        // Its data went with the claim. Started again on a new, empty volume it would come back
+        // under its old etcd member ID with an empty Raft log, and could acknowledge entries it
+        // never stored: the cluster controller removes it from etcd and adds a new member.
+        set_condition(
+            &mut conditions,
+            mtype::READY,
+            false,
+            reason::POD_NOT_READY,
+            format!(
+                "PVC {} is gone with the member's data; the member is not restarted on an empty \
+                 volume, it is removed from etcd and replaced",
+                labels::pvc_name(&name)
+            ),
+            generation,
+            now,
+        );
     } else {
+        let mut unbound = None;
         if !member.spec.storage.is_memory() {
-            ensure_pvc(member, &pvcs, &uid, ctx).await?;
+            let claim = ensure_pvc(member, claim, &pvcs, &uid, ctx).await?;
             new_status.pvc_name = Some(labels::pvc_name(&name));
+            if pod.is_none() && waits_for_binding(&claim, ctx).await {
+                unbound = Some(claim.name_any());
+            }
         }
         match &pod {
+            None if unbound.is_some() => {
+                // A Pod created before its Immediate-binding claim is bound is unschedulable
+                // and lands in the scheduler's back-off (seconds of nothing); the claim's
+                // binding wakes this reconcile instead.
+                set_condition(
+                    &mut conditions,
+                    mtype::READY,
+                    false,
+                    reason::POD_NOT_READY,
+                    format!(
+                        "waiting for PVC {} to be bound before creating the Pod",
+                        unbound.clone().unwrap_or_default()
+                    ),
+                    generation,
+                    now,
+                );
+            }
             None if member.spec.storage.is_memory() && status.pod_uid.is_some() => {
                 // The tmpfs data went with the Pod; the cluster controller replaces this member.
                 set_condition(
@@ -204,7 +259,7 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
                 );
             }
             Some(p) => {
-                sync_pod_metadata(p, &pods, status.is_voter, formed).await?;
+                sync_pod_metadata(member, p, &pods, status.is_voter, formed).await?;
                 let view = pod_view(p);
                 new_status.pod_name = Some(name.clone());
                 new_status.pod_uid = p.uid();
@@ -246,15 +301,24 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
         }
     }
 
+    // Drift is measured against what the cluster asks for now (its locked target), not the
+    // member's own spec, which keeps the version it was created with.
+    let wanted = cluster
+        .as_ref()
+        .and_then(|c| c.status.as_ref())
+        .and_then(|s| s.observed.as_ref())
+        .map(|o| o.version.clone())
+        .unwrap_or_else(|| member.spec.version.clone());
     match &new_status.version {
-        Some(running) if running != &member.spec.version => set_condition(
+        Some(running) if running != &wanted => set_condition(
             &mut conditions,
             mtype::VERSION_DRIFTED,
             true,
             reason::VERSION_MISMATCH,
             format!(
-                "etcd reports version {running}, the member spec asks for {}",
-                member.spec.version
+                "etcd runs version {running}, the cluster asks for {wanted}; this operator version \
+                 does not roll running members to a new version yet, so the member keeps \
+                 {running} until it is replaced"
             ),
             generation,
             now,
@@ -264,7 +328,7 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
             mtype::VERSION_DRIFTED,
             false,
             reason::VERSION_MATCHED,
-            format!("running version {}", member.spec.version),
+            format!("running version {wanted}"),
             generation,
             now,
         ),
@@ -302,23 +366,51 @@ async fn running_version(
     etcd.version().await.ok()
 }
 
+/// A PVC member whose claim this controller created (`status.pvcName`) and which is gone now.
+fn data_lost(member: &EtcdMember, claim: Option<&PersistentVolumeClaim>) -> bool {
+    !member.spec.storage.is_memory()
+        && claim.is_none()
+        && member.status.as_ref().is_some_and(|s| s.pvc_name.is_some())
+}
+
+/// The claim is still Pending and its StorageClass binds at once (`Immediate`): a Pod would be
+/// unschedulable until it binds. With `WaitForFirstConsumer` (or a class that cannot be read)
+/// the Pod must come first.
+async fn waits_for_binding(claim: &PersistentVolumeClaim, ctx: &Context) -> bool {
+    let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    if bound {
+        return false;
+    }
+    let Some(class) = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+    else {
+        return false;
+    };
+    let classes: Api<StorageClass> = Api::all(ctx.client.clone());
+    match classes.get_opt(&class).await {
+        Ok(Some(sc)) => sc.volume_binding_mode.as_deref().unwrap_or("Immediate") == "Immediate",
+        _ => false,
+    }
+}
+
 async fn ensure_pvc(
     member: &EtcdMember,
+    existing: Option<PersistentVolumeClaim>,
     pvcs: &Api<PersistentVolumeClaim>,
     uid: &str,
     ctx: &Context,
-) -> Result<(), Error> {
-    let Some(want) = member_pvc(member)? else {
-        return Ok(());
-    };
+) -> Result<PersistentVolumeClaim, Error> {
+    let want = member_pvc(member)?.ok_or(Error::NoUid)?;
     let pvc_name = want.name_any();
-    match pvcs.get_opt(&pvc_name).await? {
+    match existing {
         Some(existing) if controller_uid(&existing).as_deref() != Some(uid) => Err(Error::Conflict(format!(
             "PVC {pvc_name} exists but is not owned by this EtcdMember; it is never adopted, waiting for it to be garbage-collected"
         ))),
-        Some(_) => Ok(()),
+        Some(existing) => Ok(existing),
         None => {
-            pvcs.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &want)
+            let created = pvcs.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &want)
                 .await?;
             ctx.event(
                 member,
@@ -328,32 +420,47 @@ async fn ensure_pvc(
                 format!("created PVC {pvc_name} for the member's data"),
             )
             .await;
-            Ok(())
+            Ok(created)
         }
     }
 }
 
-/// Keep the voter label in step with etcd, and retire `initial-cluster-state=new` once formed.
+/// Keep the voter label in step with etcd, put back the operator's labels if someone removed
+/// them (Services, the PDB and watches select by them), and retire `initial-cluster-state=new`
+/// once formed.
 async fn sync_pod_metadata(
+    member: &EtcdMember,
     pod: &Pod,
     pods: &Api<Pod>,
     voter: bool,
     formed: bool,
 ) -> Result<(), Error> {
     let labels_now = pod.labels();
+    let missing: BTreeMap<String, String> =
+        labels::member_labels(&member.spec.cluster_name, &member.name_any())
+            .into_iter()
+            .filter(|(k, v)| labels_now.get(k) != Some(v))
+            .collect();
     let has_role = labels_now.get(labels::ROLE).map(String::as_str) == Some(labels::ROLE_VOTER);
     let state = pod
         .annotations()
         .get(INITIAL_CLUSTER_STATE_ANNOTATION)
         .map(String::as_str);
     let mut patch = json!({"metadata": {}});
+    let mut label_patch = serde_json::Map::new();
+    for (k, v) in missing {
+        label_patch.insert(k, json!(v));
+    }
     if voter != has_role {
         let value = if voter {
             json!(labels::ROLE_VOTER)
         } else {
             serde_json::Value::Null
         };
-        patch["metadata"]["labels"] = json!({labels::ROLE: value});
+        label_patch.insert(labels::ROLE.to_string(), value);
+    }
+    if !label_patch.is_empty() {
+        patch["metadata"]["labels"] = serde_json::Value::Object(label_patch);
     }
     if formed && state == Some(STATE_NEW) {
         patch["metadata"]["annotations"] =

@@ -47,13 +47,27 @@ fn m(name: &str, created: i64) -> MemberView {
         dormant: false,
         pending: false,
         memory: false,
+        voter: true,
+        version: "3.6.11".into(),
         recorded_pod_uid: Some(format!("pod-{name}")),
         pod: Some(PodView {
             uid: format!("pod-{name}"),
             ready: true,
-            restart_count: 0,
-            oom_killed: false,
+            ..Default::default()
         }),
+        data_lost: false,
+    }
+}
+
+/// A Pod waiting in CrashLoopBackOff, last crashed a minute before `ts(100)`.
+fn crash_looping_pod(name: &str) -> PodView {
+    PodView {
+        uid: format!("pod-{name}"),
+        ready: false,
+        restart_count: 6,
+        oom_killed: false,
+        crash_loop_backoff: true,
+        last_exit: Some(ts(40)),
     }
 }
 
@@ -410,12 +424,7 @@ fn crash_looping_member_is_replaced_only_while_the_rest_keep_quorum() {
         e(3, "c-c", false),
     ]);
     let mut looping = m("c-b", 2);
-    looping.pod = Some(PodView {
-        uid: "pod-c-b".into(),
-        ready: false,
-        restart_count: 6,
-        oom_killed: false,
-    });
+    looping.pod = Some(crash_looping_pod("c-b"));
     let p = run(
         &c,
         vec![m("c-a", 1), looping.clone(), m("c-c", 3)],
@@ -558,4 +567,299 @@ fn cluster_asking_for_tls_auth_or_restore_is_held_before_its_seed() {
     let p = run(&cluster(3, None), vec![], EtcdView::NotAsked);
     assert!(p.facts.unsupported.is_empty());
     assert_eq!(p.action, Action::CreateSeed);
+}
+
+// --- hardening: each of these failed on the planner before the fix ---
+
+fn three_voters() -> EtcdView {
+    etcd(vec![
+        e(1, "c-a", false),
+        e(2, "c-b", false),
+        e(3, "c-c", false),
+    ])
+}
+
+fn unready(mut v: MemberView) -> MemberView {
+    v.pod.as_mut().unwrap().ready = false;
+    v
+}
+
+#[test]
+fn healthy_member_with_old_restarts_that_is_briefly_unready_is_not_replaced() {
+    // Lifetime restarts from long ago, Ready false for a moment (its node blipped): no crash loop.
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let mut blip = unready(m("c-b", 2));
+    blip.pod.as_mut().unwrap().restart_count = 9;
+    let p = run(&c, vec![m("c-a", 1), blip, m("c-c", 3)], three_voters());
+    assert!(
+        !matches!(p.action, Action::DeleteMember { .. }),
+        "{:?}",
+        p.action
+    );
+}
+
+#[test]
+fn scale_down_removes_an_unready_member_before_the_newest() {
+    // etcd refuses to remove a healthy voter while another is down (the rest would lose quorum).
+    let c = cluster(2, locked(2, Some(0xabc), Some(700)));
+    let p = run(
+        &c,
+        vec![m("c-a", 1), unready(m("c-b", 2)), m("c-c", 3)],
+        three_voters(),
+    );
+    assert_eq!(
+        p.action,
+        Action::DeleteMember {
+            member: "c-b".into(),
+            why: DeleteReason::ScaleDown
+        }
+    );
+}
+
+#[test]
+fn edit_on_a_degraded_cluster_is_locked_at_once_and_drops_the_hung_member() {
+    // The target was reached (no deadline), then c-b hung; the user scales down to 2.
+    let c = cluster(2, locked(3, Some(0xabc), None));
+    let p = run(
+        &c,
+        vec![m("c-a", 1), unready(m("c-b", 2)), m("c-c", 3)],
+        three_voters(),
+    );
+    assert_eq!(p.observed.replicas, 2);
+    assert_eq!(p.locked_because, Some(reason::SPEC_CHANGED));
+    assert_eq!(p.progress_deadline, Some(ts(700)));
+    assert_eq!(
+        p.action,
+        Action::DeleteMember {
+            member: "c-b".into(),
+            why: DeleteReason::ScaleDown
+        }
+    );
+}
+
+#[test]
+fn scale_up_from_one_keeps_quorum_conditions_on_the_serving_voter() {
+    // 1 → 3: the seed serves alone, the first joiner is a learner whose Pod is still starting.
+    let c = cluster(3, locked(3, Some(0xabc), Some(700)));
+    let joiner = unready(m("c-b", 2));
+    let p = run(
+        &c,
+        vec![m("c-a", 1), joiner],
+        etcd(vec![e(1, "c-a", false), e(2, "c-b", true)]),
+    );
+    let s = crate::cluster::status::render(&c, &p, None, ts(100));
+    let cond = |t: &str| {
+        let c = s.conditions.iter().find(|c| c.type_ == t).unwrap();
+        (c.status.clone(), c.reason.clone())
+    };
+    use api::conditions::cluster as ctype;
+    assert_eq!(
+        cond(ctype::AVAILABLE),
+        ("True".to_string(), reason::QUORUM_HEALTHY.to_string())
+    );
+    assert_eq!(cond(ctype::DEGRADED).0, "False");
+}
+
+#[test]
+fn crash_loop_needs_the_backoff_now_and_a_recent_crash() {
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let members = |p: PodView| {
+        let mut b = m("c-b", 2);
+        b.pod = Some(p);
+        vec![m("c-a", 1), b, m("c-c", 3)]
+    };
+    let p = run(&c, members(crash_looping_pod("c-b")), three_voters());
+    assert!(matches!(
+        p.action,
+        Action::DeleteMember {
+            why: DeleteReason::CrashLooping,
+            ..
+        }
+    ));
+    // The last crash was long ago: whatever it waits for now, it is not this crash loop.
+    let mut old = crash_looping_pod("c-b");
+    old.last_exit = Some(ts(100) - CRASH_LOOP_RECENT - SignedDuration::from_secs(1));
+    let p = run(&c, members(old), three_voters());
+    assert!(
+        !matches!(p.action, Action::DeleteMember { .. }),
+        "{:?}",
+        p.action
+    );
+    // Not ready and restarted often, but running: not a crash loop.
+    let mut running = crash_looping_pod("c-b");
+    running.crash_loop_backoff = false;
+    let p = run(&c, members(running), three_voters());
+    assert!(
+        !matches!(p.action, Action::DeleteMember { .. }),
+        "{:?}",
+        p.action
+    );
+}
+
+#[test]
+fn crash_loop_quorum_guard_counts_ready_voters_not_ready_learners() {
+    // Voters a, b, c; d is a Ready learner. b crash-loops and c is down: removing b would
+    // leave a alone among the voters a and c — quorum lost. The ready learner must not count.
+    let c = cluster(4, locked(4, Some(0xabc), Some(700)));
+    let mut b = m("c-b", 2);
+    b.pod = Some(crash_looping_pod("c-b"));
+    let d = m("c-d", 4);
+    let view = etcd(vec![
+        e(1, "c-a", false),
+        e(2, "c-b", false),
+        e(3, "c-c", false),
+        e(4, "c-d", true),
+    ]);
+    let p = run(&c, vec![m("c-a", 1), b, unready(m("c-c", 3)), d], view);
+    assert!(
+        !matches!(p.action, Action::DeleteMember { .. }),
+        "{:?}",
+        p.action
+    );
+}
+
+#[test]
+fn member_whose_pvc_is_gone_is_removed_while_quorum_allows_never_restarted() {
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let mut lost = m("c-b", 2);
+    lost.pod = None;
+    lost.data_lost = true;
+    let p = run(
+        &c,
+        vec![m("c-a", 1), lost.clone(), m("c-c", 3)],
+        three_voters(),
+    );
+    assert_eq!(
+        p.action,
+        Action::DeleteMember {
+            member: "c-b".into(),
+            why: DeleteReason::DataLost
+        }
+    );
+    assert_eq!(p.facts.broken_members, 1);
+    // With another voter down, removing it would leave one of two voters: wait.
+    let p = run(
+        &c,
+        vec![m("c-a", 1), lost, unready(m("c-c", 3))],
+        three_voters(),
+    );
+    assert!(
+        !matches!(p.action, Action::DeleteMember { .. }),
+        "{:?}",
+        p.action
+    );
+}
+
+#[test]
+fn ghost_members_are_reported_and_removed_when_quorum_allows() {
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let ghost = EtcdMemberInfo {
+        id: 9,
+        name: String::new(),
+        peer_urls: vec!["http://ghost.c.n.svc:2380".into()],
+        is_learner: false,
+    };
+    let mut listed = vec![e(1, "c-a", false), e(2, "c-b", false), e(3, "c-c", false)];
+    listed.push(ghost.clone());
+    let members = vec![m("c-a", 1), m("c-b", 2), m("c-c", 3)];
+    let p = run(&c, members.clone(), etcd(listed.clone()));
+    let want = Ghost {
+        id: 9,
+        peer_url: "http://ghost.c.n.svc:2380".into(),
+        is_learner: false,
+    };
+    assert_eq!(p.facts.ghosts, vec![want.clone()]);
+    assert_eq!(p.action, Action::RemoveGhost(want));
+    assert_ne!(
+        p.phase,
+        Phase::Reconciled,
+        "a ghost voter is not the target"
+    );
+    // A dead ghost voter of four, with two of three real voters down: 1 of 4 serve, not safe.
+    let down = vec![m("c-a", 1), unready(m("c-b", 2)), unready(m("c-c", 3))];
+    let p = run(&c, down, etcd(listed));
+    assert!(
+        !matches!(p.action, Action::RemoveGhost(_)),
+        "{:?}",
+        p.action
+    );
+    // A ghost learner never counts towards quorum: always removable.
+    let learner = EtcdMemberInfo {
+        is_learner: true,
+        ..ghost
+    };
+    let p = run(
+        &c,
+        vec![m("c-a", 1), unready(m("c-b", 2)), unready(m("c-c", 3))],
+        etcd(vec![
+            e(1, "c-a", false),
+            e(2, "c-b", false),
+            e(3, "c-c", false),
+            learner,
+        ]),
+    );
+    assert!(
+        matches!(p.action, Action::RemoveGhost(ref g) if g.is_learner),
+        "{:?}",
+        p.action
+    );
+    // The learner a scale-up step just added for a pending member is not a ghost.
+    let mut pending = m("c-d", 4);
+    pending.pending = true;
+    pending.pod = None;
+    let p = run(
+        &cluster(4, locked(4, Some(0xabc), Some(700))),
+        vec![m("c-a", 1), m("c-b", 2), m("c-c", 3), pending],
+        etcd(vec![
+            e(1, "c-a", false),
+            e(2, "c-b", false),
+            e(3, "c-c", false),
+            e(4, "c-d", true),
+        ]),
+    );
+    assert!(p.facts.ghosts.is_empty(), "{:?}", p.facts.ghosts);
+}
+
+#[test]
+fn another_cluster_id_stops_every_membership_change() {
+    let c = cluster(5, locked(3, Some(0xabc), None));
+    let p = run(
+        &c,
+        vec![m("c-a", 1), m("c-b", 2), m("c-c", 3)],
+        EtcdView::Members {
+            cluster_id: 0xdef,
+            members: vec![e(1, "c-a", false), e(2, "c-b", false), e(3, "c-c", false)],
+        },
+    );
+    assert_eq!(
+        p.facts.cluster_id_mismatch,
+        Some(("0000000000000abc".into(), "0000000000000def".into()))
+    );
+    assert!(
+        matches!(p.action, Action::Wait(ref w) if w.contains("0000000000000def")),
+        "{:?}",
+        p.action
+    );
+}
+
+#[test]
+fn version_edit_reaches_the_membership_target_but_reports_the_pending_rollout() {
+    let mut c = cluster(1, locked(1, Some(0xabc), None));
+    c.spec.version = "3.6.12".into();
+    let p = run(&c, vec![m("c-a", 1)], etcd(vec![e(1, "c-a", false)]));
+    assert_eq!(p.observed.version, "3.6.12");
+    assert_eq!(p.phase, Phase::Reconciled);
+    assert_eq!(p.facts.version_pending, Some((1, "3.6.12".to_string())));
+    let s = crate::cluster::status::render(&c, &p, None, ts(100));
+    let progressing = s
+        .conditions
+        .iter()
+        .find(|x| x.type_ == api::conditions::cluster::PROGRESSING)
+        .unwrap();
+    assert_eq!(progressing.status, "True");
+    assert!(
+        progressing.message.contains("rolling upgrade"),
+        "{}",
+        progressing.message
+    );
 }

@@ -1,0 +1,81 @@
+//! What both reconcilers read off a member Pod: readiness and the etcd container's restart
+//! history, as the planners' [`PodView`]. Pure.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use crate::cluster::plan::PodView;
+
+/// The etcd container's name in every member Pod.
+pub const ETCD_CONTAINER: &str = "etcd";
+
+pub fn pod_view(pod: &Pod) -> PodView {
+    let status = pod.status.as_ref();
+    let etcd = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == ETCD_CONTAINER));
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        && pod.metadata.deletion_timestamp.is_none();
+    let last_exit = etcd
+        .and_then(|c| c.last_state.as_ref())
+        .and_then(|s| s.terminated.as_ref());
+    PodView {
+        uid: pod.uid().unwrap_or_default(),
+        ready,
+        restart_count: etcd.map(|c| c.restart_count).unwrap_or(0),
+        oom_killed: last_exit.is_some_and(|t| t.reason.as_deref() == Some("OOMKilled")),
+        crash_loop_backoff: etcd
+            .and_then(|c| c.state.as_ref())
+            .and_then(|s| s.waiting.as_ref())
+            .is_some_and(|w| w.reason.as_deref() == Some("CrashLoopBackOff")),
+        last_exit: last_exit.and_then(|t| t.finished_at.as_ref()).map(|t| t.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "m", "uid": "u"},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn crash_loop_is_the_waiting_reason_now_with_the_last_exit_time() {
+        let p = pod(serde_json::json!({
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "containerStatuses": [{
+                "name": "etcd", "image": "etcd", "imageID": "", "ready": false, "restartCount": 7,
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                "lastState": {"terminated": {"exitCode": 2, "reason": "Error",
+                    "finishedAt": "2026-11-23T10:00:00Z"}}
+            }]
+        }));
+        let v = pod_view(&p);
+        assert!(v.crash_loop_backoff && !v.ready && !v.oom_killed);
+        assert_eq!(v.restart_count, 7);
+        assert_eq!(
+            v.last_exit.map(|t| t.as_second()),
+            Some(
+                "2026-11-23T10:00:00Z"
+                    .parse::<k8s_openapi::jiff::Timestamp>()
+                    .unwrap()
+                    .as_second()
+            )
+        );
+        // Running again after old restarts: not a crash loop, whatever the count.
+        let p = pod(serde_json::json!({
+            "containerStatuses": [{
+                "name": "etcd", "image": "etcd", "imageID": "", "ready": false, "restartCount": 9,
+                "state": {"running": {}}
+            }]
+        }));
+        assert!(!pod_view(&p).crash_loop_backoff);
+    }
+}

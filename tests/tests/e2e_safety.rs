@@ -1,0 +1,481 @@
+//! End to end, the safety rules of the controller: what it must never do to a member's data or a
+//! healthy member, and what it must still do on a degraded cluster. Each scenario runs real etcd
+//! members through the pod runner and checks every key it wrote.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use api::conditions::{cluster as ctype, member as mtype, reason};
+use api::labels;
+use api::v1alpha2::{EtcdMember, StorageMedium};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tests::e2e::{condition, env, pod_ready, spec, Env};
+use tests::OrPanic;
+
+const BOOT: Duration = Duration::from_secs(180);
+
+async fn member_id(env: &Env, ns: &str, member: &str) -> String {
+    let api: Api<EtcdMember> = Api::namespaced(env.client(), ns);
+    api.get(member)
+        .await
+        .or_panic()
+        .status
+        .and_then(|s| s.member_id)
+        .unwrap_or_else(|| panic!("{member} has no member ID"))
+}
+
+/// A member that is not the seed (the seed has its own safeguard: `initial-cluster-state`).
+async fn non_seed(env: &Env, ns: &str, cluster: &str) -> String {
+    env.members(ns, cluster)
+        .await
+        .into_iter()
+        .find(|m| !m.spec.bootstrap)
+        .map(|m| m.name_any())
+        .expect("a non-seed member")
+}
+
+/// IDs etcd lists, as 16-digit hex.
+async fn etcd_ids(env: &Env, ns: &str, cluster: &str) -> BTreeSet<String> {
+    let mut client = env.etcd_client(ns, cluster).await;
+    client
+        .member_list()
+        .await
+        .or_panic()
+        .members()
+        .iter()
+        .map(|m| format!("{:016x}", m.id()))
+        .collect()
+}
+
+async fn events_for(env: &Env, ns: &str, name: &str) -> Vec<Event> {
+    let api: Api<Event> = Api::namespaced(env.client(), ns);
+    api.list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .or_panic()
+        .items
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_whose_pvc_vanished_is_replaced_never_restarted_on_an_empty_volume() {
+    let env = env().await;
+    let ns = env.namespace("pvclost").await;
+    env.create_cluster(&ns, "pl", spec(3)).await;
+    env.wait_healthy(&ns, "pl", 3, BOOT).await;
+    let keys = env.write_keys(&ns, "pl", 50).await;
+    let victim = non_seed(env, &ns, "pl").await;
+    let victim_id = member_id(env, &ns, &victim).await;
+    let pvc = format!("data-{victim}");
+
+    // The disk is gone for good: the claim is deleted (its protection finalizer removed, as a
+    // storage admin force-deleting it would) and the Pod with it.
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.client(), &ns);
+    pvcs.delete(&pvc, &DeleteParams::default()).await.or_panic();
+    pvcs.patch(
+        &pvc,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .or_panic();
+    let pods: Api<Pod> = Api::namespaced(env.client(), &ns);
+    pods.delete(&victim, &DeleteParams::default().grace_period(0))
+        .await
+        .or_panic();
+
+    // An empty volume under the member's old etcd ID would rejoin with an empty Raft log: the
+    // claim must never come back, and the member must be replaced by a new one.
+    let deadline = Instant::now() + BOOT;
+    loop {
+        if let Some(p) = pvcs.get_opt(&pvc).await.or_panic() {
+            if p.metadata.deletion_timestamp.is_none() {
+                panic!(
+                    "PVC {pvc} was recreated empty for member {victim} (etcd ID {victim_id}); operator log: {}",
+                    env.operator.log().display()
+                );
+            }
+        }
+        let names = env.member_names(&ns, "pl").await;
+        if !names.contains(&victim) && names.len() == 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{victim} was not replaced: {names:?}; operator log: {}",
+            env.operator.log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    env.wait_healthy(&ns, "pl", 3, BOOT).await;
+    let ids = etcd_ids(env, &ns, "pl").await;
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(
+        !ids.contains(&victim_id),
+        "the lost member's ID {victim_id} is still in etcd: {ids:?}"
+    );
+    env.check_keys(&ns, "pl", &keys).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_with_old_restarts_that_hangs_briefly_is_not_replaced() {
+    let env = env().await;
+    let ns = env.namespace("restarts").await;
+    env.create_cluster(&ns, "rs", spec(3)).await;
+    env.wait_healthy(&ns, "rs", 3, BOOT).await;
+    let keys = env.write_keys(&ns, "rs", 20).await;
+    let before = env.member_names(&ns, "rs").await;
+    let target = non_seed(env, &ns, "rs").await;
+    let pods: Api<Pod> = Api::namespaced(env.client(), &ns);
+
+    let restarts = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.name == "etcd"))
+            .map(|c| c.restart_count)
+            .unwrap_or(0)
+    };
+    let unchanged = |names: &Vec<String>, when: &str| {
+        assert_eq!(
+            names,
+            &before,
+            "a member was replaced {when}; operator log: {}",
+            env.operator.log().display()
+        );
+    };
+    // Five crashes, each one recovered: a lifetime restart count at the old threshold.
+    for n in 1..=5 {
+        env.runner.kill_container(&ns, &target, "etcd").or_panic();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let p = pods.get(&target).await.or_panic();
+            if restarts(&p) >= n && pod_ready(&p) {
+                break;
+            }
+            unchanged(&env.member_names(&ns, "rs").await, "while it restarted");
+            assert!(Instant::now() < deadline, "{target} did not come back");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    // Now it hangs (a node blip: the process is alive, readiness fails) for a while: not a
+    // crash loop, so nothing is replaced.
+    env.runner.stop_container(&ns, &target, "etcd").or_panic();
+    let unready_since = Instant::now();
+    let mut was_unready = false;
+    while unready_since.elapsed() < Duration::from_secs(25) {
+        let p = pods.get(&target).await.or_panic();
+        was_unready |= !pod_ready(&p);
+        unchanged(&env.member_names(&ns, "rs").await, "while it hung");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(was_unready, "{target} never became unready while stopped");
+    env.runner.resume_container(&ns, &target, "etcd").or_panic();
+    env.wait_healthy(&ns, "rs", 3, BOOT).await;
+    unchanged(&env.member_names(&ns, "rs").await, "after it recovered");
+    env.check_keys(&ns, "rs", &keys).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_stuck_pending_fails_bootstrap_when_the_deadline_expires_by_itself() {
+    let env = env().await;
+    let ns = env.namespace("expiry").await;
+    // No image for 3.4.x: the seed's container never starts, nothing else changes.
+    let mut broken = spec(1);
+    broken.version = "3.4.0".into();
+    broken.progress_deadline_seconds = 15;
+    env.create_cluster(&ns, "ex", broken).await;
+    // Nobody touches the status: the operator must wake up at the deadline on its own.
+    env.wait_for(
+        &ns,
+        "ex",
+        "Available=False/BootstrapFailed at the natural deadline",
+        Duration::from_secs(75),
+        |c| {
+            condition(c, ctype::AVAILABLE)
+                .is_some_and(|(s, r, _)| s == "False" && r == reason::BOOTSTRAP_FAILED)
+        },
+    )
+    .await;
+    let events = events_for(env, &ns, "ex").await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some(reason::BOOTSTRAP_FAILED)
+                && e.type_.as_deref() == Some("Warning")),
+        "no BootstrapFailed Warning Event: {:?}",
+        events.iter().map(|e| &e.reason).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_down_of_a_degraded_cluster_acts_at_once_and_removes_the_hung_member() {
+    let env = env().await;
+    let ns = env.namespace("degraded").await;
+    env.create_cluster(&ns, "dg", spec(3)).await;
+    env.wait_healthy(&ns, "dg", 3, BOOT).await;
+    let keys = env.write_keys(&ns, "dg", 30).await;
+    // The oldest member hangs; scale-down would pick the newest, which etcd refuses to remove
+    // while another voter is down.
+    let hung = env
+        .members(&ns, "dg")
+        .await
+        .into_iter()
+        .find(|m| m.spec.bootstrap)
+        .map(|m| m.name_any())
+        .expect("the seed");
+    env.runner.stop_container(&ns, &hung, "etcd").or_panic();
+    env.wait_for(
+        &ns,
+        "dg",
+        "Degraded=True/MembersUnhealthy",
+        Duration::from_secs(90),
+        |c| {
+            condition(c, ctype::DEGRADED)
+                .is_some_and(|(s, r, _)| s == "True" && r == reason::MEMBERS_UNHEALTHY)
+        },
+    )
+    .await;
+    env.scale(&ns, "dg", 2).await;
+    let c = env
+        .wait_healthy(&ns, "dg", 2, Duration::from_secs(120))
+        .await;
+    assert_eq!(
+        c.status.and_then(|s| s.observed).map(|o| o.replicas),
+        Some(2)
+    );
+    let names = env.member_names(&ns, "dg").await;
+    assert!(
+        !names.contains(&hung),
+        "the hung member {hung} should have been removed first: {names:?}"
+    );
+    let etcd = env.etcd_members(&ns, "dg").await;
+    assert_eq!(etcd.len(), 2, "{etcd:?}");
+    env.check_keys(&ns, "dg", &keys).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ghost_member_without_an_etcdmember_is_reported_and_removed() {
+    let env = env().await;
+    let ns = env.namespace("ghost").await;
+    env.create_cluster(&ns, "gh", spec(3)).await;
+    env.wait_healthy(&ns, "gh", 3, BOOT).await;
+    let keys = env.write_keys(&ns, "gh", 20).await;
+    // A voter that no EtcdMember describes (say, a member whose finalizer was removed by hand
+    // before MemberRemove). Its name never resolves, so nothing is ever sent to it.
+    let ghost_url = format!("http://ghost-zz.gh.{ns}.svc:2380");
+    let mut client = env.etcd_client(&ns, "gh").await;
+    // etcd refuses to add a voter until every member has been connected for a few seconds
+    // ("unhealthy cluster"), which a cluster that just became Ready may not be yet.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let added = loop {
+        match client.member_add([ghost_url.as_str()], None).await {
+            Ok(added) => break added,
+            Err(e) if e.to_string().contains("unhealthy cluster") && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => panic!("adding the ghost member: {e}"),
+        }
+    };
+    let ghost_id = format!("{:016x}", added.member().map(|m| m.id()).unwrap_or(0));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while etcd_ids(env, &ns, "gh").await.contains(&ghost_id) {
+        assert!(
+            Instant::now() < deadline,
+            "ghost {ghost_id} was never removed; operator log: {}",
+            env.operator.log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    env.wait_healthy(&ns, "gh", 3, BOOT).await;
+    let events = events_for(env, &ns, "gh").await;
+    let note = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("GhostMemberRemoved"))
+        .and_then(|e| e.message.clone())
+        .unwrap_or_else(|| {
+            panic!(
+                "no GhostMemberRemoved Event: {:?}",
+                events.iter().map(|e| &e.reason).collect::<Vec<_>>()
+            )
+        });
+    assert!(
+        note.contains(&ghost_id) && note.contains(&ghost_url),
+        "{note}"
+    );
+    // Scaling works again afterwards.
+    env.scale(&ns, "gh", 4).await;
+    env.wait_healthy(&ns, "gh", 4, BOOT).await;
+    env.check_keys(&ns, "gh", &keys).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relabelled_memory_member_pod_is_not_mistaken_for_a_lost_one() {
+    let env = env().await;
+    let ns = env.namespace("relabel").await;
+    let mut memory = spec(3);
+    memory.storage.medium = Some(StorageMedium::Memory);
+    memory.storage.size = k8s_openapi::apimachinery::pkg::api::resource::Quantity("256Mi".into());
+    env.create_cluster(&ns, "rl", memory).await;
+    env.wait_healthy(&ns, "rl", 3, BOOT).await;
+    let keys = env.write_keys(&ns, "rl", 20).await;
+    let before = env.member_names(&ns, "rl").await;
+    let target = non_seed(env, &ns, "rl").await;
+    let pods: Api<Pod> = Api::namespaced(env.client(), &ns);
+    let pod_uid = pods.get(&target).await.or_panic().uid();
+    // Someone strips the cluster label from a member Pod: it is still the member's Pod (same
+    // name, owned by the member), with its tmpfs data.
+    pods.patch(
+        &target,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"labels": {labels::CLUSTER: null}}})),
+    )
+    .await
+    .or_panic();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert_eq!(
+            env.member_names(&ns, "rl").await,
+            before,
+            "a member was replaced because its Pod lost a label; operator log: {}",
+            env.operator.log().display()
+        );
+        let p = pods.get(&target).await.or_panic();
+        assert_eq!(p.uid(), pod_uid, "the member's Pod was replaced");
+        if p.labels().get(labels::CLUSTER).map(String::as_str) == Some("rl") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the operator never put the cluster label back on {target}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    env.wait_healthy(&ns, "rl", 3, BOOT).await;
+    env.check_keys(&ns, "rl", &keys).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_pdb_with_the_cluster_name_is_never_overwritten_or_deleted() {
+    let env = env().await;
+    let ns = env.namespace("pdb").await;
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(env.client(), &ns);
+    let foreign: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "pd"},
+        "spec": {"minAvailable": 7, "selector": {"matchLabels": {"app": "someone-else"}}}
+    }))
+    .or_panic();
+    pdbs.create(&PostParams::default(), &foreign)
+        .await
+        .or_panic();
+    env.create_cluster(&ns, "pd", spec(1)).await;
+    let deadline = Instant::now() + BOOT;
+    loop {
+        let events = events_for(env, &ns, "pd").await;
+        let conflict = events.iter().any(|e| {
+            e.reason.as_deref() == Some("OwnershipConflict")
+                && e.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("PodDisruptionBudget pd"))
+        });
+        if conflict {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no OwnershipConflict Event naming the PDB: {:?}; operator log: {}",
+            events
+                .iter()
+                .map(|e| (&e.reason, &e.message))
+                .collect::<Vec<_>>(),
+            env.operator.log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let have = pdbs.get("pd").await.or_panic();
+    let spec = have.spec.clone().unwrap_or_default();
+    assert_eq!(
+        spec.min_available,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(7)),
+        "the foreign PDB was changed: {have:?}"
+    );
+    assert!(
+        have.owner_references().is_empty(),
+        "the foreign PDB was adopted"
+    );
+    // Once it is out of the way, the operator's own PDB appears.
+    pdbs.delete("pd", &DeleteParams::default()).await.or_panic();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(p) = pdbs.get_opt("pd").await.or_panic() {
+            if !p.owner_references().is_empty() {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the operator never created its own PDB"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_edit_is_reported_as_waiting_for_a_rollout_not_as_reached() {
+    let env = env().await;
+    let ns = env.namespace("version").await;
+    env.create_cluster(&ns, "vr", spec(1)).await;
+    env.wait_healthy(&ns, "vr", 1, BOOT).await;
+    let api = env.clusters(&ns);
+    api.patch(
+        "vr",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"version": "3.6.17"}})),
+    )
+    .await
+    .or_panic();
+    let c = env
+        .wait_for(
+            &ns,
+            "vr",
+            "Progressing=True naming the pending rollout",
+            Duration::from_secs(60),
+            |c| {
+                condition(c, ctype::PROGRESSING)
+                    .is_some_and(|(s, _, m)| s == "True" && m.contains("3.6.17"))
+            },
+        )
+        .await;
+    let (_, _, m) = condition(&c, ctype::PROGRESSING).unwrap_or_default();
+    assert!(m.contains("rolling upgrade"), "{m}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let members = env.members(&ns, "vr").await;
+        let drifted = members.iter().all(|m| {
+            m.status
+                .as_ref()
+                .and_then(|s| {
+                    s.conditions
+                        .iter()
+                        .find(|c| c.type_ == mtype::VERSION_DRIFTED)
+                })
+                .is_some_and(|c| {
+                    c.status == "True"
+                        && c.reason == reason::VERSION_MISMATCH
+                        && c.message.contains("3.6.17")
+                        && c.message.contains("3.6.16")
+                })
+        });
+        if drifted && !members.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "members never reported VersionDrifted=True: {:?}",
+            members.iter().map(|m| &m.status).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
