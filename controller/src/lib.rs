@@ -6,6 +6,7 @@ pub mod builders;
 pub mod cluster;
 pub mod context;
 pub mod etcd;
+pub mod lenient;
 pub mod member;
 pub mod metrics;
 pub mod naming;
