@@ -1,13 +1,71 @@
 //! The CustomResourceDefinitions generated from the types, as the chart ships them.
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+};
 use kube::CustomResourceExt;
 
 use crate::v1alpha2::{EtcdCluster, EtcdMember, EtcdSnapshot};
 
-/// Every CRD of the API, in a stable order.
+/// The bound of an `int64` field without one of its own: 2^53 - 1, the largest integer that a
+/// JSON reader holding numbers as doubles (and the schema's own `maximum`, a double) keeps
+/// exactly. Nothing the API counts (generations, bytes of a snapshot) comes near it.
+pub const INT64_FIELD_MAX: i64 = (1 << 53) - 1;
+
+/// Every CRD of the API, in a stable order, every integer field bounded (see [`bound_integers`]).
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![EtcdCluster::crd(), EtcdMember::crd(), EtcdSnapshot::crd()]
+    let mut crds = vec![EtcdCluster::crd(), EtcdMember::crd(), EtcdSnapshot::crd()];
+    for crd in &mut crds {
+        for version in &mut crd.spec.versions {
+            if let Some(schema) = version
+                .schema
+                .as_mut()
+                .and_then(|s| s.open_api_v3_schema.as_mut())
+            {
+                bound_integers(schema);
+            }
+        }
+    }
+    crds
+}
+
+/// Give every integer field that has no bound of its own the bounds of its format: `int32`
+/// (and int-or-string, whose integer is an int32) ±2147483647/-2147483648, anything else
+/// ±[`INT64_FIELD_MAX`]. Kubernetes before 1.36 does not enforce `format`, so without a
+/// `maximum`/`minimum` the apiserver stores e.g. `weight: 2147483648` in an embedded affinity
+/// term, and the operator's typed watch then cannot decode the object — nor, before it learnt
+/// to skip such objects, any other object of the kind. Fields of our own carry tighter bounds
+/// that mean something for etcd (`#[schemars(range)]`), which are kept.
+pub fn bound_integers(schema: &mut JSONSchemaProps) {
+    let int_or_string = schema.x_kubernetes_int_or_string == Some(true);
+    if schema.type_.as_deref() == Some("integer") || int_or_string {
+        let (min, max) = if int_or_string || schema.format.as_deref() == Some("int32") {
+            (f64::from(i32::MIN), f64::from(i32::MAX))
+        } else {
+            // Exactly representable: INT64_FIELD_MAX < 2^53.
+            (-(INT64_FIELD_MAX as f64), INT64_FIELD_MAX as f64)
+        };
+        schema.minimum.get_or_insert(min);
+        schema.maximum.get_or_insert(max);
+    }
+    let children = schema
+        .properties
+        .iter_mut()
+        .flat_map(|p| p.values_mut())
+        .chain(schema.all_of.iter_mut().flatten())
+        .chain(schema.any_of.iter_mut().flatten())
+        .chain(schema.one_of.iter_mut().flatten());
+    for child in children {
+        bound_integers(child);
+    }
+    match &mut schema.items {
+        Some(JSONSchemaPropsOrArray::Schema(item)) => bound_integers(item),
+        Some(JSONSchemaPropsOrArray::Schemas(items)) => items.iter_mut().for_each(bound_integers),
+        None => {}
+    }
+    if let Some(JSONSchemaPropsOrBool::Schema(values)) = &mut schema.additional_properties {
+        bound_integers(values);
+    }
 }
 
 /// The file name a CRD is written to in the chart (`<plural>.<group>.yaml`).
@@ -34,4 +92,76 @@ pub fn schema_json(crd: &CustomResourceDefinition) -> Option<serde_json::Value> 
         .open_api_v3_schema
         .as_ref()?;
     serde_json::to_value(schema).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every integer in every CRD, as (path, minimum, maximum).
+    fn integers(
+        schema: &JSONSchemaProps,
+        path: &str,
+        out: &mut Vec<(String, Option<f64>, Option<f64>)>,
+    ) {
+        if schema.type_.as_deref() == Some("integer")
+            || schema.x_kubernetes_int_or_string == Some(true)
+        {
+            out.push((path.to_string(), schema.minimum, schema.maximum));
+        }
+        for (name, child) in schema.properties.iter().flatten() {
+            integers(child, &format!("{path}.{name}"), out);
+        }
+        if let Some(JSONSchemaPropsOrArray::Schema(item)) = &schema.items {
+            integers(item, &format!("{path}[]"), out);
+        }
+        if let Some(JSONSchemaPropsOrBool::Schema(values)) = &schema.additional_properties {
+            integers(values, &format!("{path}{{}}"), out);
+        }
+    }
+
+    #[test]
+    fn every_integer_field_of_every_crd_is_bounded_within_what_the_operator_decodes() {
+        let mut found = Vec::new();
+        for crd in all() {
+            let schema = crd.spec.versions[0]
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .expect("a schema");
+            integers(schema, &crd.spec.names.kind, &mut found);
+        }
+        assert!(found.len() > 20, "too few integers found: {found:?}");
+        for (path, min, max) in &found {
+            let (Some(min), Some(max)) = (min, max) else {
+                panic!("{path} is unbounded (minimum {min:?}, maximum {max:?})");
+            };
+            assert!(*min >= -(INT64_FIELD_MAX as f64), "{path}: {min}");
+            assert!(*max <= INT64_FIELD_MAX as f64, "{path}: {max}");
+        }
+        let bound = |p: &str| {
+            found
+                .iter()
+                .find(|(path, _, _)| path == p)
+                .unwrap_or_else(|| panic!("no {p} in {found:?}"))
+                .2
+        };
+        assert_eq!(bound("EtcdCluster.spec.replicas"), Some(99.0));
+        assert_eq!(
+            bound("EtcdCluster.spec.topologySpreadConstraints[].maxSkew"),
+            Some(f64::from(i32::MAX))
+        );
+        assert_eq!(
+            bound("EtcdCluster.spec.options.autoCompactionRetention"),
+            Some(f64::from(i32::MAX))
+        );
+        assert_eq!(
+            bound("EtcdCluster.status.observedGeneration"),
+            Some(INT64_FIELD_MAX as f64)
+        );
+        assert_eq!(
+            bound("EtcdMember.spec.options.quotaBackendBytes"),
+            Some((1u64 << 40) as f64)
+        );
+    }
 }

@@ -17,7 +17,8 @@ use serde::Serialize;
 use crate::quantity;
 use crate::v1alpha2::{
     EtcdClusterSpec, EtcdSnapshotSpec, PvcLocation, RestoreSource, S3Location, SnapshotDestination,
-    StorageMedium, CLUSTER_NAME_MAX_LEN, RETENTION_PATTERN, VERSION_PATTERN,
+    StorageMedium, CLUSTER_NAME_MAX_LEN, MAX_PROGRESS_DEADLINE_SECONDS, MAX_QUOTA_BACKEND_BYTES,
+    MAX_REPLICAS, MAX_SNAPSHOT_COUNT, RETENTION_PATTERN, VERSION_PATTERN,
 };
 
 /// One broken rule.
@@ -92,13 +93,16 @@ static RETENTION_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
     regex::Regex::new(RETENTION_PATTERN).expect("RETENTION_PATTERN is a valid regex")
 });
 
-/// Deserialize a `spec` (or any typed part of an object) from JSON, turning a type error into a
-/// violation that names the field where it happened (`spec.tls.client.certManager.serverIssuerRef.kind`).
+/// Deserialize a `spec` (or any typed part of an object; `prefix` is its path, empty for a whole
+/// object) from JSON, turning a type error into a violation that names the field where it
+/// happened (`spec.tls.client.certManager.serverIssuerRef.kind`).
 pub fn parse<T: DeserializeOwned>(prefix: &str, value: &serde_json::Value) -> Result<T, Violation> {
     serde_path_to_error::deserialize(value).map_err(|err| {
         let inner = err.path().to_string();
         let mut field = if inner == "." || inner.is_empty() {
             prefix.to_string()
+        } else if prefix.is_empty() {
+            inner
         } else {
             format!("{prefix}.{inner}")
         };
@@ -115,12 +119,60 @@ pub fn parse<T: DeserializeOwned>(prefix: &str, value: &serde_json::Value) -> Re
                 "set it (see `kubectl explain` for the field)",
             );
         }
+        if let Some(out_of_range) = integer_out_of_range(&field, &detail) {
+            return out_of_range;
+        }
         Violation::new(
             field,
             format!("cannot be read: {detail}"),
             "fix the value's type or spelling (see `kubectl explain` for the field)",
         )
     })
+}
+
+/// The bounds and the fix of the integer fields with bounds of their own (the CRD schema carries
+/// the same as `minimum`/`maximum`).
+fn integer_bounds(field: &str) -> Option<(i64, i64, &'static str)> {
+    Some(match field {
+        "spec.replicas" => (
+            0,
+            MAX_REPLICAS.into(),
+            "set the number of members (3 or 5 for production, 0 to pause)",
+        ),
+        "spec.progressDeadlineSeconds" => (
+            1,
+            MAX_PROGRESS_DEADLINE_SECONDS.into(),
+            "leave it unset for the default of 600 seconds",
+        ),
+        "spec.options.quotaBackendBytes" => (
+            0,
+            MAX_QUOTA_BACKEND_BYTES,
+            "etcd suggests at most 8589934592 (8Gi); leave it unset (or 0) for etcd's default of 2GiB",
+        ),
+        "spec.options.snapshotCount" => (
+            1,
+            MAX_SNAPSHOT_COUNT,
+            "leave it unset for etcd's default of 10000",
+        ),
+        _ => return None,
+    })
+}
+
+/// A number that does not fit the field's integer type (serde's ``invalid value: integer `N`,
+/// expected i32``), said as the schema's bound says it.
+fn integer_out_of_range(field: &str, detail: &str) -> Option<Violation> {
+    let rest = detail.strip_prefix("invalid value: integer `")?;
+    let (number, expected) = rest.split_once("`, expected ")?;
+    let (min, max, hint) = match (integer_bounds(field), expected) {
+        (Some(bounds), _) => bounds,
+        (None, "i32" | "a 32-bit integer") => (
+            i32::MIN.into(),
+            i32::MAX.into(),
+            "use a value that fits a 32-bit integer (see `kubectl explain` for the field)",
+        ),
+        (None, _) => return None,
+    };
+    Some(Violation::new(field, format!("must be between {min} and {max}"), hint).value(number))
 }
 
 /// Validate a whole object as it arrives from the API (create when `old` is `None`, else update),
@@ -260,6 +312,18 @@ pub fn cluster_create(spec: &EtcdClusterSpec) -> Vec<Violation> {
             .value(spec.replicas),
         );
     }
+    if spec.replicas > MAX_REPLICAS {
+        out.push(
+            Violation::new(
+                "spec.replicas",
+                format!(
+                    "must be at most {MAX_REPLICAS}: every write waits for a majority of the members, and etcd advises 3, 5 or 7"
+                ),
+                "set 3, 5 or 7 (0 to pause)",
+            )
+            .value(spec.replicas),
+        );
+    }
     if spec.replicas == 0 && memory {
         out.push(
             Violation::new(
@@ -285,6 +349,16 @@ pub fn cluster_create(spec: &EtcdClusterSpec) -> Vec<Violation> {
             Violation::new(
                 "spec.progressDeadlineSeconds",
                 "must be at least 1",
+                "leave it unset for the default of 600 seconds",
+            )
+            .value(spec.progress_deadline_seconds),
+        );
+    }
+    if spec.progress_deadline_seconds > MAX_PROGRESS_DEADLINE_SECONDS {
+        out.push(
+            Violation::new(
+                "spec.progressDeadlineSeconds",
+                format!("must be at most {MAX_PROGRESS_DEADLINE_SECONDS} (30 days)"),
                 "leave it unset for the default of 600 seconds",
             )
             .value(spec.progress_deadline_seconds),
@@ -421,6 +495,31 @@ pub fn cluster_create(spec: &EtcdClusterSpec) -> Vec<Violation> {
                 .value(q),
             );
         }
+        if let Some(q) = options
+            .quota_backend_bytes
+            .filter(|q| *q > MAX_QUOTA_BACKEND_BYTES)
+        {
+            out.push(
+                Violation::new(
+                    "spec.options.quotaBackendBytes",
+                    format!("must be at most {MAX_QUOTA_BACKEND_BYTES} (1Ti)"),
+                    "etcd suggests at most 8589934592 (8Gi); leave it unset (or 0) for etcd's default of 2GiB",
+                )
+                .value(q),
+            );
+        }
+        if let Some(n) = options.snapshot_count.filter(|n| *n > MAX_SNAPSHOT_COUNT) {
+            out.push(
+                Violation::new(
+                    "spec.options.snapshotCount",
+                    format!(
+                        "must be at most {MAX_SNAPSHOT_COUNT}: etcd keeps that many raft entries in memory between snapshots"
+                    ),
+                    "leave it unset for etcd's default of 10000",
+                )
+                .value(n),
+            );
+        }
         if let Some(n) = options.snapshot_count.filter(|n| *n < 1) {
             out.push(
                 Violation::new(
@@ -458,6 +557,7 @@ pub fn cluster_create(spec: &EtcdClusterSpec) -> Vec<Violation> {
 /// transition rules (what may not change after create).
 pub fn cluster_update(old: &EtcdClusterSpec, new: &EtcdClusterSpec) -> Vec<Violation> {
     let mut out = cluster_create(new);
+    out.extend(version_upgrade(&old.version, &new.version));
 
     if let (Ok(o), Ok(n)) = (
         quantity::parse(&old.storage.size),
@@ -527,6 +627,55 @@ pub fn cluster_update(old: &EtcdClusterSpec, new: &EtcdClusterSpec) -> Vec<Viola
         "the bootstrap source (restore happens only at first bootstrap)",
     );
     out
+}
+
+/// `X.Y.Z` as numbers, when `version` matches [`VERSION_PATTERN`] (parts of at most 9 digits).
+fn version_parts(version: &str) -> Option<(u32, u32, u32)> {
+    if !VERSION_RE.is_match(version) {
+        return None;
+    }
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next()??, parts.next()??))
+}
+
+/// The upgrade-path rule for `spec.version` on update, as the CRD's CEL rule
+/// ([`crate::v1alpha2::VERSION_UPGRADE_RULE`]) judges it: etcd supports a patch upgrade within a
+/// minor version and an upgrade to the next minor version, nothing else
+/// (<https://etcd.io/docs/v3.6/upgrades/upgrading-etcd/>). A downgrade, even of the patch,
+/// needs etcd's downgrade API (3.6+), which the operator does not drive. A version that does not
+/// match the pattern (an old stored object, or a new one the pattern rule rejects) is not
+/// judged here.
+pub fn version_upgrade(old: &str, new: &str) -> Option<Violation> {
+    let ((o_major, o_minor, o_patch), (n_major, n_minor, n_patch)) =
+        (version_parts(old)?, version_parts(new)?);
+    let problem = if n_major != o_major {
+        format!(
+            "changes the major version: etcd documents no upgrade path from {o_major}.x to {n_major}.x"
+        )
+    } else if (n_minor == o_minor && n_patch >= o_patch)
+        || u64::from(n_minor) == u64::from(o_minor) + 1
+    {
+        return None;
+    } else if n_minor > o_minor {
+        format!(
+            "skips minor version {o_major}.{}: etcd upgrades one minor version at a time, and an upgrade that skips one is unsupported and likely fails",
+            o_minor + 1
+        )
+    } else {
+        "is a downgrade: etcd supports downgrades only through its downgrade API (3.6 and later, one minor at a time), which the operator does not drive".to_string()
+    };
+    let next_minor = format!("{o_major}.{}.x", u64::from(o_minor) + 1);
+    Violation::new(
+        "spec.version",
+        problem,
+        format!(
+            "keep {old}, or set a later {o_major}.{o_minor}.x patch or {next_minor} (upgrade one minor at a time: https://etcd.io/docs/v3.6/upgrades/upgrading-etcd/); \
+             to go back, restore a snapshot into a new cluster at the older version"
+        ),
+    )
+    .old_value(old)
+    .value(new)
+    .into()
 }
 
 fn immutable<T: PartialEq + Serialize>(

@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod conditions;
 pub mod context;
 pub mod etcd;
+pub mod lenient;
 pub mod member;
 pub mod metrics;
 pub mod naming;

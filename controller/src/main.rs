@@ -161,13 +161,15 @@ async fn main() -> anyhow::Result<()> {
     };
     let ctx = Arc::new(Context::new(client.clone(), config, metrics));
 
-    // Ready once the API answers for our kinds (CRDs installed, RBAC in place).
+    // Ready once the API answers for our kinds (CRDs installed, RBAC in place). Metadata only:
+    // a stored EtcdCluster the operator cannot decode must not keep it from starting (it is
+    // reported by the watch, see `lenient`).
     let probe: kube::Api<api::v1alpha2::EtcdCluster> = match &args.watch_namespace {
         Some(ns) => kube::Api::namespaced(client.clone(), ns),
         None => kube::Api::all(client.clone()),
     };
     probe
-        .list(&kube::api::ListParams::default().limit(1))
+        .list_metadata(&kube::api::ListParams::default().limit(1))
         .await
         .context("listing EtcdClusters (are the CRDs installed and is RBAC granted?)")?;
     ready.store(true, Ordering::Relaxed);

@@ -1,6 +1,10 @@
 //! Wiring: the two kube-runtime controllers, driven by watches. EtcdCluster reconciles on changes
 //! to the cluster, its EtcdMembers, Services and PDB, and its member Pods; EtcdMember reconciles on
 //! changes to the member and its Pod and PVC.
+//!
+//! EtcdClusters and EtcdMembers are watched as [`Lenient`] objects: one stored object the
+//! operator cannot decode is reported and skipped (see [`crate::lenient`]) instead of failing
+//! the watch of every object of its kind.
 
 use std::sync::Arc;
 
@@ -14,6 +18,7 @@ use kube::runtime::{watcher, Controller};
 use kube::{Api, ResourceExt};
 
 use crate::context::Context;
+use crate::lenient::{self, Lenient};
 use crate::{cluster, member};
 
 fn api<K>(ctx: &Context, namespace: Option<&str>) -> Api<K>
@@ -51,27 +56,38 @@ pub async fn run(
         let _ = rx.wait_for(|s| *s).await;
     };
 
-    let clusters = Controller::new(api::<EtcdCluster>(&ctx, ns), watcher::Config::default())
-        .owns(api::<EtcdMember>(&ctx, ns), watcher::Config::default())
-        .owns(api::<Service>(&ctx, ns), managed.clone())
-        .owns(api::<PodDisruptionBudget>(&ctx, ns), managed.clone())
-        .watches(api::<Pod>(&ctx, ns), managed.clone(), |pod| {
-            let cluster = pod.labels().get(labels::CLUSTER)?.clone();
-            Some(ObjectRef::<EtcdCluster>::new(&cluster).within(&pod.namespace()?))
-        })
-        .graceful_shutdown_on(stopped(stop_rx.clone()))
-        .run(
-            cluster::reconcile::reconcile,
-            cluster::reconcile::error_policy,
-            ctx.clone(),
-        )
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "cluster controller event");
-            }
-        });
+    let clusters = Controller::new(
+        api::<Lenient<EtcdCluster>>(&ctx, ns),
+        watcher::Config::default(),
+    )
+    .owns(
+        api::<Lenient<EtcdMember>>(&ctx, ns),
+        watcher::Config::default(),
+    )
+    .owns(api::<Service>(&ctx, ns), managed.clone())
+    .owns(api::<PodDisruptionBudget>(&ctx, ns), managed.clone())
+    .watches(api::<Pod>(&ctx, ns), managed.clone(), |pod| {
+        let cluster = pod.labels().get(labels::CLUSTER)?.clone();
+        Some(ObjectRef::<Lenient<EtcdCluster>>::new(&cluster).within(&pod.namespace()?))
+    })
+    .graceful_shutdown_on(stopped(stop_rx.clone()))
+    .run(
+        |object, ctx| lenient::reconcile_or_report(object, ctx, cluster::reconcile::reconcile),
+        |object, error, ctx| {
+            lenient::error_policy(object, error, ctx, cluster::reconcile::error_policy)
+        },
+        ctx.clone(),
+    )
+    .for_each(|res| async move {
+        if let Err(e) = res {
+            tracing::debug!(error = %e, "cluster controller event");
+        }
+    });
 
-    let members = Controller::new(api::<EtcdMember>(&ctx, ns), watcher::Config::default());
+    let members = Controller::new(
+        api::<Lenient<EtcdMember>>(&ctx, ns),
+        watcher::Config::default(),
+    );
     // A member's status depends on its cluster too (the locked version it is compared with):
     // a cluster change wakes its members, found in the member controller's own cache.
     let member_cache = members.store();
@@ -79,20 +95,27 @@ pub async fn run(
         .owns(api::<Pod>(&ctx, ns), managed.clone())
         .owns(api::<PersistentVolumeClaim>(&ctx, ns), managed)
         .watches(
-            api::<EtcdCluster>(&ctx, ns),
+            api::<Lenient<EtcdCluster>>(&ctx, ns),
             watcher::Config::default(),
             move |cluster| {
                 let (name, ns) = (cluster.name_any(), cluster.namespace());
                 member_cache
                     .state()
                     .into_iter()
-                    .filter(|m| m.spec.cluster_name == name && m.namespace() == ns)
+                    .filter(|m| {
+                        m.decoded()
+                            .is_ok_and(|m| m.spec.cluster_name == name && m.namespace() == ns)
+                    })
                     .map(|m| ObjectRef::from_obj(m.as_ref()))
                     .collect::<Vec<_>>()
             },
         )
         .graceful_shutdown_on(stopped(stop_rx))
-        .run(member::reconcile, member::error_policy, ctx)
+        .run(
+            |object, ctx| lenient::reconcile_or_report(object, ctx, member::reconcile),
+            |object, error, ctx| lenient::error_policy(object, error, ctx, member::error_policy),
+            ctx,
+        )
         .for_each(|res| async move {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "member controller event");

@@ -374,8 +374,10 @@ fn client_config(url: String, ca_pem: &str) -> WebhookClientConfig {
     }
 }
 
-/// The validating registration: EtcdCluster and EtcdSnapshot CREATE and UPDATE, EtcdMember
-/// UPDATE, at `<url>/validate`.
+/// The validating registration: EtcdCluster and EtcdSnapshot CREATE and UPDATE; EtcdMember
+/// CREATE and UPDATE, the status subresource included (a rule for `etcdmembers` alone does not
+/// cover `etcdmembers/status`, and a status write of `isVoter: false` would make the member's
+/// deletion skip the etcd MemberRemove); at `<url>/validate`.
 pub fn validating_configuration(
     name: &str,
     webhook: &Webhook,
@@ -394,13 +396,21 @@ pub fn validating_configuration(
             match_policy: Some("Equivalent".to_string()),
             side_effects: "None".to_string(),
             timeout_seconds: Some(TIMEOUT_SECONDS),
-            rules: Some(vec![
-                rule(&["etcdclusters", "etcdsnapshots"], &["CREATE", "UPDATE"]),
-                rule(&["etcdmembers"], &["UPDATE"]),
-            ]),
+            rules: Some(validating_rules()),
             ..Default::default()
         }]),
     }
+}
+
+/// The rules of the validating registration (see [`validating_configuration`]).
+pub fn validating_rules() -> Vec<RuleWithOperations> {
+    vec![
+        rule(&["etcdclusters", "etcdsnapshots"], &["CREATE", "UPDATE"]),
+        rule(
+            &["etcdmembers", "etcdmembers/status"],
+            &["CREATE", "UPDATE"],
+        ),
+    ]
 }
 
 /// The mutating registration at `<url>/mutate`: EtcdCluster and EtcdSnapshot CREATE and UPDATE
@@ -565,17 +575,18 @@ mod tests {
         // Serialisation only; no webhook needed.
         let v = ValidatingWebhookConfiguration {
             webhooks: Some(vec![ValidatingWebhook {
-                rules: Some(vec![
-                    rule(&["etcdclusters", "etcdsnapshots"], &["CREATE", "UPDATE"]),
-                    rule(&["etcdmembers"], &["UPDATE"]),
-                ]),
+                rules: Some(validating_rules()),
                 ..Default::default()
             }]),
             ..Default::default()
         };
         let r = rules(&v);
         assert_eq!(r[0]["apiGroups"][0], api::v1alpha2::GROUP);
-        assert_eq!(r[1]["resources"][0], "etcdmembers");
+        assert_eq!(
+            r[1]["resources"],
+            serde_json::json!(["etcdmembers", "etcdmembers/status"])
+        );
+        assert_eq!(r[1]["operations"], serde_json::json!(["CREATE", "UPDATE"]));
         // caBundle is base64 of the PEM on the wire.
         let config = client_config("https://127.0.0.1:1/validate".into(), "PEM");
         assert_eq!(serde_json::to_value(config).unwrap()["caBundle"], "UEVN");

@@ -86,7 +86,8 @@ fn invalid_cluster_spec() -> Value {
     json!({"version": "v3.6", "replicas": -1, "progressDeadlineSeconds": 0})
 }
 
-/// The EtcdMember the ownership checks update (creating one is not intercepted).
+/// The EtcdMember the ownership checks update (created before the webhook is registered: once
+/// it is, only the controller may create members).
 const MEMBER: &str = "main-abcde";
 
 async fn create_member(client: &Client, ns: &str) {
@@ -244,6 +245,17 @@ async fn webhook_up_defaults_warns_guards_members_and_rejects_with_every_field()
     let client = cp.client().or_panic();
     let ns = cp.namespace("webhook-up").await.or_panic();
     create_member(&client, &ns).await;
+    let mut held = object(
+        "EtcdMember",
+        "main-held0",
+        &ns,
+        json!({"clusterName": "main", "version": "3.6.11"}),
+    );
+    held["metadata"]["finalizers"] = json!(["etcd-operator.cozystack.io/member-cleanup"]);
+    api_of(&client, &ns, "EtcdMember")
+        .create(&PostParams::default(), &dynamic(held))
+        .await
+        .or_panic();
     let hook = start_and_register(cp, &client, &ns, &[], FailurePolicy::Fail).await;
     let clusters = api_of(&client, &ns, "EtcdCluster");
 
@@ -418,19 +430,9 @@ async fn webhook_up_defaults_warns_guards_members_and_rejects_with_every_field()
     )
     .expect_err("the admin changed a live member's finalizers");
     assert!(err.contains("deletionTimestamp"), "{err}");
-    // ...but a member already being deleted can be released by anyone: create one holding a
-    // finalizer (creation is not guarded), delete it, and clear the finalizer as the admin.
-    let mut held = object(
-        "EtcdMember",
-        "main-held0",
-        &ns,
-        json!({"clusterName": "main", "version": "3.6.11"}),
-    );
-    held["metadata"]["finalizers"] = json!(["etcd-operator.cozystack.io/member-cleanup"]);
-    members
-        .create(&PostParams::default(), &dynamic(held))
-        .await
-        .or_panic();
+    // ...but a member already being deleted can be released by anyone: delete the one holding
+    // a finalizer (created before the webhook was registered: creation is the controller's
+    // alone) and clear the finalizer as the admin.
     members
         .delete("main-held0", &Default::default())
         .await
@@ -489,6 +491,215 @@ async fn webhook_up_defaults_warns_guards_members_and_rejects_with_every_field()
     webhook::unregister(&client, CONFIG).await.or_panic();
     cp.check_running().or_panic();
     report(&format!("webhook up: passed in {:.1?}", began.elapsed()));
+}
+
+/// A user with RBAC on `etcdmembers` and `etcdmembers/status` (as an admin's aggregated
+/// `edit`-like role may grant) is still not the operator: creating an EtcdMember and writing
+/// its status (`isVoter: false` would make the member's deletion skip the etcd MemberRemove) are
+/// refused by the webhook, through kubectl as that user; the controller's identity may do both.
+#[tokio::test(flavor = "multi_thread")]
+async fn etcd_member_create_and_status_writes_are_the_controllers_alone() {
+    let _serial = SERIAL.lock().await;
+    let began = Instant::now();
+    let cp = control_plane().await;
+    let client = cp.client().or_panic();
+    let ns = cp.namespace("member-guard").await.or_panic();
+    create_member(&client, &ns).await;
+    let members = api_of(&client, &ns, "EtcdMember");
+    members
+        .patch_status(
+            MEMBER,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"memberID": "8e9e05c52164694d", "isVoter": true}})),
+        )
+        .await
+        .or_panic();
+    // alice may write members and their status as far as RBAC goes.
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "etcdmember-writer", "namespace": ns},
+        "rules": [{"apiGroups": [api::v1alpha2::GROUP],
+                   "resources": ["etcdmembers", "etcdmembers/status"],
+                   "verbs": ["get", "list", "create", "update", "patch"]}],
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "alice-etcdmember-writer", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "etcdmember-writer"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
+    });
+    for rbac in [role, binding] {
+        let out = kubectl_apply(cp, &rbac).await;
+        assert!(out.success, "{out:?}");
+    }
+    let _hook = start_and_register(cp, &client, &ns, &[], FailurePolicy::Fail).await;
+
+    let forged = object(
+        "EtcdMember",
+        "main-forged",
+        &ns,
+        json!({"clusterName": "main", "version": "3.6.11"}),
+    );
+    let file = tempfile::Builder::new()
+        .prefix("member-")
+        .suffix(".json")
+        .tempfile_in(cp.root())
+        .or_panic();
+    std::fs::write(file.path(), serde_json::to_vec(&forged).or_panic()).or_panic();
+    let path = file.path().to_string_lossy().into_owned();
+    let out = cp
+        .kubectl(&["create", "--as=alice", "-f", &path])
+        .await
+        .or_panic();
+    assert!(!out.success, "alice created an EtcdMember: {out:?}");
+    for part in [
+        "admission webhook \"validate.etcd-operator.cozystack.io\" denied the request",
+        "may create EtcdMembers",
+        "\"alice\" is not it",
+    ] {
+        assert!(
+            out.stderr.contains(part),
+            "missing {part:?} in:\n{}",
+            out.stderr
+        );
+    }
+    assert!(members.get_opt("main-forged").await.or_panic().is_none());
+
+    let demote = json!({"status": {"isVoter": false}}).to_string();
+    let out = cp
+        .kubectl(&[
+            "patch",
+            "etcdmember",
+            MEMBER,
+            "-n",
+            &ns,
+            "--as=alice",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &demote,
+        ])
+        .await
+        .or_panic();
+    assert!(
+        !out.success,
+        "alice demoted a voter through /status: {out:?}"
+    );
+    assert!(
+        out.stderr.contains("may write EtcdMember status") && out.stderr.contains("isVoter=false"),
+        "{}",
+        out.stderr
+    );
+    let stored = members.get(MEMBER).await.or_panic();
+    assert_eq!(
+        stored.data["status"]["isVoter"],
+        json!(true),
+        "{:?}",
+        stored.data
+    );
+
+    // The controller's identity (impersonated, with the admin's groups for RBAC) may do both.
+    let as_controller = format!("--as={CONTROLLER_USER}");
+    let out = cp
+        .kubectl(&[
+            "create",
+            &as_controller,
+            "--as-group=system:masters",
+            "-f",
+            &path,
+        ])
+        .await
+        .or_panic();
+    assert!(
+        out.success,
+        "the controller could not create a member: {out:?}"
+    );
+    let out = cp
+        .kubectl(&[
+            "patch",
+            "etcdmember",
+            MEMBER,
+            "-n",
+            &ns,
+            &as_controller,
+            "--as-group=system:masters",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &demote,
+        ])
+        .await
+        .or_panic();
+    assert!(
+        out.success,
+        "the controller could not write status: {out:?}"
+    );
+
+    webhook::unregister(&client, CONFIG).await.or_panic();
+    cp.check_running().or_panic();
+    report(&format!("member guard: passed in {:.1?}", began.elapsed()));
+}
+
+/// The controller's ServiceAccount user the webhook honours by default (`--controller-username`).
+const CONTROLLER_USER: &str = "system:serviceaccount:etcd-operator-system:etcd-operator";
+
+/// The memory default is applied on create; a later `storage.size` growth of a Memory cluster
+/// is admitted with a warning, printed by kubectl, naming the limit, the new size and the fix.
+#[tokio::test(flavor = "multi_thread")]
+async fn memory_cluster_growth_past_its_memory_limit_warns_through_kubectl() {
+    let _serial = SERIAL.lock().await;
+    let cp = control_plane().await;
+    let client = cp.client().or_panic();
+    let ns = cp.namespace("memory-growth").await.or_panic();
+    create_member(&client, &ns).await;
+    let _hook = start_and_register(cp, &client, &ns, &[], FailurePolicy::Fail).await;
+    let clusters = api_of(&client, &ns, "EtcdCluster");
+    let memory = json!({"version": "3.6.11", "storage": {"size": "1Gi", "medium": "Memory"}});
+    clusters
+        .create(
+            &PostParams::default(),
+            &dynamic(object("EtcdCluster", "tmpfs", &ns, memory)),
+        )
+        .await
+        .or_panic();
+    let stored = clusters.get("tmpfs").await.or_panic();
+    let limit = stored.data["spec"]["resources"]["limits"]["memory"].clone();
+    assert_eq!(
+        bytes_of(&limit),
+        Some(1280 * 1024 * 1024),
+        "{:?}",
+        stored.data
+    );
+
+    let grow = json!({"spec": {"storage": {"size": "2Gi"}}}).to_string();
+    let out = cp
+        .kubectl(&[
+            "patch",
+            "etcdcluster",
+            "tmpfs",
+            "-n",
+            &ns,
+            "--type=merge",
+            "-p",
+            &grow,
+        ])
+        .await
+        .or_panic();
+    assert!(out.success, "{out:?}");
+    let warning = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("spec.resources.limits.memory="))
+        .unwrap_or_else(|| panic!("no memory-limit warning on kubectl's stderr: {out:?}"));
+    for part in [
+        "Warning:",
+        "1280Mi",
+        "spec.storage.size=2Gi",
+        "2304Mi or more",
+    ] {
+        assert!(warning.contains(part), "missing {part:?} in {warning}");
+    }
+    webhook::unregister(&client, CONFIG).await.or_panic();
 }
 
 /// 6. The webhook down: with failurePolicy Fail writes stop; switched to Ignore, the CRD's CEL

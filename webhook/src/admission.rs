@@ -8,10 +8,12 @@
 //!   `Invalid`). An UPDATE that leaves `spec` as it was (metadata, finalizers) is allowed, as
 //!   the apiserver's validation ratcheting does, so an object stored under older rules can
 //!   still be labelled or finalized. Status subresource writes are not judged (no spec change).
-//! - `EtcdMember` UPDATE: only the controller's user. Anyone else only to remove finalizers
-//!   from a member that already has `metadata.deletionTimestamp`, and nothing else: the escape
-//!   hatch of an admin clearing a deletion stuck on a finalizer. On a live member the same
-//!   removal would let a later delete skip etcd MemberRemove, so it is denied.
+//! - `EtcdMember` CREATE, UPDATE and status UPDATE: only the controller's user. A member's
+//!   status is as much the operator's as its spec: `status.isVoter=false` makes its finalizer
+//!   skip the etcd MemberRemove. Anyone else may only remove finalizers from a member that
+//!   already has `metadata.deletionTimestamp`, and nothing else: the escape hatch of an admin
+//!   clearing a deletion stuck on a finalizer. On a live member the same removal would let a
+//!   later delete skip etcd MemberRemove, so it is denied.
 //! - DELETE / CONNECT and kinds of other groups: allowed untouched.
 
 use api::v1alpha2::{EtcdClusterSpec, GROUP};
@@ -162,7 +164,9 @@ pub fn validate(req: &Request, policy: &Policy) -> AdmissionResponse {
         ("EtcdCluster" | "EtcdSnapshot", Operation::Create | Operation::Update) => {
             validate_spec(req, response, policy)
         }
-        ("EtcdMember", Operation::Update) => guard_member(req, response, policy),
+        ("EtcdMember", Operation::Create | Operation::Update) => {
+            guard_member(req, response, policy)
+        }
         _ => response,
     }
 }
@@ -309,14 +313,35 @@ fn guard_member(req: &Request, response: AdmissionResponse, policy: &Policy) -> 
     {
         return response;
     }
-    let message = format!(
-        "EtcdMember {:?} is operator-owned: only etcd-operator ({}) may update EtcdMembers, and {user:?} is not it. \
-         Members are derived from their EtcdCluster; change the EtcdCluster (e.g. spec.replicas, spec.version) instead. \
-         The operator's own updates, including status subresource updates, are allowed. \
-         The one exception: to release a deletion stuck on a finalizer, anyone may remove finalizers (and change nothing else) \
-         once the member has metadata.deletionTimestamp; on a live member that would let its later deletion skip the etcd MemberRemove.",
-        req.name, policy.controller_username
-    );
+    let controller = &policy.controller_username;
+    let message = match (&req.operation, req.sub_resource.as_deref()) {
+        (Operation::Create, _) => {
+            let name = req
+                .object
+                .as_ref()
+                .map(|o| display_name(req, o))
+                .unwrap_or_default();
+            format!(
+                "EtcdMember {name:?} is operator-owned: only etcd-operator ({controller}) may create EtcdMembers, and {user:?} is not it. \
+                 A member the operator did not create would be counted in its cluster's membership and its finalizer would act on etcd. \
+                 Change the EtcdCluster's spec.replicas to add members."
+            )
+        }
+        (_, Some("status")) => format!(
+            "EtcdMember {:?} is operator-owned: only etcd-operator ({controller}) may write EtcdMember status, and {user:?} is not it. \
+             The status records what etcd reports (memberID, isVoter): with isVoter=false the member's deletion would skip the etcd MemberRemove \
+             and leave a dead voter in the cluster. The operator rewrites it from etcd; nothing else should.",
+            req.name
+        ),
+        _ => format!(
+            "EtcdMember {:?} is operator-owned: only etcd-operator ({controller}) may update EtcdMembers, and {user:?} is not it. \
+             Members are derived from their EtcdCluster; change the EtcdCluster (e.g. spec.replicas, spec.version) instead. \
+             The operator's own updates, including status subresource updates, are allowed. \
+             The one exception: to release a deletion stuck on a finalizer, anyone may remove finalizers (and change nothing else) \
+             once the member has metadata.deletionTimestamp; on a live member that would let its later deletion skip the etcd MemberRemove.",
+            req.name
+        ),
+    };
     deny(
         response,
         Status::failure(&message, "Forbidden").with_code(403),
@@ -558,6 +583,53 @@ mod tests {
             "{}",
             resp.result.message
         );
+    }
+
+    #[test]
+    fn member_create_and_status_write_by_anyone_else_are_denied() {
+        let spec = json!({"clusterName": "main"});
+        let create = |user| {
+            review(
+                "CREATE",
+                "EtcdMember",
+                member(spec.clone(), &[]),
+                None,
+                user,
+            )
+        };
+        let denied = validate(&create("alice"), &Policy::default());
+        assert!(!denied.allowed);
+        assert_eq!(denied.result.code, 403);
+        assert!(
+            denied.result.message.contains("may create EtcdMembers"),
+            "{}",
+            denied.result.message
+        );
+        assert!(validate(&create(CONTROLLER), &Policy::default()).allowed);
+
+        let mut voter = member(spec.clone(), &[CLEANUP]);
+        voter["status"] = json!({"isVoter": true});
+        let mut demoted = voter.clone();
+        demoted["status"]["isVoter"] = json!(false);
+        let status_write = |user| {
+            let mut req = review(
+                "UPDATE",
+                "EtcdMember",
+                demoted.clone(),
+                Some(voter.clone()),
+                user,
+            );
+            req.sub_resource = Some("status".to_string());
+            req
+        };
+        let denied = validate(&status_write("alice"), &Policy::default());
+        assert!(!denied.allowed);
+        assert!(
+            denied.result.message.contains("isVoter=false"),
+            "{}",
+            denied.result.message
+        );
+        assert!(validate(&status_write(CONTROLLER), &Policy::default()).allowed);
     }
 
     const CLEANUP: &str = "etcd-operator.cozystack.io/member-cleanup";

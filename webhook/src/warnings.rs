@@ -2,6 +2,7 @@
 //! choices that are valid but risky for an etcd cluster. Each message names the field, says
 //! why it matters and what to do, and stays under the 256 characters the apiserver keeps.
 
+use api::quantity;
 use api::v1alpha2::EtcdClusterSpec;
 
 use crate::config::{AntiAffinity, Policy};
@@ -38,6 +39,9 @@ pub fn cluster_advice(spec: &EtcdClusterSpec, policy: &Policy) -> Vec<String> {
             spec.storage.size.0
         ));
     }
+    if let Some(limit) = memory_limit.filter(|_| spec.storage.is_memory()) {
+        out.extend(memory_limit_below_tmpfs(spec, limit, policy));
+    }
     let anti_affinity_set = spec
         .affinity
         .as_ref()
@@ -49,6 +53,29 @@ pub fn cluster_advice(spec: &EtcdClusterSpec, policy: &Policy) -> Vec<String> {
         );
     }
     out
+}
+
+/// A Memory cluster whose memory limit leaves less than `--memory-headroom` above the tmpfs
+/// size. The create-time default is `storage.size + headroom`, but `storage.size` may grow
+/// later (the default is not recomputed: a running cluster's resources are the user's to
+/// change), and then the tmpfs `sizeLimit` reaches or passes the container's limit: the member
+/// is OOM-killed before its tmpfs is full.
+fn memory_limit_below_tmpfs(
+    spec: &EtcdClusterSpec,
+    limit: &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    policy: &Policy,
+) -> Option<String> {
+    let size = &spec.storage.size;
+    let needed = quantity::add(size, &policy.memory_headroom)?;
+    let (Ok(have), Ok(want)) = (quantity::parse(limit), quantity::parse(&needed)) else {
+        return None;
+    };
+    (have < want).then(|| {
+        format!(
+            "spec.resources.limits.memory={} leaves less than {} above spec.storage.size={} (medium Memory: tmpfs data counts against the limit), so etcd is OOM-killed as its tmpfs fills; set limits.memory to {} or more",
+            limit.0, policy.memory_headroom.0, size.0, needed.0
+        )
+    })
 }
 
 #[cfg(test)]
@@ -119,6 +146,32 @@ mod tests {
             ..Default::default()
         });
         assert!(cluster_advice(&s, &Policy::default()).is_empty());
+    }
+
+    #[test]
+    fn memory_limit_below_size_plus_headroom_is_warned_with_both_values() {
+        let s = |size: &str, limit: &str| {
+            spec(serde_json::json!({"version": "3.6.11",
+                "storage": {"size": size, "medium": "Memory"},
+                "resources": {"limits": {"memory": limit}}}))
+        };
+        let w = cluster_advice(&s("2Gi", "1280Mi"), &Policy::default());
+        assert_eq!(w.len(), 1, "{w:?}");
+        for needle in [
+            "limits.memory=1280Mi",
+            "256Mi",
+            "size=2Gi",
+            "2304Mi or more",
+        ] {
+            assert!(w[0].contains(needle), "{needle} missing: {w:?}");
+        }
+        assert!(cluster_advice(&s("1Gi", "1280Mi"), &Policy::default()).is_empty());
+        assert!(cluster_advice(&s("1Gi", "8Gi"), &Policy::default()).is_empty());
+        let pvc = spec(
+            serde_json::json!({"version": "3.6.11", "storage": {"size": "10Gi"},
+            "resources": {"limits": {"memory": "1Gi"}}}),
+        );
+        assert!(cluster_advice(&pvc, &Policy::default()).is_empty());
     }
 
     #[test]

@@ -416,6 +416,154 @@ async fn etcd_member_finalizer_removal_is_allowed_to_anyone_only_once_it_is_term
     assert_eq!(stuck["allowed"], true, "{stuck}");
 }
 
+/// `review` through a subresource (`status`), as the apiserver sends a write to `/status`.
+fn through_subresource(mut review: Value, subresource: &str) -> Value {
+    review["request"]["subResource"] = json!(subresource);
+    review["request"]["requestSubResource"] = json!(subresource);
+    review
+}
+
+fn member_with_status(is_voter: bool) -> Value {
+    let mut object = member(false, &["etcd-operator.cozystack.io/member-cleanup"]);
+    object["status"] = json!({"memberID": "8e9e05c52164694d", "isVoter": is_voter});
+    object
+}
+
+#[tokio::test]
+async fn etcd_member_create_is_the_controllers_alone() {
+    let harness = Harness::start().await;
+    let create = |user: &str| review("CREATE", "EtcdMember", Some(member(false, &[])), None, user);
+    let denied = harness.review("/validate", &create("alice")).await;
+    assert_eq!(denied["allowed"], false, "{denied}");
+    assert_eq!(denied["status"]["code"], 403);
+    let message = denied["status"]["message"].as_str().unwrap();
+    for needle in ["operator-owned", "create", "\"alice\"", CONTROLLER] {
+        assert!(message.contains(needle), "{needle} missing: {message}");
+    }
+    let allowed = harness.review("/validate", &create(CONTROLLER)).await;
+    assert_eq!(allowed["allowed"], true, "{allowed}");
+}
+
+/// A status write that demotes a voter (`isVoter: false`) would make a later deletion skip the
+/// etcd MemberRemove: only the controller may write a member's status.
+#[tokio::test]
+async fn etcd_member_status_write_is_the_controllers_alone() {
+    let harness = Harness::start().await;
+    let demote = |user: &str| {
+        through_subresource(
+            review(
+                "UPDATE",
+                "EtcdMember",
+                Some(member_with_status(false)),
+                Some(member_with_status(true)),
+                user,
+            ),
+            "status",
+        )
+    };
+    let denied = harness.review("/validate", &demote("alice")).await;
+    assert_eq!(denied["allowed"], false, "{denied}");
+    assert_eq!(denied["status"]["code"], 403);
+    let message = denied["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("operator-owned") && message.contains("status"),
+        "{message}"
+    );
+    let allowed = harness.review("/validate", &demote(CONTROLLER)).await;
+    assert_eq!(allowed["allowed"], true, "{allowed}");
+}
+
+/// The memory default is computed on create; growing `storage.size` later leaves the tmpfs
+/// sizeLimit above the container's limit. The update is allowed (the spec is valid) with a
+/// warning naming the field, both values and the fix.
+#[tokio::test]
+async fn memory_size_growth_past_the_limit_warns_with_both_values() {
+    let harness = Harness::start().await;
+    let memory = |size: &str| {
+        cluster(
+            "main",
+            json!({"version": "3.6.11", "storage": {"size": size, "medium": "Memory"},
+                   "resources": {"limits": {"memory": "1280Mi"}, "requests": {"memory": "1280Mi"}}}),
+        )
+    };
+    let grown = harness
+        .review(
+            "/validate",
+            &review(
+                "UPDATE",
+                "EtcdCluster",
+                Some(memory("2Gi")),
+                Some(memory("1Gi")),
+                "alice",
+            ),
+        )
+        .await;
+    assert_eq!(grown["allowed"], true, "{grown}");
+    let w = warnings(&grown);
+    let limit = w
+        .iter()
+        .find(|w| w.contains("spec.resources.limits.memory"))
+        .unwrap_or_else(|| panic!("no limit warning in {w:?}"));
+    for needle in ["1280Mi", "2Gi", "spec.storage.size", "2304Mi"] {
+        assert!(limit.contains(needle), "{needle} missing: {limit}");
+    }
+    assert!(limit.len() < 256, "{} characters: {limit}", limit.len());
+    // The size the create-time default was computed for gets no such warning.
+    let kept = harness
+        .review(
+            "/validate",
+            &review(
+                "UPDATE",
+                "EtcdCluster",
+                Some(memory("1Gi")),
+                Some(memory("512Mi")),
+                "alice",
+            ),
+        )
+        .await;
+    assert!(
+        !warnings(&kept)
+            .iter()
+            .any(|w| w.contains("spec.resources.limits.memory")),
+        "{kept}"
+    );
+}
+
+#[tokio::test]
+async fn version_downgrade_and_skipped_minor_are_denied_with_both_versions() {
+    let harness = Harness::start().await;
+    let update = |old: &str, new: &str| {
+        review(
+            "UPDATE",
+            "EtcdCluster",
+            Some(cluster("main", json!({"version": new}))),
+            Some(cluster("main", json!({"version": old}))),
+            "alice",
+        )
+    };
+    for (old, new, why) in [
+        ("3.6.1", "3.5.9", "downgrade"),
+        ("3.6.4", "3.6.1", "downgrade"),
+        ("3.5.9", "3.7.0", "skips minor version 3.6"),
+    ] {
+        let response = harness.review("/validate", &update(old, new)).await;
+        assert_eq!(response["allowed"], false, "{old} -> {new}: {response}");
+        let message = response["status"]["message"].as_str().unwrap();
+        for needle in [
+            "spec.version",
+            why,
+            &format!("(was {old}, now {new})"),
+            "upgrading-etcd",
+        ] {
+            assert!(message.contains(needle), "{needle} missing: {message}");
+        }
+    }
+    for (old, new) in [("3.6.1", "3.6.4"), ("3.5.21", "3.6.0")] {
+        let response = harness.review("/validate", &update(old, new)).await;
+        assert_eq!(response["allowed"], true, "{old} -> {new}: {response}");
+    }
+}
+
 #[tokio::test]
 async fn controller_username_flag_changes_who_may_update_members() {
     let harness =

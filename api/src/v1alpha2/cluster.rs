@@ -15,13 +15,40 @@ use super::common::{
 
 pub const DEFAULT_REPLICAS: i32 = 3;
 pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i32 = 600;
+/// The most members a cluster may ask for. etcd advises 3, 5 or 7 (the webhook warns above 7):
+/// every write waits for a majority and the leader replicates to every member, so no useful etcd
+/// cluster comes near this. The bound catches typos (`1000` for `10`) and, above all, keeps the
+/// value within the `int32` the operator decodes, which Kubernetes before 1.36 does not enforce.
+pub const MAX_REPLICAS: i32 = 99;
+/// The longest progress deadline: 30 days. A target that takes longer than that is not making
+/// progress; the bound also keeps `now + deadline` far inside every clock's range.
+pub const MAX_PROGRESS_DEADLINE_SECONDS: i32 = 30 * 24 * 60 * 60;
 /// The longest EtcdCluster name: the client Service `<name>-client` must fit a DNS-1035 label
 /// (63 characters), and so must the members' Pod names `<name>-xxxxx`.
 pub const CLUSTER_NAME_MAX_LEN: usize = 56;
 /// A DNS-1035 label (Service names are): a lowercase letter first, then `[a-z0-9-]`, alphanumeric last.
 pub const CLUSTER_NAME_PATTERN: &str = r"^[a-z]([-a-z0-9]*[a-z0-9])?$";
-/// `X.Y.Z`; the image tag is `v<version>`.
-pub const VERSION_PATTERN: &str = r"^[0-9]+\.[0-9]+\.[0-9]+$";
+/// `X.Y.Z`; the image tag is `v<version>`. Each part has at most 9 digits, so it is a number
+/// both CEL's `int()` and Rust read without overflow (the upgrade-path rule compares them).
+pub const VERSION_PATTERN: &str = r"^[0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9}$";
+/// The longest `X.Y.Z` the pattern admits (three 9-digit parts and two dots); the schema's
+/// `maxLength`, which also bounds the cost the apiserver estimates for the CEL rules.
+pub const VERSION_MAX_LEN: usize = 29;
+
+/// The CEL transition rule for `spec.version` (see [`crate::validate::version_upgrade`]): same
+/// major; the next minor, or the same minor with a patch not lower. Written for Kubernetes 1.29's
+/// CEL (no semver library, no `cel.bind`): `split` and `int()` on parts the pattern keeps to nine
+/// digits. A stored version that does not match the pattern (an object from older rules) is not
+/// judged by this rule.
+pub const VERSION_UPGRADE_RULE: &str = concat!(
+    "self.version == oldSelf.version",
+    " || !oldSelf.version.matches('^[0-9]{1,9}\\\\.[0-9]{1,9}\\\\.[0-9]{1,9}$')",
+    " || !self.version.matches('^[0-9]{1,9}\\\\.[0-9]{1,9}\\\\.[0-9]{1,9}$')",
+    " || (int(self.version.split('.')[0]) == int(oldSelf.version.split('.')[0])",
+    " && (int(self.version.split('.')[1]) == int(oldSelf.version.split('.')[1]) + 1",
+    " || (int(self.version.split('.')[1]) == int(oldSelf.version.split('.')[1])",
+    " && int(self.version.split('.')[2]) >= int(oldSelf.version.split('.')[2]))))",
+);
 
 fn default_replicas() -> i32 {
     DEFAULT_REPLICAS
@@ -82,14 +109,18 @@ fn default_progress_deadline_seconds() -> i32 {
     validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)")
         .message("spec.bootstrap cannot be added to, removed from or changed on an existing cluster: restore happens only at first bootstrap; create a new cluster to restore")
         .field_path(".bootstrap"),
+    validation = Rule::new(VERSION_UPGRADE_RULE)
+        .message("spec.version may only move as etcd upgrades: a patch upgrade within the minor version (3.6.1 to 3.6.4) or to the next minor version (3.5.x to 3.6.y); etcd does not support skipping a minor version, and a downgrade (even of the patch) needs etcd's downgrade API, which the operator does not drive; set an allowed version")
+        .field_path(".version"),
 )]
 pub struct EtcdClusterSpec {
     /// Number of members. `0` pauses the cluster (one dormant member keeps the data).
     #[serde(default = "default_replicas")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub replicas: i32,
-    /// etcd version `X.Y.Z`; the member image is `<repository>:v<version>`.
-    #[schemars(regex(pattern = r"^[0-9]+\.[0-9]+\.[0-9]+$"))]
+    /// etcd version `X.Y.Z`; the member image is `<repository>:v<version>`. On update it may
+    /// only move as etcd upgrades: a patch upgrade, or to the next minor version.
+    #[schemars(regex(pattern = r"^[0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9}$"), length(max = VERSION_MAX_LEN))]
     pub version: String,
     /// Per-member storage.
     #[serde(default)]
@@ -97,7 +128,7 @@ pub struct EtcdClusterSpec {
     /// Seconds the operator may spend reaching a new target before it gives up
     /// (`BootstrapFailed` / `DeadlineExceeded`).
     #[serde(default = "default_progress_deadline_seconds")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = MAX_PROGRESS_DEADLINE_SECONDS))]
     pub progress_deadline_seconds: i32,
     /// TLS for the client (2379) and peer (2380) listeners. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]

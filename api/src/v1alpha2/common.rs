@@ -180,13 +180,21 @@ impl AutoCompactionMode {
 /// integer (hours for periodic, revisions for revision mode) or a Go duration such as `1h30m`.
 pub const RETENTION_PATTERN: &str = r"^([0-9]+|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$";
 
+/// The largest `quotaBackendBytes`: 1 TiB. etcd suggests at most 8 GiB and only warns above it
+/// (it is advisory), so the bound is far above what a working etcd uses; it catches a value
+/// given in the wrong unit and keeps the flag within what etcd parses.
+pub const MAX_QUOTA_BACKEND_BYTES: i64 = 1 << 40;
+/// The largest `snapshotCount`: 10 million, 1000 times etcd 3.6's default of 10000. etcd keeps
+/// that many raft entries in memory between snapshots, so larger values only exhaust memory.
+pub const MAX_SNAPSHOT_COUNT: i64 = 10_000_000;
+
 /// etcd server options exposed as flags on every member.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdOptions {
     /// `--quota-backend-bytes`: backend size before etcd raises a NOSPACE alarm (0 = etcd default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_QUOTA_BACKEND_BYTES))]
     pub quota_backend_bytes: Option<i64>,
     /// `--auto-compaction-mode`: `periodic` or `revision`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -198,7 +206,7 @@ pub struct EtcdOptions {
     pub auto_compaction_retention: Option<IntOrString>,
     /// `--snapshot-count`: committed transactions before a raft snapshot to disk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = MAX_SNAPSHOT_COUNT))]
     pub snapshot_count: Option<i64>,
 }
 
