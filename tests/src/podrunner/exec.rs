@@ -1,7 +1,7 @@
 //! Running a command inside a running container: its network, UTS and mount namespaces (entered
 //! through `/proc/<pid>/ns/*`), its user and groups, its environment and working directory, the
-//! command looked up on its image's `PATH` (an etcd container has `etcdctl`, no shell). Used by
-//! exec probes, preStop hooks and [`super::PodRunner::exec`].
+//! command looked up on its image's `PATH`. Used by exec probes, preStop hooks,
+//! [`super::PodRunner::exec`] and the kubelet's streaming `exec` endpoint.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -17,6 +17,7 @@ use super::images::resolve_command;
 pub use super::images::ResolvedImage;
 use super::sandbox::{self, Identity, Plan};
 use super::Error;
+use crate::env::process::contain;
 
 /// How to get into one running container.
 #[derive(Clone, Debug)]
@@ -54,13 +55,15 @@ fn open_ns(pid: u32, kind: &str) -> Result<File, Error> {
     )))
 }
 
-/// Run `argv` in the container with `stdin`, killing it after `timeout`.
-pub async fn exec(
+/// Start `argv` in the container with the given stdio, in its own process group, with a
+/// parent-death signal (so it cannot outlive the runner).
+pub fn spawn(
     target: &ExecTarget,
     argv: &[String],
-    stdin: Option<Vec<u8>>,
-    timeout: Duration,
-) -> Result<ExecOutput, Error> {
+    stdin: Stdio,
+    stdout: Stdio,
+    stderr: Stdio,
+) -> Result<tokio::process::Child, Error> {
     let program = argv
         .first()
         .ok_or_else(|| Error::Unsupported("exec needs a command".into()))?;
@@ -88,33 +91,45 @@ pub async fn exec(
         .args(&argv[1..])
         .env_clear()
         .envs(target.env.iter().map(|(k, v)| (k, v)))
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+        .stdin(stdin)
+        .stdout(stdout)
+        .stderr(stderr);
     let progress = sandbox::install(&mut cmd, plan)
         .map_err(Error::io(format!("preparing exec in {}", target.name)))?;
+    // After the sandbox steps: changing the uid clears the parent-death signal.
+    contain(&mut cmd);
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
     let spawned = cmd.spawn();
-    let mut child = match spawned {
-        Ok(child) => child,
+    match spawned {
+        Ok(child) => Ok(child),
         Err(e) => {
             drop(cmd);
-            return Err(Error::Io {
+            Err(Error::Io {
                 what: format!(
                     "exec {program} in {} failed while {}",
                     target.name,
                     progress.failed_step()
                 ),
                 source: e,
-            });
+            })
         }
+    }
+}
+
+/// Run `argv` in the container with `stdin`, killing it after `timeout`.
+pub async fn exec(
+    target: &ExecTarget,
+    argv: &[String],
+    stdin: Option<Vec<u8>>,
+    timeout: Duration,
+) -> Result<ExecOutput, Error> {
+    let stdin_pipe = if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
     };
+    let mut child = spawn(target, argv, stdin_pipe, Stdio::piped(), Stdio::piped())?;
     if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
         tokio::spawn(async move {
             let _ = pipe.write_all(&input).await;
