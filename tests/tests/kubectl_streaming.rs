@@ -227,6 +227,22 @@ async fn solo(cp: &ControlPlane, prefix: &str, node: &str) -> (Client, String) {
     (client, ns)
 }
 
+/// A fresh namespace holding the Pod `name` of the host-tools image on `worker-1`, running
+/// `sh -c script`, Ready.
+async fn tools_pod(cp: &ControlPlane, prefix: &str, name: &str, script: &str) -> String {
+    let client = cp.client().or_panic();
+    let ns = cp.namespace(prefix).await.or_panic();
+    let pod = json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"nodeName": "worker-1", "automountServiceAccountToken": false,
+                 "terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "main", "image": "busybox:1.36", "command": ["sh", "-c", script]}]},
+    });
+    create::<Pod>(&client, &ns, pod).await;
+    wait_ready(&client, &ns, &[name]).await;
+    ns
+}
+
 /// The protocols the runner's kubelet saw for `endpoint` sessions in `ns`.
 fn protocols(runner: &PodRunner, ns: &str, endpoint: &str) -> Vec<String> {
     runner
@@ -592,6 +608,108 @@ async fn exit_codes_stderr_and_stdin_reach_kubectl() {
             "{missing:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn exec_with_a_tty_gets_a_terminal_of_the_clients_size() {
+    let s = suite().await;
+    let ns = tools_pod(s.cp, "tty", "shell", "sleep 3600").await;
+    for env in [&[][..], &[SPDY_EXEC][..]] {
+        // `script` gives kubectl a terminal of 91x37; kubectl -t hands its size to the Pod's.
+        // script's own stdin stays open (held here): at EOF it would type ^D into the session.
+        let inner = format!(
+            "stty cols 91 rows 37; kubectl exec -it -n {ns} shell -- sh -c 'tty; stty size; echo TERM=\\$TERM; exit 5'"
+        );
+        let mut script = s
+            .shell
+            .command(&format!("script -qec \"{inner}\" /dev/null"), env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .or_panic();
+        let _stdin = script.stdin.take();
+        let out = tokio::time::timeout(Duration::from_secs(60), script.wait_with_output())
+            .await
+            .or_panic()
+            .or_panic();
+        let ran = Ran {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        };
+        assert_eq!(ran.code, Some(5), "{env:?}: {ran:?}");
+        let lines: Vec<&str> = ran
+            .stdout
+            .lines()
+            .map(|l| l.trim_end_matches('\r'))
+            .collect();
+        assert!(
+            lines.first().is_some_and(|l| l.starts_with("/dev/pts/")),
+            "{env:?}: {ran:?}"
+        );
+        assert_eq!(
+            lines.get(1..3),
+            Some(&["37 91", "TERM=xterm"][..]),
+            "{ran:?}"
+        );
+    }
+    let exec = protocols(&s.runner, &ns, "exec");
+    assert_eq!(exec, ["v5.channel.k8s.io", "v4.channel.k8s.io"]);
+}
+
+#[tokio::test]
+async fn kubectl_attach_streams_what_the_container_prints() {
+    let s = suite().await;
+    let ns = tools_pod(
+        s.cp,
+        "attach",
+        "ticker",
+        "i=0; while true; i=$((i+1)); do echo tick $i; sleep 0.2; done",
+    )
+    .await;
+    let mut attach = s
+        .shell
+        .command(&format!("exec kubectl attach -n {ns} ticker"), &[])
+        .stdout(Stdio::piped())
+        .spawn()
+        .or_panic();
+    let Some(stdout) = attach.stdout.take() else {
+        panic!("kubectl attach without a stdout pipe");
+    };
+    let mut lines = BufReader::new(stdout).lines();
+    let ticks: Vec<u64> = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut ticks = Vec::new();
+        while ticks.len() < 3 {
+            match lines.next_line().await {
+                Ok(Some(line)) => {
+                    if let Some(n) = line.strip_prefix("tick ").and_then(|n| n.parse().ok()) {
+                        ticks.push(n);
+                    }
+                }
+                _ => break,
+            }
+        }
+        ticks
+    })
+    .await
+    .or_panic();
+    let _ = attach.start_kill();
+    let _ = attach.wait().await;
+    assert!(
+        ticks.len() == 3 && ticks.windows(2).all(|w| w[1] == w[0] + 1),
+        "attach streams the container's output as it comes: {ticks:?}"
+    );
+    let with_stdin = s
+        .shell
+        .run(&format!("kubectl attach -i -n {ns} ticker"), &[])
+        .await;
+    assert_ne!(with_stdin.code, Some(0), "{with_stdin:?}");
+    assert!(
+        with_stdin.stderr.contains("has no stdin to attach to"),
+        "{with_stdin:?}"
+    );
+    assert_eq!(protocols(&s.runner, &ns, "attach")[0], "v5.channel.k8s.io");
 }
 
 #[tokio::test]

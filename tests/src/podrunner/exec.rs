@@ -55,14 +55,25 @@ fn open_ns(pid: u32, kind: &str) -> Result<File, Error> {
     )))
 }
 
-/// Start `argv` in the container with the given stdio, in its own process group, with a
-/// parent-death signal (so it cannot outlive the runner).
+/// Where an exec'd command's standard streams go.
+#[derive(Debug)]
+pub enum ExecStdio {
+    Pipes {
+        stdin: Stdio,
+        stdout: Stdio,
+        stderr: Stdio,
+    },
+    /// All three on this pseudo-terminal slave, which becomes the controlling terminal of a new
+    /// session (`TERM=xterm` unless the container sets it, as containerd does).
+    Terminal(File),
+}
+
+/// Start `argv` in the container with the given stdio, in its own process group (with a
+/// terminal: its own session), with a parent-death signal (so it cannot outlive the runner).
 pub fn spawn(
     target: &ExecTarget,
     argv: &[String],
-    stdin: Stdio,
-    stdout: Stdio,
-    stderr: Stdio,
+    stdio: ExecStdio,
 ) -> Result<tokio::process::Child, Error> {
     let program = argv
         .first()
@@ -77,6 +88,34 @@ pub fn spawn(
             })?),
             None => Some(CString::from(c"/")),
         };
+    let mut cmd = Command::new(&path);
+    cmd.arg0(program)
+        .args(&argv[1..])
+        .env_clear()
+        .envs(target.env.iter().map(|(k, v)| (k, v)));
+    let tty = match stdio {
+        ExecStdio::Pipes {
+            stdin,
+            stdout,
+            stderr,
+        } => {
+            cmd.stdin(stdin).stdout(stdout).stderr(stderr);
+            None
+        }
+        ExecStdio::Terminal(slave) => {
+            let dup = || {
+                slave
+                    .try_clone()
+                    .map_err(Error::io("duplicating the terminal"))
+            };
+            cmd.stdin(dup()?).stdout(dup()?).stderr(dup()?);
+            if !target.env.iter().any(|(k, _)| k == "TERM") {
+                cmd.env("TERM", "xterm");
+            }
+            Some(slave)
+        }
+    };
+    let in_session = tty.is_some();
     let plan = Plan {
         join_net: Some(open_ns(target.pid, "net")?),
         join_uts: Some(open_ns(target.pid, "uts")?),
@@ -84,20 +123,16 @@ pub fn spawn(
         identity: target.identity.clone(),
         no_new_privs: target.no_new_privs,
         workdir,
+        controlling_tty: tty,
+        parent_death_signal: in_session,
         ..Plan::default()
     };
-    let mut cmd = Command::new(&path);
-    cmd.arg0(program)
-        .args(&argv[1..])
-        .env_clear()
-        .envs(target.env.iter().map(|(k, v)| (k, v)))
-        .stdin(stdin)
-        .stdout(stdout)
-        .stderr(stderr);
     let progress = sandbox::install(&mut cmd, plan)
         .map_err(Error::io(format!("preparing exec in {}", target.name)))?;
-    // After the sandbox steps: changing the uid clears the parent-death signal.
-    contain(&mut cmd);
+    if !in_session {
+        // After the sandbox steps: changing the uid clears the parent-death signal.
+        contain(&mut cmd);
+    }
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
     let spawned = cmd.spawn();
@@ -129,7 +164,15 @@ pub async fn exec(
     } else {
         Stdio::null()
     };
-    let mut child = spawn(target, argv, stdin_pipe, Stdio::piped(), Stdio::piped())?;
+    let mut child = spawn(
+        target,
+        argv,
+        ExecStdio::Pipes {
+            stdin: stdin_pipe,
+            stdout: Stdio::piped(),
+            stderr: Stdio::piped(),
+        },
+    )?;
     if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
         tokio::spawn(async move {
             let _ = pipe.write_all(&input).await;

@@ -333,16 +333,12 @@ impl Session {
                 target,
                 request,
             } => {
-                if request.tty {
-                    return Outcome::Failed(
-                        "the pod runner does not allocate TTYs (run without -t)".into(),
-                    );
-                }
                 remotecommand::run_exec(
                     entry,
                     &request.container,
                     &target,
                     &request.command,
+                    request.tty,
                     streams,
                 )
                 .await
@@ -425,13 +421,14 @@ async fn remote_command_over_spdy(mut incoming: mpsc::Receiver<spdy::Stream>, se
     };
     let stdout = sink_for(take("stdout"));
     let stderr = sink_for(take("stderr"));
-    let _resize = take("resize");
+    let resize = take("resize");
     let outcome = if complete {
         session
             .run(Streams {
                 stdin: stdin.map(|s| s.rx),
                 stdout,
                 stderr,
+                resize: resize.map(|s| s.rx),
             })
             .await
     } else {

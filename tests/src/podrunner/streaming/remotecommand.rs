@@ -3,6 +3,7 @@
 //! the error stream when it ends (`v4.channel.k8s.io` and later), which kubectl turns into its
 //! own exit code.
 
+use std::os::unix::ffi::OsStrExt;
 use std::process::Stdio;
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use super::super::exec::{self, ExecTarget};
+use super::super::exec::{self, ExecStdio, ExecTarget};
 use super::super::kubelet::follow;
 use super::super::registry::PodEntry;
 
@@ -76,6 +77,9 @@ impl Request {
     }
 }
 
+/// How long a TTY session waits for the client's first terminal size before starting.
+const FIRST_SIZE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How a command ended, as reported on the error stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -115,12 +119,46 @@ impl Outcome {
 }
 
 /// The client's side of a session, whatever the wire: data from the client's stdin (ends at
-/// its EOF), sinks for stdout and stderr (closed by dropping them), terminal sizes.
+/// its EOF), sinks for stdout and stderr (closed by dropping them), terminal sizes (JSON
+/// `{"Width":..,"Height":..}` objects, one or more per message, newline-separated).
 #[derive(Debug, Default)]
 pub struct Streams {
     pub stdin: Option<mpsc::Receiver<Bytes>>,
     pub stdout: Option<mpsc::Sender<Bytes>>,
     pub stderr: Option<mpsc::Sender<Bytes>>,
+    pub resize: Option<mpsc::Receiver<Bytes>>,
+}
+
+/// The terminal sizes in one resize message.
+pub fn terminal_sizes(message: &[u8]) -> Vec<(u16, u16)> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Size {
+        width: u16,
+        height: u16,
+    }
+    message
+        .split(|b| *b == b'\n')
+        .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
+        .filter_map(|line| serde_json::from_slice::<Size>(line).ok())
+        .map(|s| (s.width, s.height))
+        .collect()
+}
+
+/// A pseudo-terminal: the master (this side) and the slave (the command's stdio).
+fn open_terminal() -> std::io::Result<(std::fs::File, std::fs::File)> {
+    use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
+    use std::os::unix::fs::OpenOptionsExt;
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC)?;
+    grantpt(&master)?;
+    unlockpt(&master)?;
+    let name = ptsname(&master, Vec::new())?;
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(nix::libc::O_NOCTTY)
+        .open(std::ffi::OsStr::from_bytes(name.as_bytes()))?;
+    Ok((std::fs::File::from(master), slave))
 }
 
 async fn pump<R: AsyncRead + Unpin>(mut from: R, to: mpsc::Sender<Bytes>) {
@@ -162,19 +200,45 @@ impl Drop for Tracked {
     }
 }
 
-/// Run `command` in the container with `streams`; returns once it exited and its output was
-/// handed to the sinks.
+/// Start `command` and track its process group with the Pod.
+fn spawn_tracked(
+    entry: Arc<PodEntry>,
+    container: &str,
+    target: &ExecTarget,
+    command: &[String],
+    stdio: ExecStdio,
+) -> Result<(tokio::process::Child, Tracked), Outcome> {
+    let child = exec::spawn(target, command, stdio).map_err(|e| Outcome::Failed(e.to_string()))?;
+    let pgid = child.id();
+    if let Some(pgid) = pgid {
+        entry.track_exec(container, pgid);
+    }
+    let tracked = Tracked {
+        entry,
+        pgid,
+        reaped: false,
+    };
+    Ok((child, tracked))
+}
+
+/// Run `command` in the container with `streams` (on a pseudo-terminal with `tty`, its output
+/// on stdout); returns once it exited and its output was handed to the sinks.
 pub async fn run_exec(
     entry: Arc<PodEntry>,
     container: &str,
     target: &ExecTarget,
     command: &[String],
+    tty: bool,
     streams: Streams,
 ) -> Outcome {
+    if tty {
+        return run_on_terminal(entry, container, target, command, streams).await;
+    }
     let Streams {
         stdin,
         stdout,
         stderr,
+        resize: _,
     } = streams;
     let pipe_if = |wanted: bool| {
         if wanted {
@@ -183,25 +247,14 @@ pub async fn run_exec(
             Stdio::null()
         }
     };
-    let child = exec::spawn(
-        target,
-        command,
-        pipe_if(stdin.is_some()),
-        pipe_if(stdout.is_some()),
-        pipe_if(stderr.is_some()),
-    );
-    let mut child = match child {
-        Ok(child) => child,
-        Err(e) => return Outcome::Failed(e.to_string()),
+    let stdio = ExecStdio::Pipes {
+        stdin: pipe_if(stdin.is_some()),
+        stdout: pipe_if(stdout.is_some()),
+        stderr: pipe_if(stderr.is_some()),
     };
-    let pgid = child.id();
-    if let Some(pgid) = pgid {
-        entry.track_exec(container, pgid);
-    }
-    let mut tracked = Tracked {
-        entry,
-        pgid,
-        reaped: false,
+    let (mut child, mut tracked) = match spawn_tracked(entry, container, target, command, stdio) {
+        Ok(x) => x,
+        Err(outcome) => return outcome,
     };
     let mut pumps = Vec::new();
     if let (Some(mut rx), Some(mut pipe)) = (stdin, child.stdin.take()) {
@@ -227,6 +280,10 @@ pub async fn run_exec(
     for p in pumps {
         let _ = p.await;
     }
+    exit_outcome(status)
+}
+
+fn exit_outcome(status: std::io::Result<std::process::ExitStatus>) -> Outcome {
     match status {
         Ok(status) => {
             use std::os::unix::process::ExitStatusExt;
@@ -239,6 +296,81 @@ pub async fn run_exec(
         }
         Err(e) => Outcome::Failed(format!("waiting for the command: {e}")),
     }
+}
+
+/// `kubectl exec -t`: the command on a new pseudo-terminal, stdin written to its master, what
+/// the master reads sent as stdout, window sizes applied to it.
+async fn run_on_terminal(
+    entry: Arc<PodEntry>,
+    container: &str,
+    target: &ExecTarget,
+    command: &[String],
+    streams: Streams,
+) -> Outcome {
+    let (master, slave) = match open_terminal() {
+        Ok(pair) => pair,
+        Err(e) => return Outcome::Failed(format!("allocating a terminal: {e}")),
+    };
+    let writer = match master.try_clone() {
+        Ok(w) => w,
+        Err(e) => return Outcome::Failed(format!("allocating a terminal: {e}")),
+    };
+    let sizer = match master.try_clone() {
+        Ok(w) => w,
+        Err(e) => return Outcome::Failed(format!("allocating a terminal: {e}")),
+    };
+    let apply = move |message: &[u8]| {
+        for (width, height) in terminal_sizes(message) {
+            let size = rustix::termios::Winsize {
+                ws_row: height,
+                ws_col: width,
+                ws_xpixel: 0,
+                ws_ypixel: 0,
+            };
+            let _ = rustix::termios::tcsetwinsize(&sizer, size);
+        }
+    };
+    if let Some(mut resize) = streams.resize {
+        // kubectl sends its terminal's size as soon as the streams are up: wait a moment for it,
+        // so the command starts with the right size rather than 0x0.
+        let first = tokio::time::timeout(FIRST_SIZE_WAIT, resize.recv()).await;
+        if let Ok(Some(message)) = &first {
+            apply(message);
+        }
+        if !matches!(first, Ok(None)) {
+            tokio::spawn(async move {
+                while let Some(message) = resize.recv().await {
+                    apply(&message);
+                }
+            });
+        }
+    }
+    let stdio = ExecStdio::Terminal(slave);
+    let (mut child, mut tracked) = match spawn_tracked(entry, container, target, command, stdio) {
+        Ok(x) => x,
+        Err(outcome) => return outcome,
+    };
+    if let Some(mut rx) = streams.stdin {
+        let mut pipe = tokio::fs::File::from_std(writer);
+        tokio::spawn(async move {
+            while let Some(data) = rx.recv().await {
+                if pipe.write_all(&data).await.is_err() || pipe.flush().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    // Reading the master ends (EIO) once every holder of the slave is gone.
+    let output = streams
+        .stdout
+        .map(|tx| tokio::spawn(pump(tokio::fs::File::from_std(master), tx)));
+    let status = child.wait().await;
+    tracked.reaped = status.is_ok();
+    drop(tracked);
+    if let Some(output) = output {
+        let _ = output.await;
+    }
+    exit_outcome(status)
 }
 
 /// The log of the running instance of `container`, if it runs.
@@ -320,6 +452,19 @@ mod tests {
 
         assert!(Request::parse("ns/p", "command=sh&output=1").is_err());
         assert!(Request::parse("ns/p/c", "command=sh").is_err());
+    }
+
+    #[test]
+    fn resize_messages_carry_one_or_more_sizes() {
+        assert_eq!(
+            terminal_sizes(b"{\"Width\":80,\"Height\":24}\n"),
+            [(80, 24)]
+        );
+        assert_eq!(
+            terminal_sizes(b"{\"Width\":100,\"Height\":40}\n{\"Width\":120,\"Height\":50}"),
+            [(100, 40), (120, 50)]
+        );
+        assert!(terminal_sizes(b"garbage").is_empty());
     }
 
     #[test]

@@ -25,6 +25,7 @@ const STDIN: u8 = 0;
 const STDOUT: u8 = 1;
 const STDERR: u8 = 2;
 const ERROR: u8 = 3;
+const RESIZE: u8 = 4;
 const CLOSE: u8 = 255;
 
 /// The server end of an upgraded WebSocket connection (the handshake was the 101 response).
@@ -49,6 +50,7 @@ pub async fn remote_command(ws: Ws, session: Session) {
         let _ = sink.close().await;
     });
     let (stdin_tx, stdin_rx) = mpsc::channel::<Bytes>(16);
+    let (resize_tx, resize_rx) = mpsc::channel::<Bytes>(4);
     let reader = tokio::spawn(async move {
         let mut stdin = Some(stdin_tx);
         while let Some(Ok(message)) = source.next().await {
@@ -66,7 +68,9 @@ pub async fn remote_command(ws: Ws, session: Session) {
                     }
                 }
                 Some(&CLOSE) if data.get(1) == Some(&STDIN) => stdin = None,
-                // Resize (no TTYs) and anything else.
+                Some(&RESIZE) => {
+                    let _ = resize_tx.try_send(data.slice(1..));
+                }
                 _ => {}
             }
         }
@@ -96,6 +100,7 @@ pub async fn remote_command(ws: Ws, session: Session) {
             stdin: request.stdin.then_some(stdin_rx),
             stdout,
             stderr,
+            resize: request.tty.then_some(resize_rx),
         })
         .await;
     for task in sinks {
