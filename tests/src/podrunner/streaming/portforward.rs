@@ -97,9 +97,11 @@ async fn forward(entry: Arc<PodEntry>, port: u16, error: Stream, data: Stream) {
     error.writer.close().await;
 }
 
-/// Pair the streams the client opens and forward each pair.
+/// Pair the streams the client opens and forward each pair; when the connection ends, so does
+/// every forward still open (a Pod-side socket that never closes must not outlive kubectl).
 pub async fn serve(mut incoming: mpsc::Receiver<Stream>, entry: Arc<PodEntry>) {
     let mut pending: HashMap<String, (Option<Stream>, Option<Stream>)> = HashMap::new();
+    let mut forwards: Vec<tokio::task::JoinHandle<()>> = Vec::new();
     while let Some(stream) = incoming.recv().await {
         let kind = stream.headers.get("streamtype").unwrap_or_default();
         let request = stream
@@ -131,8 +133,12 @@ pub async fn serve(mut incoming: mpsc::Receiver<Stream>, entry: Arc<PodEntry>) {
         }
         if let Some((Some(_), Some(_))) = pending.get(&request) {
             if let Some((Some(error), Some(data))) = pending.remove(&request) {
-                tokio::spawn(forward(entry.clone(), port, error, data));
+                forwards.retain(|f| !f.is_finished());
+                forwards.push(tokio::spawn(forward(entry.clone(), port, error, data)));
             }
         }
+    }
+    for f in forwards {
+        f.abort();
     }
 }
