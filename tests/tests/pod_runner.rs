@@ -10,7 +10,6 @@
 //! for the others, stops the runner and checks the machine is clean.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::io::Write as _;
 use std::net::ToSocketAddrs;
 use std::os::unix::fs::MetadataExt;
@@ -19,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{Api, DeleteParams, PostParams};
-use kube::Client;
+use kube::api::{Api, DeleteParams};
 use serde_json::{json, Value};
 use tests::env::ControlPlane;
+use tests::harness::{create, eventually};
 use tests::podrunner::PodRunner;
 use tests::OrPanic;
 use tokio::sync::OnceCell;
@@ -87,41 +86,6 @@ async fn suite() -> &'static Suite {
 
 fn report(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
-}
-
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        let last = match probe().await {
-            Ok(v) => return v,
-            Err(e) => e,
-        };
-        if Instant::now() > deadline {
-            panic!("timed out after {timeout:?} waiting for {what}; last: {last}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-async fn create<K>(client: &Client, ns: &str, value: Value) -> K
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-    <K as kube::Resource>::DynamicType: Default,
-{
-    let object: K =
-        serde_json::from_value(value.clone()).unwrap_or_else(|e| panic!("{e}: {value}"));
-    Api::<K>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &object)
-        .await
-        .unwrap_or_else(|e| panic!("creating {value}: {e}"))
 }
 
 fn condition(pod: &Pod, type_: &str) -> Option<String> {
@@ -1082,7 +1046,7 @@ async fn unknown_image_and_unknown_command_fail_the_pod_with_a_clear_status() {
         "metadata": {"name": "shell", "namespace": ns},
         "spec": {
             "restartPolicy": "Never",
-            "containers": [{"name": "etcd", "image": etcd_image(s.cp), "command": ["sh", "-c", "echo hi"]}],
+            "containers": [{"name": "etcd", "image": etcd_image(s.cp), "command": ["curl", "http://localhost:2379/health"]}],
         },
     }))
     .await;
@@ -1130,7 +1094,7 @@ async fn unknown_image_and_unknown_command_fail_the_pod_with_a_clear_status() {
     );
     let message = term.message.unwrap_or_default();
     assert!(
-        message.contains("\"sh\"") && message.contains("etcd-3.6"),
+        message.contains("\"curl\"") && message.contains("etcd-3.6"),
         "{message}"
     );
 }

@@ -219,18 +219,30 @@ async fn session(
     };
     let to_ready = applied.elapsed();
     let etcdctl = cp.testbins().binary("etcd-3.6", "etcdctl")?;
-    // One member is enough for etcdctl (it finds the rest); the banner shows the others' names.
     let first = pods.first().map(String::as_str).unwrap_or(CLUSTER);
-    let endpoints = format!("http://{first}.{CLUSTER}.{NAMESPACE}.svc:2379");
-    // The same command the banner prints, run once from the host so a broken one shows here.
-    let member_list = run_etcdctl(&etcdctl, &endpoints, &["member", "list", "-w", "table"]).await;
+    // The runbook's own command, run once here so a broken one shows.
+    let member_list = cp
+        .kubectl_ok(&[
+            "exec",
+            "-n",
+            NAMESPACE,
+            first,
+            "--",
+            "etcdctl",
+            "--endpoints=http://localhost:2379",
+            "member",
+            "list",
+            "-w",
+            "table",
+        ])
+        .await
+        .map_err(|e| e.to_string());
     print_banner(
         cp,
         &operator,
         runner,
         &pods,
         &etcdctl,
-        &endpoints,
         &member_list,
         to_ready,
     );
@@ -368,27 +380,6 @@ async fn wait_ready(
     }
 }
 
-/// `etcdctl` on the host against the members' DNS names (the pod runner's `/etc/hosts` block).
-async fn run_etcdctl(etcdctl: &Path, endpoints: &str, args: &[&str]) -> Result<String, String> {
-    let mut cmd = tokio::process::Command::new(etcdctl);
-    cmd.arg(format!("--endpoints={endpoints}"))
-        .arg("--dial-timeout=5s")
-        .arg("--command-timeout=10s")
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    match tokio::time::timeout(Duration::from_secs(20), cmd.output()).await {
-        Err(_) => Err("etcdctl did not finish within 20s".into()),
-        Ok(Err(e)) => Err(format!("running {}: {e}", etcdctl.display())),
-        Ok(Ok(out)) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into()),
-        Ok(Ok(out)) => Err(format!(
-            "etcdctl failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn print_banner(
     cp: &ControlPlane,
@@ -396,7 +387,6 @@ fn print_banner(
     runner: &PodRunner,
     pods: &[String],
     etcdctl: &Path,
-    endpoints: &str,
     member_list: &Result<String, String>,
     to_ready: Duration,
 ) {
@@ -411,7 +401,6 @@ fn print_banner(
         cp.kubeconfig().display()
     );
     let first = pods.first().map(String::as_str).unwrap_or("<pod>");
-    let etcd = format!("{} --endpoints={endpoints}", etcdctl.display());
     let run_dir: PathBuf = cp
         .log_dir()
         .parent()
@@ -446,26 +435,45 @@ fn print_banner(
     println!("  {k} logs {first}");
     println!("  {k} scale etcdcluster {CLUSTER} --replicas=5");
     println!("  {k} get etcdcluster {CLUSTER} -w");
+    let ns = NAMESPACE;
     println!(
-        "\nTalk to etcd from the host: the pod runner has no `kubectl exec`, but it publishes every \
-         Ready member as\n<member>.{CLUSTER}.{NAMESPACE}.svc in /etc/hosts (now: {}):\n",
-        pods.iter()
-            .map(|p| format!("{p}.{CLUSTER}.{NAMESPACE}.svc"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        "\nTalk to etcd as the runbook does (kubectl exec runs etcdctl inside a member Pod):\n"
     );
-    println!("  {etcd} member list -w table");
-    println!("  {etcd} endpoint status --cluster -w table");
-    println!("  {etcd} put hello world");
-    println!("  {etcd} get hello");
+    println!(
+        "  POD=$({k} get pod -l etcd-operator.cozystack.io/cluster={CLUSTER} -n {ns} -o jsonpath='{{.items[0].metadata.name}}')"
+    );
+    println!(
+        "  {k} exec -n {ns} \"$POD\" -- etcdctl --endpoints=http://localhost:2379 endpoint health --cluster"
+    );
+    println!(
+        "  {k} exec -n {ns} \"$POD\" -- etcdctl --endpoints=http://localhost:2379 member list -w table"
+    );
+    println!(
+        "  LEADER=$({k} exec -n {ns} \"$POD\" -- etcdctl --endpoints=http://localhost:2379 endpoint status --cluster -w json \\\n      | jq -r '.[] | select(.Status.leader == .Status.header.member_id) | .Endpoint' | sed 's|http://||;s|:.*||;s|\\..*||')"
+    );
+    println!("  {k} logs -n {ns} \"$LEADER\" --tail=200");
+    println!("  {k} exec -n {ns} \"$POD\" -- mount | grep /var/lib/etcd");
+    println!(
+        "  {k} exec -n {ns} \"$POD\" -- etcdctl --endpoints=http://localhost:2379 put hello world"
+    );
+    println!(
+        "\nOr from the host, through a port-forward (or the member names the pod runner puts in /etc/hosts):\n"
+    );
+    println!("  {k} port-forward -n {ns} pod/{first} 12379:2379 &");
+    println!(
+        "  {} --endpoints=http://127.0.0.1:12379 get hello",
+        etcdctl.display()
+    );
     match member_list {
         Ok(table) => {
-            println!("\n$ etcdctl --endpoints={endpoints} member list -w table");
+            println!(
+                "\n$ kubectl exec -n {ns} {first} -- etcdctl --endpoints=http://localhost:2379 member list -w table"
+            );
             for line in table.lines() {
                 println!("  {line}");
             }
         }
-        Err(e) => println!("\n(warning: running `etcdctl member list` from here failed: {e})"),
+        Err(e) => println!("\n(warning: `kubectl exec ... etcdctl member list` failed: {e})"),
     }
     println!("\nCtrl-C stops everything: the operator, the member processes, the control plane.");
     println!("{rule}\n");

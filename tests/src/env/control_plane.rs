@@ -387,6 +387,11 @@ impl ControlPlane {
         Ok(name)
     }
 
+    /// The built kubectl (for scripts that run it themselves, with [`ControlPlane::kubeconfig`]).
+    pub fn kubectl_bin(&self) -> &Path {
+        &self.kubectl
+    }
+
     /// Run the built kubectl against this control plane (`--kubeconfig` and a private discovery
     /// cache are added; a cache shared across runs would hold stale discovery for a reused port).
     pub async fn kubectl(&self, args: &[&str]) -> Result<KubectlOutput, Error> {

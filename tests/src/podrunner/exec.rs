@@ -1,7 +1,7 @@
 //! Running a command inside a running container: its network, UTS and mount namespaces (entered
 //! through `/proc/<pid>/ns/*`), its user and groups, its environment and working directory, the
-//! command looked up on its image's `PATH` (an etcd container has `etcdctl`, no shell). Used by
-//! exec probes, preStop hooks and [`super::PodRunner::exec`].
+//! command looked up on its image's `PATH`. Used by exec probes, preStop hooks,
+//! [`super::PodRunner::exec`] and the kubelet's streaming `exec` endpoint.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -17,6 +17,7 @@ use super::images::resolve_command;
 pub use super::images::ResolvedImage;
 use super::sandbox::{self, Identity, Plan};
 use super::Error;
+use crate::env::process::contain;
 
 /// How to get into one running container.
 #[derive(Clone, Debug)]
@@ -54,13 +55,26 @@ fn open_ns(pid: u32, kind: &str) -> Result<File, Error> {
     )))
 }
 
-/// Run `argv` in the container with `stdin`, killing it after `timeout`.
-pub async fn exec(
+/// Where an exec'd command's standard streams go.
+#[derive(Debug)]
+pub enum ExecStdio {
+    Pipes {
+        stdin: Stdio,
+        stdout: Stdio,
+        stderr: Stdio,
+    },
+    /// All three on this pseudo-terminal slave, which becomes the controlling terminal of a new
+    /// session (`TERM=xterm` unless the container sets it, as containerd does).
+    Terminal(File),
+}
+
+/// Start `argv` in the container with the given stdio, in its own process group (with a
+/// terminal: its own session), with a parent-death signal (so it cannot outlive the runner).
+pub fn spawn(
     target: &ExecTarget,
     argv: &[String],
-    stdin: Option<Vec<u8>>,
-    timeout: Duration,
-) -> Result<ExecOutput, Error> {
+    stdio: ExecStdio,
+) -> Result<tokio::process::Child, Error> {
     let program = argv
         .first()
         .ok_or_else(|| Error::Unsupported("exec needs a command".into()))?;
@@ -74,6 +88,34 @@ pub async fn exec(
             })?),
             None => Some(CString::from(c"/")),
         };
+    let mut cmd = Command::new(&path);
+    cmd.arg0(program)
+        .args(&argv[1..])
+        .env_clear()
+        .envs(target.env.iter().map(|(k, v)| (k, v)));
+    let tty = match stdio {
+        ExecStdio::Pipes {
+            stdin,
+            stdout,
+            stderr,
+        } => {
+            cmd.stdin(stdin).stdout(stdout).stderr(stderr);
+            None
+        }
+        ExecStdio::Terminal(slave) => {
+            let dup = || {
+                slave
+                    .try_clone()
+                    .map_err(Error::io("duplicating the terminal"))
+            };
+            cmd.stdin(dup()?).stdout(dup()?).stderr(dup()?);
+            if !target.env.iter().any(|(k, _)| k == "TERM") {
+                cmd.env("TERM", "xterm");
+            }
+            Some(slave)
+        }
+    };
+    let in_session = tty.is_some();
     let plan = Plan {
         join_net: Some(open_ns(target.pid, "net")?),
         join_uts: Some(open_ns(target.pid, "uts")?),
@@ -81,40 +123,56 @@ pub async fn exec(
         identity: target.identity.clone(),
         no_new_privs: target.no_new_privs,
         workdir,
+        controlling_tty: tty,
+        parent_death_signal: in_session,
         ..Plan::default()
     };
-    let mut cmd = Command::new(&path);
-    cmd.arg0(program)
-        .args(&argv[1..])
-        .env_clear()
-        .envs(target.env.iter().map(|(k, v)| (k, v)))
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
     let progress = sandbox::install(&mut cmd, plan)
         .map_err(Error::io(format!("preparing exec in {}", target.name)))?;
+    if !in_session {
+        // After the sandbox steps: changing the uid clears the parent-death signal.
+        contain(&mut cmd);
+    }
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
     let spawned = cmd.spawn();
-    let mut child = match spawned {
-        Ok(child) => child,
+    match spawned {
+        Ok(child) => Ok(child),
         Err(e) => {
             drop(cmd);
-            return Err(Error::Io {
+            Err(Error::Io {
                 what: format!(
                     "exec {program} in {} failed while {}",
                     target.name,
                     progress.failed_step()
                 ),
                 source: e,
-            });
+            })
         }
+    }
+}
+
+/// Run `argv` in the container with `stdin`, killing it after `timeout`.
+pub async fn exec(
+    target: &ExecTarget,
+    argv: &[String],
+    stdin: Option<Vec<u8>>,
+    timeout: Duration,
+) -> Result<ExecOutput, Error> {
+    let stdin_pipe = if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
     };
+    let mut child = spawn(
+        target,
+        argv,
+        ExecStdio::Pipes {
+            stdin: stdin_pipe,
+            stdout: Stdio::piped(),
+            stderr: Stdio::piped(),
+        },
+    )?;
     if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
         tokio::spawn(async move {
             let _ = pipe.write_all(&input).await;

@@ -19,6 +19,13 @@ pub const DEFAULT_ETCD_REPOSITORIES: &[&str] = &[
 /// Where image directories appear inside containers.
 pub const IMAGE_BIN: &str = "/usr/local/bin";
 
+/// Where the etcd images' tools ([`ETCD_IMAGE_TOOLS`]) appear inside containers.
+pub const IMAGE_TOOLS: &str = "/usr/local/sbin";
+
+/// What the runbook runs inside an etcd member besides `etcdctl`: a shell, `mount` (is the data
+/// directory a tmpfs?), `tar` (`kubectl cp`), `cat` and `ls`. The host's own, mapped in.
+pub const ETCD_IMAGE_TOOLS: &[&str] = &["sh", "mount", "tar", "cat", "ls"];
+
 /// Image names (last path segment, any registry, any tag) served by the host's own tools.
 pub const DEFAULT_TOOLS_IMAGES: &[&str] = &["busybox", "test-tools"];
 
@@ -40,6 +47,8 @@ pub enum ImageRule {
         repositories: Vec<String>,
         minor: String,
         dir: PathBuf,
+        /// A directory of links to the host's [`ETCD_IMAGE_TOOLS`], mounted at [`IMAGE_TOOLS`].
+        tools: Option<PathBuf>,
     },
     /// One image, by full reference; a reference without a tag matches every tag of that repository.
     Exact {
@@ -65,11 +74,11 @@ pub struct ResolvedImage {
     /// Whether absolute paths name host files (the tools image) or are looked up by file name in
     /// `path` (`/usr/local/bin/etcd` in the etcd image).
     pub host_paths: bool,
-    /// Where the image's directory is bind-mounted inside the container ([`IMAGE_BIN`], where the
-    /// etcd images keep their binaries); `None` for the tools image, whose files are the host's.
-    /// A mount, not the host path: the testbins cache may sit under a directory (`/root`) that
-    /// the container's user cannot traverse.
-    pub mount_at: Option<PathBuf>,
+    /// Where each directory of `path` is bind-mounted inside the container, in the same order
+    /// ([`IMAGE_BIN`], where the etcd images keep their binaries, then [`IMAGE_TOOLS`]); empty for
+    /// the tools image, whose files are the host's. Mounts, not the host paths: the testbins
+    /// cache may sit under a directory (`/root`) that the container's user cannot traverse.
+    pub mount_at: Vec<PathBuf>,
     /// `imageID` for the container status.
     pub image_id: String,
 }
@@ -77,23 +86,33 @@ pub struct ResolvedImage {
 impl ResolvedImage {
     /// The container's `PATH`.
     pub fn path_env(&self) -> String {
-        match &self.mount_at {
-            Some(dir) => dir.display().to_string(),
-            None => self
-                .path
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(":"),
-        }
+        let dirs = if self.mount_at.is_empty() {
+            &self.path
+        } else {
+            &self.mount_at
+        };
+        dirs.iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":")
     }
 
     /// Where a file found by [`resolve_command`] is seen inside the container.
     pub fn in_container(&self, host: &Path) -> PathBuf {
-        match (&self.mount_at, host.file_name()) {
-            (Some(dir), Some(name)) => dir.join(name),
+        let mounted = self
+            .path
+            .iter()
+            .zip(&self.mount_at)
+            .find(|(dir, _)| host.parent() == Some(dir.as_path()));
+        match (mounted, host.file_name()) {
+            (Some((_, at)), Some(name)) => at.join(name),
             _ => host.to_path_buf(),
         }
+    }
+
+    /// `(host directory, mount point)` of every image directory.
+    pub fn mounts(&self) -> impl Iterator<Item = (&PathBuf, &PathBuf)> {
+        self.path.iter().zip(&self.mount_at)
     }
 }
 
@@ -153,20 +172,27 @@ impl ImageMap {
                     repositories,
                     minor,
                     dir,
+                    tools,
                 } => {
                     if repositories
                         .iter()
                         .any(|r| normalize_repository(r) == repository)
                         && tag_is_minor(tag, minor)
                     {
+                        let mut path = vec![dir.clone()];
+                        let mut mount_at = vec![PathBuf::from(IMAGE_BIN)];
+                        if let Some(tools) = tools {
+                            path.push(tools.clone());
+                            mount_at.push(PathBuf::from(IMAGE_TOOLS));
+                        }
                         return Ok(ResolvedImage {
                             image: image.to_string(),
-                            path: vec![dir.clone()],
+                            path,
                             entrypoint: Vec::new(),
                             // The published etcd images: `CMD ["/usr/local/bin/etcd"]`.
                             cmd: vec!["/usr/local/bin/etcd".to_string()],
                             host_paths: false,
-                            mount_at: Some(PathBuf::from(IMAGE_BIN)),
+                            mount_at,
                             image_id: format!("local://{}", dir.display()),
                         });
                     }
@@ -187,7 +213,7 @@ impl ImageMap {
                             entrypoint: entrypoint.clone(),
                             cmd: cmd.clone(),
                             host_paths: false,
-                            mount_at: Some(PathBuf::from(IMAGE_BIN)),
+                            mount_at: vec![PathBuf::from(IMAGE_BIN)],
                             image_id: format!("local://{}", dir.display()),
                         });
                     }
@@ -201,7 +227,7 @@ impl ImageMap {
                             entrypoint: Vec::new(),
                             cmd: vec!["sh".to_string()],
                             host_paths: true,
-                            mount_at: None,
+                            mount_at: Vec::new(),
                             image_id: "local:///bin".to_string(),
                         });
                     }
@@ -223,10 +249,16 @@ impl ImageMap {
                     repositories,
                     minor,
                     dir,
+                    tools,
                 } => format!(
-                    "{{{}}}:v{minor}.* -> {}",
+                    "{{{}}}:v{minor}.* -> {}{}",
                     repositories.join(","),
-                    dir.display()
+                    dir.display(),
+                    if tools.is_some() {
+                        format!(" (+ host {})", ETCD_IMAGE_TOOLS.join(", "))
+                    } else {
+                        String::new()
+                    }
                 ),
                 ImageRule::Exact { image, dir, .. } => {
                     format!("{image} -> {}", dir.display())
@@ -238,6 +270,26 @@ impl ImageMap {
             .collect::<Vec<_>>()
             .join("; ")
     }
+}
+
+/// Make `dir` a directory of links to the host's [`ETCD_IMAGE_TOOLS`] (those it has).
+pub fn link_etcd_image_tools(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    for tool in ETCD_IMAGE_TOOLS {
+        let link = dir.join(tool);
+        if std::fs::symlink_metadata(&link).is_ok() {
+            continue;
+        }
+        if let Some(host) = TOOLS_PATH
+            .iter()
+            .map(|d| Path::new(d).join(tool))
+            .find(|p| is_executable(p))
+        {
+            std::os::unix::fs::symlink(host, link)?;
+        }
+    }
+    Ok(())
 }
 
 fn is_executable(path: &Path) -> bool {
@@ -257,13 +309,13 @@ pub fn resolve_command(image: &ResolvedImage, program: &str) -> Result<PathBuf, 
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
             .join(":");
-        match &image.mount_at {
-            Some(at) => format!(
+        match image.mount_at.is_empty() {
+            false => format!(
                 "exec: {program:?}: executable file not found in $PATH of image {} (its files are {dirs}, mounted at {})",
                 image.image,
-                at.display()
+                image.path_env()
             ),
-            None => format!(
+            true => format!(
                 "exec: {program:?}: executable file not found in $PATH of image {} ({dirs})",
                 image.image
             ),
@@ -320,6 +372,7 @@ mod tests {
                     .collect(),
                 minor: "3.6".into(),
                 dir: dir.join("etcd-3.6"),
+                tools: None,
             },
             ImageRule::Etcd {
                 repositories: DEFAULT_ETCD_REPOSITORIES
@@ -328,6 +381,7 @@ mod tests {
                     .collect(),
                 minor: "3.5".into(),
                 dir: dir.join("etcd-3.5"),
+                tools: None,
             },
             ImageRule::Exact {
                 image: "etcd-operator:test".into(),
@@ -410,6 +464,32 @@ mod tests {
         assert!(err.contains("\"/bin/sh\""), "{err}");
         assert!(resolve_command(&image, "sh").is_err());
 
+        let linked = dir.path().join("tools");
+        link_etcd_image_tools(&linked).unwrap();
+        let with_tools = ImageMap::new(vec![ImageRule::Etcd {
+            repositories: vec!["quay.io/coreos/etcd".into()],
+            minor: "3.6".into(),
+            dir: bin.clone(),
+            tools: Some(linked.clone()),
+        }])
+        .resolve("quay.io/coreos/etcd:v3.6.0")
+        .unwrap();
+        assert_eq!(with_tools.path_env(), "/usr/local/bin:/usr/local/sbin");
+        for tool in ["sh", "/bin/sh", "tar", "mount"] {
+            let found = resolve_command(&with_tools, tool).unwrap();
+            assert_eq!(found.parent(), Some(linked.as_path()), "{tool}");
+            let name = found.file_name().unwrap();
+            assert_eq!(
+                with_tools.in_container(&found),
+                Path::new("/usr/local/sbin").join(name)
+            );
+        }
+        assert_eq!(
+            with_tools.in_container(&resolve_command(&with_tools, "etcdctl").unwrap()),
+            Path::new("/usr/local/bin/etcdctl")
+        );
+        assert!(resolve_command(&with_tools, "curl").is_err());
+
         let tools = map(dir.path()).resolve("busybox").unwrap();
         assert!(resolve_command(&tools, "sh").is_ok());
         assert!(resolve_command(&tools, "/bin/sh").is_ok());
@@ -424,7 +504,7 @@ mod tests {
             entrypoint: vec!["ep".into()],
             cmd: vec!["c1".into()],
             host_paths: false,
-            mount_at: None,
+            mount_at: Vec::new(),
             image_id: String::new(),
         };
         let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();

@@ -1,8 +1,9 @@
-//! The one kubelet API the apiserver needs from us: `GET /containerLogs/{ns}/{pod}/{container}`
-//! (with `previous`, `tailLines`, `limitBytes`, `follow`) over HTTPS with a self-signed
-//! certificate, so `kubectl logs` works. The apiserver does not verify kubelet certificates unless
-//! it runs with `--kubelet-certificate-authority`, which the test control plane does not.
-//! exec, attach, port-forward and the other kubelet endpoints answer 404.
+//! The kubelet API the apiserver needs from us, over HTTPS with a self-signed certificate (the
+//! apiserver verifies kubelet certificates only with `--kubelet-certificate-authority`, which
+//! the test control plane does not set): `GET /containerLogs/{ns}/{pod}/{container}` (with
+//! `previous`, `tailLines`, `limitBytes`, `follow`) for `kubectl logs`, and the streaming
+//! endpoints `/exec`, `/attach` and `/portForward` ([`super::streaming`]). The other kubelet
+//! endpoints answer 404.
 
 use std::convert::Infallible;
 use std::io::SeekFrom;
@@ -20,9 +21,10 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::net::TcpListener;
 
 use super::registry::Registry;
+use super::streaming;
 use super::Error;
 
-type Body = UnsyncBoxBody<Bytes, Infallible>;
+pub(crate) type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// A TLS configuration with a fresh self-signed certificate for 127.0.0.1.
 pub fn tls_config() -> Result<Arc<rustls::ServerConfig>, Error> {
@@ -64,12 +66,13 @@ pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, regist
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(tls), service)
+                .with_upgrades()
                 .await;
         });
     }
 }
 
-fn text(status: StatusCode, body: String) -> Response<Body> {
+pub(crate) fn text(status: StatusCode, body: String) -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::from(body)).boxed_unsync());
     *response.status_mut() = status;
     response.headers_mut().insert(
@@ -127,10 +130,13 @@ async fn handle(req: Request<Incoming>, registry: &Registry) -> Response<Body> {
     if path == "/healthz" {
         return text(StatusCode::OK, "ok".into());
     }
+    if let Some((endpoint, rest)) = streaming::Endpoint::of(&path) {
+        return streaming::handle(req, endpoint, rest, registry).await;
+    }
     let Some(rest) = path.strip_prefix("/containerLogs/") else {
         return text(
             StatusCode::NOT_FOUND,
-            format!("{path}: the pod runner's kubelet serves only /containerLogs and /healthz (no exec, attach or port-forward)"),
+            format!("{path}: the pod runner's kubelet serves only /containerLogs, /exec, /attach, /portForward and /healthz"),
         );
     };
     let parts: Vec<&str> = rest.split('/').collect();
@@ -218,7 +224,9 @@ fn registry_probe(
     })
 }
 
-fn follow(
+/// `initial`, then what is appended to the log at `path` from `offset` on, until `running`
+/// says the instance stopped and everything it wrote was sent.
+pub(crate) fn follow(
     initial: Bytes,
     path: PathBuf,
     offset: u64,

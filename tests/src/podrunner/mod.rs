@@ -42,6 +42,7 @@ pub mod registry;
 mod sandbox;
 pub mod status;
 pub mod storage;
+pub mod streaming;
 pub mod volumes;
 
 use std::collections::{HashMap, HashSet};
@@ -220,6 +221,7 @@ pub struct PodRunnerBuilder {
     storage_class: String,
     backoff: (Duration, Duration),
     allocatable: Allocatable,
+    websocket_streaming: bool,
 }
 
 impl Default for PodRunnerBuilder {
@@ -247,6 +249,7 @@ impl Default for PodRunnerBuilder {
                 memory_bytes: 64 << 30,
                 ephemeral_bytes: 100 << 30,
             },
+            websocket_streaming: true,
         }
     }
 }
@@ -307,6 +310,14 @@ impl PodRunnerBuilder {
         self
     }
 
+    /// Whether the Nodes declare `ExtendWebSocketsToKubelet` on an apiserver ≥ 1.36 (default:
+    /// yes, as kubelet does), so that kubectl's WebSocket streams reach the runner as they are;
+    /// without it the apiserver translates them to SPDY/3.1 for the kubelet.
+    pub fn websocket_streaming(mut self, declare: bool) -> Self {
+        self.websocket_streaming = declare;
+        self
+    }
+
     /// Restart back-off: first delay, then doubling up to `max`.
     pub fn backoff(mut self, initial: Duration, max: Duration) -> Self {
         self.backoff = (initial, max.max(initial));
@@ -315,6 +326,8 @@ impl PodRunnerBuilder {
 
     fn image_map(&self, cp: &ControlPlane) -> ImageMap {
         let mut rules = Vec::new();
+        let tools = cp.root().join("pod-runner-image-tools");
+        let tools = images::link_etcd_image_tools(&tools).ok().map(|()| tools);
         for (part, minor) in [("etcd-3.6", "3.6"), ("etcd-3.5", "3.5")] {
             if let Ok(etcd) = cp.testbins().binary(part, "etcd") {
                 if let Some(dir) = etcd.parent() {
@@ -322,6 +335,7 @@ impl PodRunnerBuilder {
                         repositories: self.etcd_repositories.clone(),
                         minor: minor.to_string(),
                         dir: dir.to_path_buf(),
+                        tools: tools.clone(),
                     });
                 }
             }
@@ -527,6 +541,10 @@ impl Running {
             cpu: format!("{}m", b.allocatable.cpu_millis),
             memory: format!("{}", b.allocatable.memory_bytes),
             pods: "110".into(),
+            declared_features: nodes::declared_features(
+                &setup.kubelet_version,
+                b.websocket_streaming,
+            ),
         };
         nodes::register(&client, &node_infos, &report)
             .await
@@ -848,6 +866,12 @@ impl PodRunner {
 
     pub fn images(&self) -> &ImageMap {
         &self.shared.images
+    }
+
+    /// Every `exec`, `attach` and `port-forward` session the kubelet endpoint accepted, with the
+    /// protocol it arrived in.
+    pub fn stream_sessions(&self) -> Vec<registry::StreamSession> {
+        self.shared.registry.sessions()
     }
 
     /// The current DNS records (ready endpoints of every Service).

@@ -35,6 +35,27 @@ pub struct NodeReport {
     pub cpu: String,
     pub memory: String,
     pub pods: String,
+    /// `status.declaredFeatures` (KEP-5328): `ExtendWebSocketsToKubelet` tells an apiserver
+    /// ≥ 1.36 to pass kubectl's WebSocket streams through instead of translating them to SPDY.
+    pub declared_features: Vec<String>,
+}
+
+/// The feature a kubelet that serves WebSocket streams declares.
+pub const WEBSOCKETS_FEATURE: &str = "ExtendWebSocketsToKubelet";
+
+/// The features a kubelet of `version` (`v1.37.1`) declares: `ExtendWebSocketsToKubelet` from
+/// 1.36 on, when it is on by default; older apiservers have no `declaredFeatures` field.
+pub fn declared_features(version: &str, websockets: bool) -> Vec<String> {
+    let minor = version
+        .trim_start_matches('v')
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse::<u32>().ok());
+    if websockets && minor.is_some_and(|m| m >= 36) {
+        vec![WEBSOCKETS_FEATURE.to_string()]
+    } else {
+        Vec::new()
+    }
 }
 
 fn labels(node: &NodeInfo) -> Value {
@@ -61,7 +82,7 @@ fn status(node: &NodeInfo, report: &NodeReport) -> Value {
         "ephemeral-storage": "100Gi",
     });
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    json!({
+    let mut status = json!({
         "capacity": resources,
         "allocatable": resources,
         "conditions": [
@@ -87,7 +108,11 @@ fn status(node: &NodeInfo, report: &NodeReport) -> Value {
             "operatingSystem": "linux",
             "architecture": std::env::consts::ARCH.replace("x86_64", "amd64").replace("aarch64", "arm64"),
         },
-    })
+    });
+    if !report.declared_features.is_empty() {
+        status["declaredFeatures"] = json!(report.declared_features);
+    }
+    status
 }
 
 /// Create or update each Node (labels, no taints, schedulable), then its status and Lease.

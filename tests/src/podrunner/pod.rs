@@ -289,6 +289,7 @@ impl PodWorker {
             uid: uid.clone(),
             since: Instant::now(),
             state: Mutex::new(Default::default()),
+            execs: Mutex::default(),
         });
         ctx.registry.insert(entry.clone());
         let mut containers = Vec::new();
@@ -599,6 +600,7 @@ impl PodWorker {
 
     /// Stop the network, the apiserver proxy and tmpfs volumes; the status keeps the Pod IP.
     async fn release_sandbox(&mut self) {
+        self.entry.kill_execs(None);
         self.volumes.tear_down();
         let Some(sandbox) = self.sandbox.take() else {
             return;
@@ -621,6 +623,7 @@ impl PodWorker {
     }
 
     fn kill_all(&mut self) {
+        self.entry.kill_execs(None);
         for c in &mut self.containers {
             if let Some(inst) = c.instance.take() {
                 inst.process.kill();
@@ -675,9 +678,11 @@ impl PodWorker {
             let Some(inst) = self.containers[i].instance.take() else {
                 return;
             };
-            // Whatever the main process left in its group dies with it (the PID namespace of a
-            // real container goes away with PID 1).
+            // Whatever the main process left in its group dies with it, and so does every
+            // command exec'd into the container (the PID namespace of a real container goes
+            // away with PID 1).
             inst.process.kill();
+            self.entry.kill_execs(Some(&self.containers[i].name));
             let (code, signal) = exit_code(status);
             let message = self.termination_message(&inst, spec, code);
             let term = Terminated {
@@ -1215,7 +1220,7 @@ impl PodWorker {
                 vm.read_only == Some(true) || volume.readonly,
             ));
         }
-        if let (Some(at), Some(dir)) = (&image.mount_at, image.path.first()) {
+        for (dir, at) in image.mounts() {
             wanted.push((dir.clone(), at.clone(), true));
         }
         if let Some(sandbox) = &self.sandbox {
@@ -1249,6 +1254,18 @@ impl PodWorker {
 
         // Parents before children, so a nested mount lands inside its parent volume.
         wanted.sort_by_key(|(_, target, _)| target.components().count());
+        // A container's own /tmp, as its image filesystem would give it (`kubectl cp` unpacks
+        // there), unless a volume covers it. Mounted last: the sources of the other mounts live
+        // under the host's /tmp.
+        if !wanted.iter().any(|(_, t, _)| t.starts_with("/tmp")) {
+            if let Some(dir) = termination_log.parent() {
+                let tmp = dir.join("tmp");
+                fs::create_dir_all(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+                fs::set_permissions(&tmp, fs::Permissions::from_mode(0o1777))
+                    .map_err(|e| format!("chmod {}: {e}", tmp.display()))?;
+                wanted.push((tmp, PathBuf::from("/tmp"), false));
+            }
+        }
         let mut out = Vec::new();
         for (k, (source, target, readonly)) in wanted.iter().enumerate() {
             let parent = wanted[..k]

@@ -56,6 +56,12 @@ pub struct Plan {
     /// `allowPrivilegeEscalation: false`.
     pub no_new_privs: bool,
     pub workdir: Option<CString>,
+    /// A new session with this terminal (a pseudo-terminal's slave, also the child's stdio) as
+    /// its controlling terminal: `kubectl exec -t`. The child must not be put in a process group
+    /// of its own first (`setsid` refuses a group leader); the new session is its group.
+    pub controlling_tty: Option<File>,
+    /// SIGKILL when the forking thread ends (set last: changing the uid clears it).
+    pub parent_death_signal: bool,
 }
 
 const STEP_JOIN_NET: u8 = 1;
@@ -71,6 +77,8 @@ const STEP_UID: u8 = 10;
 const STEP_NO_NEW_PRIVS: u8 = 11;
 const STEP_CHDIR: u8 = 12;
 const STEP_EXEC: u8 = 13;
+const STEP_SESSION: u8 = 14;
+const STEP_PARENT_DEATH: u8 = 15;
 /// Bind mount `i` is step `STEP_MOUNTS + 2i` (bind) and `+ 2i + 1` (read-only remount).
 const STEP_MOUNTS: u8 = 32;
 
@@ -126,6 +134,14 @@ impl Plan {
             (STEP_NO_NEW_PRIVS, "setting no_new_privs".to_string()),
             (STEP_CHDIR, "changing to the working directory".to_string()),
             (STEP_EXEC, "executing the command".to_string()),
+            (
+                STEP_SESSION,
+                "making the terminal the controlling one".to_string(),
+            ),
+            (
+                STEP_PARENT_DEATH,
+                "setting the parent-death signal".to_string(),
+            ),
         ];
         for (i, m) in self.mounts.iter().enumerate() {
             let step = mount_step(i);
@@ -163,7 +179,8 @@ pub fn install(cmd: &mut Command, plan: Plan) -> io::Result<Progress> {
     fcntl(reader.as_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).map_err(io::Error::from)?;
     let names = plan.step_names();
     // SAFETY: the closure runs in the forked child before exec. `carry_out` makes only system
-    // calls (setns, unshare, mount, sethostname, setgroups, setgid, setuid, prctl, chdir, write),
+    // calls (setsid, ioctl, setns, unshare, mount, sethostname, setgroups, setgid, setuid,
+    // prctl, chdir, write),
     // all async-signal-safe, on values the parent prepared (C strings, open files); it neither
     // allocates nor takes locks, and errors become `io::Error`s from raw errnos.
     #[allow(unsafe_code)]
@@ -177,6 +194,11 @@ fn carry_out(plan: &Plan, progress: &PipeWriter) -> io::Result<()> {
     let step = |n: u8| {
         let _ = nix::unistd::write(progress, &[n]);
     };
+    if let Some(tty) = &plan.controlling_tty {
+        step(STEP_SESSION);
+        rustix::process::setsid()?;
+        rustix::process::ioctl_tiocsctty(tty)?;
+    }
     if let Some(net) = &plan.join_net {
         step(STEP_JOIN_NET);
         setns(net, CloneFlags::CLONE_NEWNET)?;
@@ -259,6 +281,10 @@ fn carry_out(plan: &Plan, progress: &PipeWriter) -> io::Result<()> {
     if let Some(dir) = &plan.workdir {
         step(STEP_CHDIR);
         chdir(dir.as_c_str())?;
+    }
+    if plan.parent_death_signal {
+        step(STEP_PARENT_DEATH);
+        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
     }
     step(STEP_EXEC);
     Ok(())
