@@ -29,19 +29,46 @@ pub enum EtcdError {
     NoHeader(&'static str),
 }
 
+/// gRPC status codes etcd answers with (google.golang.org/grpc/codes).
+mod code {
+    pub const NOT_FOUND: i32 = 5;
+    pub const FAILED_PRECONDITION: i32 = 9;
+    pub const UNAVAILABLE: i32 = 14;
+}
+
 impl EtcdError {
-    /// A promote that etcd refused because the learner is still catching up.
-    pub fn is_learner_not_ready(&self) -> bool {
-        let text = match self {
-            EtcdError::Call { source, .. } => source.to_string(),
-            _ => return false,
-        };
-        text.contains("not in sync") || text.contains("learner member which is in sync")
+    /// The gRPC status of a call etcd answered, with its message.
+    fn grpc(&self) -> Option<(i32, &str)> {
+        match self {
+            EtcdError::Call {
+                source: etcd_client::Error::GRpcStatus(status),
+                ..
+            } => Some((status.code() as i32, status.message())),
+            _ => None,
+        }
     }
 
-    /// MemberRemove of an ID etcd does not know: already removed.
+    /// A promote that etcd refused because the learner is still catching up
+    /// (`FailedPrecondition`, ErrLearnerNotReady; the same code also means "not a learner").
+    pub fn is_learner_not_ready(&self) -> bool {
+        self.grpc().is_some_and(|(c, m)| {
+            c == code::FAILED_PRECONDITION
+                && (m.contains("not in sync") || m.contains("which is in sync"))
+        })
+    }
+
+    /// MemberRemove of an ID etcd does not know: already removed (`NotFound`).
     pub fn is_member_not_found(&self) -> bool {
-        matches!(self, EtcdError::Call { source, .. } if source.to_string().contains("member not found"))
+        self.grpc().is_some_and(|(c, _)| c == code::NOT_FOUND)
+    }
+
+    /// A membership change etcd refused for now (`Unavailable`, ErrUnhealthy "unhealthy
+    /// cluster"): with strict reconfiguration checks, the member serving the call must have been
+    /// connected to every voter for five seconds, which a just-promoted member is not yet.
+    /// Retried after a second; it is not a failure.
+    pub fn is_reconfig_too_soon(&self) -> bool {
+        self.grpc()
+            .is_some_and(|(c, m)| c == code::UNAVAILABLE && m.contains("unhealthy cluster"))
     }
 
     /// A message stable across retries (no addresses or ports), for conditions.
@@ -171,6 +198,36 @@ pub fn parse_id(hex: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn answered(code: tonic::Code, message: &str) -> EtcdError {
+        EtcdError::Call {
+            op: "test",
+            source: etcd_client::Error::GRpcStatus(tonic::Status::new(code, message)),
+        }
+    }
+
+    #[test]
+    fn etcd_refusals_are_classified_by_grpc_code_and_etcd_error() {
+        // The texts are etcd's own (server/etcdserver/api/v3rpc/rpctypes).
+        let not_ready = answered(
+            tonic::Code::FailedPrecondition,
+            "etcdserver: can only promote a learner member which is in sync with leader",
+        );
+        assert!(not_ready.is_learner_not_ready());
+        assert!(!answered(
+            tonic::Code::FailedPrecondition,
+            "etcdserver: can only promote a learner member"
+        )
+        .is_learner_not_ready());
+        assert!(
+            answered(tonic::Code::NotFound, "etcdserver: member not found").is_member_not_found()
+        );
+        assert!(!not_ready.is_member_not_found());
+        let too_soon = answered(tonic::Code::Unavailable, "etcdserver: unhealthy cluster");
+        assert!(too_soon.is_reconfig_too_soon());
+        // Unavailable for another reason (no leader, connection refused) is a real failure.
+        assert!(!answered(tonic::Code::Unavailable, "etcdserver: no leader").is_reconfig_too_soon());
+    }
 
     #[test]
     fn ids_are_sixteen_lowercase_hex_digits_and_round_trip() {

@@ -140,6 +140,22 @@ async fn main() {
         results.push((replicas, total, mean, worst));
     }
 
+    // Scale the Ready 3-member cluster to 5: two learner steps on a cluster that is serving.
+    {
+        let ns = env.namespace("benchscale").await;
+        env.create_cluster(&ns, "b", spec(3)).await;
+        observe_bootstrap(env, &ns, "b", 3, Instant::now()).await;
+        let start = Instant::now();
+        env.scale(&ns, "b", 5).await;
+        let (total, steps) = observe_bootstrap(env, &ns, "b", 5, start).await;
+        let worst = steps.iter().max().copied().unwrap_or_default();
+        println!(
+            "scale 3 → 5 (Ready): {}; operator share per step: max {}",
+            fmt(total),
+            fmt(worst)
+        );
+    }
+
     // Let the last member status and version probes land before the idle window opens.
     tokio::time::sleep(Duration::from_secs(20)).await;
     let rss_before = env.operator.rss_bytes().unwrap_or_default();

@@ -269,7 +269,14 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
                 },
             ) = (etcd.as_mut(), &etcd_view)
             {
-                etcd.member_add_as_learner(&url).await?;
+                if let Err(e) = etcd.member_add_as_learner(&url).await {
+                    if !e.is_reconfig_too_soon() {
+                        return Err(e.into());
+                    }
+                    // The member stays pending; the next reconcile completes the step.
+                    tracing::info!(cluster = %name, member = %member_name, "etcd accepts the next member once every voter has been connected for 5 s; retrying in 1 s");
+                    return Ok(Requeue::requeue(Duration::from_secs(1)));
+                }
                 tracing::info!(cluster = %name, member = %member_name, "added member as learner");
                 let initial = plan::initial_cluster(etcd_members, &member_name, &url);
                 set_initial_cluster(&members_api, &member_name, &initial).await?;
@@ -294,7 +301,13 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
                 let Some(etcd) = etcd.as_mut() else {
                     return Err(Error::EtcdUnavailable);
                 };
-                etcd.member_add_as_learner(peer_url).await?;
+                if let Err(e) = etcd.member_add_as_learner(peer_url).await {
+                    if !e.is_reconfig_too_soon() {
+                        return Err(e.into());
+                    }
+                    tracing::info!(cluster = %name, member = %member, "etcd accepts the next member once every voter has been connected for 5 s; retrying in 1 s");
+                    return Ok(Requeue::requeue(Duration::from_secs(1)));
+                }
                 tracing::info!(cluster = %name, member = %member, "added member as learner");
                 ctx.event(
                     cluster,
