@@ -26,6 +26,9 @@ use crate::etcd::{format_id, parse_id, Etcd};
 use crate::naming;
 use crate::pods::pod_view;
 use crate::{controller_uid, Error};
+use plan::{Claim, MemberFacts, PodFacts, Step};
+
+pub mod plan;
 
 pub async fn reconcile(member: Arc<EtcdMember>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let started = Instant::now();
@@ -118,188 +121,120 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
         }
     }
 
-    if member.spec.initial_cluster.is_empty() {
-        set_condition(
-            &mut conditions,
-            mtype::READY,
-            false,
-            reason::POD_NOT_READY,
-            "the member is being added to etcd; its Pod is created once it has an initial cluster"
-                .into(),
-            generation,
-            now,
-        );
-    } else if member.spec.dormant {
-        if let Some(p) = &pod {
-            if p.metadata.deletion_timestamp.is_none() {
-                pods.delete(&name, &DeleteParams::default()).await?;
-                ctx.event(
-                    member,
-                    false,
-                    "PodDeleted",
-                    "Pause",
-                    format!(
-                        "deleted Pod {name}: the member is dormant; its data stays on PVC {}",
-                        labels::pvc_name(&name)
-                    ),
-                )
-                .await;
-            }
+    let claim_state = match &claim {
+        _ if member.spec.storage.is_memory() => Claim::NotUsed,
+        None => Claim::Missing,
+        Some(c) if c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound") => {
+            Claim::Bound
         }
-        new_status.pod_name = None;
-        new_status.pod_uid = None;
-        set_condition(
-            &mut conditions,
-            mtype::READY,
-            false,
-            reason::PAUSED,
-            format!(
-                "the cluster is paused; the member is dormant and its data is kept on PVC {}",
-                labels::pvc_name(&name)
-            ),
-            generation,
-            now,
-        );
-    } else if data_lost(member, claim.as_ref()) {
-        // Its data went with the claim. Started again on a new, empty volume it would come back
-        // under its old etcd member ID with an empty Raft log, and could acknowledge entries it
-        // never stored: the cluster controller removes it from etcd and adds a new member.
-        set_condition(
-            &mut conditions,
-            mtype::READY,
-            false,
-            reason::POD_NOT_READY,
-            format!(
-                "PVC {} is gone with the member's data; the member is not restarted on an empty \
-                 volume, it is removed from etcd and replaced",
-                labels::pvc_name(&name)
-            ),
-            generation,
-            now,
-        );
-    } else {
-        let mut unbound = None;
-        if !member.spec.storage.is_memory() {
-            let claim = ensure_pvc(member, claim, &pvcs, &uid, ctx).await?;
+        Some(c) => Claim::Pending {
+            immediate: pod.is_none() && binds_immediately(c, ctx).await,
+        },
+    };
+    if let Some(c) = &claim {
+        if controller_uid(c).as_deref() != Some(uid.as_str()) {
+            return Err(Error::Conflict(format!(
+                "PVC {} exists but is not owned by this EtcdMember; it is never adopted, waiting for it to be garbage-collected",
+                c.name_any()
+            )));
+        }
+    }
+    let facts = MemberFacts {
+        name: name.clone(),
+        pending: member.spec.initial_cluster.is_empty(),
+        dormant: member.spec.dormant,
+        had_pod: status.pod_uid.is_some(),
+        claim_recorded: status.pvc_name.is_some(),
+        claim: Some(claim_state),
+        pod: pod.as_ref().map(|p| PodFacts {
+            ready: pod_view(p).ready,
+            deleting: p.metadata.deletion_timestamp.is_some(),
+        }),
+        member_id_known: status.member_id.is_some(),
+    };
+    let planned = plan::plan(&facts);
+    if claim.is_some() {
+        new_status.pvc_name = Some(labels::pvc_name(&name));
+    }
+    match planned.step {
+        Step::None => {}
+        Step::DeletePod => {
+            pods.delete(&name, &DeleteParams::default()).await?;
+            ctx.event(
+                member,
+                false,
+                "PodDeleted",
+                "Pause",
+                format!(
+                    "deleted Pod {name}: the member is dormant; its data stays on PVC {}",
+                    labels::pvc_name(&name)
+                ),
+            )
+            .await;
+        }
+        Step::CreateClaim => {
+            create_pvc(member, &pvcs, ctx).await?;
             new_status.pvc_name = Some(labels::pvc_name(&name));
-            if pod.is_none() && waits_for_binding(&claim, ctx).await {
-                unbound = Some(claim.name_any());
-            }
         }
-        match &pod {
-            None if unbound.is_some() => {
-                // A Pod created before its Immediate-binding claim is bound is unschedulable
-                // and lands in the scheduler's back-off (seconds of nothing); the claim's
-                // binding wakes this reconcile instead.
-                set_condition(
-                    &mut conditions,
-                    mtype::READY,
-                    false,
-                    reason::POD_NOT_READY,
-                    format!(
-                        "waiting for PVC {} to be bound before creating the Pod",
-                        unbound.clone().unwrap_or_default()
-                    ),
-                    generation,
-                    now,
-                );
-            }
-            None if member.spec.storage.is_memory() && status.pod_uid.is_some() => {
-                // The tmpfs data went with the Pod; the cluster controller replaces this member.
-                set_condition(
-                    &mut conditions,
-                    mtype::READY,
-                    false,
-                    reason::POD_NOT_READY,
-                    "the Pod and its in-memory data are gone; the member is being replaced".into(),
-                    generation,
-                    now,
-                );
-            }
-            None => {
-                let voter = status.is_voter;
-                let params = PodParams {
-                    etcd_image_repository: &ctx.config.etcd_image_repository,
-                    voter,
-                    bootstrap_new_cluster: member.spec.bootstrap && !formed,
-                };
-                let want = member_pod(member, &params)?;
-                let created = pods
-                    .create(
-                        &PostParams {
-                            field_manager: Some(FIELD_MANAGER.into()),
-                            ..Default::default()
-                        },
-                        &want,
-                    )
-                    .await?;
-                new_status.pod_name = Some(name.clone());
-                new_status.pod_uid = created.uid();
-                let state = if params.bootstrap_new_cluster {
-                    "it bootstraps a new cluster"
-                } else {
-                    "it joins the existing cluster"
-                };
-                ctx.event(
-                    member,
-                    false,
-                    "PodCreated",
-                    "Create",
-                    format!("created Pod {name}; {state}"),
+        Step::CreatePod => {
+            let params = PodParams {
+                etcd_image_repository: &ctx.config.etcd_image_repository,
+                voter: status.is_voter,
+                bootstrap_new_cluster: member.spec.bootstrap && !formed,
+            };
+            let want = member_pod(member, &params)?;
+            let created = pods
+                .create(
+                    &PostParams {
+                        field_manager: Some(FIELD_MANAGER.into()),
+                        ..Default::default()
+                    },
+                    &want,
                 )
-                .await;
-                set_condition(
-                    &mut conditions,
-                    mtype::READY,
-                    false,
-                    reason::POD_NOT_READY,
-                    "the Pod was created and is starting".into(),
-                    generation,
-                    now,
-                );
-            }
-            Some(p) => {
+                .await?;
+            new_status.pod_name = Some(name.clone());
+            new_status.pod_uid = created.uid();
+            let state = if params.bootstrap_new_cluster {
+                "it bootstraps a new cluster"
+            } else {
+                "it joins the existing cluster"
+            };
+            ctx.event(
+                member,
+                false,
+                "PodCreated",
+                "Create",
+                format!("created Pod {name}; {state}"),
+            )
+            .await;
+        }
+        Step::SyncPod => {
+            if let Some(p) = &pod {
                 sync_pod_metadata(member, p, &pods, status.is_voter, formed).await?;
-                let view = pod_view(p);
                 new_status.pod_name = Some(name.clone());
                 new_status.pod_uid = p.uid();
-                if !view.ready {
-                    set_condition(
-                        &mut conditions,
-                        mtype::READY,
-                        false,
-                        reason::POD_NOT_READY,
-                        format!("Pod {name} is not ready"),
-                        generation,
-                        now,
-                    );
-                } else if status.member_id.is_none() {
-                    set_condition(
-                        &mut conditions,
-                        mtype::READY,
-                        false,
-                        reason::DISCOVERING_MEMBER_ID,
-                        "the Pod is ready; waiting for etcd to report the member ID".into(),
-                        generation,
-                        now,
-                    );
-                } else {
-                    set_condition(
-                        &mut conditions,
-                        mtype::READY,
-                        true,
-                        reason::POD_READY,
-                        format!("Pod {name} is ready"),
-                        generation,
-                        now,
-                    );
-                    if let Some(version) = running_version(member, cluster.as_ref(), ctx).await {
-                        new_status.version = Some(version);
-                    }
+            }
+            if planned.ready.0 {
+                if let Some(version) = running_version(member, cluster.as_ref(), ctx).await {
+                    new_status.version = Some(version);
                 }
             }
         }
     }
+    if member.spec.dormant {
+        new_status.pod_name = None;
+        new_status.pod_uid = None;
+    }
+    let (ready, why, message) = planned.ready;
+    set_condition(
+        &mut conditions,
+        mtype::READY,
+        ready,
+        why,
+        message,
+        generation,
+        now,
+    );
 
     // Drift is measured against what the cluster asks for now (its locked target), not the
     // member's own spec, which keeps the version it was created with.
@@ -366,21 +301,9 @@ async fn running_version(
     etcd.version().await.ok()
 }
 
-/// A PVC member whose claim this controller created (`status.pvcName`) and which is gone now.
-fn data_lost(member: &EtcdMember, claim: Option<&PersistentVolumeClaim>) -> bool {
-    !member.spec.storage.is_memory()
-        && claim.is_none()
-        && member.status.as_ref().is_some_and(|s| s.pvc_name.is_some())
-}
-
-/// The claim is still Pending and its StorageClass binds at once (`Immediate`): a Pod would be
-/// unschedulable until it binds. With `WaitForFirstConsumer` (or a class that cannot be read)
-/// the Pod must come first.
-async fn waits_for_binding(claim: &PersistentVolumeClaim, ctx: &Context) -> bool {
-    let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-    if bound {
-        return false;
-    }
+/// Whether a claim's StorageClass binds at once (`Immediate`, the Kubernetes default). With
+/// `WaitForFirstConsumer`, or a class that cannot be read, the Pod must come first.
+async fn binds_immediately(claim: &PersistentVolumeClaim, ctx: &Context) -> bool {
     let Some(class) = claim
         .spec
         .as_ref()
@@ -395,34 +318,32 @@ async fn waits_for_binding(claim: &PersistentVolumeClaim, ctx: &Context) -> bool
     }
 }
 
-async fn ensure_pvc(
+async fn create_pvc(
     member: &EtcdMember,
-    existing: Option<PersistentVolumeClaim>,
     pvcs: &Api<PersistentVolumeClaim>,
-    uid: &str,
     ctx: &Context,
-) -> Result<PersistentVolumeClaim, Error> {
-    let want = member_pvc(member)?.ok_or(Error::NoUid)?;
+) -> Result<(), Error> {
+    let Some(want) = member_pvc(member)? else {
+        return Ok(());
+    };
     let pvc_name = want.name_any();
-    match existing {
-        Some(existing) if controller_uid(&existing).as_deref() != Some(uid) => Err(Error::Conflict(format!(
-            "PVC {pvc_name} exists but is not owned by this EtcdMember; it is never adopted, waiting for it to be garbage-collected"
-        ))),
-        Some(existing) => Ok(existing),
-        None => {
-            let created = pvcs.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &want)
-                .await?;
-            ctx.event(
-                member,
-                false,
-                "PVCCreated",
-                "Create",
-                format!("created PVC {pvc_name} for the member's data"),
-            )
-            .await;
-            Ok(created)
-        }
-    }
+    pvcs.create(
+        &PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        },
+        &want,
+    )
+    .await?;
+    ctx.event(
+        member,
+        false,
+        "PVCCreated",
+        "Create",
+        format!("created PVC {pvc_name} for the member's data"),
+    )
+    .await;
+    Ok(())
 }
 
 /// Keep the voter label in step with etcd, put back the operator's labels if someone removed

@@ -1,0 +1,231 @@
+//! The member planner: from what the member controller observed — the EtcdMember, its Pod and
+//! its data claim — to the one step of this reconcile and the `Ready` condition to show. Pure;
+//! the reconciler around it only reads, performs the step and writes status.
+
+use api::conditions::reason;
+use api::labels;
+
+/// The member's data claim, as far as the next step cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// A Memory member: its data lives in the Pod's tmpfs.
+    NotUsed,
+    Missing,
+    /// Exists but not Bound; `immediate` when its StorageClass binds at once (a Pod created now
+    /// would be unschedulable until it binds).
+    Pending {
+        immediate: bool,
+    },
+    Bound,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberFacts {
+    pub name: String,
+    /// `spec.initialCluster` is empty: not added to etcd yet.
+    pub pending: bool,
+    pub dormant: bool,
+    /// `status.podUID`: the member had a Pod (for a Memory member, its data lived there).
+    pub had_pod: bool,
+    /// `status.pvcName`: this controller created the member's claim before.
+    pub claim_recorded: bool,
+    pub claim: Option<Claim>,
+    /// The member's own Pod (by name, owned by the member).
+    pub pod: Option<PodFacts>,
+    pub member_id_known: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodFacts {
+    pub ready: bool,
+    pub deleting: bool,
+}
+
+/// What to do this reconcile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing to create or delete.
+    None,
+    /// A dormant member's Pod goes; its PVC stays.
+    DeletePod,
+    CreateClaim,
+    CreatePod,
+    /// Keep the running Pod's labels and annotations in step; read etcd's version when Ready.
+    SyncPod,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberPlan {
+    pub step: Step,
+    /// `Ready`: status, reason, message.
+    pub ready: (bool, &'static str, String),
+}
+
+fn not_ready(step: Step, why: String) -> MemberPlan {
+    MemberPlan {
+        step,
+        ready: (false, reason::POD_NOT_READY, why),
+    }
+}
+
+pub fn plan(f: &MemberFacts) -> MemberPlan {
+    let pvc = labels::pvc_name(&f.name);
+    if f.pending {
+        return not_ready(
+            Step::None,
+            "the member is being added to etcd; its Pod is created once it has an initial cluster"
+                .into(),
+        );
+    }
+    if f.dormant {
+        let alive = f.pod.is_some_and(|p| !p.deleting);
+        return MemberPlan {
+            step: if alive { Step::DeletePod } else { Step::None },
+            ready: (
+                false,
+                reason::PAUSED,
+                format!(
+                    "the cluster is paused; the member is dormant and its data is kept on PVC {pvc}"
+                ),
+            ),
+        };
+    }
+    if f.claim == Some(Claim::Missing) && f.claim_recorded {
+        // Its data went with the claim. Started again on a new, empty volume it would come back
+        // under its old etcd member ID with an empty Raft log, and could acknowledge entries it
+        // never stored: the cluster controller removes it from etcd and adds a new member.
+        return not_ready(
+            Step::None,
+            format!(
+                "PVC {pvc} is gone with the member's data; the member is not restarted on an \
+                 empty volume, it is removed from etcd and replaced"
+            ),
+        );
+    }
+    match (f.pod, f.claim) {
+        (None, Some(Claim::Missing)) => not_ready(
+            Step::CreateClaim,
+            format!("creating PVC {pvc} for the member's data"),
+        ),
+        (None, Some(Claim::Pending { immediate: true })) => {
+            // A Pod created before its Immediate-binding claim is bound is unschedulable and
+            // lands in the scheduler's back-off; the claim's binding wakes this reconcile.
+            not_ready(
+                Step::None,
+                format!("waiting for PVC {pvc} to be bound before creating the Pod"),
+            )
+        }
+        (None, Some(Claim::NotUsed)) if f.had_pod => not_ready(
+            Step::None,
+            "the Pod and its in-memory data are gone; the member is being replaced".into(),
+        ),
+        (None, _) => not_ready(
+            Step::CreatePod,
+            "the Pod was created and is starting".into(),
+        ),
+        (Some(p), _) if !p.ready => {
+            not_ready(Step::SyncPod, format!("Pod {} is not ready", f.name))
+        }
+        (Some(_), _) if !f.member_id_known => MemberPlan {
+            step: Step::SyncPod,
+            ready: (
+                false,
+                reason::DISCOVERING_MEMBER_ID,
+                "the Pod is ready; waiting for etcd to report the member ID".into(),
+            ),
+        },
+        (Some(_), _) => MemberPlan {
+            step: Step::SyncPod,
+            ready: (true, reason::POD_READY, format!("Pod {} is ready", f.name)),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(claim: Claim) -> MemberFacts {
+        MemberFacts {
+            name: "c-a".into(),
+            had_pod: true,
+            claim_recorded: claim != Claim::NotUsed,
+            claim: Some(claim),
+            pod: Some(PodFacts {
+                ready: true,
+                deleting: false,
+            }),
+            member_id_known: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_new_member_gets_its_claim_then_waits_for_binding_then_its_pod() {
+        let mut f = running(Claim::Missing);
+        f.pod = None;
+        f.had_pod = false;
+        f.claim_recorded = false;
+        assert_eq!(plan(&f).step, Step::CreateClaim);
+        f.claim = Some(Claim::Pending { immediate: true });
+        let p = plan(&f);
+        assert_eq!(p.step, Step::None);
+        assert!(p.ready.2.contains("bound"), "{}", p.ready.2);
+        // WaitForFirstConsumer binds only once a Pod uses the claim: the Pod comes first.
+        f.claim = Some(Claim::Pending { immediate: false });
+        assert_eq!(plan(&f).step, Step::CreatePod);
+        f.claim = Some(Claim::Bound);
+        assert_eq!(plan(&f).step, Step::CreatePod);
+    }
+
+    #[test]
+    fn a_member_whose_claim_is_gone_gets_neither_claim_nor_pod() {
+        let mut f = running(Claim::Missing);
+        f.pod = None;
+        let p = plan(&f);
+        assert_eq!(p.step, Step::None);
+        assert!(!p.ready.0);
+        assert!(p.ready.2.contains("data-c-a is gone"), "{}", p.ready.2);
+    }
+
+    #[test]
+    fn a_memory_member_that_lost_its_pod_is_not_restarted() {
+        let mut f = running(Claim::NotUsed);
+        f.pod = None;
+        assert_eq!(plan(&f).step, Step::None);
+        f.had_pod = false;
+        assert_eq!(plan(&f).step, Step::CreatePod);
+    }
+
+    #[test]
+    fn pending_and_dormant_members_run_no_pod() {
+        let mut f = running(Claim::Bound);
+        f.pending = true;
+        f.pod = None;
+        assert_eq!(plan(&f).step, Step::None);
+        let mut f = running(Claim::Bound);
+        f.dormant = true;
+        let p = plan(&f);
+        assert_eq!(p.step, Step::DeletePod);
+        assert_eq!(p.ready.1, reason::PAUSED);
+        assert!(p.ready.2.contains("data-c-a"), "{}", p.ready.2);
+        f.pod = Some(PodFacts {
+            ready: false,
+            deleting: true,
+        });
+        assert_eq!(plan(&f).step, Step::None);
+    }
+
+    #[test]
+    fn ready_needs_the_pod_ready_and_the_member_id_known() {
+        let mut f = running(Claim::Bound);
+        assert_eq!(plan(&f).ready.1, reason::POD_READY);
+        f.member_id_known = false;
+        assert_eq!(plan(&f).ready.1, reason::DISCOVERING_MEMBER_ID);
+        f.pod = Some(PodFacts::default());
+        assert_eq!(
+            plan(&f).ready,
+            (false, reason::POD_NOT_READY, "Pod c-a is not ready".into())
+        );
+    }
+}
