@@ -51,6 +51,11 @@ fn committed_crds_parse_as_apiextensions_v1() {
             "EtcdSnapshot",
             false,
         ),
+        (
+            "etcddefrags.etcd-operator.cozystack.io",
+            "EtcdDefrag",
+            false,
+        ),
     ];
     for (name, kind, scale) in expected {
         let text = committed(&format!("{name}.yaml"));
