@@ -106,4 +106,8 @@ fn printer_columns_match_the_contract() {
         ["Cluster", "Version", "Running", "Ready", "Age"]
     );
     assert_eq!(columns("EtcdSnapshot"), ["Cluster", "Phase", "Age"]);
+    assert_eq!(
+        columns("EtcdDefrag"),
+        ["Cluster", "Phase", "Defragmented", "Age"]
+    );
 }
