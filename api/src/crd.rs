@@ -5,7 +5,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
-use crate::v1alpha2::{EtcdCluster, EtcdMember, EtcdSnapshot};
+use crate::v1alpha2::{EtcdCluster, EtcdDefrag, EtcdMember, EtcdSnapshot};
 
 /// The bound of an `int64` field without one of its own: 2^53 - 1, the largest integer that a
 /// JSON reader holding numbers as doubles (and the schema's own `maximum`, a double) keeps
@@ -14,7 +14,12 @@ pub const INT64_FIELD_MAX: i64 = (1 << 53) - 1;
 
 /// Every CRD of the API, in a stable order, every integer field bounded (see [`bound_integers`]).
 pub fn all() -> Vec<CustomResourceDefinition> {
-    let mut crds = vec![EtcdCluster::crd(), EtcdMember::crd(), EtcdSnapshot::crd()];
+    let mut crds = vec![
+        EtcdCluster::crd(),
+        EtcdMember::crd(),
+        EtcdSnapshot::crd(),
+        EtcdDefrag::crd(),
+    ];
     for crd in &mut crds {
         for version in &mut crd.spec.versions {
             if let Some(schema) = version

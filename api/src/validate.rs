@@ -16,9 +16,10 @@ use serde::Serialize;
 
 use crate::quantity;
 use crate::v1alpha2::{
-    EtcdClusterSpec, EtcdSnapshotSpec, PvcLocation, RestoreSource, S3Location, SnapshotDestination,
-    StorageMedium, CLUSTER_NAME_MAX_LEN, MAX_PROGRESS_DEADLINE_SECONDS, MAX_QUOTA_BACKEND_BYTES,
-    MAX_REPLICAS, MAX_SNAPSHOT_COUNT, RETENTION_PATTERN, VERSION_PATTERN,
+    DefragRule, EtcdClusterSpec, EtcdDefragSpec, EtcdSnapshotSpec, PvcLocation, RestoreSource,
+    S3Location, SnapshotDestination, StorageMedium, CLUSTER_NAME_MAX_LEN,
+    MAX_PROGRESS_DEADLINE_SECONDS, MAX_QUOTA_BACKEND_BYTES, MAX_REPLICAS, MAX_SNAPSHOT_COUNT,
+    QUOTA_USAGE_PATTERN, RETENTION_PATTERN, VERSION_PATTERN,
 };
 
 /// One broken rule.
@@ -91,6 +92,9 @@ static VERSION_RE: LazyLock<regex::Regex> =
     LazyLock::new(|| regex::Regex::new(VERSION_PATTERN).expect("VERSION_PATTERN is a valid regex"));
 static RETENTION_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
     regex::Regex::new(RETENTION_PATTERN).expect("RETENTION_PATTERN is a valid regex")
+});
+static QUOTA_USAGE_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
+    regex::Regex::new(QUOTA_USAGE_PATTERN).expect("QUOTA_USAGE_PATTERN is a valid regex")
 });
 
 /// Deserialize a `spec` (or any typed part of an object; `prefix` is its path, empty for a whole
@@ -225,10 +229,11 @@ pub fn object(
             out
         }
         "EtcdSnapshot" => judge::<EtcdSnapshotSpec>(new, old, snapshot_create, snapshot_update),
+        "EtcdDefrag" => judge::<EtcdDefragSpec>(new, old, defrag_create, defrag_update),
         other => vec![Violation::new(
             "kind",
             format!("{other:?} is not validated here"),
-            "send only EtcdCluster and EtcdSnapshot objects to this validator",
+            "send only EtcdCluster, EtcdSnapshot and EtcdDefrag objects to this validator",
         )],
     }
 }
@@ -899,15 +904,163 @@ pub fn snapshot_create(spec: &EtcdSnapshotSpec) -> Vec<Violation> {
 /// Every violation of an EtcdSnapshot update: the spec never changes.
 pub fn snapshot_update(old: &EtcdSnapshotSpec, new: &EtcdSnapshotSpec) -> Vec<Violation> {
     let mut out = snapshot_create(new);
-    if old != new {
-        out.push(changed(
+    out.extend(spec_unchanged(
+        old,
+        new,
+        "cannot be changed: a snapshot's spec is immutable, it is taken once",
+        "EtcdSnapshot",
+    ));
+    out
+}
+
+/// The violation of a one-shot kind's update that changes its spec (which is immutable).
+fn spec_unchanged<T: PartialEq + Serialize>(
+    old: &T,
+    new: &T,
+    message: &str,
+    kind: &str,
+) -> Option<Violation> {
+    (old != new).then(|| {
+        changed(
             "spec",
             old,
             new,
-            "cannot be changed: a snapshot's spec is immutable, it is taken once",
-            "create a new EtcdSnapshot with another name instead of editing this one".to_string(),
-        ));
+            message,
+            format!("create a new {kind} with another name instead of editing this one"),
+        )
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// EtcdDefrag
+
+/// A positive quantity (`freeSpaceAbove`, `minReclaim`), parsed; `None` after reporting why not.
+fn positive_quantity(
+    field: &str,
+    q: &Quantity,
+    example: &str,
+    out: &mut Vec<Violation>,
+) -> Option<quantity::ParsedQuantity> {
+    match quantity::parse(q) {
+        Err(e) => {
+            out.push(Violation::new(
+                field,
+                format!("must be a quantity: {e}"),
+                format!("write a size such as {example}"),
+            ));
+            None
+        }
+        Ok(parsed) if !parsed.is_positive() => {
+            out.push(
+                Violation::new(
+                    field,
+                    "must be greater than 0",
+                    format!("write a size such as {example}, or leave it unset for the default"),
+                )
+                .value(&q.0),
+            );
+            None
+        }
+        Ok(parsed) => Some(parsed),
     }
+}
+
+fn defrag_rule(rule: &DefragRule) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let prefix = "spec.rule";
+    if rule.is_all() {
+        let others: Vec<&str> = [
+            ("freeSpaceAbove", rule.free_space_above.is_some()),
+            ("quotaUsageAbove", rule.quota_usage_above.is_some()),
+            ("minReclaim", rule.min_reclaim.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect();
+        if !others.is_empty() {
+            out.push(Violation::new(
+                prefix,
+                format!(
+                    "all=true defragments every member unconditionally and cannot be combined with {}",
+                    others.join(", ")
+                ),
+                "remove those fields, or set all=false to defragment by the size gate",
+            ));
+        }
+    }
+    if let Some(p) = &rule.quota_usage_above {
+        if !QUOTA_USAGE_RE.is_match(p) {
+            out.push(
+                Violation::new(
+                    format!("{prefix}.quotaUsageAbove"),
+                    "must be a whole percentage from 1% to 100%",
+                    "write e.g. 80%",
+                )
+                .value(p),
+            );
+        }
+    }
+    let free = positive_quantity(
+        &format!("{prefix}.freeSpaceAbove"),
+        &rule.free_space_above(),
+        "200Mi",
+        &mut out,
+    );
+    let min = positive_quantity(
+        &format!("{prefix}.minReclaim"),
+        &rule.min_reclaim(),
+        "32Mi",
+        &mut out,
+    );
+    if let (Some(free), Some(min)) = (free, min) {
+        if min > free {
+            out.push(
+                Violation::new(
+                    format!("{prefix}.minReclaim"),
+                    format!(
+                        "must not be above freeSpaceAbove ({}; defaults: minReclaim 32Mi, \
+                         freeSpaceAbove 200Mi): a member with that much reclaimable space is \
+                         defragmented anyway",
+                        rule.free_space_above().0
+                    ),
+                    "lower minReclaim or raise freeSpaceAbove",
+                )
+                .value(&rule.min_reclaim().0),
+            );
+        }
+    }
+    out
+}
+
+/// Every violation of an EtcdDefrag spec on create.
+pub fn defrag_create(spec: &EtcdDefragSpec) -> Vec<Violation> {
+    let mut out = Vec::new();
+    out.extend(non_empty("spec.clusterRef.name", &spec.cluster_ref.name));
+    if let Some(rule) = &spec.rule {
+        out.extend(defrag_rule(rule));
+    }
+    if let Some(ttl) = spec.ttl_seconds_after_finished.filter(|t| *t < 0) {
+        out.push(
+            Violation::new(
+                "spec.ttlSecondsAfterFinished",
+                "must be 0 or more",
+                "leave it unset to keep the object after it finishes",
+            )
+            .value(ttl),
+        );
+    }
+    out
+}
+
+/// Every violation of an EtcdDefrag update: the spec never changes.
+pub fn defrag_update(old: &EtcdDefragSpec, new: &EtcdDefragSpec) -> Vec<Violation> {
+    let mut out = defrag_create(new);
+    out.extend(spec_unchanged(
+        old,
+        new,
+        "cannot be changed: a defrag's spec is immutable, it runs once",
+        "EtcdDefrag",
+    ));
     out
 }
 

@@ -10,6 +10,7 @@ use serde_json::Value;
 struct Schemas {
     cluster: Value,
     snapshot: Value,
+    defrag: Value,
 }
 
 fn schemas() -> Schemas {
@@ -27,7 +28,12 @@ fn schemas() -> Schemas {
     };
     let cluster = take("EtcdCluster");
     let snapshot = take("EtcdSnapshot");
-    Schemas { cluster, snapshot }
+    let defrag = take("EtcdDefrag");
+    Schemas {
+        cluster,
+        snapshot,
+        defrag,
+    }
 }
 
 /// The structural schema written as plain JSON Schema: `nullable` becomes a null type, and
@@ -190,6 +196,7 @@ fn crd_schema_and_rust_validator_agree_on_every_corpus_case() {
         let schema = match case.kind.as_str() {
             "EtcdCluster" => &schemas.cluster,
             "EtcdSnapshot" => &schemas.snapshot,
+            "EtcdDefrag" => &schemas.defrag,
             k => panic!("{}: unknown kind {k}", case.name),
         };
         let obj = case.object("x", "default");

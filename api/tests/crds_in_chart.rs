@@ -51,6 +51,11 @@ fn committed_crds_parse_as_apiextensions_v1() {
             "EtcdSnapshot",
             false,
         ),
+        (
+            "etcddefrags.etcd-operator.cozystack.io",
+            "EtcdDefrag",
+            false,
+        ),
     ];
     for (name, kind, scale) in expected {
         let text = committed(&format!("{name}.yaml"));
@@ -101,4 +106,8 @@ fn printer_columns_match_the_contract() {
         ["Cluster", "Version", "Running", "Ready", "Age"]
     );
     assert_eq!(columns("EtcdSnapshot"), ["Cluster", "Phase", "Age"]);
+    assert_eq!(
+        columns("EtcdDefrag"),
+        ["Cluster", "Phase", "Defragmented", "Age"]
+    );
 }

@@ -374,7 +374,7 @@ fn client_config(url: String, ca_pem: &str) -> WebhookClientConfig {
     }
 }
 
-/// The validating registration: EtcdCluster and EtcdSnapshot CREATE and UPDATE; EtcdMember
+/// The validating registration: EtcdCluster, EtcdSnapshot and EtcdDefrag CREATE and UPDATE; EtcdMember
 /// CREATE and UPDATE, the status subresource included (a rule for `etcdmembers` alone does not
 /// cover `etcdmembers/status`, and a status write of `isVoter: false` would make the member's
 /// deletion skip the etcd MemberRemove); at `<url>/validate`.
@@ -405,7 +405,10 @@ pub fn validating_configuration(
 /// The rules of the validating registration (see [`validating_configuration`]).
 pub fn validating_rules() -> Vec<RuleWithOperations> {
     vec![
-        rule(&["etcdclusters", "etcdsnapshots"], &["CREATE", "UPDATE"]),
+        rule(
+            &["etcdclusters", "etcdsnapshots", "etcddefrags"],
+            &["CREATE", "UPDATE"],
+        ),
         rule(
             &["etcdmembers", "etcdmembers/status"],
             &["CREATE", "UPDATE"],
@@ -413,7 +416,7 @@ pub fn validating_rules() -> Vec<RuleWithOperations> {
     ]
 }
 
-/// The mutating registration at `<url>/mutate`: EtcdCluster and EtcdSnapshot CREATE and UPDATE
+/// The mutating registration at `<url>/mutate`: EtcdCluster, EtcdSnapshot and EtcdDefrag CREATE and UPDATE
 /// (rejections with the full violation list happen here, before the CRD's CEL rules run;
 /// defaults only on EtcdCluster CREATE).
 pub fn mutating_configuration(
@@ -436,7 +439,7 @@ pub fn mutating_configuration(
             timeout_seconds: Some(TIMEOUT_SECONDS),
             reinvocation_policy: Some("Never".to_string()),
             rules: Some(vec![rule(
-                &["etcdclusters", "etcdsnapshots"],
+                &["etcdclusters", "etcdsnapshots", "etcddefrags"],
                 &["CREATE", "UPDATE"],
             )]),
             ..Default::default()

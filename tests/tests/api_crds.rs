@@ -323,3 +323,73 @@ async fn spec_writes_ignore_status_and_status_writes_ignore_spec() {
     );
     assert_eq!(got.metadata.generation, Some(2));
 }
+
+/// The reference operator latches the whole spec into `status.observed` and reads it back (a
+/// pruned `storage.size` reads as "0" there and no PVC can be made): every field it writes must
+/// survive our schema, as must a reference-shaped EtcdDefrag with its status.
+#[tokio::test]
+async fn reference_shaped_observed_snapshot_and_defrag_status_are_kept_whole() {
+    let cp = control_plane().await;
+    let client = cp.client().or_panic();
+    let ns = cp.namespace("reference").await.or_panic();
+    let api = clusters(&client, &ns);
+    create_cluster(&client, &ns, "latched", json!({"version": "3.6.11"})).await;
+    let observed = json!({
+        "replicas": 3,
+        "version": "3.6.11",
+        "storage": {"size": "10Gi", "storageClassName": "fast"},
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+        "options": {"quotaBackendBytes": 8589934592i64, "autoCompactionMode": "periodic",
+                    "autoCompactionRetention": "1h", "snapshotCount": 10000},
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}},
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
+                                       "whenUnsatisfiable": "ScheduleAnyway"}],
+        "imagePullSecrets": [{"name": "registry"}],
+        "additionalMetadata": {"labels": {"team": "a"}, "annotations": {"note": "x"}},
+    });
+    api.patch_status(
+        "latched",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"observed": observed}})),
+    )
+    .await
+    .or_panic();
+    let got = api.get("latched").await.or_panic();
+    assert_eq!(got.data["status"]["observed"], observed, "{:?}", got.data);
+
+    let resource = corpus::resource("EtcdDefrag").expect("the EtcdDefrag CRD");
+    let defrags: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+    let spec = json!({"clusterRef": {"name": "latched"}, "ttlSecondsAfterFinished": 600,
+                      "rule": {"freeSpaceAbove": "100Mi", "quotaUsageAbove": "80%",
+                               "minReclaim": "16Mi"}});
+    let defrag: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": api::v1alpha2::API_VERSION, "kind": "EtcdDefrag",
+        "metadata": {"name": "weekly", "namespace": ns}, "spec": spec,
+    }))
+    .or_panic();
+    defrags
+        .create(&PostParams::default(), &defrag)
+        .await
+        .or_panic();
+    let status = json!({
+        "phase": "Complete", "startedAt": "2026-06-01T10:00:00Z",
+        "completedAt": "2026-06-01T10:05:00Z", "defragmented": 1,
+        "members": [{"name": "latched-abcde", "role": "follower", "outcome": "Defragmented",
+                     "dbSizeBefore": 300000000i64, "dbSizeAfter": 100000000i64,
+                     "reclaimedBytes": 200000000i64, "finishedAt": "2026-06-01T10:04:00Z"},
+                    {"name": "latched-fghij", "role": "leader", "outcome": "Skipped",
+                     "reason": "below freeSpaceAbove"}],
+    });
+    defrags
+        .patch_status(
+            "weekly",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
+        .await
+        .or_panic();
+    let got = defrags.get("weekly").await.or_panic();
+    assert_eq!(got.data["spec"], spec, "{:?}", got.data);
+    assert_eq!(got.data["status"], status, "{:?}", got.data);
+}

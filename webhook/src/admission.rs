@@ -3,7 +3,7 @@
 //! so every verdict is unit-testable; the HTTP edge is in [`crate::routes`].
 //!
 //! What gets judged:
-//! - `EtcdCluster` / `EtcdSnapshot` CREATE and UPDATE: every rule of [`api::validate`], denied
+//! - `EtcdCluster` / `EtcdSnapshot` / `EtcdDefrag` CREATE and UPDATE: every rule of [`api::validate`], denied
 //!   with the rendered list of violations (HTTP 200 review, `allowed: false`, status 422
 //!   `Invalid`). An UPDATE that leaves `spec` as it was (metadata, finalizers) is allowed, as
 //!   the apiserver's validation ratcheting does, so an object stored under older rules can
@@ -161,7 +161,7 @@ pub fn validate(req: &Request, policy: &Policy) -> AdmissionResponse {
         return response;
     }
     match (req.kind.kind.as_str(), &req.operation) {
-        ("EtcdCluster" | "EtcdSnapshot", Operation::Create | Operation::Update) => {
+        ("EtcdCluster" | "EtcdSnapshot" | "EtcdDefrag", Operation::Create | Operation::Update) => {
             validate_spec(req, response, policy)
         }
         ("EtcdMember", Operation::Create | Operation::Update) => {
@@ -348,7 +348,7 @@ fn guard_member(req: &Request, response: AdmissionResponse, policy: &Policy) -> 
     )
 }
 
-/// The mutating webhook: rejects invalid EtcdCluster and EtcdSnapshot writes with the full
+/// The mutating webhook: rejects invalid EtcdCluster, EtcdSnapshot and EtcdDefrag writes with the full
 /// violation list, then defaults EtcdCluster CREATE; everything else passes unchanged.
 ///
 /// The rejection lives here as well as in [`validate`] because the apiserver runs mutating
@@ -359,8 +359,10 @@ pub fn mutate(req: &Request, policy: &Policy) -> AdmissionResponse {
     if !ours(req) || req.sub_resource.is_some() {
         return response;
     }
-    if matches!(req.kind.kind.as_str(), "EtcdCluster" | "EtcdSnapshot")
-        && matches!(req.operation, Operation::Create | Operation::Update)
+    if matches!(
+        req.kind.kind.as_str(),
+        "EtcdCluster" | "EtcdSnapshot" | "EtcdDefrag"
+    ) && matches!(req.operation, Operation::Create | Operation::Update)
     {
         let verdict = validate_spec(req, response.clone(), policy);
         if !verdict.allowed {

@@ -1,4 +1,4 @@
-//! The etcd-operator admission webhook: validates `EtcdCluster` and `EtcdSnapshot` objects with
+//! The etcd-operator admission webhook: validates `EtcdCluster`, `EtcdSnapshot` and `EtcdDefrag` objects with
 //! the rules of [`api::validate`] (all violations at once, with fixes), keeps `EtcdMember`s
 //! operator-owned, defaults what CEL cannot (pod anti-affinity, memory limits for tmpfs
 //! members) and warns about risky choices. Served over rustls with a certificate re-read from

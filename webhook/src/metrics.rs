@@ -52,7 +52,7 @@ struct RequestLabels {
 }
 
 /// The kinds the webhook judges; any other kind (or group) is counted as `other`.
-const KINDS: [&str; 3] = ["EtcdCluster", "EtcdMember", "EtcdSnapshot"];
+const KINDS: [&str; 4] = ["EtcdCluster", "EtcdMember", "EtcdSnapshot", "EtcdDefrag"];
 
 /// The `kind` label of a reviewed object's group and kind.
 pub fn kind_label(group: &str, kind: &str) -> &'static str {
@@ -278,7 +278,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("etcd_operator_webhook_admission_requests_total{"))
             .collect();
-        assert_eq!(series.len(), 4, "{series:#?}");
+        assert_eq!(series.len(), KINDS.len() + 1, "{series:#?}");
         assert!(
             text.contains(r#"operation="UPDATE",kind="other",allowed="true"} 101"#),
             "{text}"

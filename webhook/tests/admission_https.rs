@@ -112,6 +112,57 @@ async fn webhook_lists_every_violation_with_old_and_new_values() {
 }
 
 #[tokio::test]
+async fn defrag_is_judged_by_the_mirror_on_create_and_its_spec_is_immutable() {
+    let harness = Harness::start().await;
+    let defrag = |rule: Value| {
+        json!({"apiVersion": "etcd-operator.cozystack.io/v1alpha2", "kind": "EtcdDefrag",
+               "metadata": {"name": "weekly", "namespace": "default"},
+               "spec": {"clusterRef": {"name": "main"}, "rule": rule}})
+    };
+    let good = defrag(json!({"freeSpaceAbove": "1Gi", "quotaUsageAbove": "80%"}));
+    for path in ["/validate", "/mutate"] {
+        let created = harness
+            .review(
+                path,
+                &review("CREATE", "EtcdDefrag", Some(good.clone()), None, "alice"),
+            )
+            .await;
+        assert_eq!(created["allowed"], true, "{path}: {created}");
+    }
+    // Two problems at once: all=true with a gate field, and minReclaim above freeSpaceAbove.
+    let bad = defrag(json!({"all": true, "freeSpaceAbove": "64Mi", "minReclaim": "128Mi"}));
+    for path in ["/validate", "/mutate"] {
+        let denied = harness
+            .review(
+                path,
+                &review("CREATE", "EtcdDefrag", Some(bad.clone()), None, "alice"),
+            )
+            .await;
+        assert_eq!(denied["allowed"], false, "{path}: {denied}");
+        let message = denied["status"]["message"].as_str().unwrap();
+        assert!(message.contains("(2 problems)"), "{message}");
+        for needle in ["spec.rule:", "all=true", "spec.rule.minReclaim", "128Mi"] {
+            assert!(message.contains(needle), "{needle} missing: {message}");
+        }
+    }
+    let updated = harness
+        .review(
+            "/validate",
+            &review(
+                "UPDATE",
+                "EtcdDefrag",
+                Some(defrag(json!({"all": true}))),
+                Some(good),
+                "alice",
+            ),
+        )
+        .await;
+    assert_eq!(updated["allowed"], false, "{updated}");
+    let message = updated["status"]["message"].as_str().unwrap();
+    assert!(message.contains("immutable"), "{message}");
+}
+
+#[tokio::test]
 async fn valid_snapshot_is_allowed_and_its_spec_is_immutable() {
     let harness = Harness::start().await;
     let snapshot = |bucket: &str| {

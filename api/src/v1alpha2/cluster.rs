@@ -281,16 +281,78 @@ pub struct RestoreSpec {
     pub source: RestoreSource,
 }
 
-/// The target the operator locked in (see the locking pattern).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// The target the operator locked in (see the locking pattern): a snapshot of every spec field
+/// that members are built from, taken when the operator starts working towards it. Members are
+/// created from this snapshot, never from `spec` directly, so an edit made while a target is in
+/// flight waits until that target is reached (or its deadline passes).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ObservedSpec {
     pub replicas: i32,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub version: String,
+    /// Absent only in a snapshot written by an operator version that latched replicas and
+    /// version alone (see [`ObservedSpec::is_legacy`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<StorageSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<EtcdOptions>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub additional_metadata: Option<AdditionalMetadata>,
     /// The `metadata.generation` this target was taken from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
+}
+
+impl ObservedSpec {
+    /// The snapshot of `spec` (and the generation it was taken from) that the locking pattern
+    /// latches.
+    pub fn of(spec: &EtcdClusterSpec, generation: Option<i64>) -> Self {
+        Self {
+            replicas: spec.replicas,
+            version: spec.version.clone(),
+            storage: Some(spec.storage.clone()),
+            resources: spec.resources.clone(),
+            options: spec.options.clone(),
+            affinity: spec.affinity.clone(),
+            topology_spread_constraints: spec.topology_spread_constraints.clone(),
+            image_pull_secrets: spec.image_pull_secrets.clone(),
+            additional_metadata: spec.additional_metadata.clone(),
+            generation,
+        }
+    }
+
+    /// Written by an operator version that latched only replicas and version (it built members
+    /// from the live spec for every other field): it has no `storage`, which every snapshot
+    /// taken now has.
+    pub fn is_legacy(&self) -> bool {
+        self.storage.is_none()
+    }
+
+    /// Whether two snapshots ask for the same target: every latched field equal (the generation
+    /// it was taken from does not count).
+    pub fn same_target(&self, other: &Self) -> bool {
+        Self {
+            generation: None,
+            ..self.clone()
+        } == Self {
+            generation: None,
+            ..other.clone()
+        }
+    }
+
+    /// The storage this target asks for (a legacy snapshot's caller fills it from the spec).
+    pub fn storage(&self) -> StorageSpec {
+        self.storage.clone().unwrap_or_default()
+    }
 }
 
 /// Observed state of an etcd cluster.

@@ -9,7 +9,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{AdditionalMetadata, EtcdOptions, RestoreSource, StorageSpec};
+use super::cluster::RestoreSpec;
+use super::common::{AdditionalMetadata, EtcdOptions, SecretReference, StorageSpec};
 
 /// Desired state of one etcd member, copied from its cluster's locked spec at creation.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -73,9 +74,15 @@ pub struct EtcdMemberSpec {
     /// TLS material resolved from the cluster's spec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<MemberTls>,
-    /// Snapshot to restore the data directory from (seed of a restored cluster only).
+    /// Snapshot to restore the data directory from (seed of a restored cluster only); the same
+    /// shape as the cluster's `spec.bootstrap.restore`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub restore: Option<RestoreSource>,
+    pub restore: Option<RestoreSpec>,
+    /// Pods this member runs: 1, or 0 while dormant. Carried for wire compatibility with the
+    /// reference operator's EtcdMembers; this operator reads `dormant`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1))]
+    pub replicas: Option<i32>,
 }
 
 /// The Secrets a member Pod mounts, resolved from the cluster's `spec.tls`.
@@ -84,13 +91,16 @@ pub struct EtcdMemberSpec {
 pub struct MemberTls {
     /// Secret (`tls.crt`, `tls.key`, `ca.crt`) for the client listener.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_secret_name: Option<String>,
+    pub client_server_secret_ref: Option<SecretReference>,
     /// Whether clients must present a certificate (`--client-cert-auth`).
-    #[serde(default)]
-    pub client_cert_auth: bool,
+    #[serde(default, rename = "clientMTLS")]
+    pub client_mtls: bool,
     /// Secret (`tls.crt`, `tls.key`, `ca.crt`) for the peer listener.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peer_secret_name: Option<String>,
+    pub peer_secret_ref: Option<SecretReference>,
+    /// etcd's self-signed peer certificates (`--peer-auto-tls`), when no peer Secret is given.
+    #[serde(default, rename = "peerAutoTLS")]
+    pub peer_auto_tls: bool,
 }
 
 /// Observed state of one etcd member.
@@ -113,6 +123,14 @@ pub struct EtcdMemberStatus {
     /// The etcd version the member reports running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// Pods running for this member (0 or 1); carried for wire compatibility with the
+    /// reference operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// Label selector of this member's Pod; carried for wire compatibility with the reference
+    /// operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

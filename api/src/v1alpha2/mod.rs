@@ -6,11 +6,13 @@
 
 mod cluster;
 mod common;
+mod defrag;
 mod member;
 mod snapshot;
 
 pub use cluster::*;
 pub use common::*;
+pub use defrag::*;
 pub use member::*;
 pub use snapshot::*;
 

@@ -95,8 +95,8 @@ pub fn etcd_args(member: &EtcdMember) -> Result<Vec<String>, BuildError> {
         return Err(BuildError::PendingMember(name));
     }
     let tls = spec.tls.clone().unwrap_or_default();
-    let client_tls = tls.client_secret_name.is_some();
-    let peer_tls = tls.peer_secret_name.is_some();
+    let client_tls = tls.client_server_secret_ref.is_some();
+    let peer_tls = tls.peer_secret_ref.is_some();
     let cluster = &spec.cluster_name;
 
     let mut args = vec![
@@ -130,7 +130,7 @@ pub fn etcd_args(member: &EtcdMember) -> Result<Vec<String>, BuildError> {
             format!("--key-file={CLIENT_TLS_DIR}/tls.key"),
             format!("--trusted-ca-file={CLIENT_TLS_DIR}/ca.crt"),
         ]);
-        if tls.client_cert_auth {
+        if tls.client_mtls {
             args.push("--client-cert-auth".to_string());
         }
     }
@@ -221,12 +221,12 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
     let mut volumes = vec![data_volume];
     let mut mounts = vec![mount(DATA_VOLUME, DATA_DIR, false)];
     let tls = spec.tls.clone().unwrap_or_default();
-    if let Some(secret) = &tls.client_secret_name {
-        volumes.push(secret_volume("client-tls", secret));
+    if let Some(secret) = &tls.client_server_secret_ref {
+        volumes.push(secret_volume("client-tls", &secret.name));
         mounts.push(mount("client-tls", CLIENT_TLS_DIR, true));
     }
-    if let Some(secret) = &tls.peer_secret_name {
-        volumes.push(secret_volume("peer-tls", secret));
+    if let Some(secret) = &tls.peer_secret_ref {
+        volumes.push(secret_volume("peer-tls", &secret.name));
         mounts.push(mount("peer-tls", PEER_TLS_DIR, true));
     }
 
@@ -435,9 +435,10 @@ mod tests {
     fn tls_and_options_become_flags_and_mounts() {
         let mut m = member("c-x", "c", "n");
         m.spec.tls = Some(api::v1alpha2::MemberTls {
-            client_secret_name: Some("c-server-tls".into()),
-            client_cert_auth: true,
-            peer_secret_name: Some("c-peer-tls".into()),
+            client_server_secret_ref: Some(api::v1alpha2::SecretReference::new("c-server-tls")),
+            client_mtls: true,
+            peer_secret_ref: Some(api::v1alpha2::SecretReference::new("c-peer-tls")),
+            peer_auto_tls: false,
         });
         m.spec.options = Some(EtcdOptions {
             quota_backend_bytes: Some(8_589_934_592),

@@ -4,11 +4,13 @@
 //!
 //! The locking pattern: the first reconcile that sees a new spec copies it into
 //! `status.observed` with a deadline; until that target is reached (or the deadline passes) only
-//! `observed` is acted on. A deadline that passes before the cluster ID is latched is terminal
+//! `observed` is acted on. `observed` holds every field members are built from (replicas,
+//! version, storage, resources, options, affinity, topology spread, pull secrets, additional
+//! metadata), so an edit of any of them made mid-flight waits like a replicas edit does. A deadline that passes before the cluster ID is latched is terminal
 //! (`BootstrapFailed`); after it, the cluster parks (`DeadlineExceeded`) until the spec is edited.
 
 use api::conditions::reason;
-use api::v1alpha2::{EtcdCluster, ObservedSpec};
+use api::v1alpha2::{EtcdCluster, EtcdMemberSpec, ObservedSpec};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
@@ -171,7 +173,7 @@ pub enum Phase {
 
 /// The planner's verdict: the locked target, the deadline, what to do, and the facts the status
 /// writer needs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
     pub observed: ObservedSpec,
     pub progress_deadline: Option<Timestamp>,
@@ -251,16 +253,64 @@ fn edited_since_parked(cluster: &EtcdCluster) -> bool {
     }
 }
 
+/// The target the spec asks for now: a snapshot of every field members are built from.
 pub fn target_of(cluster: &EtcdCluster) -> ObservedSpec {
-    ObservedSpec {
-        replicas: cluster.spec.replicas,
-        version: cluster.spec.version.clone(),
-        generation: cluster.metadata.generation,
+    ObservedSpec::of(&cluster.spec, cluster.metadata.generation)
+}
+
+/// Any latched field that differs makes a new target (not only replicas or version).
+fn same_target(a: &ObservedSpec, b: &ObservedSpec) -> bool {
+    a.same_target(b)
+}
+
+/// The spec of the next EtcdMember, built from the locked target (`status.observed`), not from
+/// the live spec: a member created while an edit waits gets the target being worked on.
+pub fn member_spec(
+    cluster_name: &str,
+    target: &ObservedSpec,
+    cluster_token: String,
+    seed: bool,
+) -> EtcdMemberSpec {
+    EtcdMemberSpec {
+        cluster_name: cluster_name.to_string(),
+        version: target.version.clone(),
+        storage: target.storage(),
+        resources: target.resources.clone(),
+        affinity: target.affinity.clone(),
+        topology_spread_constraints: target.topology_spread_constraints.clone(),
+        additional_metadata: target.additional_metadata.clone(),
+        options: target.options.clone(),
+        image_pull_secrets: target.image_pull_secrets.clone(),
+        bootstrap: seed,
+        initial_cluster: String::new(),
+        cluster_token,
+        dormant: false,
+        tls: None,
+        restore: None,
+        replicas: None,
     }
 }
 
-fn same_target(a: &ObservedSpec, b: &ObservedSpec) -> bool {
-    a.replicas == b.replicas && a.version == b.version
+/// The latched target as this operator reads it. A snapshot written by an older operator
+/// version holds only replicas and version; that version built members from the live spec for
+/// everything else, so the rest is read from the spec as it is now (the next status write
+/// records the whole snapshot).
+fn latched_target(
+    status_observed: Option<&ObservedSpec>,
+    spec_target: &ObservedSpec,
+) -> Option<ObservedSpec> {
+    status_observed.map(|current| {
+        if current.is_legacy() {
+            ObservedSpec {
+                replicas: current.replicas,
+                version: current.version.clone(),
+                generation: current.generation,
+                ..spec_target.clone()
+            }
+        } else {
+            current.clone()
+        }
+    })
 }
 
 fn live(members: &[MemberView]) -> impl Iterator<Item = &MemberView> {
@@ -402,7 +452,8 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     // --- locking ---
     let mut locked_because = None;
     let mut deadline = status.progress_deadline.as_ref().map(|t| t.0);
-    let observed = match &status.observed {
+    let latched = latched_target(status.observed.as_ref(), &spec_target);
+    let observed = match &latched {
         None => {
             locked_because = Some(reason::INITIAL_SNAPSHOT);
             deadline = Some(o.now + deadline_in);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use api::conditions::{cluster as ctype, reason};
 use api::labels;
-use api::v1alpha2::{EtcdCluster, EtcdClusterStatus, EtcdMember, EtcdMemberSpec, EtcdMemberStatus};
+use api::v1alpha2::{EtcdCluster, EtcdClusterStatus, EtcdMember, EtcdMemberStatus, ObservedSpec};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -243,7 +243,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     match &plan.action {
         Action::CreateSeed => {
             tracing::info!(cluster = %name, "bootstrapping single-node cluster");
-            let seed = create_member(cluster, ctx, &plan.observed.version, true).await?;
+            let seed = create_member(cluster, ctx, &plan.observed, true).await?;
             let seed_name = seed.name_any();
             let url = naming::peer_url(&seed_name, &name, &ns, cluster.spec.peer_tls());
             set_initial_cluster(&members_api, &seed_name, &format!("{seed_name}={url}")).await?;
@@ -257,7 +257,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
             .await;
         }
         Action::CreateMember => {
-            let member = create_member(cluster, ctx, &plan.observed.version, false).await?;
+            let member = create_member(cluster, ctx, &plan.observed, false).await?;
             let member_name = member.name_any();
             let url = naming::peer_url(&member_name, &name, &ns, cluster.spec.peer_tls());
             // Continue the same step at once; each part is recoverable if we crash in between.
@@ -612,16 +612,17 @@ pub fn status_merge_patch<T: serde::Serialize>(
     Ok(patch)
 }
 
+/// Create the next EtcdMember from the locked target (`status.observed`), never from the live
+/// spec: an edit made while this target is in flight waits for the next target.
 async fn create_member(
     cluster: &EtcdCluster,
     ctx: &Context,
-    version: &str,
+    target: &ObservedSpec,
     seed: bool,
 ) -> Result<EtcdMember, Error> {
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
     let name = cluster.name_any();
     let owner = cluster.controller_owner_ref(&()).ok_or(Error::NoUid)?;
-    let spec = &cluster.spec;
     let token = cluster
         .status
         .as_ref()
@@ -633,9 +634,9 @@ async fn create_member(
             namespace: Some(ns.clone()),
             labels: Some(labels::merge_user_metadata(
                 labels::cluster_labels(&name),
-                spec.additional_metadata.as_ref().map(|m| &m.labels),
+                target.additional_metadata.as_ref().map(|m| &m.labels),
             )),
-            annotations: spec
+            annotations: target
                 .additional_metadata
                 .as_ref()
                 .map(|m| labels::merge_user_metadata(BTreeMap::new(), Some(&m.annotations)))
@@ -644,23 +645,7 @@ async fn create_member(
             finalizers: Some(vec![labels::MEMBER_CLEANUP_FINALIZER.to_string()]),
             ..Default::default()
         },
-        spec: EtcdMemberSpec {
-            cluster_name: name.clone(),
-            version: version.to_string(),
-            storage: spec.storage.clone(),
-            resources: spec.resources.clone(),
-            affinity: spec.affinity.clone(),
-            topology_spread_constraints: spec.topology_spread_constraints.clone(),
-            additional_metadata: spec.additional_metadata.clone(),
-            options: spec.options.clone(),
-            image_pull_secrets: spec.image_pull_secrets.clone(),
-            bootstrap: seed,
-            initial_cluster: String::new(),
-            cluster_token: token,
-            dormant: false,
-            tls: None,
-            restore: None,
-        },
+        spec: plan::member_spec(&name, target, token, seed),
         status: None,
     };
     let api: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);

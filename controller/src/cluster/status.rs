@@ -326,7 +326,7 @@ mod tests {
             observed: ObservedSpec {
                 replicas,
                 version: "3.6.11".into(),
-                generation: None,
+                ..Default::default()
             },
             progress_deadline: None,
             locked_because: None,

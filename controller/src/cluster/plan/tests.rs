@@ -29,8 +29,7 @@ fn locked(
     Some(EtcdClusterStatus {
         observed: Some(ObservedSpec {
             replicas,
-            version: "3.6.11".into(),
-            generation: None,
+            ..ObservedSpec::of(&cluster(replicas, None).spec, None)
         }),
         cluster_id: cluster_id.map(|id| format!("{id:016x}")),
         progress_deadline: deadline.map(|d| Time(ts(d))),
@@ -862,4 +861,138 @@ fn version_edit_reaches_the_membership_target_but_reports_the_pending_rollout() 
         "{}",
         progressing.message
     );
+}
+
+fn resources(memory: &str) -> k8s_openapi::api::core::v1::ResourceRequirements {
+    k8s_openapi::api::core::v1::ResourceRequirements {
+        limits: Some(
+            [(
+                "memory".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity(memory.into()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// Two voters serving, mid-way through a scale-up to 3.
+fn two_of_three_serving() -> (Vec<MemberView>, EtcdView) {
+    (
+        vec![m("c-a", 1), m("c-b", 2)],
+        etcd(vec![e(1, "c-a", false), e(2, "c-b", false)]),
+    )
+}
+
+#[test]
+fn resources_edit_during_a_scale_up_waits_for_the_next_target() {
+    // Locked at 3 with 1Gi; two members serve; the user now sets a 2Gi limit.
+    let mut c = cluster(3, locked(3, Some(0xabc), Some(700)));
+    c.status
+        .as_mut()
+        .unwrap()
+        .observed
+        .as_mut()
+        .unwrap()
+        .resources = Some(resources("1Gi"));
+    c.spec.resources = Some(resources("2Gi"));
+    let (two, two_in_etcd) = two_of_three_serving();
+    let p = run(&c, two, two_in_etcd);
+    assert_eq!(p.locked_because, None);
+    assert_eq!(p.action, Action::CreateMember);
+    // The member created next is built from the locked target, not the edited spec.
+    let next = member_spec("c", &p.observed, "tok".into(), false);
+    assert_eq!(next.resources, Some(resources("1Gi")));
+    assert_eq!(next.version, "3.6.11");
+
+    // Once 3 serve the old target is reached and the edit is latched as a new target.
+    let three = vec![m("c-a", 1), m("c-b", 2), m("c-c", 3)];
+    let p = run(
+        &c,
+        three,
+        etcd(vec![
+            e(1, "c-a", false),
+            e(2, "c-b", false),
+            e(3, "c-c", false),
+        ]),
+    );
+    assert_eq!(p.locked_because, Some(reason::SPEC_CHANGED));
+    assert_eq!(p.observed.resources, Some(resources("2Gi")));
+    let next = member_spec("c", &p.observed, "tok".into(), false);
+    assert_eq!(next.resources, Some(resources("2Gi")));
+}
+
+#[test]
+fn every_latched_field_makes_a_new_target() {
+    let base = cluster(3, None);
+    let t = target_of(&base);
+    assert!(same_target(&t, &target_of(&base)));
+    let mut other = base.clone();
+    other.metadata.generation = Some(9);
+    assert!(
+        same_target(&t, &target_of(&other)),
+        "generation alone is no new target"
+    );
+    type Edit = Box<dyn Fn(&mut EtcdClusterSpec)>;
+    let edits: Vec<(&str, Edit)> = vec![
+        ("replicas", Box::new(|s| s.replicas = 5)),
+        ("version", Box::new(|s| s.version = "3.6.12".into())),
+        ("storage", Box::new(|s| s.storage.size.0 = "2Gi".into())),
+        (
+            "resources",
+            Box::new(|s| s.resources = Some(resources("1Gi"))),
+        ),
+        (
+            "options",
+            Box::new(|s| {
+                s.options = Some(api::v1alpha2::EtcdOptions {
+                    snapshot_count: Some(5000),
+                    ..Default::default()
+                })
+            }),
+        ),
+        (
+            "affinity",
+            Box::new(|s| s.affinity = Some(Default::default())),
+        ),
+        (
+            "topologySpreadConstraints",
+            Box::new(|s| s.topology_spread_constraints = vec![Default::default()]),
+        ),
+        (
+            "imagePullSecrets",
+            Box::new(|s| s.image_pull_secrets = vec![Default::default()]),
+        ),
+        (
+            "additionalMetadata",
+            Box::new(|s| s.additional_metadata = Some(Default::default())),
+        ),
+    ];
+    for (field, edit) in edits {
+        let mut edited = base.clone();
+        edit(&mut edited.spec);
+        assert!(!same_target(&t, &target_of(&edited)), "{field}");
+    }
+}
+
+#[test]
+fn a_snapshot_from_an_older_operator_reads_the_other_fields_from_the_spec() {
+    // An older operator latched replicas and version only; a scale-up is in flight.
+    let mut c = cluster(5, locked(3, Some(0xabc), Some(700)));
+    c.spec.resources = Some(resources("2Gi"));
+    let legacy = ObservedSpec {
+        replicas: 3,
+        version: "3.6.11".into(),
+        ..Default::default()
+    };
+    assert!(legacy.is_legacy());
+    c.status.as_mut().unwrap().observed = Some(legacy);
+    let (two, two_in_etcd) = two_of_three_serving();
+    let p = run(&c, two, two_in_etcd);
+    // Still the locked replicas (the edit to 5 waits), the rest as that operator used it.
+    assert_eq!(p.observed.replicas, 3);
+    assert_eq!(p.locked_because, None);
+    assert_eq!(p.action, Action::CreateMember);
+    assert!(!p.observed.is_legacy());
+    assert_eq!(p.observed.resources, Some(resources("2Gi")));
 }
