@@ -621,7 +621,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         return out;
     }
 
-    out.action = plan_formed(o, &observed, &live_members, &peer_url);
+    out.action = plan_formed(o, &observed, &live_members, &peer_url, &out.facts);
     out
 }
 
@@ -692,6 +692,7 @@ fn plan_formed(
     target: &ObservedSpec,
     live: &[&MemberView],
     peer_url: &dyn Fn(&str) -> String,
+    facts: &Facts,
 ) -> Action {
     let etcd_members = match &o.etcd {
         EtcdView::Members { members, .. } => members.as_slice(),
@@ -735,18 +736,15 @@ fn plan_formed(
     }
 
     // 3. Ghosts: etcd members nothing describes. A learner never counts towards quorum; a voter
-    // is removed only while the serving voters keep a majority without it.
-    let voters = etcd_members.iter().filter(|m| !m.is_learner).count() as i32;
-    let ready_voters = live
+    // is removed only while the serving voters keep a majority without it. The counts are the
+    // facts already gathered from etcd's list (this branch runs only when etcd answered).
+    let (voters, ready_voters) = (facts.voters, facts.ready_voters);
+    if let Some(g) = facts
+        .ghosts
         .iter()
-        .filter(|m| is_ready(m))
-        .filter(|m| etcd_entry(&o.etcd, &peer_url(&m.name)).is_some_and(|e| !e.is_learner))
-        .count() as i32;
-    if let Some(g) = ghosts(etcd_members, &o.members, peer_url)
-        .into_iter()
         .find(|g| g.is_learner || can_remove_down_voter(ready_voters, voters))
     {
-        return Action::RemoveGhost(g);
+        return Action::RemoveGhost(g.clone());
     }
 
     // 4. Self-heal.

@@ -6,12 +6,11 @@ use api::conditions::{cluster as ctype, reason};
 use api::labels;
 use api::v1alpha2::{EtcdCluster, EtcdClusterStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
-pub use crate::conditions::set_condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::plan::{Action, Phase, Plan};
+use crate::conditions::set_condition;
 
 pub fn cluster_token(cluster: &EtcdCluster) -> String {
     format!(
