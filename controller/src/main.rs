@@ -52,6 +52,15 @@ struct Args {
     leader_election_namespace: Option<String>,
     #[arg(long, default_value = "etcd-operator-leader")]
     leader_election_lease: String,
+    /// Log lines as `text` or `json` (one JSON object per line, for log collectors).
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 /// `svc.<domain>` from the resolv.conf search line, as kubelet writes it for cluster Pods.
@@ -116,13 +125,15 @@ async fn shutdown_signal() {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn")),
-        )
-        .init();
     let args = Args::parse();
+    let subscriber = tracing_subscriber::fmt().with_env_filter(
+        tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn")),
+    );
+    match args.log_format {
+        LogFormat::Text => subscriber.init(),
+        LogFormat::Json => subscriber.json().init(),
+    }
     if args.operator_image.as_deref() == Some(PLACEHOLDER_IMAGE) {
         bail!(
             "OPERATOR_IMAGE is the placeholder {PLACEHOLDER_IMAGE}: set it (or --operator-image) to this operator's own image, \
@@ -217,6 +228,15 @@ async fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_format_is_text_unless_json_is_asked_for() {
+        let args = Args::parse_from(["etcd-operator"]);
+        assert_eq!(args.log_format, LogFormat::Text);
+        let args = Args::parse_from(["etcd-operator", "--log-format=json"]);
+        assert_eq!(args.log_format, LogFormat::Json);
+        assert!(Args::try_parse_from(["etcd-operator", "--log-format=yaml"]).is_err());
+    }
 
     #[test]
     fn cluster_domain_comes_from_the_svc_search_entry() {
