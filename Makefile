@@ -40,10 +40,11 @@ testbins: deps
 	bash tools/testbins/build.sh >/dev/null
 
 ## api: CRDs on a real kube-apiserver (current and 1.29): every validation rule, defaults,
-## printer columns, scale and status subresources; the test control plane itself.
+## printer columns, scale and status subresources; the test control plane itself; the Helm chart
+## (rendering in every mode, lint, apply, install/upgrade, RBAC on the real authorizer).
 api: testbins
 	$(CARGO) build --locked -p webhook --bins
-	$(CARGO) test --locked -p tests --test api_crds --test control_plane --test webhook_api --test status_writes
+	$(CARGO) test --locked -p tests --test api_crds --test control_plane --test webhook_api --test status_writes --test chart
 
 ## e2e: the pod runner (Pods as real local processes), then the operator binary driving real etcd
 ## members: bootstrap, scale, pause/resume, member loss, operator crashes in every scale-up window,

@@ -9,6 +9,7 @@ pub mod corpus;
 pub mod e2e;
 pub mod env;
 pub mod harness;
+pub mod helm;
 pub mod operator;
 pub mod podrunner;
 pub mod webhook;
