@@ -990,28 +990,44 @@ async fn install_plane() -> &'static ControlPlane {
     ControlPlane::builder().shared().await.or_panic()
 }
 
-/// `helm install etcd-operator` with the webhook (helm mode), once per test binary.
-async fn installed() -> &'static Helm {
-    static HELM: OnceCell<Helm> = OnceCell::const_new();
-    HELM.get_or_init(|| async {
-        let cp = install_plane().await;
-        let helm = Helm::new(Some(cp.kubeconfig())).or_panic();
-        let chart = helm::chart_dir();
-        helm.run([
-            "install",
-            RELEASE,
-            &chart.to_string_lossy(),
-            "--namespace",
-            NAMESPACE,
-            "--create-namespace",
-            "--set",
-            "webhook.enabled=true",
-        ])
+/// `helm install etcd-operator` with the webhook (helm mode), once per test binary: the client
+/// and what the install printed (the NOTES).
+async fn installed() -> &'static (Helm, String) {
+    static INSTALLED: OnceCell<(Helm, String)> = OnceCell::const_new();
+    INSTALLED
+        .get_or_init(|| async {
+            let cp = install_plane().await;
+            let helm = Helm::new(Some(cp.kubeconfig())).or_panic();
+            let chart = helm::chart_dir();
+            let out = helm
+                .run([
+                    "install",
+                    RELEASE,
+                    &chart.to_string_lossy(),
+                    "--namespace",
+                    NAMESPACE,
+                    "--create-namespace",
+                    "--set",
+                    "webhook.enabled=true",
+                ])
+                .await
+                .or_panic();
+            (helm, out)
+        })
         .await
-        .or_panic();
-        helm
-    })
-    .await
+}
+
+#[tokio::test]
+async fn install_notes_print_the_runbook_commands() {
+    let (_, out) = installed().await;
+    for command in [
+        "kubectl -n etcd-operator-system get deploy etcd-operator",
+        "kubectl logs -n etcd-operator-system deploy/etcd-operator -c manager",
+        "kubectl get validatingwebhookconfiguration,mutatingwebhookconfiguration etcd-operator-webhook",
+        "kind: EtcdCluster",
+    ] {
+        assert!(out.contains(command), "NOTES lack {command:?}:\n{out}");
+    }
 }
 
 /// Whether ServiceAccount `account` (namespace, name) may `verb` the resource, per the apiserver's
@@ -1227,7 +1243,7 @@ async fn watch_namespace_install_is_allowed_only_in_that_namespace() {
 #[tokio::test]
 async fn helm_upgrade_keeps_the_webhook_certificate_and_ca_bundle() {
     let cp = install_plane().await;
-    let helm = installed().await;
+    let (helm, _) = installed().await;
     let client = cp.client().or_panic();
     async fn snapshot(client: &kube::Client) -> (Value, Value, Value, String) {
         let secret = Api::<Secret>::namespaced(client.clone(), NAMESPACE)
