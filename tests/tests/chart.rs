@@ -851,8 +851,21 @@ async fn lint_strict_is_clean_in_every_mode() {
 // RBAC, as rendered
 // ---------------------------------------------------------------------------------------------
 
+type Grant = (String, String, String, Option<String>);
+
+/// `have == want`, or a failure listing what is missing and what is granted beyond the calls.
+fn assert_same_grants(have: &BTreeSet<Grant>, want: &BTreeSet<Grant>, what: &str) {
+    let missing: Vec<_> = want.difference(have).collect();
+    let extra: Vec<_> = have.difference(want).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "{what}: missing (a controller call would be denied) {missing:?}; granted beyond the \
+         controller's calls {extra:?}"
+    );
+}
+
 /// (group, resource, verb, resourceName) granted by `role`'s rules; no wildcard allowed.
-fn grants(role: &Value) -> BTreeSet<(String, String, String, Option<String>)> {
+fn grants(role: &Value) -> BTreeSet<Grant> {
     let mut out = BTreeSet::new();
     let strings = |v: &Value| -> Vec<String> {
         v.as_array()
@@ -891,7 +904,7 @@ fn grants(role: &Value) -> BTreeSet<(String, String, String, Option<String>)> {
     out
 }
 
-fn expected(scope: Scope) -> BTreeSet<(String, String, String, Option<String>)> {
+fn expected(scope: Scope) -> BTreeSet<Grant> {
     CONTROLLER_CALLS
         .iter()
         .filter(|c| c.3 == scope)
@@ -956,21 +969,25 @@ async fn rbac_grants_exactly_the_controller_calls_and_the_webhook_nothing() {
                 other => panic!("unexpected binding to {other:?}"),
             }
         }
-        assert_eq!(lease, expected(Scope::Lease), "the leader-election Role");
+        assert_same_grants(&lease, &expected(Scope::Lease), "the leader-election Role");
         match watch {
             None => {
                 let mut want = expected(Scope::Cluster);
                 want.extend(expected(Scope::Watched));
-                assert_eq!(cluster, want, "the ClusterRole");
+                assert_same_grants(&cluster, &want, "the ClusterRole");
                 assert!(watched.is_empty());
             }
             Some(ns) => {
-                assert_eq!(
-                    cluster,
-                    expected(Scope::Cluster),
-                    "only cluster-scoped reads stay cluster-wide"
+                assert_same_grants(
+                    &cluster,
+                    &expected(Scope::Cluster),
+                    "the ClusterRole (only cluster-scoped reads stay cluster-wide)",
                 );
-                assert_eq!(watched, expected(Scope::Watched), "the Role in {ns}");
+                assert_same_grants(
+                    &watched,
+                    &expected(Scope::Watched),
+                    &format!("the Role in {ns}"),
+                );
             }
         }
         // The webhook never calls the API.
