@@ -12,6 +12,7 @@ use std::io::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
+use clap::Parser as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -33,8 +34,8 @@ const RELEASE: &str = "etcd-operator";
 const NAMESPACE: &str = "etcd-operator-system";
 /// The chart's name for release `etcd-operator`.
 const FULLNAME: &str = "etcd-operator";
-/// webhook/src/config.rs DEFAULT_TLS_CERT_DIR: where the webhook reads its serving certificate.
-const WEBHOOK_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
+/// Where the webhook reads its serving certificate when no flag says otherwise.
+const WEBHOOK_CERT_DIR: &str = webhook::config::DEFAULT_TLS_CERT_DIR;
 const WEBHOOK_SERVICE_DNS: &str = "etcd-operator-webhook.etcd-operator-system.svc";
 
 fn report(line: &str) {
@@ -555,6 +556,17 @@ async fn webhook_values_map_to_its_flags_and_log_values_to_both_binaries() {
     assert_eq!(arg_value(c, "--memory-headroom").as_deref(), Some("512Mi"));
     assert_eq!(arg_value(c, "--log-json").as_deref(), Some("true"));
     assert_eq!(env_value(c, "RUST_LOG").as_deref(), Some("debug"));
+    // The webhook's own flag parser accepts what the chart passes, with the same meaning.
+    let config = webhook::Config::try_parse_from(
+        std::iter::once("etcd-operator-webhook".to_string()).chain(args(c)),
+    )
+    .unwrap_or_else(|e| panic!("the chart's webhook args do not parse: {e}"));
+    assert_eq!(config.anti_affinity, webhook::AntiAffinity::Required);
+    assert!(!config.memory_defaults);
+    assert_eq!(config.memory_headroom.0, "512Mi");
+    assert!(config.log_json);
+    assert_eq!(config.listen.port(), 8443);
+    assert_eq!(config.admin_listen.port(), 8080);
     let controller = r.deployment(FULLNAME);
     let manager = container(pod_spec(&controller), "manager");
     assert_eq!(arg_value(manager, "--log-format").as_deref(), Some("json"));
