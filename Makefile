@@ -33,7 +33,7 @@ clippy: deps
 ## unit: pure tests, no external processes: planners, builders, validators, the CRD corpus.
 unit: deps
 	$(CARGO) test --workspace --locked --exclude tests
-	$(CARGO) test --locked -p tests --lib
+	$(CARGO) test --locked -p tests --lib --test rollback_schema
 
 ## testbins: the Go-built binaries, in a cache outside the repo (idempotent; prints timings).
 testbins: deps
