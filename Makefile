@@ -33,7 +33,7 @@ clippy: deps
 ## unit: pure tests, no external processes: planners, builders, validators, the CRD corpus.
 unit: deps
 	$(CARGO) test --workspace --locked --exclude tests
-	$(CARGO) test --locked -p tests --lib
+	$(CARGO) test --locked -p tests --lib --test rollback_schema
 
 ## testbins: the Go-built binaries, in a cache outside the repo (idempotent; prints timings).
 testbins: deps
@@ -51,7 +51,7 @@ api: testbins
 ## every condition reason the environment can produce, the PDB against evictions; every key checked.
 e2e: testbins
 	$(CARGO) build --locked -p controller --bins
-	$(CARGO) test --locked -p tests --test pod_runner --test kubectl_streaming --test e2e_cluster --test e2e_lifecycle --test e2e_selfheal --test e2e_safety --test e2e_decode
+	$(CARGO) test --locked -p tests --test pod_runner --test kubectl_streaming --test e2e_cluster --test e2e_lifecycle --test e2e_selfheal --test e2e_safety --test e2e_decode --test e2e_takeover
 
 ## crds: write the CRDs generated from the Rust types into the chart (commit the result).
 crds:

@@ -4,6 +4,7 @@
 use k8s_openapi::api::core::v1::{
     Affinity, LocalObjectReference, ResourceRequirements, TopologySpreadConstraint,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -338,15 +339,30 @@ impl ObservedSpec {
     }
 
     /// Whether two snapshots ask for the same target: every latched field equal (the generation
-    /// it was taken from does not count).
+    /// it was taken from does not count), compared by meaning rather than spelling: the
+    /// reference operator latches an unset `resources` as `{}` and writes quantities in
+    /// canonical form (`1Gi` for `1073741824`), and a cluster it latched must not look edited.
     pub fn same_target(&self, other: &Self) -> bool {
-        Self {
+        self.normalized() == other.normalized()
+    }
+
+    fn normalized(&self) -> Self {
+        let mut n = Self {
             generation: None,
             ..self.clone()
-        } == Self {
-            generation: None,
-            ..other.clone()
+        };
+        if n.resources
+            .as_ref()
+            .is_some_and(|r| *r == ResourceRequirements::default())
+        {
+            n.resources = None;
         }
+        if let Some(storage) = n.storage.as_mut() {
+            if let Some(bytes) = crate::quantity::to_bytes(&storage.size) {
+                storage.size = Quantity(bytes.to_string());
+            }
+        }
+        n
     }
 
     /// The storage this target asks for (a legacy snapshot's caller fills it from the spec).

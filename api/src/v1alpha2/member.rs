@@ -62,11 +62,13 @@ pub struct EtcdMemberSpec {
     /// the cluster has not formed.
     #[serde(default)]
     pub bootstrap: bool,
-    /// `--initial-cluster`; empty while the member is pending (no Pod yet).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    /// `--initial-cluster`; empty while the member is pending (no Pod yet). Written even when
+    /// empty: the reference operator's schema requires it, so a rollback can still update a
+    /// pending member.
+    #[serde(default)]
     pub initial_cluster: String,
-    /// `--initial-cluster-token`.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    /// `--initial-cluster-token`; always written (required by the reference's schema).
+    #[serde(default)]
     pub cluster_token: String,
     /// A paused cluster's last member: no Pod, PVC kept.
     #[serde(default)]

@@ -50,6 +50,17 @@ pub fn etcd_image(repository: &str, version: &str) -> String {
     format!("{repository}:v{version}")
 }
 
+/// The etcd container's resources: `spec.resources` when it sets anything, else
+/// [`default_resources`]. An empty `resources: {}` counts as unset: the reference operator writes
+/// exactly that into every EtcdMember and `status.observed` when the user set none (a Go struct
+/// is never omitted), and its Pods then get the default requests, so ours must too.
+pub fn container_resources(resources: Option<&ResourceRequirements>) -> ResourceRequirements {
+    match resources {
+        Some(r) if *r != ResourceRequirements::default() => r.clone(),
+        _ => default_resources(),
+    }
+}
+
 /// The default requests when `spec.resources` is unset.
 pub fn default_resources() -> ResourceRequirements {
     ResourceRequirements {
@@ -278,7 +289,7 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
             failure_threshold: Some(3),
             ..Default::default()
         }),
-        resources: Some(spec.resources.clone().unwrap_or_else(default_resources)),
+        resources: Some(container_resources(spec.resources.as_ref())),
         volume_mounts: Some(mounts),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
@@ -504,5 +515,25 @@ mod tests {
             .unwrap();
         assert_eq!(req["cpu"], Quantity("100m".into()));
         assert_eq!(req["memory"], Quantity("128Mi".into()));
+    }
+
+    #[test]
+    fn empty_resources_written_by_the_reference_get_the_default_requests() {
+        let mut m = member("c-x", "c", "n");
+        m.spec.resources = Some(ResourceRequirements::default());
+        let pod = member_pod(&m, &params()).unwrap();
+        let resources = pod.spec.unwrap().containers[0].resources.clone().unwrap();
+        assert_eq!(resources, default_resources());
+        // Anything set is the user's choice and used as it is.
+        let limits_only = ResourceRequirements {
+            limits: Some(BTreeMap::from([(
+                "memory".to_string(),
+                Quantity("1Gi".into()),
+            )])),
+            ..Default::default()
+        };
+        m.spec.resources = Some(limits_only.clone());
+        let pod = member_pod(&m, &params()).unwrap();
+        assert_eq!(pod.spec.unwrap().containers[0].resources, Some(limits_only));
     }
 }

@@ -1,5 +1,6 @@
 use super::*;
 use api::v1alpha2::{EtcdClusterSpec, EtcdClusterStatus};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 fn ts(secs: i64) -> Timestamp {
@@ -882,6 +883,36 @@ fn two_of_three_serving() -> (Vec<MemberView>, EtcdView) {
         vec![m("c-a", 1), m("c-b", 2)],
         etcd(vec![e(1, "c-a", false), e(2, "c-b", false)]),
     )
+}
+
+#[test]
+fn a_target_latched_by_the_reference_operator_is_not_mistaken_for_an_edit() {
+    // The reference writes an unset `resources` as `{}` and quantities in canonical form; the
+    // user's spec has no resources and spells the size in bytes. Taking over such a cluster must
+    // not relatch it (Progressing=True/SpecChanged on a cluster nobody edited).
+    let mut c = cluster(3, locked(3, Some(0xabc), None));
+    c.spec.storage.size = Quantity("1073741824".into());
+    let observed = c.status.as_mut().unwrap().observed.as_mut().unwrap();
+    observed.resources = Some(Default::default());
+    observed.storage = Some(api::v1alpha2::StorageSpec {
+        size: Quantity("1Gi".into()),
+        ..Default::default()
+    });
+    observed.generation = None;
+    let three = vec![m("c-a", 1), m("c-b", 2), m("c-c", 3)];
+    let in_etcd = etcd(vec![
+        e(1, "c-a", false),
+        e(2, "c-b", false),
+        e(3, "c-c", false),
+    ]);
+    let p = run(&c, three.clone(), in_etcd.clone());
+    assert_eq!(p.locked_because, None);
+    assert_eq!(p.phase, Phase::Reconciled);
+    assert_eq!(p.action, Action::None);
+    // A real edit still is one.
+    c.spec.storage.size = Quantity("2Gi".into());
+    let p = run(&c, three, in_etcd);
+    assert_eq!(p.locked_because, Some(reason::SPEC_CHANGED));
 }
 
 #[test]
