@@ -3,7 +3,7 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-# The Kubernetes/etcd/helm binaries built from Go modules (tools/testbins); the tests read this.
+# The Kubernetes/etcd/helm/cert-manager binaries built from Go modules (tools/testbins); the tests read this.
 TESTBINS_DIR := $(shell bash tools/testbins/build.sh --print-dir)
 export ETCD_OPERATOR_TESTBINS := $(TESTBINS_DIR)
 
@@ -13,7 +13,7 @@ help:
 	@echo "make demo      a 3-member EtcdCluster on real etcd members, run by the operator binary; until Ctrl-C (needs root)"
 	@echo "make test      fmt check, clippy -D warnings, unit tests, then the API-layer suites on a real apiserver"
 	@echo "make e2e       the pod runner and the operator end to end on real etcd members (needs root)"
-	@echo "make testbins  build (once, cached) kube-apiserver & co, etcd 3.6/3.5, helm from the Go module proxy"
+	@echo "make testbins  build (once, cached) kube-apiserver & co, etcd 3.6/3.5, helm, cert-manager from the Go module proxy"
 	@echo "make bench     measure (not test): webhook latency/RSS; controller apply→Ready, step overhead, idle writes, RSS (root)"
 	@echo "make crds      regenerate the CRDs in charts/etcd-operator/files/crds from api/"
 
@@ -41,10 +41,11 @@ testbins: deps
 
 ## api: CRDs on a real kube-apiserver (current and 1.29): every validation rule, defaults,
 ## printer columns, scale and status subresources; the test control plane itself; the Helm chart
-## (rendering in every mode, lint, apply, install/upgrade, RBAC on the real authorizer).
+## (rendering in every mode, lint, apply, install/upgrade, RBAC on the real authorizer); real
+## cert-manager (controller, cainjector) issuing, injecting and re-issuing on it.
 api: testbins
 	$(CARGO) build --locked -p webhook --bins
-	$(CARGO) test --locked -p tests --test api_crds --test control_plane --test webhook_api --test status_writes --test chart
+	$(CARGO) test --locked -p tests --test api_crds --test control_plane --test webhook_api --test status_writes --test chart --test cert_manager
 
 ## e2e: the pod runner (Pods as real local processes), then the operator binary driving real etcd
 ## members: bootstrap, scale, pause/resume, member loss, operator crashes in every scale-up window,

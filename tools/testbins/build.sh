@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the binaries the integration tests run (Kubernetes control plane,
-# etcd 3.6 and 3.5, helm) from the Go wrapper modules beside this script,
+# etcd 3.6 and 3.5, helm, cert-manager) from the Go wrapper modules beside this script,
 # through the Go module proxy, into a cache outside the repository:
 #
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/etcd-operator/testbins/<hash>/
@@ -9,7 +9,8 @@
 #     etcd-3.6/          etcd etcdctl etcdutl
 #     etcd-3.5/          etcd etcdctl etcdutl
 #     helm/              helm
-#     cert-manager-crds/ cert-manager CRD YAML (Certificate, Issuer, ...)
+#     cert-manager/      controller cainjector (cert-manager's own webhook is not built)
+#     cert-manager-crds/ cert-manager CRD YAML (Certificate, Issuer, ...), same release
 #
 # <hash> covers every go.mod, go.sum and tools.go under tools/testbins and this
 # script, so bumping a version builds into a fresh directory. Each part is built
@@ -25,10 +26,14 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-# cert-manager CRDs come straight from the module zip (no Go code is built);
-# the version and its go.sum hash are pinned here.
-CERT_MANAGER_VERSION=v1.21.2
-CERT_MANAGER_SUM=h1:UWgoYM+KLNtRlqmoWOKjKBOBUPVHeepQ6/ac3ERJW68=
+# cert-manager: the binaries come from the cert-manager/ wrapper module, the
+# CRDs straight from the same release's module zip. The version must match the
+# wrapper's require; the zip's go.sum hash and the release's git commit (for
+# AppGitCommit, which upstream's Makefile sets from `git rev-parse HEAD`; the
+# module proxy does not record it) are pinned here.
+CERT_MANAGER_VERSION=v1.11.5
+CERT_MANAGER_SUM=h1:K2LurvwIE4hIhODQZnkOW6ljYe3lVMAliS/to+gI05o=
+CERT_MANAGER_GIT_COMMIT=b1d501c85d97afd2adde2e86c2b119ac060caece
 
 export GOTOOLCHAIN=local
 export GO111MODULE=on
@@ -152,6 +157,31 @@ build_helm() { # build_helm <out> <module dir>
 	echo "$version" >"$out/VERSION"
 }
 
+build_cert_manager() { # build_cert_manager <out> <module dir>
+	local out=$1 mod=$2 version
+	version=$(mod_version "$mod" github.com/cert-manager/cert-manager)
+	[[ $version == "$CERT_MANAGER_VERSION" ]] ||
+		die "$mod requires cert-manager $version but build.sh pins $CERT_MANAGER_VERSION (and its commit)"
+	# The same -X flags as upstream's Makefile (GOLDFLAGS).
+	local flags="-s -w"
+	flags+=" -X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$version"
+	flags+=" -X github.com/cert-manager/cert-manager/pkg/util.AppGitCommit=$CERT_MANAGER_GIT_COMMIT"
+	gobuild "$mod" "$flags" -o "$out/controller" github.com/cert-manager/cert-manager/cmd/controller
+	gobuild "$mod" "$flags" -o "$out/cainjector" github.com/cert-manager/cert-manager/cmd/cainjector
+	# Neither command has --version; both log their version and commit (at
+	# -v=2) as they start, before they need an apiserver, so start each with a
+	# kubeconfig that does not exist and read what it logs before it gives up.
+	local bin got
+	for bin in controller cainjector; do
+		got=$(timeout 60 "$out/$bin" -v=2 --kubeconfig="$out/no-such-kubeconfig" --leader-elect=false 2>&1 | head -20 || true)
+		[[ $got == *"version\"=\"$version\""* || $got == *"version=\"$version\""* ]] ||
+			die "cert-manager $bin did not log version $version as it started: $got"
+		[[ $got == *"$CERT_MANAGER_GIT_COMMIT"* ]] ||
+			die "cert-manager $bin did not log commit $CERT_MANAGER_GIT_COMMIT as it started: $got"
+	done
+	echo "$version" >"$out/VERSION"
+}
+
 build_cert_manager_crds() { # build_cert_manager_crds <out>
 	local out=$1 tmp json src sum
 	tmp=$(mktemp -d)
@@ -161,11 +191,17 @@ build_cert_manager_crds() { # build_cert_manager_crds <out>
 	sum=$(sed -n 's/^[[:space:]]*"Sum": "\(.*\)",\{0,1\}$/\1/p' <<<"$json")
 	[[ $sum == "$CERT_MANAGER_SUM" ]] || die "cert-manager $CERT_MANAGER_VERSION has sum '$sum', pinned $CERT_MANAGER_SUM"
 	[[ -d $src/deploy/crds ]] || die "no deploy/crds in $src"
-	# deploy/crds holds the plain controller-gen output (the Helm chart's
-	# templates/crd-*.yaml are the same CRDs wrapped in template markers).
+	# In this release deploy/crds holds the CRDs as the Helm chart's crd
+	# templates use them: plain YAML except for four label lines with template
+	# markers. Render those as the release's static cert-manager.crds.yaml does
+	# (release name and chart name cert-manager, creator "static" so no Helm
+	# labels); the check below fails on any marker left elsewhere.
 	local f
-	for f in "$src"/deploy/crds/*.yaml; do
-		cp "$f" "$out/"
+	for f in "$src"/deploy/crds/crd-*.yaml; do
+		sed -e "s/'{{ template \"cert-manager.name\" . }}'/'cert-manager'/" \
+			-e "s/'{{ .Release.Name }}'/'cert-manager'/" \
+			-e "s/^\( *\)# Generated labels {{- include \"labels\" . | nindent 4 }}\$/\1# Generated labels\n\1app.kubernetes.io\/version: \"$CERT_MANAGER_VERSION\"/" \
+			"$f" >"$out/$(basename "$f")"
 		chmod 0644 "$out/$(basename "$f")"
 	done
 	local kind
@@ -230,7 +266,7 @@ part() {
 	log "$name built in $((SECONDS - start))s"
 }
 
-all_parts=(k8s etcd-3.6 etcd-3.5 helm cert-manager-crds)
+all_parts=(k8s etcd-3.6 etcd-3.5 helm cert-manager cert-manager-crds)
 for m in "$here"/k8s-1.*/; do
 	[[ -f $m/go.mod ]] && all_parts+=("$(basename "$m")")
 done
@@ -255,6 +291,9 @@ for name in "${want[@]}"; do
 		;;
 	helm)
 		part helm required build_helm "$here/helm"
+		;;
+	cert-manager)
+		part cert-manager required build_cert_manager "$here/cert-manager"
 		;;
 	cert-manager-crds)
 		part cert-manager-crds required build_cert_manager_crds

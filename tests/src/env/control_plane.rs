@@ -882,7 +882,7 @@ async fn get_text(client: Client, path: &str) -> Result<Option<()>, String> {
 
 /// Poll `probe` until it yields a value, failing early when a watched process exits and with the
 /// probe's last complaint and every log's tail on timeout.
-async fn wait_until<T, F, Fut>(
+pub(super) async fn wait_until<T, F, Fut>(
     what: &str,
     timeout: Duration,
     watched: &[&Process],

@@ -1,10 +1,11 @@
 //! The test environment: which binaries to run ([`testbins`]), the PKI they trust ([`pki`]), how
-//! children are started, contained and logged ([`process`], [`logs`]), and the control plane built
-//! from them ([`control_plane`]).
+//! children are started, contained and logged ([`process`], [`logs`]), the control plane built
+//! from them ([`control_plane`]), and cert-manager running against it ([`cert_manager`]).
 //!
 //! Owns every process the tests start. Must not reach anything but loopback: every component binds
 //! to 127.0.0.1 and is dialled there.
 
+pub mod cert_manager;
 pub mod control_plane;
 pub mod logs;
 pub mod pki;
@@ -14,8 +15,11 @@ pub mod testbins;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use cert_manager::CertManager;
 pub use control_plane::{ControlPlane, ControlPlaneBuilder, KubectlOutput};
-pub use testbins::{Kubernetes, PartState, Testbins, TESTBINS_ENV};
+pub use testbins::{
+    Kubernetes, PartState, Testbins, CERT_MANAGER, CERT_MANAGER_CRDS, TESTBINS_ENV,
+};
 
 /// Why the test environment could not be set up or used.
 #[derive(Debug, thiserror::Error)]

@@ -37,6 +37,11 @@ impl Kubernetes {
     }
 }
 
+/// The part holding cert-manager's controller and cainjector (`controller`, `cainjector`).
+pub const CERT_MANAGER: &str = "cert-manager";
+/// The part holding the same cert-manager release's CRDs (`crd-*.yaml`).
+pub const CERT_MANAGER_CRDS: &str = "cert-manager-crds";
+
 /// Whether a part of the test binaries is usable.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PartState {
@@ -102,12 +107,37 @@ impl Testbins {
         }
     }
 
+    /// The directory of `part`, checked to be a finished build.
+    pub fn part_dir(&self, part: &str) -> Result<PathBuf, Error> {
+        self.finished(part, "")
+    }
+
     /// The path of `binary` in `part`, checked to be a finished build and executable.
     pub fn binary(&self, part: &str, binary: &str) -> Result<PathBuf, Error> {
+        self.finished(part, binary)?;
         let missing = |reason: String| Error::BinaryMissing {
             dir: self.dir.clone(),
             part: part.to_string(),
             binary: binary.to_string(),
+            reason,
+        };
+        let path = self.dir.join(part).join(binary);
+        match fs::metadata(&path) {
+            Ok(meta) if meta.is_file() && meta.permissions().mode() & 0o111 != 0 => Ok(path),
+            Ok(_) => Err(missing(format!(
+                "{} is not an executable file",
+                path.display()
+            ))),
+            Err(e) => Err(missing(format!("{}: {e}", path.display()))),
+        }
+    }
+
+    /// `<dir>/<part>` if the part is finished; `what` names the file wanted in the error.
+    fn finished(&self, part: &str, what: &str) -> Result<PathBuf, Error> {
+        let missing = |reason: String| Error::BinaryMissing {
+            dir: self.dir.clone(),
+            part: part.to_string(),
+            binary: what.to_string(),
             reason,
         };
         match self.part_state(part) {
@@ -128,15 +158,7 @@ impl Testbins {
                 )))
             }
         }
-        let path = self.dir.join(part).join(binary);
-        match fs::metadata(&path) {
-            Ok(meta) if meta.is_file() && meta.permissions().mode() & 0o111 != 0 => Ok(path),
-            Ok(_) => Err(missing(format!(
-                "{} is not an executable file",
-                path.display()
-            ))),
-            Err(e) => Err(missing(format!("{}: {e}", path.display()))),
-        }
+        Ok(self.dir.join(part))
     }
 
     /// The version a part was built at (its `VERSION` file), e.g. `v1.37.1`.
