@@ -10,7 +10,7 @@ export ETCD_OPERATOR_TESTBINS := $(TESTBINS_DIR)
 .PHONY: help deps test fmt-check clippy unit testbins api e2e crds bench demo
 
 help:
-	@echo "make demo      a 3-member EtcdCluster on real etcd members, run by the operator binary; until Ctrl-C (needs root)"
+	@echo "make demo      helm install of the operator (controller + webhook Pods, cert-manager certs) and a 3-member EtcdCluster on real etcd members; until Ctrl-C (needs root)"
 	@echo "make test      fmt check, clippy -D warnings, unit tests, then the API-layer suites on a real apiserver"
 	@echo "make e2e       the pod runner and the operator end to end on real etcd members (needs root)"
 	@echo "make testbins  build (once, cached) kube-apiserver & co, etcd 3.6/3.5, helm, cert-manager from the Go module proxy"
@@ -49,10 +49,12 @@ api: testbins
 
 ## e2e: the pod runner (Pods as real local processes), then the operator binary driving real etcd
 ## members: bootstrap, scale, pause/resume, member loss, operator crashes in every scale-up window,
-## every condition reason the environment can produce, the PDB against evictions; every key checked.
+## every condition reason the environment can produce, the PDB against evictions; every key checked;
+## the takeover of a reference-operator cluster; the chart installed with helm (controller and
+## webhook as Pods, cert-manager certificates and renewal, upgrade, uninstall, CEL-only on 1.29).
 e2e: testbins
-	$(CARGO) build --locked -p controller --bins
-	$(CARGO) test --locked -p tests --test pod_runner --test kubectl_streaming --test e2e_cluster --test e2e_lifecycle --test e2e_selfheal --test e2e_safety --test e2e_decode --test e2e_takeover
+	$(CARGO) build --locked -p controller -p webhook --bins
+	$(CARGO) test --locked -p tests --test pod_runner --test kubectl_streaming --test e2e_cluster --test e2e_lifecycle --test e2e_selfheal --test e2e_safety --test e2e_decode --test e2e_takeover --test e2e_install
 
 ## crds: write the CRDs generated from the Rust types into the chart (commit the result).
 crds:
@@ -64,8 +66,9 @@ bench: testbins
 	$(CARGO) build --locked -p controller --bins
 	$(CARGO) run --locked -p tests --example bench_controller
 
-## demo: the embedded environment (control plane, pod runner, the operator binary) with a 3-member
-## EtcdCluster default/demo; prints the kubeconfig and commands to try, runs until Ctrl-C (root).
+## demo: the embedded environment (control plane, pod runner, cert-manager), the operator installed
+## with helm as users do (controller and webhook as the chart's Pods), a 3-member EtcdCluster
+## default/demo; prints the kubeconfig and commands to try, runs until Ctrl-C (root).
 demo: testbins
-	$(CARGO) build --locked -p controller --bins
+	$(CARGO) build --locked -p controller -p webhook --bins
 	$(CARGO) run --locked -p tests --bin demo

@@ -153,14 +153,7 @@ impl Env {
             name,
             &format!("{replicas} ready members and QuorumHealthy"),
             timeout,
-            |c| {
-                let s = c.status.clone().unwrap_or_default();
-                s.ready_members == replicas
-                    && s.observed.as_ref().is_some_and(|o| o.replicas == replicas)
-                    && condition(c, "Available")
-                        .is_some_and(|(st, r, _)| st == "True" && r == "QuorumHealthy")
-                    && condition(c, "Progressing").is_some_and(|(st, _, _)| st == "False")
-            },
+            |c| healthy(c, replicas),
         )
         .await
     }
@@ -209,75 +202,107 @@ impl Env {
             .collect()
     }
 
-    /// A real etcd client on the cluster's client Service name (resolved through the runner's
-    /// hosts block to Ready members).
+    /// A real etcd client on the cluster's member names (see [`etcd_client`]).
     pub async fn etcd_client(&self, ns: &str, cluster: &str) -> etcd_client::Client {
-        let endpoints: Vec<String> = self
-            .pods(ns, cluster)
-            .await
-            .iter()
-            .filter(|p| pod_ready(p))
-            .map(|p| format!("http://{}.{cluster}.{ns}.svc:2379", p.name_any()))
-            .collect();
-        assert!(
-            !endpoints.is_empty(),
-            "{ns}/{cluster}: no ready member to dial"
-        );
-        let options = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(5))
-            .with_timeout(Duration::from_secs(10));
-        etcd_client::Client::connect(endpoints, Some(options))
-            .await
-            .or_panic()
+        etcd_client(&self.client(), ns, cluster).await
     }
 
-    /// Write `count` keys `e2e/<i>` = `v<i>` and return them.
+    /// Write `count` keys `e2e/<i>` = `v<i>` and return them (see [`write_keys`]).
     pub async fn write_keys(
         &self,
         ns: &str,
         cluster: &str,
         count: usize,
     ) -> BTreeMap<String, String> {
-        let mut client = self.etcd_client(ns, cluster).await;
-        let mut keys = BTreeMap::new();
-        for i in 0..count {
-            let (k, v) = (format!("e2e/{i:04}"), format!("v{i}"));
-            client.put(k.clone(), v.clone(), None).await.or_panic();
-            keys.insert(k, v);
-        }
-        keys
+        write_keys(&self.client(), ns, cluster, count).await
     }
 
-    /// Every key is present with its value (read linearizably through the cluster).
+    /// Every key is present with its value (see [`check_keys`]).
     pub async fn check_keys(&self, ns: &str, cluster: &str, keys: &BTreeMap<String, String>) {
-        let mut client = self.etcd_client(ns, cluster).await;
-        let res = client
-            .get("e2e/", Some(etcd_client::GetOptions::new().with_prefix()))
-            .await
-            .or_panic();
-        let got: BTreeMap<String, String> = res
-            .kvs()
-            .iter()
-            .map(|kv| {
-                (
-                    kv.key_str().unwrap_or_default().to_string(),
-                    kv.value_str().unwrap_or_default().to_string(),
-                )
-            })
-            .collect();
-        let missing: Vec<_> = keys
-            .iter()
-            .filter(|(k, v)| got.get(*k) != Some(v))
-            .map(|(k, _)| k)
-            .collect();
-        assert!(
-            missing.is_empty(),
-            "{ns}/{cluster}: {} of {} keys lost: {:?}",
-            missing.len(),
-            keys.len(),
-            &missing[..missing.len().min(10)]
-        );
+        check_keys(&self.client(), ns, cluster, keys).await
     }
+}
+
+/// A real etcd client on the Ready members' DNS names (resolved through the runner's hosts block).
+pub async fn etcd_client(client: &Client, ns: &str, cluster: &str) -> etcd_client::Client {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let endpoints: Vec<String> = pods
+        .list(&ListParams::default().labels(&api::labels::cluster_selector(cluster)))
+        .await
+        .or_panic()
+        .items
+        .iter()
+        .filter(|p| pod_ready(p))
+        .map(|p| format!("http://{}.{cluster}.{ns}.svc:2379", p.name_any()))
+        .collect();
+    assert!(
+        !endpoints.is_empty(),
+        "{ns}/{cluster}: no ready member to dial"
+    );
+    let options = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_timeout(Duration::from_secs(10));
+    etcd_client::Client::connect(endpoints, Some(options))
+        .await
+        .or_panic()
+}
+
+/// Write `count` keys `e2e/<i>` = `v<i>` through a real etcd client and return them.
+pub async fn write_keys(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+    count: usize,
+) -> BTreeMap<String, String> {
+    let mut etcd = etcd_client(client, ns, cluster).await;
+    let mut keys = BTreeMap::new();
+    for i in 0..count {
+        let (k, v) = (format!("e2e/{i:04}"), format!("v{i}"));
+        etcd.put(k.clone(), v.clone(), None).await.or_panic();
+        keys.insert(k, v);
+    }
+    keys
+}
+
+/// Every key is present with its value (read linearizably through the cluster).
+pub async fn check_keys(client: &Client, ns: &str, cluster: &str, keys: &BTreeMap<String, String>) {
+    let mut etcd = etcd_client(client, ns, cluster).await;
+    let res = etcd
+        .get("e2e/", Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .or_panic();
+    let got: BTreeMap<String, String> = res
+        .kvs()
+        .iter()
+        .map(|kv| {
+            (
+                kv.key_str().unwrap_or_default().to_string(),
+                kv.value_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let missing: Vec<_> = keys
+        .iter()
+        .filter(|(k, v)| got.get(*k) != Some(v))
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{ns}/{cluster}: {} of {} keys lost: {:?}",
+        missing.len(),
+        keys.len(),
+        &missing[..missing.len().min(10)]
+    );
+}
+
+/// The cluster is serving `replicas` Ready members with `Available=True/QuorumHealthy` and nothing
+/// in progress.
+pub fn healthy(c: &EtcdCluster, replicas: i32) -> bool {
+    let s = c.status.clone().unwrap_or_default();
+    s.ready_members == replicas
+        && s.observed.as_ref().is_some_and(|o| o.replicas == replicas)
+        && condition(c, "Available").is_some_and(|(st, r, _)| st == "True" && r == "QuorumHealthy")
+        && condition(c, "Progressing").is_some_and(|(st, _, _)| st == "False")
 }
 
 pub fn pod_ready(p: &Pod) -> bool {

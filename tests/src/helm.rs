@@ -79,6 +79,11 @@ impl Helm {
         })
     }
 
+    /// The helm binary (for commands printed to a user).
+    pub fn binary(&self) -> &Path {
+        &self.bin
+    }
+
     /// The chart directory (the same as the free function [`chart_dir`]).
     pub fn chart_dir(&self) -> PathBuf {
         chart_dir()

@@ -10,6 +10,7 @@ pub mod e2e;
 pub mod env;
 pub mod harness;
 pub mod helm;
+pub mod install;
 pub mod operator;
 pub mod podrunner;
 pub mod webhook;

@@ -447,10 +447,10 @@ async fn every_variant_runs_one_image_as_manager_and_operator_image_under_restri
                         .and_then(|v| v.secret.as_ref())
                         .and_then(|s| s.secret_name.clone())
                         .expect("the mount is a Secret volume");
-                    let expected = if mode == "secret" {
-                        "my-webhook-tls"
-                    } else {
-                        "etcd-operator-webhook-tls"
+                    let expected = match mode {
+                        "secret" => "my-webhook-tls",
+                        "certManager" => "etcd-operator-webhook-cert-manager-tls",
+                        _ => "etcd-operator-webhook-tls",
                     };
                     assert_eq!(secret, expected, "{what}");
                     r.find("PodDisruptionBudget", "etcd-operator-webhook");
@@ -679,7 +679,7 @@ async fn cert_manager_mode_injects_the_ca_of_a_certificate_for_the_service_name(
         assert!(dns.contains(&WEBHOOK_SERVICE_DNS), "{dns:?}");
         assert_eq!(
             certificate["spec"]["secretName"],
-            "etcd-operator-webhook-tls"
+            "etcd-operator-webhook-cert-manager-tls"
         );
         assert!(
             config["webhooks"][0]["clientConfig"]

@@ -213,10 +213,19 @@ fn validate_spec(req: &Request, response: AdmissionResponse, policy: &Policy) ->
             kind: kind.to_string(),
             causes: violations
                 .iter()
-                .map(|v| StatusCause {
-                    reason: "FieldValueInvalid".to_string(),
-                    message: v.to_string(),
-                    field: v.field.clone(),
+                .map(|v| {
+                    // kubectl prints a cause as `<field>: <message>`: keep the field out of the
+                    // message so it is not said twice.
+                    let full = v.to_string();
+                    let message = full
+                        .strip_prefix(&format!("{}: ", v.field))
+                        .map(str::to_string)
+                        .unwrap_or(full);
+                    StatusCause {
+                        reason: "FieldValueInvalid".to_string(),
+                        message,
+                        field: v.field.clone(),
+                    }
                 })
                 .collect(),
             uid: String::new(),
@@ -493,6 +502,13 @@ mod tests {
         }
         let causes = resp.result.details.unwrap().causes;
         assert_eq!(causes.len(), 3, "{causes:?}");
+        // kubectl renders `<field>: <message>`; the field is not repeated inside the message.
+        for cause in &causes {
+            assert!(
+                !cause.message.starts_with(&cause.field) && !cause.message.is_empty(),
+                "{cause:?}"
+            );
+        }
     }
 
     #[test]

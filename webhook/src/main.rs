@@ -53,7 +53,10 @@ async fn main() -> anyhow::Result<()> {
     } = Flags::parse();
 
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let subscriber = tracing_subscriber::fmt().with_env_filter(filter);
+    // Colours only on a terminal: `kubectl logs` of the Pod shows plain text.
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .with_env_filter(filter);
     if config.log_json {
         subscriber.json().init();
     } else {

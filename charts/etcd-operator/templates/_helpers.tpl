@@ -78,10 +78,16 @@ all render it, so they cannot drift apart.
 {{- list (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) | toJson }}
 {{- end }}
 
-{{/* The Secret holding the webhook's serving certificate (tls.crt, tls.key). */}}
+{{/*
+The Secret holding the webhook's serving certificate (tls.crt, tls.key). One name per mode:
+cert-manager does not delete the Secret of a deleted Certificate, so after a switch away from
+certManager mode (or an uninstall) its Secret stays, and the chart's own must not collide with it.
+*/}}
 {{- define "etcd-operator.webhookSecretName" -}}
 {{- if eq .Values.webhook.certificate.mode "secret" }}
 {{- required "webhook.certificate.secret.name is required with webhook.certificate.mode=secret: the name of a kubernetes.io/tls Secret (tls.crt, tls.key) in the release namespace" .Values.webhook.certificate.secret.name }}
+{{- else if eq .Values.webhook.certificate.mode "certManager" }}
+{{- printf "%s-webhook-cert-manager-tls" (include "etcd-operator.fullname" .) }}
 {{- else }}
 {{- printf "%s-webhook-tls" (include "etcd-operator.fullname" .) }}
 {{- end }}

@@ -1,11 +1,14 @@
 //! `make demo`: the embedded environment with one EtcdCluster to play with.
 //!
-//! Starts the test control plane (etcd, kube-apiserver with the CRDs, kube-controller-manager,
-//! kube-scheduler), the pod runner (member Pods run as real etcd processes on this machine), and
-//! the `etcd-operator` binary from the cargo target dir; applies a 3-member EtcdCluster
-//! `default/demo`, waits until it is Ready, prints the kubeconfig and commands to try, and stays up
-//! until SIGINT or SIGTERM. Then it stops the operator, shuts the pod runner down (containers,
-//! network namespaces, its `/etc/hosts` block) and the control plane (its processes and temp root).
+//! Starts the test control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler),
+//! the pod runner (Pods run as real processes on this machine: the chart's image maps to the
+//! cargo-built binaries, etcd's to the testbins build) and the real cert-manager; installs the
+//! operator as users do, `helm install … --set webhook.enabled=true
+//! --set webhook.certificate.mode=certManager`, so the controller and the webhook run as the
+//! chart's Pods; applies a 3-member EtcdCluster `default/demo`, waits until it is Ready, shows the
+//! webhook's answer to a bad edit, prints the kubeconfig and commands to try, and stays up until
+//! SIGINT or SIGTERM. Then it shuts the pod runner down (containers, network namespaces, its
+//! `/etc/hosts` block), cert-manager and the control plane (its processes and temp root).
 //!
 //! `DEMO_EXIT_AFTER_READY=1` exits (cleanly) right after printing, for non-interactive checks.
 //! Needs root (the pod runner) and `ETCD_OPERATOR_TESTBINS` (the Makefile exports it).
@@ -17,13 +20,12 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use api::v1alpha2::{EtcdCluster, EtcdMember};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 use tests::e2e::{condition, pod_ready};
-use tests::env::{ControlPlane, Kubernetes};
-use tests::operator::Operator;
-use tests::podrunner::PodRunner;
+use tests::env::Kubernetes;
+use tests::install::{Installed, CONTROLLER, NAMESPACE as OPERATOR_NAMESPACE, RELEASE, WEBHOOK};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
@@ -32,8 +34,11 @@ const CLUSTER: &str = "demo";
 const REPLICAS: i32 = 3;
 /// The etcd 3.6 the testbins build (tools/testbins/README.md); the pod runner maps its image to it.
 const VERSION: &str = "3.6.16";
-/// Where the operator keeps its leader-election Lease.
-const OPERATOR_NAMESPACE: &str = "etcd-operator";
+/// What `helm install` is given on top of the chart's defaults.
+const HELM_VALUES: &[&str] = &[
+    "webhook.enabled=true",
+    "webhook.certificate.mode=certManager",
+];
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 const POLL: Duration = Duration::from_millis(500);
 const EXIT_AFTER_READY: &str = "DEMO_EXIT_AFTER_READY";
@@ -131,76 +136,54 @@ async fn run(
         return Err(why.into());
     }
     clock.say(
-        "starting the control plane: etcd, kube-apiserver with the CRDs, \
-         kube-controller-manager, kube-scheduler",
+        "starting the control plane (etcd, kube-apiserver, kube-controller-manager, \
+         kube-scheduler), the pod runner (3 Nodes, Pods as real processes) and cert-manager",
     );
-    let cp = match unless_stopped(
-        stop,
-        ControlPlane::builder()
-            .with_crds()
-            .with_controller_manager()
-            .with_scheduler()
-            .start(),
-    )
-    .await
-    {
-        Err(name) => return Ok(End::Signal(name)),
-        Ok(cp) => cp?,
-    };
-    clock.say(&format!(
-        "control plane up in {:.1?}; starting the pod runner (3 Nodes, member Pods as real etcd processes)",
-        cp.started_in()
-    ));
     // Not interruptible: a runner dropped half-started tears down on its own thread, which the
     // demo would not wait for. It starts in seconds; a signal meanwhile is seen right after.
-    let runner = PodRunner::builder().start(&cp).await?;
+    let env = Installed::start().await?;
     clock.say(&format!(
-        "pod runner up: Nodes {}, slot {}",
-        runner.node_names().join(", "),
-        runner.slot()
+        "environment up: control plane in {:.1?}, Nodes {}, pod runner slot {}, cert-manager running",
+        env.cp.started_in(),
+        env.runner.node_names().join(", "),
+        env.runner.slot()
     ));
 
-    // The operator lives inside `session`, so it is gone before the runner stops its Pods.
-    let outcome = session(clock, stop, &cp, &runner).await;
+    let outcome = session(clock, stop, &env).await;
 
-    clock.say("stopping the pod runner: member processes, network namespaces, /etc/hosts block");
-    if let Err(e) = runner.shutdown().await {
+    clock.say("stopping the pod runner: the operator's and members' processes, network namespaces, /etc/hosts block");
+    if let Err(e) = env.runner.shutdown().await {
         eprintln!("demo: pod runner shutdown: {e}");
     }
-    clock.say("stopping the control plane");
-    let logs = cp.log_dir().parent().map(Path::to_path_buf);
-    drop(cp);
+    clock.say("stopping cert-manager and the control plane");
+    let logs = env.cp.log_dir().parent().map(Path::to_path_buf);
+    drop(env);
     if let Some(logs) = logs {
         clock.say(&format!("logs kept in {}", logs.display()));
     }
     outcome
 }
 
-/// Operator, cluster, wait, print, then wait for the end.
+/// Install, cluster, wait, print, then wait for the end.
 async fn session(
     clock: &Clock,
     stop: &mut watch::Receiver<Option<&'static str>>,
-    cp: &ControlPlane,
-    runner: &PodRunner,
+    env: &Installed,
 ) -> Result<End, BoxError> {
-    let client = cp.client()?;
-    let lease_ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(OPERATOR_NAMESPACE.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &lease_ns)
-        .await
-        .map_err(|e| format!("creating namespace {OPERATOR_NAMESPACE}: {e}"))?;
-    clock.say("starting the etcd-operator binary (leader election on)");
-    let operator = match unless_stopped(stop, Operator::start(cp, OPERATOR_NAMESPACE, None)).await {
+    let cp = &env.cp;
+    let sets: String = HELM_VALUES.iter().map(|v| format!(" --set {v}")).collect();
+    clock.say(&format!(
+        "helm install {RELEASE} charts/etcd-operator --namespace {OPERATOR_NAMESPACE} --create-namespace{sets} --wait"
+    ));
+    match unless_stopped(stop, env.install(HELM_VALUES)).await {
         Err(name) => return Ok(End::Signal(name)),
-        Ok(op) => op?,
+        Ok(out) => out?,
     };
-    clock.say(&format!("operator ready; log {}", operator.log().display()));
+    for deployment in [CONTROLLER, WEBHOOK] {
+        let pods = env.deployment_pods(deployment).await;
+        let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+        clock.say(&format!("deploy/{deployment} ready: {}", names.join(", ")));
+    }
 
     let manifest = cp.root().join("demo-etcdcluster.yaml");
     std::fs::write(&manifest, sample_manifest())
@@ -213,7 +196,7 @@ async fn session(
         manifest.display()
     ));
 
-    let pods = match unless_stopped(stop, wait_ready(clock, cp, &operator, runner)).await {
+    let pods = match unless_stopped(stop, wait_ready(clock, env)).await {
         Err(name) => return Ok(End::Signal(name)),
         Ok(pods) => pods?,
     };
@@ -237,26 +220,42 @@ async fn session(
         ])
         .await
         .map_err(|e| e.to_string());
-    print_banner(
-        cp,
-        &operator,
-        runner,
-        &pods,
-        &etcdctl,
-        &member_list,
-        to_ready,
-    );
+    // A bad edit, answered by the webhook Pods with every problem at once.
+    let denial = cp
+        .kubectl(&[
+            "patch",
+            "etcdcluster",
+            CLUSTER,
+            "-n",
+            NAMESPACE,
+            "--type=merge",
+            "-p",
+            BAD_EDIT,
+        ])
+        .await
+        .map(|o| {
+            if o.success {
+                format!("(unexpectedly accepted) {}", o.stdout)
+            } else {
+                o.stderr
+            }
+        })
+        .map_err(|e| e.to_string());
+    print_banner(env, &pods, &etcdctl, &member_list, &denial, to_ready);
 
     if std::env::var(EXIT_AFTER_READY).is_ok_and(|v| !v.is_empty() && v != "0") {
         clock.say(&format!("{EXIT_AFTER_READY} is set: shutting down"));
         return Ok(End::Done);
     }
     clock.say("running until Ctrl-C (SIGINT) or SIGTERM");
-    match unless_stopped(stop, watch_components(cp, &operator)).await {
+    match unless_stopped(stop, watch_components(env)).await {
         Err(name) => Ok(End::Signal(name)),
         Ok(failure) => Err(failure),
     }
 }
+
+/// The bad edit the banner shows: a negative size and a downgrade.
+const BAD_EDIT: &str = r#"{"spec":{"replicas":-1,"version":"3.5.0"}}"#;
 
 fn sample_manifest() -> String {
     format!(
@@ -269,12 +268,8 @@ fn sample_manifest() -> String {
 
 /// Poll until `readyMembers` is 3 and `Available=True/QuorumHealthy`, printing each change;
 /// returns the member Pods' names.
-async fn wait_ready(
-    clock: &Clock,
-    cp: &ControlPlane,
-    operator: &Operator,
-    runner: &PodRunner,
-) -> Result<Vec<String>, BoxError> {
+async fn wait_ready(clock: &Clock, env: &Installed) -> Result<Vec<String>, BoxError> {
+    let cp = &env.cp;
     let client = cp.client()?;
     let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), NAMESPACE);
     let members: Api<EtcdMember> = Api::namespaced(client.clone(), NAMESPACE);
@@ -288,13 +283,6 @@ async fn wait_ready(
     let mut last_status = String::from("(none yet)");
     loop {
         cp.check_running()?;
-        if operator.get("/healthz").await.is_err() {
-            return Err(format!(
-                "the operator stopped answering on its admin port; log {}",
-                operator.log().display()
-            )
-            .into());
-        }
         let observed = async {
             let cluster = clusters.get(CLUSTER).await?;
             let members = members.list(&selector).await?.items;
@@ -362,7 +350,7 @@ async fn wait_ready(
                  Available=True/QuorumHealthy) within {READY_TIMEOUT:?}\n\
                  last status: {last_status}\n\
                  last API error: {}\n\
-                 operator log: {}\n\
+                 operator log: kubectl logs -n {OPERATOR_NAMESPACE} deploy/{CONTROLLER} -c manager\n\
                  pod runner log: {}\n\
                  component logs: {}",
                 if last_error.is_empty() {
@@ -370,8 +358,7 @@ async fn wait_ready(
                 } else {
                     &last_error
                 },
-                operator.log().display(),
-                runner.journal().display(),
+                env.runner.journal().display(),
                 cp.log_dir().display()
             )
             .into());
@@ -380,16 +367,15 @@ async fn wait_ready(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn print_banner(
-    cp: &ControlPlane,
-    operator: &Operator,
-    runner: &PodRunner,
+    env: &Installed,
     pods: &[String],
     etcdctl: &Path,
     member_list: &Result<String, String>,
+    denial: &Result<String, String>,
     to_ready: Duration,
 ) {
+    let (cp, runner) = (&env.cp, &env.runner);
     let kubectl = cp
         .testbins()
         .dir()
@@ -415,7 +401,8 @@ fn print_banner(
     );
     println!("\nkubeconfig: {}", cp.kubeconfig().display());
     println!("logs:       {}", run_dir.display());
-    println!("  operator       {}", operator.log().display());
+    println!("  operator       {k} logs -n {OPERATOR_NAMESPACE} deploy/{CONTROLLER} -c manager");
+    println!("  webhook        {k} logs -n {OPERATOR_NAMESPACE} deploy/{WEBHOOK}");
     println!(
         "  control plane  {}/{{etcd,kube-apiserver,kube-controller-manager,kube-scheduler}}.log",
         cp.log_dir().display()
@@ -425,6 +412,12 @@ fn print_banner(
         println!("  member Pods    {}/pods/", dir.display());
     }
     println!("\nTry it (from another shell on this machine):\n");
+    println!("  {k} get deploy,pods,certificates -n {OPERATOR_NAMESPACE}");
+    println!(
+        "  {} --kubeconfig {} list -A",
+        env.helm.binary().display(),
+        cp.kubeconfig().display()
+    );
     println!("  {k} get etcdcluster.etcd-operator.cozystack.io -A");
     println!(
         "  {k} get etcdmember -o custom-columns='NAME:.metadata.name,BOOTSTRAP:.spec.bootstrap,\
@@ -475,26 +468,35 @@ fn print_banner(
         }
         Err(e) => println!("\n(warning: `kubectl exec ... etcdctl member list` failed: {e})"),
     }
-    println!("\nCtrl-C stops everything: the operator, the member processes, the control plane.");
+    println!(
+        "\nA bad edit is answered by the webhook with every problem at once:\n\n  {k} patch etcdcluster {CLUSTER} --type=merge -p '{BAD_EDIT}'"
+    );
+    match denial {
+        Ok(text) => {
+            for line in text.lines() {
+                println!("  {line}");
+            }
+        }
+        Err(e) => println!("  (could not run it: {e})"),
+    }
+    println!("\nCtrl-C stops everything: the operator's Pods, the member processes, cert-manager, the control plane.");
     println!("{rule}\n");
 }
 
-/// Returns (as an error) when a component of the demo dies.
-async fn watch_components(cp: &ControlPlane, operator: &Operator) -> BoxError {
+/// Returns (as an error) when a component of the demo dies or the controller has no ready Pod.
+async fn watch_components(env: &Installed) -> BoxError {
     let mut misses = 0;
     loop {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        if let Err(e) = cp.check_running() {
+        if let Err(e) = env.cp.check_running() {
             return e.into();
         }
-        misses = match operator.get("/healthz").await {
-            Ok(_) => 0,
-            Err(_) => misses + 1,
-        };
-        if misses >= 3 {
+        let ready = env.deployment_pods(CONTROLLER).await.iter().any(pod_ready);
+        misses = if ready { 0 } else { misses + 1 };
+        if misses >= 15 {
             return format!(
-                "the operator stopped answering on its admin port; log {}",
-                operator.log().display()
+                "deploy/{CONTROLLER} has had no ready Pod for 30 s; \
+                 kubectl logs -n {OPERATOR_NAMESPACE} deploy/{CONTROLLER} -c manager"
             )
             .into();
         }

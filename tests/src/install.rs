@@ -1,0 +1,271 @@
+//! The operator as users install it: `charts/etcd-operator` installed with the real helm into the
+//! test control plane, its Deployments run by the pod runner from the chart's own image reference
+//! (mapped to the cargo-built binaries, which is what the project's image holds), the controller
+//! and webhook reaching the API with their ServiceAccount tokens, and, when asked, the real
+//! cert-manager issuing the webhook's serving certificate.
+//!
+//! One [`Installed`] per test binary: the chart is cluster-scoped (CRDs, webhook configurations,
+//! ClusterRoles), so the scenarios that install it take turns through [`Installed::turn`].
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use api::v1alpha2::EtcdCluster;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::{Mutex, MutexGuard, OnceCell};
+
+use crate::e2e::{condition, healthy, pod_ready};
+use crate::env::cert_manager::CertManager;
+use crate::env::ControlPlane;
+use crate::helm::{chart_dir, Error, Helm};
+use crate::operator::bin_dir;
+use crate::podrunner::PodRunner;
+use crate::OrPanic;
+
+/// The release name and namespace the installation runbook uses.
+pub const RELEASE: &str = "etcd-operator";
+pub const NAMESPACE: &str = "etcd-operator-system";
+/// The chart's default image repository; the pod runner maps every tag of it to the binaries.
+pub const IMAGE_REPOSITORY: &str = "ghcr.io/cozystack/etcd-operator";
+/// The controller Deployment (named after the release) and the webhook's.
+pub const CONTROLLER: &str = "etcd-operator";
+pub const WEBHOOK: &str = "etcd-operator-webhook";
+/// How long `helm install/upgrade --wait` may take: Pods start as local processes in seconds,
+/// but the two cores are shared with everything else.
+pub const HELM_TIMEOUT: &str = "4m";
+
+pub struct Installed {
+    pub cp: ControlPlane,
+    pub runner: PodRunner,
+    pub cert_manager: CertManager,
+    pub helm: Helm,
+    turn: Mutex<()>,
+}
+
+/// The test binary's installation environment: a control plane without the CRDs (the chart
+/// brings them), the pod runner with the project's image mapped, and cert-manager.
+pub async fn installed() -> &'static Installed {
+    static ENV: OnceCell<Installed> = OnceCell::const_new();
+    ENV.get_or_init(|| async { Installed::start().await.or_panic() })
+        .await
+}
+
+impl Installed {
+    pub async fn start() -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        let cp = ControlPlane::builder()
+            .with_controller_manager()
+            .with_scheduler()
+            .start()
+            .await?;
+        let runner = PodRunner::builder()
+            .operator_image(IMAGE_REPOSITORY, bin_dir())
+            .start(&cp)
+            .await?;
+        let cert_manager = CertManager::start(&cp).await?;
+        let helm = Helm::new(Some(cp.kubeconfig()))?;
+        Ok(Self {
+            cp,
+            runner,
+            cert_manager,
+            helm,
+            turn: Mutex::new(()),
+        })
+    }
+
+    /// One scenario at a time: hold the guard while the chart is installed.
+    pub async fn turn(&self) -> MutexGuard<'_, ()> {
+        self.turn.lock().await
+    }
+
+    pub fn client(&self) -> Client {
+        self.cp.client().or_panic()
+    }
+
+    /// `helm install etcd-operator charts/etcd-operator -n etcd-operator-system --create-namespace
+    /// --wait` with `--set` values; returns helm's output (NOTES included).
+    pub async fn install(&self, sets: &[&str]) -> Result<String, Error> {
+        self.release("install", "--create-namespace", sets).await
+    }
+
+    /// `helm upgrade --reuse-values --wait` with more `--set` values.
+    pub async fn upgrade(&self, sets: &[&str]) -> Result<String, Error> {
+        self.release("upgrade", "--reuse-values", sets).await
+    }
+
+    async fn release(&self, verb: &str, flag: &str, sets: &[&str]) -> Result<String, Error> {
+        let chart = chart_dir();
+        let chart = chart.to_string_lossy();
+        let mut args = vec![
+            verb,
+            RELEASE,
+            &chart,
+            "--namespace",
+            NAMESPACE,
+            flag,
+            "--wait",
+            "--timeout",
+            HELM_TIMEOUT,
+        ];
+        for set in sets {
+            args.extend(["--set", set]);
+        }
+        self.helm.run(args).await
+    }
+
+    /// `helm uninstall --wait`: the release's objects go, the kept CRDs stay.
+    pub async fn uninstall(&self) -> Result<String, Error> {
+        self.helm
+            .run([
+                "uninstall",
+                RELEASE,
+                "--namespace",
+                NAMESPACE,
+                "--wait",
+                "--timeout",
+                HELM_TIMEOUT,
+            ])
+            .await
+    }
+
+    /// The Pods of a Deployment of the release (by its selector), newest first.
+    pub async fn deployment_pods(&self, deployment: &str) -> Vec<Pod> {
+        let client = self.client();
+        let d = Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
+            .get(deployment)
+            .await
+            .or_panic();
+        let selector = d
+            .spec
+            .and_then(|s| s.selector.match_labels)
+            .unwrap_or_default()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut pods = Api::<Pod>::namespaced(client, NAMESPACE)
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .or_panic()
+            .items;
+        pods.retain(|p| p.metadata.deletion_timestamp.is_none());
+        pods.sort_by_key(|p| std::cmp::Reverse(p.metadata.creation_timestamp.clone()));
+        pods
+    }
+
+    /// Wait until exactly `replicas` Pods of the Deployment are Ready and none is terminating
+    /// (a rollout finished), returning them.
+    pub async fn wait_rolled_out(&self, deployment: &str, replicas: usize) -> Vec<Pod> {
+        let deadline = Instant::now() + Duration::from_secs(240);
+        loop {
+            let d = Api::<Deployment>::namespaced(self.client(), NAMESPACE)
+                .get(deployment)
+                .await
+                .or_panic();
+            let status = d.status.clone().unwrap_or_default();
+            let generation = d.metadata.generation.unwrap_or_default();
+            let pods = self.deployment_pods(deployment).await;
+            let done = status.observed_generation == Some(generation)
+                && status.updated_replicas.unwrap_or_default() as usize == replicas
+                && status.ready_replicas.unwrap_or_default() as usize == replicas
+                && status.replicas.unwrap_or_default() as usize == replicas
+                && pods.len() == replicas
+                && pods.iter().all(pod_ready);
+            if done {
+                return pods;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "deployment {NAMESPACE}/{deployment} did not roll out to {replicas} ready Pods; \
+                     status {}; pod runner journal {}",
+                    serde_json::to_string(&status).unwrap_or_default(),
+                    self.runner.journal().display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Wait until the cluster is serving `replicas` healthy members; panics with its status.
+    pub async fn wait_healthy(&self, ns: &str, name: &str, replicas: i32) -> EtcdCluster {
+        let api: Api<EtcdCluster> = Api::namespaced(self.client(), ns);
+        let deadline = Instant::now() + Duration::from_secs(240);
+        loop {
+            let c = api.get(name).await.or_panic();
+            if healthy(&c, replicas) {
+                return c;
+            }
+            if Instant::now() > deadline {
+                let logs = self
+                    .cp
+                    .kubectl(&[
+                        "logs",
+                        "-n",
+                        NAMESPACE,
+                        &format!("deploy/{CONTROLLER}"),
+                        "-c",
+                        "manager",
+                        "--tail=40",
+                    ])
+                    .await
+                    .map(|o| o.stdout + &o.stderr)
+                    .unwrap_or_default();
+                panic!(
+                    "{ns}/{name}: not healthy with {replicas} members in time; Available={:?}; \
+                     status {}\nmanager log tail:\n{logs}",
+                    condition(&c, "Available"),
+                    serde_json::to_string_pretty(&c.status).unwrap_or_default(),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Create a namespace for a scenario's clusters.
+    pub async fn namespace(&self, prefix: &str) -> String {
+        self.cp.namespace(prefix).await.or_panic()
+    }
+
+    /// Create an EtcdCluster from JSON `spec` through the admin client.
+    pub async fn create_cluster(&self, ns: &str, name: &str, spec: serde_json::Value) {
+        let cluster: EtcdCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd-operator.cozystack.io/v1alpha2",
+            "kind": "EtcdCluster",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": spec,
+        }))
+        .or_panic();
+        Api::<EtcdCluster>::namespaced(self.client(), ns)
+            .create(&PostParams::default(), &cluster)
+            .await
+            .or_panic();
+    }
+
+    /// Write keys through a real etcd client, and check them later.
+    pub async fn write_keys(&self, ns: &str, cluster: &str, n: usize) -> BTreeMap<String, String> {
+        crate::e2e::write_keys(&self.client(), ns, cluster, n).await
+    }
+
+    pub async fn check_keys(&self, ns: &str, cluster: &str, keys: &BTreeMap<String, String>) {
+        crate::e2e::check_keys(&self.client(), ns, cluster, keys).await
+    }
+
+    /// The names of the release's Pods with their restart counts, to show nothing restarted.
+    pub async fn restarts(&self, deployment: &str) -> BTreeMap<String, i32> {
+        self.deployment_pods(deployment)
+            .await
+            .iter()
+            .map(|p| {
+                let restarts = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .map(|cs| cs.iter().map(|c| c.restart_count).sum())
+                    .unwrap_or_default();
+                (p.name_any(), restarts)
+            })
+            .collect()
+    }
+}
