@@ -117,6 +117,12 @@ pub fn render(
             reason::CERT_MANAGER_NOT_INSTALLED,
             "spec.tls asks for cert-manager Certificates but the cert-manager.io/v1 API is not installed; install cert-manager, then restart the operator".into(),
         ),
+        _ if facts.tls_secret_problem.is_some() => set(
+            ctype::AVAILABLE,
+            false,
+            reason::TLS_SECRET_NOT_READY,
+            facts.tls_secret_problem.clone().unwrap_or_default(),
+        ),
         _ if id_mismatch.is_some() => set(
             ctype::AVAILABLE,
             false,
@@ -181,6 +187,12 @@ pub fn render(
             false,
             reason::DEADLINE_EXCEEDED,
             "gave up at the progress deadline; waiting for a spec edit".into(),
+        ),
+        _ if facts.tls_secret_problem.is_some() => set(
+            ctype::PROGRESSING,
+            true,
+            reason::TLS_SECRET_NOT_READY,
+            facts.tls_secret_problem.clone().unwrap_or_default(),
         ),
         Phase::Reconciled if target == 0 => set(
             ctype::PROGRESSING,
