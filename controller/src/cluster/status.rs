@@ -523,6 +523,30 @@ mod tests {
     }
 
     #[test]
+    fn an_unusable_tls_secret_is_named_while_the_operator_waits_for_it() {
+        let problem = "Secret ns/c-peer-tls (spec.tls.peer.secretRef) does not exist; create it \
+                       with the keys tls.crt, tls.key, ca.crt";
+        let facts = Facts {
+            tls_secret_problem: Some(problem.to_string()),
+            ..Default::default()
+        };
+        let s = render(
+            &cluster(),
+            &plan(3, Phase::Progressing, facts, Action::None),
+            None,
+            now(),
+        );
+        for (t, status) in [(ctype::AVAILABLE, "False"), (ctype::PROGRESSING, "True")] {
+            let c = cond(&s, t);
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+                (status, reason::TLS_SECRET_NOT_READY, problem),
+                "{t}"
+            );
+        }
+    }
+
+    #[test]
     fn terminal_phases_name_the_recovery() {
         let s = render(
             &cluster(),
