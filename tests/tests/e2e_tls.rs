@@ -457,3 +457,75 @@ async fn server_tls_only_and_peer_only_clusters_form_and_serve() {
     );
     assert!(stdout.contains("https://peer-"), "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_without_a_key_or_with_broken_pem_is_named_and_nothing_is_created() {
+    let env = env().await;
+    let ns = env.namespace("tls-bad").await;
+    let m = mint("nokey", &ns);
+    // The server Secret lacks ca.crt (a `kubernetes.io/tls` Secret made without the CA).
+    create_secret(
+        env,
+        &ns,
+        "nokey-server-tls",
+        &[
+            ("tls.crt", &m.server.cert_pem),
+            ("tls.key", &m.server.key_pem),
+        ],
+    )
+    .await;
+    env.create_cluster(
+        &ns,
+        "nokey",
+        tls_spec(1, Some("nokey-server-tls"), None, None),
+    )
+    .await;
+    // The operator-client Secret holds something that is not PEM.
+    create_server_secret(env, &ns, "garbage-server-tls", &m).await;
+    create_secret(
+        env,
+        &ns,
+        "garbage-op-tls",
+        &[("tls.crt", "not a certificate"), ("tls.key", "not a key")],
+    )
+    .await;
+    env.create_cluster(
+        &ns,
+        "garbage",
+        tls_spec(1, Some("garbage-server-tls"), Some("garbage-op-tls"), None),
+    )
+    .await;
+
+    for (name, secret, field, detail) in [
+        (
+            "nokey",
+            "nokey-server-tls",
+            "spec.tls.client.serverSecretRef",
+            "no key ca.crt",
+        ),
+        (
+            "garbage",
+            "garbage-op-tls",
+            "spec.tls.client.operatorClientSecretRef",
+            "tls.crt",
+        ),
+    ] {
+        let c = env
+            .wait_for(&ns, name, "TLSSecretNotReady", BOOT, |c| {
+                condition(c, "Available")
+                    .is_some_and(|(st, r, _)| st == "False" && r == "TLSSecretNotReady")
+            })
+            .await;
+        let (_, _, msg) = condition(&c, "Available").expect("Available condition");
+        assert!(
+            msg.contains(&format!("{ns}/{secret}")) && msg.contains(field) && msg.contains(detail),
+            "{name}: {msg}"
+        );
+        let (st, reason, _) = condition(&c, "Progressing").expect("Progressing condition");
+        assert_eq!(
+            (st.as_str(), reason.as_str()),
+            ("True", "TLSSecretNotReady")
+        );
+        assert!(env.members(&ns, name).await.is_empty(), "{name}: no member");
+    }
+}
