@@ -40,6 +40,10 @@ pub mod reason {
     /// Not in the reference API: etcd answers with another cluster ID than the one latched in
     /// `status.clusterID` (the members' endpoints reach a different cluster). Nothing is changed.
     pub const CLUSTER_ID_MISMATCH: &str = "ClusterIDMismatch";
+    /// Not in the reference API: a Secret named by `spec.tls` is missing, lacks a key, or holds
+    /// PEM that cannot be used (Available=False, Progressing=True while the operator waits for
+    /// it; the message names the Secret and the field).
+    pub const TLS_SECRET_NOT_READY: &str = "TLSSecretNotReady";
     // EtcdCluster Progressing
     pub const INITIAL_SNAPSHOT: &str = "InitialSnapshot";
     pub const SPEC_CHANGED: &str = "SpecChanged";

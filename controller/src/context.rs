@@ -9,6 +9,7 @@ use kube::{Client, Resource};
 
 use crate::etcd::{Etcd, EtcdError};
 use crate::metrics::Metrics;
+use crate::tls::ClientTls;
 
 pub const FIELD_MANAGER: &str = "etcd-operator";
 
@@ -29,14 +30,20 @@ impl Default for Config {
     }
 }
 
+/// A cached etcd client with what it was built for: the endpoints and the TLS material's
+/// revision (`None` for plaintext).
+type CachedEtcd = (Vec<String>, Option<String>, Etcd);
+
 pub struct Context {
     pub client: Client,
     pub config: Config,
     pub metrics: Metrics,
     recorder: Recorder,
-    /// One etcd connection per cluster, kept across reconciles while its endpoints stay the
-    /// same: a reconcile then costs the membership call, not a new TCP and HTTP/2 handshake.
-    etcd_clients: Mutex<HashMap<String, (Vec<String>, Etcd)>>,
+    /// One etcd connection per cluster, kept across reconciles while its endpoints and TLS
+    /// material (the Secrets' resourceVersions) stay the same: a reconcile then costs the
+    /// membership call, not a new TCP, TLS and HTTP/2 handshake, and a renewed Secret is
+    /// picked up on the next reconcile.
+    etcd_clients: Mutex<HashMap<String, CachedEtcd>>,
 }
 
 impl Context {
@@ -58,19 +65,28 @@ impl Context {
     }
 
     /// The cluster's etcd client for these endpoints (`key` names the cluster incarnation),
-    /// reused while the endpoints are unchanged.
-    pub async fn etcd(&self, key: &str, endpoints: &[String]) -> Result<Etcd, EtcdError> {
+    /// reused while the endpoints and the TLS material's revision are unchanged.
+    pub async fn etcd(
+        &self,
+        key: &str,
+        endpoints: &[String],
+        tls: Option<&ClientTls>,
+    ) -> Result<Etcd, EtcdError> {
+        let revision = tls.map(|t| t.revision.clone());
         let cached = self.etcd_clients.lock().ok().and_then(|c| {
             c.get(key)
-                .filter(|(e, _)| e.as_slice() == endpoints)
-                .map(|(_, client)| client.clone())
+                .filter(|(e, r, _)| e.as_slice() == endpoints && *r == revision)
+                .map(|(_, _, client)| client.clone())
         });
         if let Some(client) = cached {
             return Ok(client);
         }
-        let client = Etcd::connect(endpoints, self.metrics.clone()).await?;
+        let client = Etcd::connect(endpoints, tls, self.metrics.clone()).await?;
         if let Ok(mut c) = self.etcd_clients.lock() {
-            c.insert(key.to_string(), (endpoints.to_vec(), client.clone()));
+            c.insert(
+                key.to_string(),
+                (endpoints.to_vec(), revision, client.clone()),
+            );
         }
         Ok(client)
     }

@@ -4,10 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions, MemberAddOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, MemberAddOptions, TlsOptions};
 
 use crate::cluster::plan::EtcdMemberInfo;
 use crate::metrics::Metrics;
+use crate::tls::ClientTls;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
@@ -91,13 +92,27 @@ pub struct Etcd {
 }
 
 impl Etcd {
-    pub async fn connect(endpoints: &[String], metrics: Metrics) -> Result<Self, EtcdError> {
+    /// Dials `endpoints` (`https://` ones with `tls`: the cluster's CA as the only trust anchor,
+    /// the operator-client identity when the cluster uses mTLS; the server name checked against
+    /// the member's DNS name).
+    pub async fn connect(
+        endpoints: &[String],
+        tls: Option<&ClientTls>,
+        metrics: Metrics,
+    ) -> Result<Self, EtcdError> {
         if endpoints.is_empty() {
             return Err(EtcdError::NoEndpoints);
         }
-        let options = ConnectOptions::new()
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(CONNECT_TIMEOUT)
             .with_timeout(CALL_TIMEOUT);
+        if let Some(tls) = tls {
+            let mut config = TlsOptions::new().ca_certificate(Certificate::from_pem(&tls.ca_pem));
+            if let Some((cert, key)) = &tls.identity {
+                config = config.identity(Identity::from_pem(cert, key));
+            }
+            options = options.with_tls(config);
+        }
         let started = Instant::now();
         let client = Client::connect(endpoints, Some(options)).await;
         metrics.observe_etcd("connect", started.elapsed(), client.is_ok());

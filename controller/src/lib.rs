@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod naming;
 pub mod pods;
 pub mod run;
+pub mod tls;
 
 /// UID of the object's controlling owner (the EtcdCluster of a member, the member of a Pod or PVC).
 pub fn controller_uid(obj: &impl kube::Resource) -> Option<String> {
@@ -44,6 +45,8 @@ pub enum Error {
     EtcdUnavailable,
     #[error("{0}")]
     Conflict(String),
+    #[error(transparent)]
+    TlsSecret(#[from] tls::TlsSecretError),
 }
 
 impl Error {
@@ -61,6 +64,7 @@ impl Error {
             Error::Json(_) => "Serialization",
             Error::NoNamespace | Error::NoUid => "InvalidObject",
             Error::Conflict(_) => "OwnershipConflict",
+            Error::TlsSecret(_) => "TLSSecret",
         }
     }
 }

@@ -164,6 +164,9 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         ("policy", "poddisruptionbudgets", "create", Watched),
         ("policy", "poddisruptionbudgets", "patch", Watched),
         ("policy", "poddisruptionbudgets", "delete", Watched),
+        // tls.rs load (from cluster/reconcile.rs and member/mod.rs): get_opt of the BYO TLS
+        // Secrets a cluster names in spec.tls. Read by name only, never listed or watched.
+        ("", "secrets", "get", Watched),
         // context.rs: kube-runtime's Recorder creates events.k8s.io/v1 Events, patches a series.
         ("events.k8s.io", "events", "create", Watched),
         ("events.k8s.io", "events", "patch", Watched),
@@ -1105,8 +1108,9 @@ async fn can(
 /// Things neither the cluster-wide nor the scoped controller may do.
 const MUST_NOT: &[(&str, &str, &str)] = &[
     ("delete", "", "nodes"),
-    ("get", "", "secrets"),
     ("list", "", "secrets"),
+    ("watch", "", "secrets"),
+    ("create", "", "secrets"),
     ("create", "rbac.authorization.k8s.io", "clusterroles"),
     ("create", "rbac.authorization.k8s.io", "rolebindings"),
     ("update", "etcd-operator.cozystack.io", "etcdclusters"),

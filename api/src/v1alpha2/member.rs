@@ -9,7 +9,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::cluster::RestoreSpec;
+use super::cluster::{RestoreSpec, TlsSpec};
 use super::common::{AdditionalMetadata, EtcdOptions, SecretReference, StorageSpec};
 
 /// Desired state of one etcd member, copied from its cluster's locked spec at creation.
@@ -105,6 +105,25 @@ pub struct MemberTls {
     pub peer_auto_tls: bool,
 }
 
+impl MemberTls {
+    /// The member view of a cluster's BYO-Secret TLS: the server and peer Secrets the Pod mounts,
+    /// and mTLS on the client listener when the operator has a client identity. cert-manager
+    /// sources are not resolved here (their Secrets are named by the Certificates); `None` when
+    /// neither listener uses a Secret of the user's.
+    pub fn from_cluster(tls: Option<&TlsSpec>) -> Option<Self> {
+        let tls = tls?;
+        let client = tls.client.as_ref();
+        let member = Self {
+            client_server_secret_ref: client.and_then(|c| c.server_secret_ref.clone()),
+            client_mtls: client.is_some_and(|c| c.operator_client_secret_ref.is_some()),
+            peer_secret_ref: tls.peer.as_ref().and_then(|p| p.secret_ref.clone()),
+            peer_auto_tls: false,
+        };
+        (member.client_server_secret_ref.is_some() || member.peer_secret_ref.is_some())
+            .then_some(member)
+    }
+}
+
 /// Observed state of one etcd member.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -137,4 +156,52 @@ pub struct EtcdMemberStatus {
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::v1alpha2::{ClientTlsSpec, PeerTlsSpec};
+
+    #[test]
+    fn member_tls_follows_the_clusters_byo_secrets() {
+        assert_eq!(MemberTls::from_cluster(None), None);
+        let full = TlsSpec {
+            client: Some(ClientTlsSpec {
+                server_secret_ref: Some(SecretReference::new("s")),
+                operator_client_secret_ref: Some(SecretReference::new("o")),
+                cert_manager: None,
+            }),
+            peer: Some(PeerTlsSpec {
+                secret_ref: Some(SecretReference::new("p")),
+                cert_manager: None,
+            }),
+        };
+        assert_eq!(
+            MemberTls::from_cluster(Some(&full)),
+            Some(MemberTls {
+                client_server_secret_ref: Some(SecretReference::new("s")),
+                client_mtls: true,
+                peer_secret_ref: Some(SecretReference::new("p")),
+                peer_auto_tls: false,
+            })
+        );
+        // Server TLS only: no client certificate is required.
+        let server_only = TlsSpec {
+            client: Some(ClientTlsSpec {
+                server_secret_ref: Some(SecretReference::new("s")),
+                ..Default::default()
+            }),
+            peer: None,
+        };
+        let m = MemberTls::from_cluster(Some(&server_only)).unwrap();
+        assert!(!m.client_mtls && m.peer_secret_ref.is_none());
+        // Peer only: the client listener stays plaintext.
+        let peer_only = TlsSpec {
+            client: None,
+            peer: full.peer.clone(),
+        };
+        let m = MemberTls::from_cluster(Some(&peer_only)).unwrap();
+        assert!(m.client_server_secret_ref.is_none() && !m.client_mtls);
+    }
 }

@@ -139,10 +139,15 @@ pub fn etcd_args(member: &EtcdMember) -> Result<Vec<String>, BuildError> {
         args.extend([
             format!("--cert-file={CLIENT_TLS_DIR}/tls.crt"),
             format!("--key-file={CLIENT_TLS_DIR}/tls.key"),
-            format!("--trusted-ca-file={CLIENT_TLS_DIR}/ca.crt"),
         ]);
+        // etcd requires a client certificate whenever `--trusted-ca-file` is set, with or
+        // without `--client-cert-auth` (pkg/transport TLSInfo.ServerConfig): a server-TLS-only
+        // cluster must not get it, or clients without a certificate are refused.
         if tls.client_mtls {
-            args.push("--client-cert-auth".to_string());
+            args.extend([
+                format!("--trusted-ca-file={CLIENT_TLS_DIR}/ca.crt"),
+                "--client-cert-auth".to_string(),
+            ]);
         }
     }
     if peer_tls {
@@ -492,6 +497,139 @@ mod tests {
                 "/etc/etcd/tls/client",
                 "/etc/etcd/tls/peer"
             ]
+        );
+    }
+
+    fn tls_member(client: Option<&str>, mtls: bool, peer: Option<&str>) -> EtcdMember {
+        let mut m = member("c-x", "c", "n");
+        m.spec.initial_cluster = naming::initial_cluster_entry("c-x", "c", "n", peer.is_some());
+        m.spec.tls = Some(api::v1alpha2::MemberTls {
+            client_server_secret_ref: client.map(api::v1alpha2::SecretReference::new),
+            client_mtls: mtls,
+            peer_secret_ref: peer.map(api::v1alpha2::SecretReference::new),
+            peer_auto_tls: false,
+        });
+        m
+    }
+
+    fn secret_volumes(pod: &Pod) -> Vec<(String, String)> {
+        pod.spec
+            .as_ref()
+            .unwrap()
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|v| {
+                let s = v.secret.as_ref()?;
+                Some((v.name.clone(), s.secret_name.clone()?))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn server_tls_only_serves_https_without_requiring_client_certificates() {
+        let pod = member_pod(&tls_member(Some("c-server-tls"), false, None), &params()).unwrap();
+        let args = args_of(&pod);
+        for expected in [
+            "--listen-client-urls=https://0.0.0.0:2379",
+            "--advertise-client-urls=https://c-x.c.n.svc:2379",
+            "--cert-file=/etc/etcd/tls/client/tls.crt",
+            "--key-file=/etc/etcd/tls/client/tls.key",
+            "--listen-peer-urls=http://0.0.0.0:2380",
+            "--initial-advertise-peer-urls=http://c-x.c.n.svc:2380",
+            "--initial-cluster=c-x=http://c-x.c.n.svc:2380",
+        ] {
+            assert!(
+                args.iter().any(|a| a == expected),
+                "missing {expected} in {args:?}"
+            );
+        }
+        // etcd demands a client certificate as soon as it has a trusted CA.
+        for absent in ["--trusted-ca-file", "--client-cert-auth", "--peer-"] {
+            assert!(
+                !args.iter().any(|a| a.starts_with(absent)),
+                "{absent} in {args:?}"
+            );
+        }
+        assert_eq!(
+            secret_volumes(&pod),
+            [("client-tls".to_string(), "c-server-tls".to_string())]
+        );
+    }
+
+    #[test]
+    fn peer_only_tls_keeps_the_client_listener_plaintext_and_peers_mutual() {
+        let pod = member_pod(&tls_member(None, false, Some("c-peer-tls")), &params()).unwrap();
+        let args = args_of(&pod);
+        for expected in [
+            "--listen-client-urls=http://0.0.0.0:2379",
+            "--advertise-client-urls=http://c-x.c.n.svc:2379",
+            "--listen-peer-urls=https://0.0.0.0:2380",
+            "--initial-advertise-peer-urls=https://c-x.c.n.svc:2380",
+            "--initial-cluster=c-x=https://c-x.c.n.svc:2380",
+            "--peer-cert-file=/etc/etcd/tls/peer/tls.crt",
+            "--peer-key-file=/etc/etcd/tls/peer/tls.key",
+            "--peer-trusted-ca-file=/etc/etcd/tls/peer/ca.crt",
+            "--peer-client-cert-auth",
+        ] {
+            assert!(
+                args.iter().any(|a| a == expected),
+                "missing {expected} in {args:?}"
+            );
+        }
+        assert!(
+            !args.iter().any(|a| a.starts_with("--cert-file")),
+            "{args:?}"
+        );
+        assert_eq!(
+            secret_volumes(&pod),
+            [("peer-tls".to_string(), "c-peer-tls".to_string())]
+        );
+    }
+
+    #[test]
+    fn tls_secrets_are_whole_volume_mounts_and_probes_stay_on_plaintext_ports() {
+        let pod = member_pod(
+            &tls_member(Some("c-server-tls"), true, Some("c-peer-tls")),
+            &params(),
+        )
+        .unwrap();
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        // No subPath and no items: the kubelet then refreshes renewed Secrets in place, and
+        // etcd re-reads its certificate and key on every handshake.
+        for m in c.volume_mounts.iter().flatten() {
+            assert_eq!(m.sub_path, None, "{m:?}");
+        }
+        for v in pod.spec.as_ref().unwrap().volumes.iter().flatten() {
+            if let Some(s) = &v.secret {
+                assert_eq!(s.items, None, "{v:?}");
+            }
+        }
+        assert_eq!(
+            secret_volumes(&pod),
+            [
+                ("client-tls".to_string(), "c-server-tls".to_string()),
+                ("peer-tls".to_string(), "c-peer-tls".to_string())
+            ]
+        );
+        // Probes need no certificate: readiness on the plaintext metrics listener, liveness a
+        // TCP connect to the peer port.
+        let readiness = c
+            .readiness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            (readiness.port.clone(), readiness.scheme.as_deref()),
+            (IntOrString::Int(METRICS_PORT), Some("HTTP"))
+        );
+        assert!(args_of(&pod).contains(&"--listen-metrics-urls=http://0.0.0.0:2381".to_string()));
+        let liveness = c.liveness_probe.as_ref().unwrap();
+        assert_eq!(
+            liveness.tcp_socket.as_ref().unwrap().port,
+            IntOrString::Int(PEER_PORT)
         );
     }
 

@@ -10,7 +10,7 @@
 //! (`BootstrapFailed`); after it, the cluster parks (`DeadlineExceeded`) until the spec is edited.
 
 use api::conditions::reason;
-use api::v1alpha2::{EtcdCluster, EtcdMemberSpec, ObservedSpec};
+use api::v1alpha2::{EtcdCluster, EtcdMemberSpec, MemberTls, ObservedSpec};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
@@ -92,6 +92,8 @@ pub struct Observed<'a> {
     pub now: Timestamp,
     /// The cluster asks for cert-manager Certificates but cert-manager is not installed.
     pub cert_manager_missing: bool,
+    /// A Secret of `spec.tls` is missing or unusable (the message names it).
+    pub tls_secret_problem: Option<String>,
 }
 
 /// An etcd member that no EtcdMember of this cluster describes (matched by peer URL): left
@@ -203,6 +205,9 @@ pub struct Facts {
     /// upgrades are not implemented yet, so the change waits.
     pub version_pending: Option<(i32, String)>,
     pub cert_manager_missing: bool,
+    /// A Secret of `spec.tls` is missing or unusable: nothing is created (a Pod could not
+    /// mount it, or etcd could not start with it) and etcd cannot be dialed.
+    pub tls_secret_problem: Option<String>,
     pub paused: bool,
     pub dormant_pvc: Option<String>,
     pub seed_without_pod: bool,
@@ -212,18 +217,23 @@ pub struct Facts {
 }
 
 /// Parts of the v1alpha2 API that this operator version accepts (they are valid, and
-/// immutable after create) but does not implement yet: TLS listeners, root auth and restore.
+/// immutable after create) but does not implement yet: cert-manager TLS, root auth and restore.
 /// Bootstrapping such a cluster without them would either never form (peer TLS URLs on a
 /// plaintext listener) or silently give the user less than asked (no auth, an empty cluster
-/// instead of the snapshot), so the cluster is held before its seed is created.
+/// instead of the snapshot), so the cluster is held before its seed is created. TLS from the
+/// user's own Secrets is implemented.
 pub fn unsupported_fields(spec: &api::v1alpha2::EtcdClusterSpec) -> Vec<&'static str> {
     let mut fields = Vec::new();
     if let Some(tls) = &spec.tls {
-        if tls.client.is_some() {
-            fields.push("spec.tls.client");
+        if tls
+            .client
+            .as_ref()
+            .is_some_and(|c| c.cert_manager.is_some())
+        {
+            fields.push("spec.tls.client.certManager");
         }
-        if tls.peer.is_some() {
-            fields.push("spec.tls.peer");
+        if tls.peer.as_ref().is_some_and(|p| p.cert_manager.is_some()) {
+            fields.push("spec.tls.peer.certManager");
         }
     }
     if spec.auth.as_ref().is_some_and(|a| a.enabled) {
@@ -264,12 +274,15 @@ fn same_target(a: &ObservedSpec, b: &ObservedSpec) -> bool {
 }
 
 /// The spec of the next EtcdMember, built from the locked target (`status.observed`), not from
-/// the live spec: a member created while an edit waits gets the target being worked on.
+/// the live spec: a member created while an edit waits gets the target being worked on. `tls` is
+/// the member view of `spec.tls`, which cannot change after create (so the live spec is the
+/// latched one).
 pub fn member_spec(
     cluster_name: &str,
     target: &ObservedSpec,
     cluster_token: String,
     seed: bool,
+    tls: Option<MemberTls>,
 ) -> EtcdMemberSpec {
     EtcdMemberSpec {
         cluster_name: cluster_name.to_string(),
@@ -285,7 +298,7 @@ pub fn member_spec(
         initial_cluster: String::new(),
         cluster_token,
         dormant: false,
-        tls: None,
+        tls,
         restore: None,
         replicas: None,
     }
@@ -537,6 +550,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         }
     }
     facts.cert_manager_missing = o.cert_manager_missing;
+    facts.tls_secret_problem = o.tls_secret_problem.clone();
     if let EtcdView::Unreachable(e) = &o.etcd {
         facts.etcd_error = Some(e.clone());
     }
@@ -597,6 +611,10 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     }
     if o.cert_manager_missing {
         out.action = Action::Wait("cert-manager is not installed".into());
+        return out;
+    }
+    if let Some(problem) = &o.tls_secret_problem {
+        out.action = Action::Wait(format!("waiting for a usable TLS Secret: {problem}"));
         return out;
     }
     if let Some((latched, answered)) = &out.facts.cluster_id_mismatch {

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use api::conditions::{cluster as ctype, reason};
 use api::labels;
-use api::v1alpha2::{EtcdCluster, EtcdClusterStatus, EtcdMember, EtcdMemberStatus, ObservedSpec};
+use api::v1alpha2::{
+    EtcdCluster, EtcdClusterStatus, EtcdMember, EtcdMemberStatus, MemberTls, ObservedSpec,
+};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -194,11 +196,19 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         .is_some_and(|s| s.cluster_id.is_some());
     let endpoints = voter_endpoints(cluster, &members, &views, formed);
     let key = format!("{ns}/{name}/{uid}");
+    // The Secrets are read on every reconcile: a renewed one (new resourceVersion) rebuilds the
+    // cached client, a missing or broken one holds the cluster with a condition naming it.
+    let (client_tls, tls_secret_problem) =
+        match crate::tls::load(&client, &ns, cluster.spec.tls.as_ref()).await {
+            Ok(tls) => (tls, None),
+            Err(e) if e.is_user_fixable() => (None, Some(e.to_string())),
+            Err(e) => return Err(e.into()),
+        };
     let mut etcd = None;
-    let etcd_view = if endpoints.is_empty() {
+    let etcd_view = if endpoints.is_empty() || tls_secret_problem.is_some() {
         EtcdView::NotAsked
     } else {
-        match ctx.etcd(&key, &endpoints).await {
+        match ctx.etcd(&key, &endpoints, client_tls.as_ref()).await {
             Ok(mut client) => {
                 let view = match client.member_list().await {
                     Ok((cluster_id, members)) => EtcdView::Members {
@@ -224,6 +234,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         etcd: etcd_view.clone(),
         now,
         cert_manager_missing: false,
+        tls_secret_problem,
     });
     tracing::debug!(cluster = %name, namespace = %ns, action = ?plan.action, phase = ?plan.phase, "planned");
 
@@ -507,6 +518,10 @@ fn next_check(plan: &Plan, now: Timestamp) -> Requeue {
         }
         _ => None,
     };
+    if plan.facts.tls_secret_problem.is_some() {
+        // Secrets are read, not watched: look again soon for the one being waited on.
+        after = Some(TLS_SECRET_RECHECK);
+    }
     if plan.phase == Phase::Progressing {
         if let Some(deadline) = plan.progress_deadline {
             let left = Duration::try_from(deadline.duration_since(now))
@@ -524,6 +539,9 @@ fn next_check(plan: &Plan, now: Timestamp) -> Requeue {
 /// How often a seed that is not reachable yet is dialed again (its Pod's readiness changes wake
 /// the reconcile sooner).
 pub const SEED_RECHECK: Duration = Duration::from_secs(5);
+
+/// How often a missing or unusable TLS Secret is read again.
+pub const TLS_SECRET_RECHECK: Duration = Duration::from_secs(10);
 
 /// A Warning Event the moment a cluster parks at its deadline, where `kubectl describe` shows it.
 async fn announce_parking(
@@ -645,7 +663,13 @@ async fn create_member(
             finalizers: Some(vec![labels::MEMBER_CLEANUP_FINALIZER.to_string()]),
             ..Default::default()
         },
-        spec: plan::member_spec(&name, target, token, seed),
+        spec: plan::member_spec(
+            &name,
+            target,
+            token,
+            seed,
+            MemberTls::from_cluster(cluster.spec.tls.as_ref()),
+        ),
         status: None,
     };
     let api: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);

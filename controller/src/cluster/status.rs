@@ -117,6 +117,12 @@ pub fn render(
             reason::CERT_MANAGER_NOT_INSTALLED,
             "spec.tls asks for cert-manager Certificates but the cert-manager.io/v1 API is not installed; install cert-manager, then restart the operator".into(),
         ),
+        _ if facts.tls_secret_problem.is_some() => set(
+            ctype::AVAILABLE,
+            false,
+            reason::TLS_SECRET_NOT_READY,
+            facts.tls_secret_problem.clone().unwrap_or_default(),
+        ),
         _ if id_mismatch.is_some() => set(
             ctype::AVAILABLE,
             false,
@@ -181,6 +187,12 @@ pub fn render(
             false,
             reason::DEADLINE_EXCEEDED,
             "gave up at the progress deadline; waiting for a spec edit".into(),
+        ),
+        _ if facts.tls_secret_problem.is_some() => set(
+            ctype::PROGRESSING,
+            true,
+            reason::TLS_SECRET_NOT_READY,
+            facts.tls_secret_problem.clone().unwrap_or_default(),
         ),
         Phase::Reconciled if target == 0 => set(
             ctype::PROGRESSING,
@@ -506,6 +518,30 @@ mod tests {
                 c.message.contains("spec.auth.enabled") && c.message.contains("recreate"),
                 "{}",
                 c.message
+            );
+        }
+    }
+
+    #[test]
+    fn an_unusable_tls_secret_is_named_while_the_operator_waits_for_it() {
+        let problem = "Secret ns/c-peer-tls (spec.tls.peer.secretRef) does not exist; create it \
+                       with the keys tls.crt, tls.key, ca.crt";
+        let facts = Facts {
+            tls_secret_problem: Some(problem.to_string()),
+            ..Default::default()
+        };
+        let s = render(
+            &cluster(),
+            &plan(3, Phase::Progressing, facts, Action::None),
+            None,
+            now(),
+        );
+        for (t, status) in [(ctype::AVAILABLE, "False"), (ctype::PROGRESSING, "True")] {
+            let c = cond(&s, t);
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+                (status, reason::TLS_SECRET_NOT_READY, problem),
+                "{t}"
             );
         }
     }

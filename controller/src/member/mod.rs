@@ -297,7 +297,16 @@ async fn running_version(
         &cluster.namespace()?,
         tls,
     );
-    let mut etcd = Etcd::connect(&[url], ctx.metrics.clone()).await.ok()?;
+    let tls = crate::tls::load(
+        &ctx.client,
+        &cluster.namespace()?,
+        cluster.spec.tls.as_ref(),
+    )
+    .await
+    .ok()?;
+    let mut etcd = Etcd::connect(&[url], tls.as_ref(), ctx.metrics.clone())
+        .await
+        .ok()?;
     etcd.version().await.ok()
 }
 
@@ -479,7 +488,8 @@ async fn remove_from_etcd(
         // towards quorum; the member stays Terminating until a voter can take the MemberRemove.
         return Err(Error::EtcdUnavailable);
     }
-    let mut etcd = Etcd::connect(&endpoints, ctx.metrics.clone()).await?;
+    let tls = crate::tls::load(&ctx.client, &ns, cluster.spec.tls.as_ref()).await?;
+    let mut etcd = Etcd::connect(&endpoints, tls.as_ref(), ctx.metrics.clone()).await?;
     let url = naming::peer_url(&name, &cluster_name, &ns, peer_tls);
     let (_, listed) = etcd.member_list().await?;
     let id = listed

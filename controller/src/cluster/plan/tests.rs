@@ -98,6 +98,7 @@ fn run(c: &EtcdCluster, members: Vec<MemberView>, etcd: EtcdView) -> Plan {
         etcd,
         now: ts(100),
         cert_manager_missing: false,
+        tls_secret_problem: None,
     })
 }
 
@@ -544,10 +545,15 @@ fn any_spec_edit_after_the_deadline_retries_the_same_target() {
 }
 
 #[test]
-fn cluster_asking_for_tls_auth_or_restore_is_held_before_its_seed() {
+fn cluster_asking_for_cert_manager_tls_auth_or_restore_is_held_before_its_seed() {
     let mut c = cluster(3, None);
     c.spec.tls = Some(api::v1alpha2::TlsSpec {
-        peer: Some(Default::default()),
+        peer: Some(api::v1alpha2::PeerTlsSpec {
+            secret_ref: None,
+            cert_manager: Some(api::v1alpha2::PeerCertManagerSpec {
+                issuer_ref: api::v1alpha2::IssuerReference::new("ca", Default::default()),
+            }),
+        }),
         ..Default::default()
     });
     c.spec.bootstrap = Some(api::v1alpha2::BootstrapSpec {
@@ -556,10 +562,10 @@ fn cluster_asking_for_tls_auth_or_restore_is_held_before_its_seed() {
     let p = run(&c, vec![], EtcdView::NotAsked);
     assert_eq!(
         p.facts.unsupported,
-        vec!["spec.tls.peer", "spec.bootstrap.restore"]
+        vec!["spec.tls.peer.certManager", "spec.bootstrap.restore"]
     );
     assert!(
-        matches!(&p.action, Action::Wait(w) if w.contains("spec.tls.peer")),
+        matches!(&p.action, Action::Wait(w) if w.contains("spec.tls.peer.certManager")),
         "no seed is created: {:?}",
         p.action
     );
@@ -567,6 +573,41 @@ fn cluster_asking_for_tls_auth_or_restore_is_held_before_its_seed() {
     let p = run(&cluster(3, None), vec![], EtcdView::NotAsked);
     assert!(p.facts.unsupported.is_empty());
     assert_eq!(p.action, Action::CreateSeed);
+}
+
+#[test]
+fn byo_secret_tls_bootstraps_and_a_missing_secret_holds_the_seed_with_its_name() {
+    let mut c = cluster(3, None);
+    c.spec.tls = Some(api::v1alpha2::TlsSpec {
+        client: Some(api::v1alpha2::ClientTlsSpec {
+            server_secret_ref: Some(api::v1alpha2::SecretReference::new("c-server-tls")),
+            operator_client_secret_ref: Some(api::v1alpha2::SecretReference::new("c-op-tls")),
+            cert_manager: None,
+        }),
+        peer: Some(api::v1alpha2::PeerTlsSpec {
+            secret_ref: Some(api::v1alpha2::SecretReference::new("c-peer-tls")),
+            cert_manager: None,
+        }),
+    });
+    let p = run(&c, vec![], EtcdView::NotAsked);
+    assert!(p.facts.unsupported.is_empty(), "{:?}", p.facts.unsupported);
+    assert_eq!(p.action, Action::CreateSeed);
+
+    let problem = "Secret ns/c-peer-tls (spec.tls.peer.secretRef) does not exist".to_string();
+    let p = plan(&Observed {
+        cluster: &c,
+        members: vec![],
+        etcd: EtcdView::NotAsked,
+        now: ts(100),
+        cert_manager_missing: false,
+        tls_secret_problem: Some(problem.clone()),
+    });
+    assert!(
+        matches!(&p.action, Action::Wait(w) if w.contains("c-peer-tls")),
+        "{:?}",
+        p.action
+    );
+    assert_eq!(p.facts.tls_secret_problem, Some(problem));
 }
 
 // --- hardening: each of these failed on the planner before the fix ---
@@ -932,7 +973,7 @@ fn resources_edit_during_a_scale_up_waits_for_the_next_target() {
     assert_eq!(p.locked_because, None);
     assert_eq!(p.action, Action::CreateMember);
     // The member created next is built from the locked target, not the edited spec.
-    let next = member_spec("c", &p.observed, "tok".into(), false);
+    let next = member_spec("c", &p.observed, "tok".into(), false, None);
     assert_eq!(next.resources, Some(resources("1Gi")));
     assert_eq!(next.version, "3.6.11");
 
@@ -949,7 +990,7 @@ fn resources_edit_during_a_scale_up_waits_for_the_next_target() {
     );
     assert_eq!(p.locked_because, Some(reason::SPEC_CHANGED));
     assert_eq!(p.observed.resources, Some(resources("2Gi")));
-    let next = member_spec("c", &p.observed, "tok".into(), false);
+    let next = member_spec("c", &p.observed, "tok".into(), false, None);
     assert_eq!(next.resources, Some(resources("2Gi")));
 }
 

@@ -1,0 +1,531 @@
+//! End to end: clusters with TLS from the user's own Secrets (BYO), minted in the test the way
+//! docs/tls.md describes. Real etcd members with TLS listeners, the operator dialing them with
+//! its client certificate, keys written first and checked after every membership change.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use api::v1alpha2::{ClientTlsSpec, EtcdClusterSpec, PeerTlsSpec, SecretReference, TlsSpec};
+use certs::mint::{MintedCert, TestCa};
+use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, ResourceExt};
+use tests::e2e::{condition, env, pod_ready, spec, Env};
+use tests::OrPanic;
+
+const BOOT: Duration = Duration::from_secs(180);
+
+/// The material of one cluster: a client CA (server and operator-client certificates) and a
+/// separate peer CA, with the SANs the reference's runbook lists.
+struct Material {
+    client_ca: TestCa,
+    server: MintedCert,
+    operator: MintedCert,
+    peer_ca: TestCa,
+    peer: MintedCert,
+}
+
+fn mint(cluster: &str, ns: &str) -> Material {
+    let client_ca = TestCa::new(&format!("{cluster} client CA")).or_panic();
+    let peer_ca = TestCa::new(&format!("{cluster} peer CA")).or_panic();
+    let server = client_ca
+        .server_cert(&[
+            &format!("*.{cluster}.{ns}.svc"),
+            &format!("*.{cluster}.{ns}.svc.cluster.local"),
+            &format!("{cluster}.{ns}.svc"),
+            &format!("{cluster}.{ns}.svc.cluster.local"),
+            &format!("{cluster}-client.{ns}.svc"),
+            &format!("{cluster}-client.{ns}.svc.cluster.local"),
+            "localhost",
+            "127.0.0.1",
+        ])
+        .or_panic();
+    let operator = client_ca.client_cert("etcd-operator", &[]).or_panic();
+    let peer = peer_ca
+        .server_cert(&[
+            &format!("*.{cluster}.{ns}.svc"),
+            &format!("*.{cluster}.{ns}.svc.cluster.local"),
+        ])
+        .or_panic();
+    Material {
+        client_ca,
+        server,
+        operator,
+        peer_ca,
+        peer,
+    }
+}
+
+async fn create_secret(env: &Env, ns: &str, name: &str, keys: &[(&str, &str)]) {
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        string_data: Some(
+            keys.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(env.client(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .or_panic();
+}
+
+async fn create_server_secret(env: &Env, ns: &str, name: &str, m: &Material) {
+    create_secret(
+        env,
+        ns,
+        name,
+        &[
+            ("tls.crt", &m.server.cert_pem),
+            ("tls.key", &m.server.key_pem),
+            ("ca.crt", m.client_ca.cert_pem()),
+        ],
+    )
+    .await;
+}
+
+async fn create_operator_secret(env: &Env, ns: &str, name: &str, m: &Material) {
+    create_secret(
+        env,
+        ns,
+        name,
+        &[
+            ("tls.crt", &m.operator.cert_pem),
+            ("tls.key", &m.operator.key_pem),
+        ],
+    )
+    .await;
+}
+
+async fn create_peer_secret(env: &Env, ns: &str, name: &str, m: &Material) {
+    create_secret(
+        env,
+        ns,
+        name,
+        &[
+            ("tls.crt", &m.peer.cert_pem),
+            ("tls.key", &m.peer.key_pem),
+            ("ca.crt", m.peer_ca.cert_pem()),
+        ],
+    )
+    .await;
+}
+
+fn tls_spec(
+    replicas: i32,
+    server: Option<&str>,
+    operator: Option<&str>,
+    peer: Option<&str>,
+) -> EtcdClusterSpec {
+    EtcdClusterSpec {
+        tls: Some(TlsSpec {
+            client: server.map(|s| ClientTlsSpec {
+                server_secret_ref: Some(SecretReference::new(s)),
+                operator_client_secret_ref: operator.map(SecretReference::new),
+                cert_manager: None,
+            }),
+            peer: peer.map(|p| PeerTlsSpec {
+                secret_ref: Some(SecretReference::new(p)),
+                cert_manager: None,
+            }),
+        }),
+        ..spec(replicas)
+    }
+}
+
+async fn ready_pods(env: &Env, ns: &str, cluster: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(env.client(), ns)
+        .list(&ListParams::default().labels(&api::labels::cluster_selector(cluster)))
+        .await
+        .or_panic()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+        .collect()
+}
+
+/// An etcd client on the Ready members, `https` with the given CA and optional identity.
+async fn dial(
+    env: &Env,
+    ns: &str,
+    cluster: &str,
+    tls: Option<(&str, Option<&MintedCert>)>,
+) -> etcd_client::Client {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let endpoints: Vec<String> = ready_pods(env, ns, cluster)
+        .await
+        .iter()
+        .map(|p| format!("{scheme}://{}.{cluster}.{ns}.svc:2379", p.name_any()))
+        .collect();
+    assert!(!endpoints.is_empty(), "{ns}/{cluster}: no ready member");
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_timeout(Duration::from_secs(10));
+    if let Some((ca, identity)) = tls {
+        let mut config = TlsOptions::new().ca_certificate(Certificate::from_pem(ca));
+        if let Some(id) = identity {
+            config = config.identity(Identity::from_pem(&id.cert_pem, &id.key_pem));
+        }
+        options = options.with_tls(config);
+    }
+    etcd_client::Client::connect(endpoints, Some(options))
+        .await
+        .or_panic()
+}
+
+async fn write_keys(etcd: &mut etcd_client::Client, count: usize) -> BTreeMap<String, String> {
+    let mut keys = BTreeMap::new();
+    for i in 0..count {
+        let (k, v) = (format!("tls/{i:04}"), format!("v{i}"));
+        etcd.put(k.clone(), v.clone(), None).await.or_panic();
+        keys.insert(k, v);
+    }
+    keys
+}
+
+async fn check_keys(etcd: &mut etcd_client::Client, keys: &BTreeMap<String, String>) {
+    let res = etcd
+        .get("tls/", Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .or_panic();
+    let got: BTreeMap<String, String> = res
+        .kvs()
+        .iter()
+        .map(|kv| {
+            (
+                kv.key_str().unwrap_or_default().to_string(),
+                kv.value_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(&got, keys, "every key kept with its value");
+}
+
+/// A read through `etcd` fails (the listener refuses this client).
+async fn refused(mut etcd: etcd_client::Client) -> bool {
+    etcd.get("tls/0000", None).await.is_err()
+}
+
+/// `etcdctl` inside a Ready member Pod; `(exit code, stdout, stderr)`.
+async fn etcdctl(
+    env: &Env,
+    ns: &str,
+    cluster: &str,
+    args: &[&str],
+) -> (Option<i32>, String, String) {
+    let pod = ready_pods(env, ns, cluster)
+        .await
+        .into_iter()
+        .next()
+        .expect("a ready member Pod to exec into");
+    let mut argv = vec!["etcdctl", "--command-timeout=5s"];
+    argv.extend_from_slice(args);
+    let out = env
+        .runner
+        .exec(ns, &pod.name_any(), "etcd", &argv)
+        .await
+        .or_panic();
+    (out.code, out.stdout, out.stderr)
+}
+
+/// `etcdctl member list` over mTLS with the member's own client-listener certificate (it carries
+/// the clientAuth usage): the runbook's command.
+async fn member_list_over_mtls(env: &Env, ns: &str, cluster: &str) -> Vec<String> {
+    let (code, stdout, stderr) = etcdctl(
+        env,
+        ns,
+        cluster,
+        &[
+            "--endpoints=https://localhost:2379",
+            "--cacert=/etc/etcd/tls/client/ca.crt",
+            "--cert=/etc/etcd/tls/client/tls.crt",
+            "--key=/etc/etcd/tls/client/tls.key",
+            "member",
+            "list",
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(0), "etcdctl over mTLS failed: {stderr}");
+    stdout.lines().map(str::to_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn byo_mtls_cluster_waits_for_its_secret_then_serves_only_tls_clients_and_scales_keeping_keys(
+) {
+    let env = env().await;
+    let ns = env.namespace("tls").await;
+    let name = "sec";
+    let m = mint(name, &ns);
+    create_server_secret(env, &ns, "sec-server-tls", &m).await;
+    create_operator_secret(env, &ns, "sec-operator-client-tls", &m).await;
+
+    // The peer Secret is not there yet: the cluster says which Secret it waits for, and creates
+    // nothing a Pod could not start with.
+    env.create_cluster(
+        &ns,
+        name,
+        tls_spec(
+            3,
+            Some("sec-server-tls"),
+            Some("sec-operator-client-tls"),
+            Some("sec-peer-tls"),
+        ),
+    )
+    .await;
+    let c = env
+        .wait_for(
+            &ns,
+            name,
+            "TLSSecretNotReady naming the peer Secret",
+            BOOT,
+            |c| {
+                condition(c, "Available").is_some_and(|(st, r, msg)| {
+                    st == "False" && r == "TLSSecretNotReady" && msg.contains("sec-peer-tls")
+                })
+            },
+        )
+        .await;
+    let (_, _, msg) = condition(&c, "Available").expect("Available condition");
+    assert!(msg.contains("spec.tls.peer.secretRef"), "{msg}");
+    assert!(
+        env.members(&ns, name).await.is_empty(),
+        "no member before the Secret"
+    );
+
+    create_peer_secret(env, &ns, "sec-peer-tls", &m).await;
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+
+    // Every member Pod runs etcd with client mTLS and peer mTLS from whole-Secret volumes.
+    for pod in ready_pods(env, &ns, name).await {
+        let spec = pod.spec.clone().expect("Pod spec");
+        let args = spec.containers[0].args.clone().unwrap_or_default();
+        for want in [
+            "--listen-client-urls=https://0.0.0.0:2379",
+            "--client-cert-auth",
+            "--trusted-ca-file=/etc/etcd/tls/client/ca.crt",
+            "--listen-peer-urls=https://0.0.0.0:2380",
+            "--peer-client-cert-auth",
+        ] {
+            assert!(
+                args.iter().any(|a| a == want),
+                "{}: no {want}",
+                pod.name_any()
+            );
+        }
+        let secrets: Vec<String> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+            .collect();
+        assert_eq!(secrets, ["sec-server-tls", "sec-peer-tls"]);
+    }
+    let list = member_list_over_mtls(env, &ns, name).await;
+    assert_eq!(list.len(), 3, "{list:?}");
+    assert!(
+        list.iter()
+            .all(|l| l.contains(", started, ") && l.contains("https://")),
+        "every member started with https peer and client URLs: {list:?}"
+    );
+
+    // Keys over TLS with the operator's client certificate.
+    let ca = m.client_ca.cert_pem().to_string();
+    let mut etcd = dial(env, &ns, name, Some((&ca, Some(&m.operator)))).await;
+    let keys = write_keys(&mut etcd, 100).await;
+    check_keys(&mut etcd, &keys).await;
+
+    // Plaintext is refused, and so is TLS without a client certificate.
+    assert!(
+        refused(dial(env, &ns, name, None).await).await,
+        "plaintext client served"
+    );
+    assert!(
+        refused(dial(env, &ns, name, Some((&ca, None))).await).await,
+        "TLS client without a certificate served"
+    );
+    let (code, _, _) = etcdctl(
+        env,
+        &ns,
+        name,
+        &["--endpoints=http://localhost:2379", "get", "tls/0000"],
+    )
+    .await;
+    assert_ne!(code, Some(0), "plaintext etcdctl served");
+    let (code, _, _) = etcdctl(
+        env,
+        &ns,
+        name,
+        &[
+            "--endpoints=https://localhost:2379",
+            "--cacert=/etc/etcd/tls/client/ca.crt",
+            "get",
+            "tls/0000",
+        ],
+    )
+    .await;
+    assert_ne!(code, Some(0), "etcdctl without a client certificate served");
+
+    // 3 → 5 → 3 through the operator's TLS client, every key kept.
+    env.scale(&ns, name, 5).await;
+    env.wait_healthy(&ns, name, 5, BOOT).await;
+    assert_eq!(member_list_over_mtls(env, &ns, name).await.len(), 5);
+    check_keys(
+        &mut dial(env, &ns, name, Some((&ca, Some(&m.operator)))).await,
+        &keys,
+    )
+    .await;
+    env.scale(&ns, name, 3).await;
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+    assert_eq!(member_list_over_mtls(env, &ns, name).await.len(), 3);
+    check_keys(
+        &mut dial(env, &ns, name, Some((&ca, Some(&m.operator)))).await,
+        &keys,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_tls_only_and_peer_only_clusters_form_and_serve() {
+    let env = env().await;
+    let ns = env.namespace("tls-variants").await;
+
+    // Server TLS only: clients need the CA, no certificate; peers plaintext.
+    let srv = mint("srv", &ns);
+    create_server_secret(env, &ns, "srv-server-tls", &srv).await;
+    env.create_cluster(&ns, "srv", tls_spec(3, Some("srv-server-tls"), None, None))
+        .await;
+    // Peer TLS only: clients plaintext.
+    let peer = mint("peer", &ns);
+    create_peer_secret(env, &ns, "peer-peer-tls", &peer).await;
+    env.create_cluster(&ns, "peer", tls_spec(3, None, None, Some("peer-peer-tls")))
+        .await;
+
+    env.wait_healthy(&ns, "srv", 3, BOOT).await;
+    let ca = srv.client_ca.cert_pem().to_string();
+    let mut etcd = dial(env, &ns, "srv", Some((&ca, None))).await;
+    let keys = write_keys(&mut etcd, 20).await;
+    check_keys(&mut etcd, &keys).await;
+    assert!(
+        refused(dial(env, &ns, "srv", None).await).await,
+        "plaintext client served"
+    );
+    let (code, stdout, stderr) = etcdctl(
+        env,
+        &ns,
+        "srv",
+        &[
+            "--endpoints=https://localhost:2379",
+            "--cacert=/etc/etcd/tls/client/ca.crt",
+            "member",
+            "list",
+        ],
+    )
+    .await;
+    assert_eq!(
+        code,
+        Some(0),
+        "server-TLS-only etcdctl without a certificate: {stderr}"
+    );
+    assert_eq!(stdout.lines().count(), 3, "{stdout}");
+    assert!(
+        stdout.contains("http://srv-"),
+        "peers stay plaintext: {stdout}"
+    );
+
+    env.wait_healthy(&ns, "peer", 3, BOOT).await;
+    let mut etcd = dial(env, &ns, "peer", None).await;
+    let keys = write_keys(&mut etcd, 20).await;
+    check_keys(&mut etcd, &keys).await;
+    let (code, stdout, stderr) = etcdctl(
+        env,
+        &ns,
+        "peer",
+        &["--endpoints=http://localhost:2379", "member", "list"],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout.lines().count(), 3, "{stdout}");
+    assert!(
+        stdout.lines().all(|l| l.contains(":2380, http://")),
+        "peer URLs https, client URLs http: {stdout}"
+    );
+    assert!(stdout.contains("https://peer-"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_without_a_key_or_with_broken_pem_is_named_and_nothing_is_created() {
+    let env = env().await;
+    let ns = env.namespace("tls-bad").await;
+    let m = mint("nokey", &ns);
+    // The server Secret lacks ca.crt (a `kubernetes.io/tls` Secret made without the CA).
+    create_secret(
+        env,
+        &ns,
+        "nokey-server-tls",
+        &[
+            ("tls.crt", &m.server.cert_pem),
+            ("tls.key", &m.server.key_pem),
+        ],
+    )
+    .await;
+    env.create_cluster(
+        &ns,
+        "nokey",
+        tls_spec(1, Some("nokey-server-tls"), None, None),
+    )
+    .await;
+    // The operator-client Secret holds something that is not PEM.
+    create_server_secret(env, &ns, "garbage-server-tls", &m).await;
+    create_secret(
+        env,
+        &ns,
+        "garbage-op-tls",
+        &[("tls.crt", "not a certificate"), ("tls.key", "not a key")],
+    )
+    .await;
+    env.create_cluster(
+        &ns,
+        "garbage",
+        tls_spec(1, Some("garbage-server-tls"), Some("garbage-op-tls"), None),
+    )
+    .await;
+
+    for (name, secret, field, detail) in [
+        (
+            "nokey",
+            "nokey-server-tls",
+            "spec.tls.client.serverSecretRef",
+            "no key ca.crt",
+        ),
+        (
+            "garbage",
+            "garbage-op-tls",
+            "spec.tls.client.operatorClientSecretRef",
+            "tls.crt",
+        ),
+    ] {
+        let c = env
+            .wait_for(&ns, name, "TLSSecretNotReady", BOOT, |c| {
+                condition(c, "Available")
+                    .is_some_and(|(st, r, _)| st == "False" && r == "TLSSecretNotReady")
+            })
+            .await;
+        let (_, _, msg) = condition(&c, "Available").expect("Available condition");
+        assert!(
+            msg.contains(&format!("{ns}/{secret}")) && msg.contains(field) && msg.contains(detail),
+            "{name}: {msg}"
+        );
+        let (st, reason, _) = condition(&c, "Progressing").expect("Progressing condition");
+        assert_eq!(
+            (st.as_str(), reason.as_str()),
+            ("True", "TLSSecretNotReady")
+        );
+        assert!(env.members(&ns, name).await.is_empty(), "{name}: no member");
+    }
+}
