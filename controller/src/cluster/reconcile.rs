@@ -620,14 +620,26 @@ pub fn status_merge_patch<T: serde::Serialize>(
     new: &T,
 ) -> Result<serde_json::Value, Error> {
     let mut patch = serde_json::to_value(new)?;
-    if let (Some(old), Some(fields)) = (old, patch.as_object_mut()) {
-        if let serde_json::Value::Object(old) = serde_json::to_value(old)? {
-            for key in old.keys() {
-                fields.entry(key.clone()).or_insert(serde_json::Value::Null);
+    if let Some(old) = old {
+        clear_dropped(&serde_json::to_value(old)?, &mut patch);
+    }
+    Ok(patch)
+}
+
+/// Add a `null` to `patch` for every key of `old` it lacks, at every depth where both are
+/// objects (RFC 7386 merges nested objects key by key, so a key dropped inside one would stay).
+fn clear_dropped(old: &serde_json::Value, patch: &mut serde_json::Value) {
+    let (serde_json::Value::Object(old), serde_json::Value::Object(fields)) = (old, patch) else {
+        return;
+    };
+    for (key, old_value) in old {
+        match fields.get_mut(key) {
+            Some(new_value) => clear_dropped(old_value, new_value),
+            None => {
+                fields.insert(key.clone(), serde_json::Value::Null);
             }
         }
     }
-    Ok(patch)
 }
 
 /// Create the next EtcdMember from the locked target (`status.observed`), never from the live
@@ -903,5 +915,35 @@ mod tests {
         assert_eq!(patch["progressDeadline"], serde_json::Value::Null);
         assert!(patch.as_object().unwrap().contains_key("progressDeadline"));
         assert_eq!(patch["observed"]["replicas"], 3);
+    }
+
+    /// A field dropped inside a nested object (the latched target losing `resources` when the
+    /// spec no longer sets them) must be cleared too: applied to the old status, the patch gives
+    /// exactly the new one.
+    #[test]
+    fn status_patch_clears_nested_fields_the_new_status_dropped() {
+        let old: EtcdClusterStatus = serde_json::from_value(serde_json::json!({
+            "observed": {
+                "replicas": 3,
+                "version": "3.6.16",
+                "resources": {"requests": {"cpu": "100m"}},
+                "options": {"quota-backend-bytes": "1"}
+            },
+            "conditions": [{"type": "Available", "status": "True", "reason": "QuorumHealthy",
+                            "message": "", "lastTransitionTime": "2026-11-23T00:00:00Z"}]
+        }))
+        .unwrap();
+        let new: EtcdClusterStatus = serde_json::from_value(serde_json::json!({
+            "observed": {"replicas": 5, "version": "3.6.16"},
+        }))
+        .unwrap();
+        let patch = status_merge_patch(Some(&old), &new).unwrap();
+        let mut applied = serde_json::to_value(&old).unwrap();
+        json_patch::merge(&mut applied, &patch);
+        assert_eq!(
+            applied,
+            serde_json::to_value(&new).unwrap(),
+            "patch {patch}"
+        );
     }
 }
