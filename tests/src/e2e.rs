@@ -255,23 +255,29 @@ pub async fn write_keys(
     count: usize,
 ) -> BTreeMap<String, String> {
     let mut etcd = etcd_client(client, ns, cluster).await;
+    put_keys(&mut etcd, "e2e/", count).await
+}
+
+/// Write `count` keys `<prefix><i>` = `v<i>` through `etcd` and return them.
+pub async fn put_keys(
+    etcd: &mut etcd_client::Client,
+    prefix: &str,
+    count: usize,
+) -> BTreeMap<String, String> {
     let mut keys = BTreeMap::new();
     for i in 0..count {
-        let (k, v) = (format!("e2e/{i:04}"), format!("v{i}"));
+        let (k, v) = (format!("{prefix}{i:04}"), format!("v{i}"));
         etcd.put(k.clone(), v.clone(), None).await.or_panic();
         keys.insert(k, v);
     }
     keys
 }
 
-/// Every key is present with its value (read linearizably through the cluster).
-pub async fn check_keys(client: &Client, ns: &str, cluster: &str, keys: &BTreeMap<String, String>) {
-    let mut etcd = etcd_client(client, ns, cluster).await;
-    let res = etcd
-        .get("e2e/", Some(etcd_client::GetOptions::new().with_prefix()))
+/// Every key under `prefix` with its value, read linearizably through `etcd`.
+pub async fn read_keys(etcd: &mut etcd_client::Client, prefix: &str) -> BTreeMap<String, String> {
+    etcd.get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
         .await
-        .or_panic();
-    let got: BTreeMap<String, String> = res
+        .or_panic()
         .kvs()
         .iter()
         .map(|kv| {
@@ -280,7 +286,13 @@ pub async fn check_keys(client: &Client, ns: &str, cluster: &str, keys: &BTreeMa
                 kv.value_str().unwrap_or_default().to_string(),
             )
         })
-        .collect();
+        .collect()
+}
+
+/// Every key is present with its value (read linearizably through the cluster).
+pub async fn check_keys(client: &Client, ns: &str, cluster: &str, keys: &BTreeMap<String, String>) {
+    let mut etcd = etcd_client(client, ns, cluster).await;
+    let got = read_keys(&mut etcd, "e2e/").await;
     let missing: Vec<_> = keys
         .iter()
         .filter(|(k, v)| got.get(*k) != Some(v))

@@ -638,7 +638,6 @@ async fn cert_manager_install_serves_renews_upgrades_and_uninstalls() {
 
 /// Delete the scenario's clusters with no operator running: drop the finalizers it would remove.
 async fn remove_clusters(env: &Installed, ns: &str) {
-    let client = env.client();
     for kind in ["etcdmembers", "etcdclusters"] {
         let out = env
             .cp
@@ -664,7 +663,6 @@ async fn remove_clusters(env: &Installed, ns: &str) {
                 .await;
         }
     }
-    let _ = client;
 }
 
 /// `helm` mode (the chart mints the CA and serving certificate, stable across upgrades) and
@@ -675,7 +673,6 @@ async fn helm_and_secret_certificate_modes_admit_and_deny() {
     let env = installed().await;
     let _turn = env.turn().await;
     let client = env.client();
-    let cp = &env.cp;
     let ns = env.namespace("modes").await;
 
     env.install(&["webhook.enabled=true", "webhook.certificate.mode=helm"])
@@ -754,7 +751,6 @@ async fn helm_and_secret_certificate_modes_admit_and_deny() {
     admits_and_denies(env, &ns, "secret").await;
 
     env.uninstall().await.or_panic();
-    let _ = cp;
 }
 
 /// Through kubectl: a bad cluster gets the webhook's denial, a good one is admitted (server-side
@@ -855,5 +851,4 @@ async fn cel_only_install_on_kubernetes_1_29_rejects_with_the_field() {
         out.contains("spec.replicas"),
         "the CEL rejection does not name spec.replicas:\n{out}"
     );
-    let _ = IMAGE_REPOSITORY;
 }

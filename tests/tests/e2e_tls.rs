@@ -180,30 +180,11 @@ async fn dial(
 }
 
 async fn write_keys(etcd: &mut etcd_client::Client, count: usize) -> BTreeMap<String, String> {
-    let mut keys = BTreeMap::new();
-    for i in 0..count {
-        let (k, v) = (format!("tls/{i:04}"), format!("v{i}"));
-        etcd.put(k.clone(), v.clone(), None).await.or_panic();
-        keys.insert(k, v);
-    }
-    keys
+    tests::e2e::put_keys(etcd, "tls/", count).await
 }
 
 async fn check_keys(etcd: &mut etcd_client::Client, keys: &BTreeMap<String, String>) {
-    let res = etcd
-        .get("tls/", Some(etcd_client::GetOptions::new().with_prefix()))
-        .await
-        .or_panic();
-    let got: BTreeMap<String, String> = res
-        .kvs()
-        .iter()
-        .map(|kv| {
-            (
-                kv.key_str().unwrap_or_default().to_string(),
-                kv.value_str().unwrap_or_default().to_string(),
-            )
-        })
-        .collect();
+    let got = tests::e2e::read_keys(etcd, "tls/").await;
     assert_eq!(&got, keys, "every key kept with its value");
 }
 
