@@ -44,6 +44,10 @@ pub mod reason {
     /// PEM that cannot be used (Available=False, Progressing=True while the operator waits for
     /// it; the message names the Secret and the field).
     pub const TLS_SECRET_NOT_READY: &str = "TLSSecretNotReady";
+    /// Not in the reference API: a Secret of an operator-emitted cert-manager Certificate is not
+    /// issued yet (Available=False, Progressing=True; nothing is created until it is; the
+    /// message names the Certificate and the Secret).
+    pub const WAITING_FOR_CERTIFICATE: &str = "WaitingForCertificate";
     // EtcdCluster Progressing
     pub const INITIAL_SNAPSHOT: &str = "InitialSnapshot";
     pub const SPEC_CHANGED: &str = "SpecChanged";

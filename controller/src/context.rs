@@ -38,6 +38,8 @@ pub struct Context {
     pub client: Client,
     pub config: Config,
     pub metrics: Metrics,
+    /// Whether cert-manager's API is installed (probed at start-up, re-asked while absent).
+    pub cert_manager: crate::cert_manager::Detection,
     recorder: Recorder,
     /// One etcd connection per cluster, kept across reconciles while its endpoints and TLS
     /// material (the Secrets' resourceVersions) stay the same: a reconcile then costs the
@@ -59,6 +61,7 @@ impl Context {
             client,
             config,
             metrics,
+            cert_manager: Default::default(),
             recorder,
             etcd_clients: Mutex::default(),
         }

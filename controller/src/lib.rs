@@ -3,6 +3,7 @@
 //! call one planner, perform one step and write status.
 
 pub mod builders;
+pub mod cert_manager;
 pub mod cluster;
 pub mod conditions;
 pub mod context;

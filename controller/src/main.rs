@@ -186,6 +186,18 @@ async fn main() -> anyhow::Result<()> {
         .list_metadata(&kube::api::ListParams::default().limit(1))
         .await
         .context("listing EtcdClusters (are the CRDs installed and is RBAC granted?)")?;
+    // cert-manager's API, for clusters that ask for cert-manager TLS. A failed probe is not
+    // fatal: the clusters that need it ask again.
+    match controller::cert_manager::installed(&client).await {
+        Ok(present) => {
+            tracing::info!(
+                installed = present,
+                "cert-manager.io/v1 Certificate discovery"
+            );
+            ctx.cert_manager.set(present);
+        }
+        Err(e) => tracing::warn!(error = %e, "could not ask discovery for cert-manager.io/v1"),
+    }
     ready.store(true, Ordering::Relaxed);
 
     let shutdown = shutdown_signal();

@@ -1,6 +1,8 @@
 //! Wiring: the two kube-runtime controllers, driven by watches. EtcdCluster reconciles on changes
-//! to the cluster, its EtcdMembers, Services and PDB, and its member Pods; EtcdMember reconciles on
-//! changes to the member and its Pod and PVC.
+//! to the cluster, its EtcdMembers, Services and PDB, its member Pods, the TLS Secrets it
+//! references (the user's or cert-manager's; watched as metadata only) and, when cert-manager is
+//! installed at start-up, its Certificates; EtcdMember reconciles on changes to the member and
+//! its Pod and PVC.
 //!
 //! EtcdClusters and EtcdMembers are watched as [`Lenient`] objects: one stored object the
 //! operator cannot decode is reported and skipped (see [`crate::lenient`]) instead of failing
@@ -9,11 +11,13 @@
 use std::sync::Arc;
 
 use api::labels;
+use api::v1alpha2::TlsSecrets;
 use api::v1alpha2::{EtcdCluster, EtcdMember};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::runtime::reflector::ObjectRef;
+use kube::api::{DynamicObject, PartialObjectMeta};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{watcher, Controller};
 use kube::{Api, ResourceExt};
 
@@ -59,30 +63,46 @@ pub async fn run(
     let clusters = Controller::new(
         api::<Lenient<EtcdCluster>>(&ctx, ns),
         watcher::Config::default(),
-    )
-    .owns(
-        api::<Lenient<EtcdMember>>(&ctx, ns),
+    );
+    let cluster_cache = clusters.store();
+    // Metadata only: the operator needs to know that a Secret changed, not its data.
+    let mut clusters = clusters.watches(
+        api::<PartialObjectMeta<Secret>>(&ctx, ns),
         watcher::Config::default(),
-    )
-    .owns(api::<Service>(&ctx, ns), managed.clone())
-    .owns(api::<PodDisruptionBudget>(&ctx, ns), managed.clone())
-    .watches(api::<Pod>(&ctx, ns), managed.clone(), |pod| {
-        let cluster = pod.labels().get(labels::CLUSTER)?.clone();
-        Some(ObjectRef::<Lenient<EtcdCluster>>::new(&cluster).within(&pod.namespace()?))
-    })
-    .graceful_shutdown_on(stopped(stop_rx.clone()))
-    .run(
-        |object, ctx| lenient::reconcile_or_report(object, ctx, cluster::reconcile::reconcile),
-        |object, error, ctx| {
-            lenient::error_policy(object, error, ctx, cluster::reconcile::error_policy)
-        },
-        ctx.clone(),
-    )
-    .for_each(|res| async move {
-        if let Err(e) = res {
-            tracing::debug!(error = %e, "cluster controller event");
-        }
-    });
+        move |secret| referencing_clusters(&cluster_cache, &secret),
+    );
+    if ctx.cert_manager.known_installed() {
+        let resource = crate::cert_manager::certificate_resource();
+        let certificates = match ns {
+            Some(ns) => Api::<DynamicObject>::namespaced_with(ctx.client.clone(), ns, &resource),
+            None => Api::<DynamicObject>::all_with(ctx.client.clone(), &resource),
+        };
+        clusters = clusters.owns_with(certificates, resource, managed.clone());
+    }
+    let clusters = clusters
+        .owns(
+            api::<Lenient<EtcdMember>>(&ctx, ns),
+            watcher::Config::default(),
+        )
+        .owns(api::<Service>(&ctx, ns), managed.clone())
+        .owns(api::<PodDisruptionBudget>(&ctx, ns), managed.clone())
+        .watches(api::<Pod>(&ctx, ns), managed.clone(), |pod| {
+            let cluster = pod.labels().get(labels::CLUSTER)?.clone();
+            Some(ObjectRef::<Lenient<EtcdCluster>>::new(&cluster).within(&pod.namespace()?))
+        })
+        .graceful_shutdown_on(stopped(stop_rx.clone()))
+        .run(
+            |object, ctx| lenient::reconcile_or_report(object, ctx, cluster::reconcile::reconcile),
+            |object, error, ctx| {
+                lenient::error_policy(object, error, ctx, cluster::reconcile::error_policy)
+            },
+            ctx.clone(),
+        )
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "cluster controller event");
+            }
+        });
 
     let members = Controller::new(
         api::<Lenient<EtcdMember>>(&ctx, ns),
@@ -123,4 +143,23 @@ pub async fn run(
         });
 
     tokio::join!(clusters, members);
+}
+
+/// The clusters (in the watch cache) whose `spec.tls` names `secret`, by its name in their
+/// namespace: the user's own Secrets and the ones cert-manager issues for their Certificates.
+fn referencing_clusters<S: kube::Resource + ResourceExt>(
+    cache: &Store<Lenient<EtcdCluster>>,
+    secret: &S,
+) -> Vec<ObjectRef<Lenient<EtcdCluster>>> {
+    let (name, ns) = (secret.name_any(), secret.namespace());
+    cache
+        .state()
+        .into_iter()
+        .filter(|c| {
+            c.namespace() == ns
+                && c.decoded()
+                    .is_ok_and(|c| TlsSecrets::of(&c.name_any(), c.spec.tls.as_ref()).names(&name))
+        })
+        .map(|c| ObjectRef::from_obj(c.as_ref()))
+        .collect()
 }

@@ -1,14 +1,17 @@
-//! TLS material of a cluster that uses the user's own Secrets (`spec.tls.client.serverSecretRef`,
-//! `operatorClientSecretRef`, `spec.tls.peer.secretRef`). Owns two things: the operator's etcd
-//! client material (trust from the server Secret's `ca.crt`, identity from the operator-client
-//! Secret's `tls.crt`/`tls.key`), and the check that the Secrets member Pods mount hold what etcd
-//! reads. A missing or broken Secret is reported by name (a condition), never by Pods stuck in
-//! ContainerCreating or etcd crash-looping. Reads Secrets; writes nothing.
+//! TLS material of a cluster, from the user's own Secrets (`spec.tls.client.serverSecretRef`,
+//! `operatorClientSecretRef`, `spec.tls.peer.secretRef`) or from the Secrets cert-manager issues
+//! for the operator's Certificates (names from [`TlsSecrets`], the one place that maps the spec
+//! to Secrets). Owns two things: the operator's etcd client material (trust from the server
+//! Secret's `ca.crt`, identity from the operator-client Secret's `tls.crt`/`tls.key`), and the
+//! check that the Secrets member Pods mount hold what etcd reads. A missing or broken Secret is
+//! reported by name (a condition), never by Pods stuck in ContainerCreating or etcd
+//! crash-looping. Reads Secrets; writes nothing.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use api::v1alpha2::TlsSpec;
+pub use api::v1alpha2::TlsRole as Role;
+use api::v1alpha2::{TlsSecret, TlsSecrets, TlsSpec};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
 use kube::{Api, Client, ResourceExt};
@@ -27,28 +30,11 @@ pub struct ClientTls {
     pub revision: String,
 }
 
-/// Which Secret of `spec.tls` a problem is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    Server,
-    OperatorClient,
-    Peer,
-}
-
-impl Role {
-    fn field(self) -> &'static str {
-        match self {
-            Role::Server => "spec.tls.client.serverSecretRef",
-            Role::OperatorClient => "spec.tls.client.operatorClientSecretRef",
-            Role::Peer => "spec.tls.peer.secretRef",
-        }
-    }
-
-    fn keys(self) -> &'static [&'static str] {
-        match self {
-            Role::OperatorClient => &[TLS_CRT, TLS_KEY],
-            Role::Server | Role::Peer => &[TLS_CRT, TLS_KEY, CA_CRT],
-        }
+/// The keys a Secret of `role` must hold.
+fn keys(role: Role) -> &'static [&'static str] {
+    match role {
+        Role::OperatorClient => &[TLS_CRT, TLS_KEY],
+        Role::Server | Role::Peer => &[TLS_CRT, TLS_KEY, CA_CRT],
     }
 }
 
@@ -56,19 +42,30 @@ impl Role {
 pub enum TlsSecretError {
     #[error(
         "Secret {namespace}/{name} ({field}) does not exist; create it with the keys {}",
-        .role.keys().join(", ")
+        keys(*.role).join(", ")
     )]
     Missing {
         namespace: String,
         name: String,
-        field: &'static str,
+        field: String,
         role: Role,
     },
-    #[error("Secret {namespace}/{name} ({field}) has no key {key}; it needs {}", .role.keys().join(", "))]
+    /// A Secret of an operator-emitted Certificate that cert-manager has not issued yet.
+    #[error(
+        "waiting for cert-manager to issue Secret {namespace}/{name} for Certificate \
+         {certificate}; `kubectl describe certificate -n {namespace} {certificate}` shows why it \
+         is not issued yet"
+    )]
+    NotIssued {
+        namespace: String,
+        name: String,
+        certificate: String,
+    },
+    #[error("Secret {namespace}/{name} ({field}) has no key {key}; it needs {}", keys(*.role).join(", "))]
     MissingKey {
         namespace: String,
         name: String,
-        field: &'static str,
+        field: String,
         role: Role,
         key: &'static str,
     },
@@ -76,7 +73,7 @@ pub enum TlsSecretError {
     Unusable {
         namespace: String,
         name: String,
-        field: &'static str,
+        field: String,
         detail: String,
     },
     #[error("cannot read Secret {namespace}/{name}: {source}")]
@@ -94,6 +91,11 @@ impl TlsSecretError {
     pub fn is_user_fixable(&self) -> bool {
         !matches!(self, TlsSecretError::Api { .. })
     }
+
+    /// cert-manager has not issued the Secret yet: a wait, not a fault.
+    pub fn is_waiting_for_certificate(&self) -> bool {
+        matches!(self, TlsSecretError::NotIssued { .. })
+    }
 }
 
 /// One Secret as read: its name and, if it exists, its data and resourceVersion.
@@ -102,6 +104,11 @@ pub struct ReadSecret {
     pub name: String,
     pub data: Option<BTreeMap<String, ByteString>>,
     pub resource_version: String,
+    /// Where the Secret comes from, for messages (the spec field, or the issuing Certificate);
+    /// `None` reads as the role's spec field.
+    pub origin: Option<String>,
+    /// The operator-emitted Certificate that issues it (cert-manager Secrets).
+    pub certificate: Option<String>,
 }
 
 impl ReadSecret {
@@ -110,6 +117,8 @@ impl ReadSecret {
             name: secret.name_any(),
             data: Some(secret.data.clone().unwrap_or_default()),
             resource_version: secret.resource_version().unwrap_or_default(),
+            origin: None,
+            certificate: None,
         }
     }
 
@@ -118,7 +127,16 @@ impl ReadSecret {
             name: name.to_string(),
             data: None,
             resource_version: String::new(),
+            origin: None,
+            certificate: None,
         }
+    }
+
+    /// Tag the read with where the Secret comes from.
+    fn of(mut self, secret: &TlsSecret) -> Self {
+        self.origin = Some(secret.origin());
+        self.certificate = secret.certificate().map(str::to_string);
+        self
     }
 }
 
@@ -128,17 +146,28 @@ fn checked_keys(
     secret: &ReadSecret,
     role: Role,
 ) -> Result<BTreeMap<&'static str, Vec<u8>>, TlsSecretError> {
+    let field = secret
+        .origin
+        .clone()
+        .unwrap_or_else(|| role.secret_field().to_string());
     let data = secret
         .data
         .as_ref()
-        .ok_or_else(|| TlsSecretError::Missing {
-            namespace: namespace.to_string(),
-            name: secret.name.clone(),
-            field: role.field(),
-            role,
+        .ok_or_else(|| match &secret.certificate {
+            Some(certificate) => TlsSecretError::NotIssued {
+                namespace: namespace.to_string(),
+                name: secret.name.clone(),
+                certificate: certificate.clone(),
+            },
+            None => TlsSecretError::Missing {
+                namespace: namespace.to_string(),
+                name: secret.name.clone(),
+                field: field.clone(),
+                role,
+            },
         })?;
     let mut out = BTreeMap::new();
-    for key in role.keys() {
+    for key in keys(role) {
         let value = data
             .get(*key)
             .map(|v| v.0.clone())
@@ -146,7 +175,7 @@ fn checked_keys(
             .ok_or_else(|| TlsSecretError::MissingKey {
                 namespace: namespace.to_string(),
                 name: secret.name.clone(),
-                field: role.field(),
+                field: field.clone(),
                 role,
                 key,
             })?;
@@ -159,7 +188,7 @@ fn checked_keys(
         parsed.map_err(|e| TlsSecretError::Unusable {
             namespace: namespace.to_string(),
             name: secret.name.clone(),
-            field: role.field(),
+            field: field.clone(),
             detail: e.to_string(),
         })?;
         out.insert(*key, value);
@@ -207,11 +236,13 @@ pub fn client_tls(
     .map_err(|e| TlsSecretError::Unusable {
         namespace: namespace.to_string(),
         name: origin_secret.name.clone(),
-        field: if operator_client.is_some() {
-            Role::OperatorClient.field()
-        } else {
-            Role::Server.field()
-        },
+        field: origin_secret.origin.clone().unwrap_or_else(|| {
+            if operator_client.is_some() {
+                Role::OperatorClient.secret_field().to_string()
+            } else {
+                Role::Server.secret_field().to_string()
+            }
+        }),
         detail: e.to_string(),
     })?;
     Ok(ClientTls {
@@ -224,11 +255,12 @@ pub fn client_tls(
 async fn read(
     api: &Api<Secret>,
     namespace: &str,
-    name: &str,
+    secret: &TlsSecret,
 ) -> Result<ReadSecret, TlsSecretError> {
+    let name = &secret.name;
     match api.get_opt(name).await {
-        Ok(Some(secret)) => Ok(ReadSecret::from_secret(&secret)),
-        Ok(None) => Ok(ReadSecret::absent(name)),
+        Ok(Some(found)) => Ok(ReadSecret::from_secret(&found).of(secret)),
+        Ok(None) => Ok(ReadSecret::absent(name).of(secret)),
         Err(source) => Err(TlsSecretError::Api {
             namespace: namespace.to_string(),
             name: name.to_string(),
@@ -237,39 +269,26 @@ async fn read(
     }
 }
 
-/// Reads and checks every BYO Secret of `tls`: the peer Secret and the server Secret the Pods
-/// mount, and the operator's client material. `Ok(None)` when the client listener is plaintext
-/// (or its Secrets come from cert-manager, which this does not resolve).
+/// Reads and checks every TLS Secret of cluster `cluster`'s `tls` (the user's, or cert-manager's
+/// for the operator's Certificates): the peer Secret and the server Secret the Pods mount, and
+/// the operator's client material. `Ok(None)` when the client listener is plaintext.
 pub async fn load(
     client: &Client,
     namespace: &str,
+    cluster: &str,
     tls: Option<&TlsSpec>,
 ) -> Result<Option<ClientTls>, TlsSecretError> {
-    let Some(tls) = tls else {
-        return Ok(None);
-    };
+    let secrets = TlsSecrets::of(cluster, tls);
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    if let Some(peer) = tls.peer.as_ref().and_then(|p| p.secret_ref.as_ref()) {
-        check_mounted(
-            namespace,
-            &read(&api, namespace, &peer.name).await?,
-            Role::Peer,
-        )?;
+    if let Some(peer) = &secrets.peer {
+        check_mounted(namespace, &read(&api, namespace, peer).await?, Role::Peer)?;
     }
-    let Some(server) = tls
-        .client
-        .as_ref()
-        .and_then(|c| c.server_secret_ref.as_ref())
-    else {
+    let Some(server) = &secrets.server else {
         return Ok(None);
     };
-    let server = read(&api, namespace, &server.name).await?;
-    let operator_client = match tls
-        .client
-        .as_ref()
-        .and_then(|c| c.operator_client_secret_ref.as_ref())
-    {
-        Some(r) => Some(read(&api, namespace, &r.name).await?),
+    let server = read(&api, namespace, server).await?;
+    let operator_client = match &secrets.operator_client {
+        Some(s) => Some(read(&api, namespace, s).await?),
         None => None,
     };
     client_tls(namespace, &server, operator_client.as_ref()).map(Some)
@@ -289,6 +308,8 @@ mod tests {
                     .collect(),
             ),
             resource_version: rv.to_string(),
+            origin: None,
+            certificate: None,
         }
     }
 
@@ -380,6 +401,46 @@ mod tests {
             .to_string();
         assert!(
             msg.contains("ns/c-op") && msg.contains("no key tls.key"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_cert_manager_secret_not_issued_yet_is_a_wait_naming_the_certificate() {
+        use api::v1alpha2::{IssuerKind, IssuerReference, TlsSecretSource};
+        let source = TlsSecret {
+            role: Role::Server,
+            name: "db-server-tls".into(),
+            source: TlsSecretSource::CertManager {
+                certificate: "db-server".into(),
+                issuer: IssuerReference::new("ca", IssuerKind::Issuer),
+            },
+        };
+        let err =
+            client_tls("ns", &ReadSecret::absent("db-server-tls").of(&source), None).unwrap_err();
+        assert!(err.is_waiting_for_certificate() && err.is_user_fixable());
+        let msg = err.to_string();
+        assert!(
+            msg.contains("ns/db-server-tls")
+                && msg.contains("Certificate db-server")
+                && msg.contains("kubectl describe certificate -n ns db-server"),
+            "{msg}"
+        );
+        // Issued but without the CA (an issuer that does not fill ca.crt): named as cert-manager's.
+        let ca = TestCa::new("etcd-ca").unwrap();
+        let server = ca.server_cert(&["x"]).unwrap();
+        let issued = secret(
+            "db-server-tls",
+            "1",
+            &[(TLS_CRT, &server.cert_pem), (TLS_KEY, &server.key_pem)],
+        )
+        .of(&source);
+        let err = client_tls("ns", &issued, None).unwrap_err();
+        assert!(!err.is_waiting_for_certificate());
+        let msg = err.to_string();
+        assert!(
+            msg.contains("issued by cert-manager for Certificate db-server")
+                && msg.contains("no key ca.crt"),
             "{msg}"
         );
     }

@@ -393,3 +393,44 @@ async fn reference_shaped_observed_snapshot_and_defrag_status_are_kept_whole() {
     assert_eq!(got.data["spec"], spec, "{:?}", got.data);
     assert_eq!(got.data["status"], status, "{:?}", got.data);
 }
+
+/// The reference's answer to toggling TLS after create, from the apiserver's own CEL rule:
+/// adding or removing `spec.tls` (here cert-manager TLS) is rejected with its message.
+#[tokio::test]
+async fn adding_or_removing_tls_after_create_is_rejected_with_the_reference_message() {
+    let cp = control_plane().await;
+    let client = cp.client().or_panic();
+    let ns = cp.namespace("tls-toggle").await.or_panic();
+    let want =
+        "spec.tls cannot be added to or removed from an existing cluster; delete and recreate";
+    let tls = json!({"client": {"certManager": {"serverIssuerRef": {"name": "ca"}}},
+                     "peer": {"certManager": {"issuerRef": {"name": "ca"}}}});
+    create_cluster(
+        &client,
+        &ns,
+        "with-tls",
+        json!({"version": "3.6.11", "tls": tls}),
+    )
+    .await;
+    create_cluster(&client, &ns, "plain", json!({"version": "3.6.11"})).await;
+    let api = clusters(&client, &ns);
+    for (name, patch) in [
+        ("with-tls", json!({"spec": {"tls": null}})),
+        ("plain", json!({"spec": {"tls": tls}})),
+    ] {
+        let err = api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect_err("the TLS toggle is rejected");
+        let text = err.to_string();
+        assert!(text.contains(want), "{name}: {text}");
+    }
+    // Scaling a cert-manager cluster leaves spec.tls alone and is accepted.
+    api.patch(
+        "with-tls",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"replicas": 5}})),
+    )
+    .await
+    .or_panic();
+}

@@ -164,9 +164,20 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         ("policy", "poddisruptionbudgets", "create", Watched),
         ("policy", "poddisruptionbudgets", "patch", Watched),
         ("policy", "poddisruptionbudgets", "delete", Watched),
-        // tls.rs load (from cluster/reconcile.rs and member/mod.rs): get_opt of the BYO TLS
-        // Secrets a cluster names in spec.tls. Read by name only, never listed or watched.
+        // tls.rs load (from cluster/reconcile.rs and member/mod.rs): get_opt of the TLS Secrets
+        // a cluster uses; run.rs watches them (metadata only) to wake the clusters naming them.
         ("", "secrets", "get", Watched),
+        ("", "secrets", "list", Watched),
+        ("", "secrets", "watch", Watched),
+        // cert_manager.rs ensure_certificates: get_opt, server-side apply (create through
+        // patch); run.rs owns(Certificate); update and delete for the Certificates it owns.
+        ("cert-manager.io", "certificates", "get", Watched),
+        ("cert-manager.io", "certificates", "list", Watched),
+        ("cert-manager.io", "certificates", "watch", Watched),
+        ("cert-manager.io", "certificates", "create", Watched),
+        ("cert-manager.io", "certificates", "patch", Watched),
+        ("cert-manager.io", "certificates", "update", Watched),
+        ("cert-manager.io", "certificates", "delete", Watched),
         // context.rs: kube-runtime's Recorder creates events.k8s.io/v1 Events, patches a series.
         ("events.k8s.io", "events", "create", Watched),
         ("events.k8s.io", "events", "patch", Watched),
@@ -1108,9 +1119,11 @@ async fn can(
 /// Things neither the cluster-wide nor the scoped controller may do.
 const MUST_NOT: &[(&str, &str, &str)] = &[
     ("delete", "", "nodes"),
-    ("list", "", "secrets"),
-    ("watch", "", "secrets"),
     ("create", "", "secrets"),
+    ("patch", "", "secrets"),
+    ("delete", "", "secrets"),
+    ("create", "cert-manager.io", "issuers"),
+    ("create", "cert-manager.io", "certificaterequests"),
     ("create", "rbac.authorization.k8s.io", "clusterroles"),
     ("create", "rbac.authorization.k8s.io", "rolebindings"),
     ("update", "etcd-operator.cozystack.io", "etcdclusters"),

@@ -1,18 +1,27 @@
 //! End to end: clusters with TLS from the user's own Secrets (BYO), minted in the test the way
-//! docs/tls.md describes. Real etcd members with TLS listeners, the operator dialing them with
-//! its client certificate, keys written first and checked after every membership change.
+//! docs/tls.md describes, and from the Certificates the operator emits for real cert-manager (a
+//! CA Issuer made in the test). Real etcd members with TLS listeners, the operator dialing them
+//! with its client certificate, keys written first and checked after every membership change;
+//! and a control plane without cert-manager, where such a cluster is held.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use api::v1alpha2::{ClientTlsSpec, EtcdClusterSpec, PeerTlsSpec, SecretReference, TlsSpec};
+use api::v1alpha2::{
+    ClientCertManagerSpec, ClientTlsSpec, EtcdCluster, EtcdClusterSpec, EtcdMember, IssuerKind,
+    IssuerReference, PeerCertManagerSpec, PeerTlsSpec, SecretReference, TlsSpec,
+};
 use certs::mint::{MintedCert, TestCa};
 use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{ListParams, PostParams};
+use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::{Api, ResourceExt};
+use serde_json::json;
 use tests::e2e::{condition, env, pod_ready, spec, Env};
+use tests::env::{cert_manager, CertManager, ControlPlane};
+use tests::operator::Operator;
 use tests::OrPanic;
+use tokio::sync::OnceCell;
 
 const BOOT: Duration = Duration::from_secs(180);
 
@@ -155,7 +164,7 @@ async fn dial(
     env: &Env,
     ns: &str,
     cluster: &str,
-    tls: Option<(&str, Option<&MintedCert>)>,
+    tls: Option<(&str, Option<(&str, &str)>)>,
 ) -> etcd_client::Client {
     let scheme = if tls.is_some() { "https" } else { "http" };
     let endpoints: Vec<String> = ready_pods(env, ns, cluster)
@@ -169,14 +178,19 @@ async fn dial(
         .with_timeout(Duration::from_secs(10));
     if let Some((ca, identity)) = tls {
         let mut config = TlsOptions::new().ca_certificate(Certificate::from_pem(ca));
-        if let Some(id) = identity {
-            config = config.identity(Identity::from_pem(&id.cert_pem, &id.key_pem));
+        if let Some((cert, key)) = identity {
+            config = config.identity(Identity::from_pem(cert, key));
         }
         options = options.with_tls(config);
     }
     etcd_client::Client::connect(endpoints, Some(options))
         .await
         .or_panic()
+}
+
+/// `(certificate, key)` PEM of a minted certificate, for [`dial`].
+fn pair(c: &MintedCert) -> (&str, &str) {
+    (&c.cert_pem, &c.key_pem)
 }
 
 async fn write_keys(etcd: &mut etcd_client::Client, count: usize) -> BTreeMap<String, String> {
@@ -317,7 +331,7 @@ async fn byo_mtls_cluster_waits_for_its_secret_then_serves_only_tls_clients_and_
 
     // Keys over TLS with the operator's client certificate.
     let ca = m.client_ca.cert_pem().to_string();
-    let mut etcd = dial(env, &ns, name, Some((&ca, Some(&m.operator)))).await;
+    let mut etcd = dial(env, &ns, name, Some((&ca, Some(pair(&m.operator))))).await;
     let keys = write_keys(&mut etcd, 100).await;
     check_keys(&mut etcd, &keys).await;
 
@@ -357,7 +371,7 @@ async fn byo_mtls_cluster_waits_for_its_secret_then_serves_only_tls_clients_and_
     env.wait_healthy(&ns, name, 5, BOOT).await;
     assert_eq!(member_list_over_mtls(env, &ns, name).await.len(), 5);
     check_keys(
-        &mut dial(env, &ns, name, Some((&ca, Some(&m.operator)))).await,
+        &mut dial(env, &ns, name, Some((&ca, Some(pair(&m.operator))))).await,
         &keys,
     )
     .await;
@@ -365,7 +379,7 @@ async fn byo_mtls_cluster_waits_for_its_secret_then_serves_only_tls_clients_and_
     env.wait_healthy(&ns, name, 3, BOOT).await;
     assert_eq!(member_list_over_mtls(env, &ns, name).await.len(), 3);
     check_keys(
-        &mut dial(env, &ns, name, Some((&ca, Some(&m.operator)))).await,
+        &mut dial(env, &ns, name, Some((&ca, Some(pair(&m.operator))))).await,
         &keys,
     )
     .await;
@@ -509,4 +523,387 @@ async fn secret_without_a_key_or_with_broken_pem_is_named_and_nothing_is_created
         );
         assert!(env.members(&ns, name).await.is_empty(), "{name}: no member");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// cert-manager
+// ---------------------------------------------------------------------------------------------
+
+/// Real cert-manager on the suite's control plane, started by the first test that needs it
+/// (after the operator: the operator finds it by asking discovery again, no restart).
+async fn cert_manager(env: &'static Env) -> &'static CertManager {
+    static CM: OnceCell<CertManager> = OnceCell::const_new();
+    CM.get_or_init(|| async { CertManager::start(env.cp).await.or_panic() })
+        .await
+}
+
+fn cm_api(env: &Env, ns: &str, kind: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(env.client(), ns, &cert_manager::api_resource(kind))
+}
+
+async fn cm_create(env: &Env, ns: &str, kind: &str, body: serde_json::Value) {
+    let mut object: DynamicObject = serde_json::from_value(body).or_panic();
+    object.types = Some(kube::core::TypeMeta {
+        api_version: "cert-manager.io/v1".into(),
+        kind: kind.into(),
+    });
+    cm_api(env, ns, kind)
+        .create(&PostParams::default(), &object)
+        .await
+        .or_panic();
+}
+
+/// A CA Issuer named `issuer` in `ns`: a self-signed Issuer signs a CA Certificate, whose Secret
+/// backs the CA Issuer (cert-manager's documented bootstrap).
+async fn ca_issuer(env: &Env, ns: &str, issuer: &str) {
+    cm_create(
+        env,
+        ns,
+        "Issuer",
+        json!({"metadata": {"name": "selfsigned"}, "spec": {"selfSigned": {}}}),
+    )
+    .await;
+    cm_create(
+        env,
+        ns,
+        "Certificate",
+        json!({"metadata": {"name": "etcd-ca"}, "spec": {
+            "isCA": true, "commonName": "etcd-ca", "secretName": "etcd-ca",
+            "privateKey": {"algorithm": "ECDSA", "size": 256},
+            "issuerRef": {"name": "selfsigned", "kind": "Issuer", "group": "cert-manager.io"}
+        }}),
+    )
+    .await;
+    cm_create(
+        env,
+        ns,
+        "Issuer",
+        json!({"metadata": {"name": issuer}, "spec": {"ca": {"secretName": "etcd-ca"}}}),
+    )
+    .await;
+}
+
+fn cert_manager_spec(replicas: i32, issuer: &str, operator_client: bool) -> EtcdClusterSpec {
+    let issuer_ref = |name: &str| IssuerReference::new(name, IssuerKind::Issuer);
+    EtcdClusterSpec {
+        tls: Some(TlsSpec {
+            client: Some(ClientTlsSpec {
+                cert_manager: Some(ClientCertManagerSpec {
+                    server_issuer_ref: issuer_ref(issuer),
+                    operator_client_issuer_ref: operator_client.then(|| issuer_ref(issuer)),
+                }),
+                ..Default::default()
+            }),
+            peer: Some(PeerTlsSpec {
+                secret_ref: None,
+                cert_manager: Some(PeerCertManagerSpec {
+                    issuer_ref: issuer_ref(issuer),
+                }),
+            }),
+        }),
+        ..spec(replicas)
+    }
+}
+
+/// The cluster's Certificates as `kubectl get certificate -l app.kubernetes.io/instance=<c>`
+/// lists them, by name.
+async fn certificates(env: &Env, ns: &str, cluster: &str) -> BTreeMap<String, DynamicObject> {
+    cm_api(env, ns, "Certificate")
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={cluster}")))
+        .await
+        .or_panic()
+        .items
+        .into_iter()
+        .map(|c| (c.name_any(), c))
+        .collect()
+}
+
+async fn secret_key(env: &Env, ns: &str, secret: &str, key: &str) -> String {
+    let s = Api::<Secret>::namespaced(env.client(), ns)
+        .get(secret)
+        .await
+        .or_panic();
+    let bytes = s
+        .data
+        .and_then(|d| d.get(key).cloned())
+        .unwrap_or_else(|| panic!("Secret {ns}/{secret} has no {key}"));
+    String::from_utf8(bytes.0).or_panic()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cert_manager_mtls_cluster_gets_its_certificates_serves_only_tls_clients_and_scales_keeping_keys(
+) {
+    let env = env().await;
+    cert_manager(env).await;
+    let ns = env.namespace("tls-cm").await;
+    let name = "cm";
+    ca_issuer(env, &ns, "etcd-ca").await;
+    let created = env
+        .create_cluster(&ns, name, cert_manager_spec(3, "etcd-ca", true))
+        .await;
+
+    // The three Certificates, exactly per the table, found by the instance label.
+    let certs = tests::harness::eventually("the cluster's three Certificates", BOOT, || async {
+        let certs = certificates(env, &ns, name).await;
+        (certs.len() == 3)
+            .then_some(certs.clone())
+            .ok_or_else(|| format!("{:?}", certs.keys().collect::<Vec<_>>()))
+    })
+    .await;
+    let both = |host: String| [host.clone(), format!("{host}.cluster.local")];
+    let mut server_dns: Vec<String> = [
+        format!("*.{name}.{ns}.svc"),
+        format!("{name}.{ns}.svc"),
+        format!("{name}-client.{ns}.svc"),
+    ]
+    .into_iter()
+    .flat_map(both)
+    .collect();
+    server_dns.push("localhost".into());
+    let serving = json!([
+        "server auth",
+        "client auth",
+        "digital signature",
+        "key encipherment"
+    ]);
+    for (cert, secret, dns, ips, usages) in [
+        (
+            "cm-server",
+            "cm-server-tls",
+            json!(server_dns),
+            json!(["127.0.0.1"]),
+            serving.clone(),
+        ),
+        (
+            "cm-operator-client",
+            "cm-operator-client-tls",
+            serde_json::Value::Null,
+            serde_json::Value::Null,
+            json!(["client auth", "digital signature", "key encipherment"]),
+        ),
+        (
+            "cm-peer",
+            "cm-peer-tls",
+            json!(both(format!("*.{name}.{ns}.svc"))),
+            serde_json::Value::Null,
+            serving.clone(),
+        ),
+    ] {
+        let c = certs
+            .get(cert)
+            .unwrap_or_else(|| panic!("no Certificate {cert}"));
+        let spec = &c.data["spec"];
+        assert_eq!(spec["secretName"], secret, "{cert}");
+        assert_eq!(spec["dnsNames"], dns, "{cert}");
+        assert_eq!(spec["ipAddresses"], ips, "{cert}");
+        assert_eq!(spec["usages"], usages, "{cert}");
+        assert_eq!(
+            spec["issuerRef"],
+            json!({"name": "etcd-ca", "kind": "Issuer", "group": "cert-manager.io"}),
+            "{cert}"
+        );
+        let owner = c
+            .metadata
+            .owner_references
+            .as_ref()
+            .and_then(|o| o.first())
+            .unwrap_or_else(|| panic!("{cert} has no owner"));
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+            ("EtcdCluster", name, Some(true)),
+            "{cert}"
+        );
+        assert_eq!(Some(&owner.uid), created.metadata.uid.as_ref(), "{cert}");
+        assert_eq!(
+            c.labels()
+                .get("etcd-operator.cozystack.io/cluster")
+                .map(String::as_str),
+            Some(name),
+            "{cert}"
+        );
+    }
+
+    env.wait_healthy(&ns, name, 3, Duration::from_secs(300))
+        .await;
+    // The members mount cert-manager's Secrets, with client and peer mTLS, as BYO Secrets are.
+    for pod in ready_pods(env, &ns, name).await {
+        let spec = pod.spec.clone().expect("Pod spec");
+        let args = spec.containers[0].args.clone().unwrap_or_default();
+        for want in [
+            "--client-cert-auth",
+            "--trusted-ca-file=/etc/etcd/tls/client/ca.crt",
+            "--peer-client-cert-auth",
+        ] {
+            assert!(
+                args.iter().any(|a| a == want),
+                "{}: no {want}",
+                pod.name_any()
+            );
+        }
+        let secrets: Vec<String> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+            .collect();
+        assert_eq!(secrets, ["cm-server-tls", "cm-peer-tls"]);
+    }
+    assert_eq!(member_list_over_mtls(env, &ns, name).await.len(), 3);
+
+    // Keys through the operator-client certificate cert-manager issued.
+    let ca = secret_key(env, &ns, "cm-server-tls", "ca.crt").await;
+    let op_crt = secret_key(env, &ns, "cm-operator-client-tls", "tls.crt").await;
+    let op_key = secret_key(env, &ns, "cm-operator-client-tls", "tls.key").await;
+    let op = Some((op_crt.as_str(), op_key.as_str()));
+    let mut etcd = dial(env, &ns, name, Some((&ca, op))).await;
+    let keys = write_keys(&mut etcd, 100).await;
+    check_keys(&mut etcd, &keys).await;
+    assert!(
+        refused(dial(env, &ns, name, None).await).await,
+        "plaintext client served"
+    );
+    assert!(
+        refused(dial(env, &ns, name, Some((&ca, None))).await).await,
+        "TLS client without a certificate served"
+    );
+    let (code, _, _) = etcdctl(
+        env,
+        &ns,
+        name,
+        &["--endpoints=http://localhost:2379", "get", "tls/0000"],
+    )
+    .await;
+    assert_ne!(code, Some(0), "plaintext etcdctl served");
+
+    // 3 → 5 → 3 through the operator's TLS client, every key kept.
+    env.scale(&ns, name, 5).await;
+    env.wait_healthy(&ns, name, 5, BOOT).await;
+    check_keys(&mut dial(env, &ns, name, Some((&ca, op))).await, &keys).await;
+    env.scale(&ns, name, 3).await;
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+    assert_eq!(member_list_over_mtls(env, &ns, name).await.len(), 3);
+    check_keys(&mut dial(env, &ns, name, Some((&ca, op))).await, &keys).await;
+}
+
+/// A control plane without cert-manager: the cluster is held with `CertManagerNotInstalled` and
+/// nothing is created. Installing cert-manager's API later is found without an operator restart:
+/// the Certificates appear, and while nothing issues them (no cert-manager controller here) the
+/// cluster says which Certificate and Secret it waits for, still without a member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_cert_manager_a_cert_manager_cluster_is_held_and_nothing_is_created() {
+    let cp = ControlPlane::builder().with_crds().start().await.or_panic();
+    let lease_ns = cp.namespace("operator").await.or_panic();
+    let operator = Operator::start(&cp, &lease_ns, None).await.or_panic();
+    let client = cp.client().or_panic();
+    let ns = cp.namespace("tls-nocm").await.or_panic();
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    clusters
+        .create(
+            &PostParams::default(),
+            &EtcdCluster::new("nocm", cert_manager_spec(3, "etcd-ca", false)),
+        )
+        .await
+        .or_panic();
+    let wait = |what: &'static str, check: fn(&EtcdCluster) -> bool| {
+        let clusters = clusters.clone();
+        let log = operator.log();
+        async move {
+            tests::harness::eventually(what, BOOT, || async {
+                let c = clusters.get("nocm").await.map_err(|e| e.to_string())?;
+                check(&c).then_some(c.clone()).ok_or_else(|| {
+                    format!(
+                        "{}; operator log {}",
+                        serde_json::to_string(&c.status).unwrap_or_default(),
+                        log.display()
+                    )
+                })
+            })
+            .await
+        }
+    };
+    let c = wait("Available=False/CertManagerNotInstalled", |c| {
+        condition(c, "Available")
+            .is_some_and(|(st, r, _)| st == "False" && r == "CertManagerNotInstalled")
+    })
+    .await;
+    let (_, _, msg) = condition(&c, "Available").expect("Available condition");
+    assert!(msg.contains("install cert-manager"), "{msg}");
+    // Held long enough for a seed to have been created, were it going to be.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let members: Api<EtcdMember> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        members
+            .list(&ListParams::default())
+            .await
+            .or_panic()
+            .items
+            .is_empty(),
+        "no EtcdMember"
+    );
+    assert!(
+        pods.list(&ListParams::default())
+            .await
+            .or_panic()
+            .items
+            .is_empty(),
+        "no Pod"
+    );
+
+    // cert-manager's API appears (its CRDs; no controller to issue anything).
+    cp.install_crds(cert_manager::crds(cp.testbins()).or_panic())
+        .await
+        .or_panic();
+    let c = wait("Available=False/WaitingForCertificate", |c| {
+        condition(c, "Available")
+            .is_some_and(|(st, r, _)| st == "False" && r == "WaitingForCertificate")
+    })
+    .await;
+    let (st, reason, msg) = condition(&c, "Progressing").expect("Progressing condition");
+    assert_eq!(
+        (st.as_str(), reason.as_str()),
+        ("True", "WaitingForCertificate")
+    );
+    assert!(
+        msg.contains(&format!("{ns}/nocm-"))
+            && msg.contains("-tls")
+            && msg.contains("Certificate nocm-"),
+        "the message names the Secret and its Certificate: {msg}"
+    );
+    let certs: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &cert_manager::api_resource("Certificate"),
+    );
+    let mut names: Vec<String> = certs
+        .list(&ListParams::default().labels("app.kubernetes.io/instance=nocm"))
+        .await
+        .or_panic()
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["nocm-peer", "nocm-server"],
+        "no operator-client issuer, no Certificate"
+    );
+    assert!(
+        members
+            .list(&ListParams::default())
+            .await
+            .or_panic()
+            .items
+            .is_empty(),
+        "no EtcdMember"
+    );
+    assert!(
+        pods.list(&ListParams::default())
+            .await
+            .or_panic()
+            .items
+            .is_empty(),
+        "no Pod"
+    );
 }

@@ -102,7 +102,7 @@ fn default_progress_deadline_seconds() -> i32 {
         .message("spec.auth.enabled requires spec.auth.rootCredentialsSecretRef: name a kubernetes.io/basic-auth Secret holding the root username and password")
         .field_path(".auth"),
     validation = Rule::new("has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)")
-        .message("spec.tls cannot be added to, removed from or changed on an existing cluster; delete and recreate the cluster to change TLS")
+        .message("spec.tls cannot be added to or removed from an existing cluster; delete and recreate the cluster to change TLS (it cannot be changed in place either)")
         .field_path(".tls"),
     validation = Rule::new("has(self.auth) == has(oldSelf.auth) && (!has(self.auth) || self.auth == oldSelf.auth)")
         .message("spec.auth cannot be added to, removed from or changed on an existing cluster; delete and recreate the cluster to change authentication")

@@ -94,6 +94,8 @@ pub struct Observed<'a> {
     pub cert_manager_missing: bool,
     /// A Secret of `spec.tls` is missing or unusable (the message names it).
     pub tls_secret_problem: Option<String>,
+    /// That Secret belongs to an operator-emitted Certificate cert-manager has not issued yet.
+    pub waiting_for_certificate: bool,
 }
 
 /// An etcd member that no EtcdMember of this cluster describes (matched by peer URL): left
@@ -208,6 +210,8 @@ pub struct Facts {
     /// A Secret of `spec.tls` is missing or unusable: nothing is created (a Pod could not
     /// mount it, or etcd could not start with it) and etcd cannot be dialed.
     pub tls_secret_problem: Option<String>,
+    /// The problem is a cert-manager Secret not issued yet (a wait, not a fault).
+    pub waiting_for_certificate: bool,
     pub paused: bool,
     pub dormant_pvc: Option<String>,
     pub seed_without_pod: bool,
@@ -217,25 +221,12 @@ pub struct Facts {
 }
 
 /// Parts of the v1alpha2 API that this operator version accepts (they are valid, and
-/// immutable after create) but does not implement yet: cert-manager TLS, root auth and restore.
-/// Bootstrapping such a cluster without them would either never form (peer TLS URLs on a
-/// plaintext listener) or silently give the user less than asked (no auth, an empty cluster
-/// instead of the snapshot), so the cluster is held before its seed is created. TLS from the
-/// user's own Secrets is implemented.
+/// immutable after create) but does not implement yet: root auth and restore. Bootstrapping such
+/// a cluster without them would silently give the user less than asked (no auth, an empty
+/// cluster instead of the snapshot), so the cluster is held before its seed is created. TLS from
+/// the user's own Secrets and from cert-manager is implemented.
 pub fn unsupported_fields(spec: &api::v1alpha2::EtcdClusterSpec) -> Vec<&'static str> {
     let mut fields = Vec::new();
-    if let Some(tls) = &spec.tls {
-        if tls
-            .client
-            .as_ref()
-            .is_some_and(|c| c.cert_manager.is_some())
-        {
-            fields.push("spec.tls.client.certManager");
-        }
-        if tls.peer.as_ref().is_some_and(|p| p.cert_manager.is_some()) {
-            fields.push("spec.tls.peer.certManager");
-        }
-    }
     if spec.auth.as_ref().is_some_and(|a| a.enabled) {
         fields.push("spec.auth.enabled");
     }
@@ -551,6 +542,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     }
     facts.cert_manager_missing = o.cert_manager_missing;
     facts.tls_secret_problem = o.tls_secret_problem.clone();
+    facts.waiting_for_certificate = o.tls_secret_problem.is_some() && o.waiting_for_certificate;
     if let EtcdView::Unreachable(e) = &o.etcd {
         facts.etcd_error = Some(e.clone());
     }
@@ -567,6 +559,18 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         .find(|m| m.dormant && !m.memory)
         .map(|m| api::labels::pvc_name(&m.name));
 
+    // While cert-manager is missing or has not issued the Secrets yet, nothing is attempted:
+    // the deadline must not run out before the first member could be created (cert-manager
+    // may be installed, or an issuer fixed, long after the cluster). It is kept at least half
+    // its length ahead, so the status is rewritten only now and then.
+    let held_for_cert_manager = !formed
+        && o.members.is_empty()
+        && (o.cert_manager_missing
+            || (o.tls_secret_problem.is_some() && o.waiting_for_certificate));
+    if held_for_cert_manager && deadline.is_some_and(|d| d.duration_since(o.now) < deadline_in / 2)
+    {
+        deadline = Some(o.now + deadline_in);
+    }
     let is_reached = reached(&observed, &o.members, &o.etcd, formed);
     // The deadline bounds an attempt to reach a target the user asked for; once reached it is
     // cleared. A later divergence (a member lost or hung) is repaired without a deadline and

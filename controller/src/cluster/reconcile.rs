@@ -10,6 +10,7 @@ use api::conditions::{cluster as ctype, reason};
 use api::labels;
 use api::v1alpha2::{
     EtcdCluster, EtcdClusterStatus, EtcdMember, EtcdMemberStatus, MemberTls, ObservedSpec,
+    TlsSecrets,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -196,14 +197,30 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         .is_some_and(|s| s.cluster_id.is_some());
     let endpoints = voter_endpoints(cluster, &members, &views, formed);
     let key = format!("{ns}/{name}/{uid}");
+    // cert-manager TLS: without cert-manager's API nothing is created (no Certificate, no
+    // seed); with it, the Certificates are kept in shape before their Secrets are read.
+    let wants_cert_manager = TlsSecrets::of(&name, cluster.spec.tls.as_ref())
+        .cert_manager()
+        .next()
+        .is_some();
+    let cert_manager_missing = wants_cert_manager && !ctx.cert_manager.installed(&client).await?;
+    if wants_cert_manager && !cert_manager_missing {
+        crate::cert_manager::ensure_certificates(&client, cluster, &ctx.config.cluster_domain)
+            .await?;
+    }
     // The Secrets are read on every reconcile: a renewed one (new resourceVersion) rebuilds the
     // cached client, a missing or broken one holds the cluster with a condition naming it.
-    let (client_tls, tls_secret_problem) =
-        match crate::tls::load(&client, &ns, cluster.spec.tls.as_ref()).await {
-            Ok(tls) => (tls, None),
-            Err(e) if e.is_user_fixable() => (None, Some(e.to_string())),
+    let (client_tls, tls_secret_problem, waiting_for_certificate) = if cert_manager_missing {
+        (None, None, false)
+    } else {
+        match crate::tls::load(&client, &ns, &name, cluster.spec.tls.as_ref()).await {
+            Ok(tls) => (tls, None, false),
+            Err(e) if e.is_user_fixable() => {
+                (None, Some(e.to_string()), e.is_waiting_for_certificate())
+            }
             Err(e) => return Err(e.into()),
-        };
+        }
+    };
     let mut etcd = None;
     let etcd_view = if endpoints.is_empty() || tls_secret_problem.is_some() {
         EtcdView::NotAsked
@@ -233,8 +250,9 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         members: views.clone(),
         etcd: etcd_view.clone(),
         now,
-        cert_manager_missing: false,
+        cert_manager_missing,
         tls_secret_problem,
+        waiting_for_certificate,
     });
     tracing::debug!(cluster = %name, namespace = %ns, action = ?plan.action, phase = ?plan.phase, "planned");
 
@@ -519,8 +537,13 @@ fn next_check(plan: &Plan, now: Timestamp) -> Requeue {
         _ => None,
     };
     if plan.facts.tls_secret_problem.is_some() {
-        // Secrets are read, not watched: look again soon for the one being waited on.
+        // Referenced Secrets are watched; this is the fallback for a missed event.
         after = Some(TLS_SECRET_RECHECK);
+    }
+    if plan.facts.cert_manager_missing {
+        // Nothing cert-manager does wakes this cluster: ask discovery again now and then, so
+        // installing cert-manager is picked up without restarting the operator.
+        after = Some(CERT_MANAGER_RECHECK);
     }
     if plan.phase == Phase::Progressing {
         if let Some(deadline) = plan.progress_deadline {
@@ -542,6 +565,9 @@ pub const SEED_RECHECK: Duration = Duration::from_secs(5);
 
 /// How often a missing or unusable TLS Secret is read again.
 pub const TLS_SECRET_RECHECK: Duration = Duration::from_secs(10);
+
+/// How often a cluster held for a missing cert-manager looks for it again.
+pub const CERT_MANAGER_RECHECK: Duration = Duration::from_secs(15);
 
 /// A Warning Event the moment a cluster parks at its deadline, where `kubectl describe` shows it.
 async fn announce_parking(
@@ -680,7 +706,7 @@ async fn create_member(
             target,
             token,
             seed,
-            MemberTls::from_cluster(cluster.spec.tls.as_ref()),
+            MemberTls::from_cluster(&name, cluster.spec.tls.as_ref()),
         ),
         status: None,
     };

@@ -22,6 +22,12 @@ pub fn cluster_token(cluster: &EtcdCluster) -> String {
 }
 
 /// The status to write after `plan` (and its action, when it latched the cluster ID).
+/// The message of `CertManagerNotInstalled` (Available and Progressing).
+const CERT_MANAGER_MISSING: &str = "spec.tls asks for cert-manager Certificates but the \
+    cert-manager.io/v1 API (kind Certificate) is not installed, so nothing is created; install \
+    cert-manager (https://cert-manager.io/docs/installation/): the operator looks for it again \
+    every few seconds, no restart is needed";
+
 pub fn render(
     cluster: &EtcdCluster,
     plan: &Plan,
@@ -88,6 +94,12 @@ pub fn render(
         )
     });
 
+    let tls_reason = if facts.waiting_for_certificate {
+        reason::WAITING_FOR_CERTIFICATE
+    } else {
+        reason::TLS_SECRET_NOT_READY
+    };
+
     // Available
     match plan.phase {
         _ if unsupported.is_some() => set(
@@ -115,12 +127,12 @@ pub fn render(
             ctype::AVAILABLE,
             false,
             reason::CERT_MANAGER_NOT_INSTALLED,
-            "spec.tls asks for cert-manager Certificates but the cert-manager.io/v1 API is not installed; install cert-manager, then restart the operator".into(),
+            CERT_MANAGER_MISSING.into(),
         ),
         _ if facts.tls_secret_problem.is_some() => set(
             ctype::AVAILABLE,
             false,
-            reason::TLS_SECRET_NOT_READY,
+            tls_reason,
             facts.tls_secret_problem.clone().unwrap_or_default(),
         ),
         _ if id_mismatch.is_some() => set(
@@ -188,10 +200,16 @@ pub fn render(
             reason::DEADLINE_EXCEEDED,
             "gave up at the progress deadline; waiting for a spec edit".into(),
         ),
+        _ if facts.cert_manager_missing => set(
+            ctype::PROGRESSING,
+            false,
+            reason::CERT_MANAGER_NOT_INSTALLED,
+            CERT_MANAGER_MISSING.into(),
+        ),
         _ if facts.tls_secret_problem.is_some() => set(
             ctype::PROGRESSING,
             true,
-            reason::TLS_SECRET_NOT_READY,
+            tls_reason,
             facts.tls_secret_problem.clone().unwrap_or_default(),
         ),
         Phase::Reconciled if target == 0 => set(
@@ -543,6 +561,50 @@ mod tests {
                 (status, reason::TLS_SECRET_NOT_READY, problem),
                 "{t}"
             );
+        }
+    }
+
+    #[test]
+    fn cert_manager_waits_are_their_own_reasons() {
+        let waiting =
+            "waiting for cert-manager to issue Secret ns/c-server-tls for Certificate c-server";
+        let facts = Facts {
+            tls_secret_problem: Some(waiting.to_string()),
+            waiting_for_certificate: true,
+            ..Default::default()
+        };
+        let s = render(
+            &cluster(),
+            &plan(3, Phase::Progressing, facts, Action::None),
+            None,
+            now(),
+        );
+        for (t, status) in [(ctype::AVAILABLE, "False"), (ctype::PROGRESSING, "True")] {
+            let c = cond(&s, t);
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+                (status, reason::WAITING_FOR_CERTIFICATE, waiting),
+                "{t}"
+            );
+        }
+        let facts = Facts {
+            cert_manager_missing: true,
+            ..Default::default()
+        };
+        let s = render(
+            &cluster(),
+            &plan(3, Phase::Progressing, facts, Action::None),
+            None,
+            now(),
+        );
+        for t in [ctype::AVAILABLE, ctype::PROGRESSING] {
+            let c = cond(&s, t);
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str()),
+                ("False", reason::CERT_MANAGER_NOT_INSTALLED),
+                "{t}"
+            );
+            assert!(c.message.contains("install cert-manager"), "{}", c.message);
         }
     }
 

@@ -300,6 +300,7 @@ async fn running_version(
     let tls = crate::tls::load(
         &ctx.client,
         &cluster.namespace()?,
+        &cluster.name_any(),
         cluster.spec.tls.as_ref(),
     )
     .await
@@ -488,7 +489,7 @@ async fn remove_from_etcd(
         // towards quorum; the member stays Terminating until a voter can take the MemberRemove.
         return Err(Error::EtcdUnavailable);
     }
-    let tls = crate::tls::load(&ctx.client, &ns, cluster.spec.tls.as_ref()).await?;
+    let tls = crate::tls::load(&ctx.client, &ns, &cluster_name, cluster.spec.tls.as_ref()).await?;
     let mut etcd = Etcd::connect(&endpoints, tls.as_ref(), ctx.metrics.clone()).await?;
     let url = naming::peer_url(&name, &cluster_name, &ns, peer_tls);
     let (_, listed) = etcd.member_list().await?;

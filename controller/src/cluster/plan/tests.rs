@@ -99,6 +99,7 @@ fn run(c: &EtcdCluster, members: Vec<MemberView>, etcd: EtcdView) -> Plan {
         now: ts(100),
         cert_manager_missing: false,
         tls_secret_problem: None,
+        waiting_for_certificate: false,
     })
 }
 
@@ -545,27 +546,16 @@ fn any_spec_edit_after_the_deadline_retries_the_same_target() {
 }
 
 #[test]
-fn cluster_asking_for_cert_manager_tls_auth_or_restore_is_held_before_its_seed() {
+fn cluster_asking_for_auth_or_restore_is_held_before_its_seed() {
     let mut c = cluster(3, None);
-    c.spec.tls = Some(api::v1alpha2::TlsSpec {
-        peer: Some(api::v1alpha2::PeerTlsSpec {
-            secret_ref: None,
-            cert_manager: Some(api::v1alpha2::PeerCertManagerSpec {
-                issuer_ref: api::v1alpha2::IssuerReference::new("ca", Default::default()),
-            }),
-        }),
-        ..Default::default()
-    });
+    c.spec.tls = Some(peer_cert_manager());
     c.spec.bootstrap = Some(api::v1alpha2::BootstrapSpec {
         restore: Some(Default::default()),
     });
     let p = run(&c, vec![], EtcdView::NotAsked);
-    assert_eq!(
-        p.facts.unsupported,
-        vec!["spec.tls.peer.certManager", "spec.bootstrap.restore"]
-    );
+    assert_eq!(p.facts.unsupported, vec!["spec.bootstrap.restore"]);
     assert!(
-        matches!(&p.action, Action::Wait(w) if w.contains("spec.tls.peer.certManager")),
+        matches!(&p.action, Action::Wait(w) if w.contains("spec.bootstrap.restore")),
         "no seed is created: {:?}",
         p.action
     );
@@ -573,6 +563,54 @@ fn cluster_asking_for_cert_manager_tls_auth_or_restore_is_held_before_its_seed()
     let p = run(&cluster(3, None), vec![], EtcdView::NotAsked);
     assert!(p.facts.unsupported.is_empty());
     assert_eq!(p.action, Action::CreateSeed);
+}
+
+fn peer_cert_manager() -> api::v1alpha2::TlsSpec {
+    api::v1alpha2::TlsSpec {
+        peer: Some(api::v1alpha2::PeerTlsSpec {
+            secret_ref: None,
+            cert_manager: Some(api::v1alpha2::PeerCertManagerSpec {
+                issuer_ref: api::v1alpha2::IssuerReference::new("ca", Default::default()),
+            }),
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn cert_manager_tls_waits_for_cert_manager_and_for_its_secrets_before_the_seed() {
+    let mut c = cluster(3, None);
+    c.spec.tls = Some(peer_cert_manager());
+    let observed = |missing: bool, problem: Option<&str>| Observed {
+        cluster: &c,
+        members: vec![],
+        etcd: EtcdView::NotAsked,
+        now: ts(100),
+        cert_manager_missing: missing,
+        tls_secret_problem: problem.map(str::to_string),
+        waiting_for_certificate: problem.is_some(),
+    };
+    let p = plan(&observed(false, None));
+    assert!(p.facts.unsupported.is_empty(), "{:?}", p.facts.unsupported);
+    assert_eq!(p.action, Action::CreateSeed);
+
+    let p = plan(&observed(true, None));
+    assert!(p.facts.cert_manager_missing);
+    assert!(
+        matches!(&p.action, Action::Wait(w) if w.contains("cert-manager")),
+        "{:?}",
+        p.action
+    );
+
+    let waiting = "waiting for cert-manager to issue Secret ns/c-peer-tls for Certificate c-peer";
+    let p = plan(&observed(false, Some(waiting)));
+    assert_eq!(p.phase, Phase::Progressing);
+    assert!(p.facts.waiting_for_certificate);
+    assert!(
+        matches!(&p.action, Action::Wait(w) if w.contains("c-peer-tls")),
+        "{:?}",
+        p.action
+    );
 }
 
 #[test]
@@ -601,6 +639,7 @@ fn byo_secret_tls_bootstraps_and_a_missing_secret_holds_the_seed_with_its_name()
         now: ts(100),
         cert_manager_missing: false,
         tls_secret_problem: Some(problem.clone()),
+        waiting_for_certificate: false,
     });
     assert!(
         matches!(&p.action, Action::Wait(w) if w.contains("c-peer-tls")),
@@ -1067,4 +1106,40 @@ fn a_snapshot_from_an_older_operator_reads_the_other_fields_from_the_spec() {
     assert_eq!(p.action, Action::CreateMember);
     assert!(!p.observed.is_legacy());
     assert_eq!(p.observed.resources, Some(resources("2Gi")));
+}
+
+/// A cluster held for cert-manager (missing, or not issued yet) does not run out of its
+/// progress deadline before anything could be attempted; a BYO Secret wait still does.
+#[test]
+fn the_progress_deadline_does_not_run_out_while_cert_manager_holds_the_seed() {
+    let mut c = cluster(3, None);
+    c.spec.tls = Some(peer_cert_manager());
+    let first = run(&c, vec![], EtcdView::NotAsked);
+    c.status = Some(api::v1alpha2::EtcdClusterStatus {
+        observed: Some(first.observed.clone()),
+        progress_deadline: first
+            .progress_deadline
+            .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time),
+        ..Default::default()
+    });
+    let late = first.progress_deadline.unwrap() + SignedDuration::from_secs(3600);
+    let at = |missing: bool, waiting: bool| {
+        plan(&Observed {
+            cluster: &c,
+            members: vec![],
+            etcd: EtcdView::NotAsked,
+            now: late,
+            cert_manager_missing: missing,
+            tls_secret_problem: waiting.then(|| "waiting".to_string()),
+            waiting_for_certificate: waiting,
+        })
+    };
+    for (missing, waiting) in [(true, false), (false, true)] {
+        let p = at(missing, waiting);
+        assert_eq!(p.phase, Phase::Progressing, "{missing} {waiting}");
+        assert!(p.progress_deadline.is_some_and(|d| d > late));
+    }
+    // No longer held, with a deadline long past (no reconcile refreshed it): parks as before.
+    let p = at(false, false);
+    assert_eq!(p.phase, Phase::BootstrapFailed);
 }
