@@ -163,3 +163,63 @@ fn referencing_clusters<S: kube::Resource + ResourceExt>(
         .map(|c| ObjectRef::from_obj(c.as_ref()))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector;
+    use serde_json::json;
+
+    fn cluster(name: &str, ns: &str, tls: serde_json::Value) -> Lenient<EtcdCluster> {
+        serde_json::from_value(json!({
+            "apiVersion": "etcd-operator.cozystack.io/v1alpha2", "kind": "EtcdCluster",
+            "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}")},
+            "spec": {"version": "3.6.11", "tls": tls},
+        }))
+        .unwrap()
+    }
+
+    fn secret(name: &str, ns: &str) -> PartialObjectMeta<Secret> {
+        let mut s = PartialObjectMeta::<Secret>::default();
+        s.metadata.name = Some(name.into());
+        s.metadata.namespace = Some(ns.into());
+        s
+    }
+
+    #[test]
+    fn a_secret_wakes_the_clusters_that_name_it_byo_or_cert_manager() {
+        let (store, mut writer) = reflector::store();
+        for c in [
+            cluster(
+                "byo",
+                "a",
+                json!({"peer": {"secretRef": {"name": "shared"}}}),
+            ),
+            cluster(
+                "cm",
+                "a",
+                json!({"client": {"certManager": {"serverIssuerRef": {"name": "ca"}}}}),
+            ),
+            cluster(
+                "other-ns",
+                "b",
+                json!({"peer": {"secretRef": {"name": "shared"}}}),
+            ),
+        ] {
+            writer.apply_watcher_event(&watcher::Event::Apply(c));
+        }
+        let woken = |name: &str, ns: &str| {
+            let mut names: Vec<String> = referencing_clusters(&store, &secret(name, ns))
+                .into_iter()
+                .map(|r| r.name)
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(woken("shared", "a"), ["byo"]);
+        assert_eq!(woken("cm-server-tls", "a"), ["cm"]);
+        assert_eq!(woken("shared", "b"), ["other-ns"]);
+        assert!(woken("unrelated", "a").is_empty());
+        assert!(woken("cm-peer-tls", "a").is_empty(), "no peer certManager");
+    }
+}
