@@ -2,6 +2,7 @@
 //! `cluster::plan`, `cluster::status`) of observed state; the reconcilers around them only read,
 //! call one planner, perform one step and write status.
 
+pub mod auth;
 pub mod builders;
 pub mod cluster;
 pub mod conditions;
@@ -47,6 +48,8 @@ pub enum Error {
     Conflict(String),
     #[error(transparent)]
     TlsSecret(#[from] tls::TlsSecretError),
+    #[error(transparent)]
+    AuthSecret(#[from] auth::AuthSecretError),
 }
 
 impl Error {
@@ -65,6 +68,7 @@ impl Error {
             Error::NoNamespace | Error::NoUid => "InvalidObject",
             Error::Conflict(_) => "OwnershipConflict",
             Error::TlsSecret(_) => "TLSSecret",
+            Error::AuthSecret(_) => "AuthSecret",
         }
     }
 }

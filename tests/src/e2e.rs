@@ -158,6 +158,39 @@ impl Env {
         .await
     }
 
+    /// The cluster's member Pods that are Ready and not being deleted.
+    pub async fn ready_pods(&self, ns: &str, cluster: &str) -> Vec<Pod> {
+        self.pods(ns, cluster)
+            .await
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+            .collect()
+    }
+
+    /// `etcdctl <args>` in the `etcd` container of a Ready member Pod; `(exit code, stdout,
+    /// stderr)`.
+    pub async fn etcdctl(
+        &self,
+        ns: &str,
+        cluster: &str,
+        args: &[&str],
+    ) -> (Option<i32>, String, String) {
+        let pod = self
+            .ready_pods(ns, cluster)
+            .await
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("{ns}/{cluster}: no ready member Pod to exec into"));
+        let mut argv = vec!["etcdctl", "--command-timeout=5s"];
+        argv.extend_from_slice(args);
+        let out = self
+            .runner
+            .exec(ns, &pod.name_any(), "etcd", &argv)
+            .await
+            .or_panic();
+        (out.code, out.stdout, out.stderr)
+    }
+
     /// `etcdctl member list` inside a member Pod: `(name, is_learner)` per member.
     pub async fn etcd_members(&self, ns: &str, cluster: &str) -> Vec<(String, bool)> {
         let pods = self.pods(ns, cluster).await;

@@ -165,8 +165,12 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         ("policy", "poddisruptionbudgets", "patch", Watched),
         ("policy", "poddisruptionbudgets", "delete", Watched),
         // tls.rs load (from cluster/reconcile.rs and member/mod.rs): get_opt of the BYO TLS
-        // Secrets a cluster names in spec.tls. Read by name only, never listed or watched.
+        // Secrets a cluster names in spec.tls; auth.rs load of the spec.auth Secret. Read by name
+        // only, never listed or watched. auth.rs write_applied: server-side apply of the
+        // operator's own `<cluster>-auth-applied` record (a create through patch needs create).
         ("", "secrets", "get", Watched),
+        ("", "secrets", "create", Watched),
+        ("", "secrets", "patch", Watched),
         // context.rs: kube-runtime's Recorder creates events.k8s.io/v1 Events, patches a series.
         ("events.k8s.io", "events", "create", Watched),
         ("events.k8s.io", "events", "patch", Watched),
@@ -1110,7 +1114,7 @@ const MUST_NOT: &[(&str, &str, &str)] = &[
     ("delete", "", "nodes"),
     ("list", "", "secrets"),
     ("watch", "", "secrets"),
-    ("create", "", "secrets"),
+    ("delete", "", "secrets"),
     ("create", "rbac.authorization.k8s.io", "clusterroles"),
     ("create", "rbac.authorization.k8s.io", "rolebindings"),
     ("update", "etcd-operator.cozystack.io", "etcdclusters"),

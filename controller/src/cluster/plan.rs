@@ -94,6 +94,18 @@ pub struct Observed<'a> {
     pub cert_manager_missing: bool,
     /// A Secret of `spec.tls` is missing or unusable (the message names it).
     pub tls_secret_problem: Option<String>,
+    /// Root auth stands in the way: etcd demands a login the spec does not configure, or
+    /// refuses the configured one (see [`AuthProblem`]).
+    pub auth_problem: Option<AuthProblem>,
+}
+
+/// Why the operator cannot act on a cluster for root-auth reasons; no membership change is made
+/// until it is resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthProblem {
+    /// `AuthRequiredNotConfigured` or `AuthCredentialsRejected`.
+    pub reason: &'static str,
+    pub message: String,
 }
 
 /// An etcd member that no EtcdMember of this cluster describes (matched by peer URL): left
@@ -208,6 +220,7 @@ pub struct Facts {
     /// A Secret of `spec.tls` is missing or unusable: nothing is created (a Pod could not
     /// mount it, or etcd could not start with it) and etcd cannot be dialed.
     pub tls_secret_problem: Option<String>,
+    pub auth_problem: Option<AuthProblem>,
     pub paused: bool,
     pub dormant_pvc: Option<String>,
     pub seed_without_pod: bool,
@@ -217,11 +230,11 @@ pub struct Facts {
 }
 
 /// Parts of the v1alpha2 API that this operator version accepts (they are valid, and
-/// immutable after create) but does not implement yet: cert-manager TLS, root auth and restore.
+/// immutable after create) but does not implement yet: cert-manager TLS and restore.
 /// Bootstrapping such a cluster without them would either never form (peer TLS URLs on a
-/// plaintext listener) or silently give the user less than asked (no auth, an empty cluster
-/// instead of the snapshot), so the cluster is held before its seed is created. TLS from the
-/// user's own Secrets is implemented.
+/// plaintext listener) or silently give the user less than asked (an empty cluster instead of
+/// the snapshot), so the cluster is held before its seed is created. TLS from the user's own
+/// Secrets and root auth are implemented.
 pub fn unsupported_fields(spec: &api::v1alpha2::EtcdClusterSpec) -> Vec<&'static str> {
     let mut fields = Vec::new();
     if let Some(tls) = &spec.tls {
@@ -235,9 +248,6 @@ pub fn unsupported_fields(spec: &api::v1alpha2::EtcdClusterSpec) -> Vec<&'static
         if tls.peer.as_ref().is_some_and(|p| p.cert_manager.is_some()) {
             fields.push("spec.tls.peer.certManager");
         }
-    }
-    if spec.auth.as_ref().is_some_and(|a| a.enabled) {
-        fields.push("spec.auth.enabled");
     }
     if spec.bootstrap.as_ref().is_some_and(|b| b.restore.is_some()) {
         fields.push("spec.bootstrap.restore");
@@ -551,6 +561,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     }
     facts.cert_manager_missing = o.cert_manager_missing;
     facts.tls_secret_problem = o.tls_secret_problem.clone();
+    facts.auth_problem = o.auth_problem.clone();
     if let EtcdView::Unreachable(e) = &o.etcd {
         facts.etcd_error = Some(e.clone());
     }
@@ -615,6 +626,10 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     }
     if let Some(problem) = &o.tls_secret_problem {
         out.action = Action::Wait(format!("waiting for a usable TLS Secret: {problem}"));
+        return out;
+    }
+    if let Some(problem) = &o.auth_problem {
+        out.action = Action::Wait(format!("{}: {}", problem.reason, problem.message));
         return out;
     }
     if let Some((latched, answered)) = &out.facts.cluster_id_mismatch {

@@ -99,6 +99,7 @@ fn run(c: &EtcdCluster, members: Vec<MemberView>, etcd: EtcdView) -> Plan {
         now: ts(100),
         cert_manager_missing: false,
         tls_secret_problem: None,
+        auth_problem: None,
     })
 }
 
@@ -601,6 +602,7 @@ fn byo_secret_tls_bootstraps_and_a_missing_secret_holds_the_seed_with_its_name()
         now: ts(100),
         cert_manager_missing: false,
         tls_secret_problem: Some(problem.clone()),
+        auth_problem: None,
     });
     assert!(
         matches!(&p.action, Action::Wait(w) if w.contains("c-peer-tls")),
@@ -608,6 +610,46 @@ fn byo_secret_tls_bootstraps_and_a_missing_secret_holds_the_seed_with_its_name()
         p.action
     );
     assert_eq!(p.facts.tls_secret_problem, Some(problem));
+}
+
+#[test]
+fn an_auth_problem_holds_every_membership_change_and_names_its_reason() {
+    // Scale-up wanted on a formed cluster, but etcd refuses the operator's login.
+    let c = cluster(3, locked(1, Some(0xabc), None));
+    let problem = super::AuthProblem {
+        reason: api::conditions::reason::AUTH_CREDENTIALS_REJECTED,
+        message: "etcd rejected the root password from Secret ns/root".into(),
+    };
+    let observed = |auth_problem| Observed {
+        cluster: &c,
+        members: vec![m("c-a", 1)],
+        etcd: etcd(vec![e(1, "c-a", false)]),
+        now: ts(100),
+        cert_manager_missing: false,
+        tls_secret_problem: None,
+        auth_problem,
+    };
+    let p = plan(&observed(Some(problem.clone())));
+    assert!(
+        matches!(&p.action, Action::Wait(w) if w.contains("AuthCredentialsRejected") && w.contains("ns/root")),
+        "{:?}",
+        p.action
+    );
+    assert_eq!(p.facts.auth_problem, Some(problem));
+    // Without it the same cluster scales.
+    assert_eq!(plan(&observed(None)).action, Action::CreateMember);
+}
+
+#[test]
+fn root_auth_is_not_held_as_unsupported() {
+    let mut c = cluster(3, None);
+    c.spec.auth = Some(api::v1alpha2::AuthSpec {
+        enabled: true,
+        root_credentials_secret_ref: Some(api::v1alpha2::SecretReference::new("root")),
+    });
+    let p = run(&c, vec![], EtcdView::NotAsked);
+    assert!(p.facts.unsupported.is_empty(), "{:?}", p.facts.unsupported);
+    assert_eq!(p.action, Action::CreateSeed);
 }
 
 // --- hardening: each of these failed on the planner before the fix ---
