@@ -20,6 +20,8 @@ pub struct Config {
     pub etcd_image_repository: String,
     /// Cluster DNS suffix (for certificate SANs).
     pub cluster_domain: String,
+    /// The operator's own image: snapshot Jobs run it as the snapshot agent.
+    pub operator_image: Option<String>,
 }
 
 impl Default for Config {
@@ -27,6 +29,7 @@ impl Default for Config {
         Self {
             etcd_image_repository: "quay.io/coreos/etcd".to_string(),
             cluster_domain: "cluster.local".to_string(),
+            operator_image: None,
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod naming;
 pub mod pods;
 pub mod run;
+pub mod snapshot;
 pub mod tls;
 
 /// UID of the object's controlling owner (the EtcdCluster of a member, the member of a Pod or PVC).

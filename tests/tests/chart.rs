@@ -164,6 +164,43 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         ("policy", "poddisruptionbudgets", "create", Watched),
         ("policy", "poddisruptionbudgets", "patch", Watched),
         ("policy", "poddisruptionbudgets", "delete", Watched),
+        // run.rs watches EtcdSnapshots; snapshot/mod.rs get_opt, patch_status; the Job's owner
+        // reference needs update on the finalizers subresource.
+        (
+            "etcd-operator.cozystack.io",
+            "etcdsnapshots",
+            "get",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcdsnapshots",
+            "list",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcdsnapshots",
+            "watch",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcdsnapshots/status",
+            "patch",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcdsnapshots/finalizers",
+            "update",
+            Watched,
+        ),
+        // run.rs owns(Job); snapshot/mod.rs get_opt and create of `<snapshot>-snapshot`.
+        ("batch", "jobs", "get", Watched),
+        ("batch", "jobs", "list", Watched),
+        ("batch", "jobs", "watch", Watched),
+        ("batch", "jobs", "create", Watched),
         // tls.rs load (from cluster/reconcile.rs and member/mod.rs): get_opt of the BYO TLS
         // Secrets a cluster names in spec.tls; auth.rs load of the spec.auth Secret. Read by name
         // only, never listed or watched. auth.rs write_applied: server-side apply of the
@@ -1115,6 +1152,8 @@ const MUST_NOT: &[(&str, &str, &str)] = &[
     ("list", "", "secrets"),
     ("watch", "", "secrets"),
     ("delete", "", "secrets"),
+    ("delete", "batch", "jobs"),
+    ("update", "etcd-operator.cozystack.io", "etcdsnapshots"),
     ("create", "rbac.authorization.k8s.io", "clusterroles"),
     ("create", "rbac.authorization.k8s.io", "rolebindings"),
     ("update", "etcd-operator.cozystack.io", "etcdclusters"),
