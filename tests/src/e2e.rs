@@ -18,6 +18,10 @@ use crate::operator::Operator;
 use crate::podrunner::PodRunner;
 use crate::OrPanic;
 
+/// The operator image the e2e operator is started with (`--operator-image`).
+pub const OPERATOR_IMAGE: &str = "etcd-operator:test";
+const OPERATOR_IMAGE_ARG: &str = "--operator-image=etcd-operator:test";
+
 pub struct Env {
     pub cp: &'static ControlPlane,
     pub runner: PodRunner,
@@ -37,7 +41,11 @@ pub async fn env() -> &'static Env {
             .or_panic();
         let runner = PodRunner::builder().start(cp).await.or_panic();
         let lease_ns = cp.namespace("operator").await.or_panic();
-        let operator = Operator::start(cp, &lease_ns, None).await.or_panic();
+        // The pod runner maps `etcd-operator:test` to the cargo-built binaries: snapshot Jobs
+        // run the agent from it.
+        let operator = Operator::start_with(cp, &lease_ns, None, &[OPERATOR_IMAGE_ARG])
+            .await
+            .or_panic();
         Env {
             cp,
             runner,

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use api::labels;
 use api::v1alpha2::{EtcdCluster, EtcdSnapshot, MemberTls};
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::batch::v1::{
+    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
+};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EnvVar, EnvVarSource, PersistentVolumeClaimVolumeSource,
     PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, SecretKeySelector,
@@ -23,6 +25,9 @@ pub const BACKOFF_LIMIT: i32 = 3;
 pub const ACTIVE_DEADLINE_SECONDS: i64 = 1800;
 pub const TTL_SECONDS_AFTER_FINISHED: i32 = 600;
 pub const CONTAINER: &str = "snapshot-agent";
+/// The agent's exit code for a failure no retry can fix (an overwrite refused, access denied,
+/// bad credentials, bad input): the Job fails at once instead of retrying.
+pub const PERMANENT_FAILURE_EXIT_CODE: i32 = 2;
 /// Where the agent writes its result (the container's termination message).
 pub const TERMINATION_LOG: &str = "/dev/termination-log";
 const NONROOT_ID: i64 = 65532;
@@ -237,6 +242,17 @@ pub fn snapshot_job(
         },
         spec: Some(JobSpec {
             backoff_limit: Some(BACKOFF_LIMIT),
+            pod_failure_policy: Some(PodFailurePolicy {
+                rules: vec![PodFailurePolicyRule {
+                    action: "FailJob".into(),
+                    on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+                        container_name: Some(CONTAINER.into()),
+                        operator: "In".into(),
+                        values: vec![PERMANENT_FAILURE_EXIT_CODE],
+                    }),
+                    on_pod_conditions: None,
+                }],
+            }),
             active_deadline_seconds: Some(ACTIVE_DEADLINE_SECONDS),
             ttl_seconds_after_finished: Some(TTL_SECONDS_AFTER_FINISHED),
             template: PodTemplateSpec {
@@ -349,6 +365,14 @@ mod tests {
         assert_eq!(spec.backoff_limit, Some(3));
         assert_eq!(spec.active_deadline_seconds, Some(1800));
         assert_eq!(spec.ttl_seconds_after_finished, Some(600));
+        // A permanent failure (exit 2) fails the Job at once; others are retried.
+        let rule = &spec.pod_failure_policy.as_ref().unwrap().rules[0];
+        assert_eq!(rule.action, "FailJob");
+        let codes = rule.on_exit_codes.as_ref().unwrap();
+        assert_eq!(
+            (codes.operator.as_str(), codes.values.as_slice()),
+            ("In", &[2][..])
+        );
         let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
             (owner.kind.as_str(), owner.uid.as_str()),
