@@ -1,12 +1,13 @@
 //! What every reconcile shares: the API client, the operator's configuration, metrics and the
 //! event recorder.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 
+use crate::auth::Credentials;
 use crate::etcd::{Etcd, EtcdError};
 use crate::metrics::Metrics;
 use crate::tls::ClientTls;
@@ -19,6 +20,8 @@ pub struct Config {
     pub etcd_image_repository: String,
     /// Cluster DNS suffix (for certificate SANs).
     pub cluster_domain: String,
+    /// The operator's own image: snapshot Jobs run it as the snapshot agent.
+    pub operator_image: Option<String>,
 }
 
 impl Default for Config {
@@ -26,12 +29,13 @@ impl Default for Config {
         Self {
             etcd_image_repository: "quay.io/coreos/etcd".to_string(),
             cluster_domain: "cluster.local".to_string(),
+            operator_image: None,
         }
     }
 }
 
-/// A cached etcd client with what it was built for: the endpoints and the TLS material's
-/// revision (`None` for plaintext).
+/// A cached etcd client with what it was built for: the endpoints, and the TLS material's
+/// revision with the root password's fingerprint (`None` for plaintext without auth).
 type CachedEtcd = (Vec<String>, Option<String>, Etcd);
 
 pub struct Context {
@@ -46,6 +50,9 @@ pub struct Context {
     /// membership call, not a new TCP, TLS and HTTP/2 handshake, and a renewed Secret is
     /// picked up on the next reconcile.
     etcd_clients: Mutex<HashMap<String, CachedEtcd>>,
+    /// `(cluster incarnation, password fingerprint)` pairs known to be in the cluster's
+    /// `<cluster>-auth-applied` record, so it is read once per operator run, not per reconcile.
+    auth_recorded: Mutex<HashSet<(String, String)>>,
 }
 
 impl Context {
@@ -64,18 +71,28 @@ impl Context {
             cert_manager: Default::default(),
             recorder,
             etcd_clients: Mutex::default(),
+            auth_recorded: Mutex::default(),
         }
     }
 
     /// The cluster's etcd client for these endpoints (`key` names the cluster incarnation),
-    /// reused while the endpoints and the TLS material's revision are unchanged.
+    /// reused while the endpoints, the TLS material's revision and the root password are
+    /// unchanged.
     pub async fn etcd(
         &self,
         key: &str,
         endpoints: &[String],
         tls: Option<&ClientTls>,
+        creds: Option<&Credentials>,
     ) -> Result<Etcd, EtcdError> {
-        let revision = tls.map(|t| t.revision.clone());
+        let revision = match (tls, creds) {
+            (None, None) => None,
+            (tls, creds) => Some(format!(
+                "{}/{}",
+                tls.map(|t| t.revision.as_str()).unwrap_or_default(),
+                creds.map(Credentials::fingerprint).unwrap_or_default()
+            )),
+        };
         let cached = self.etcd_clients.lock().ok().and_then(|c| {
             c.get(key)
                 .filter(|(e, r, _)| e.as_slice() == endpoints && *r == revision)
@@ -84,7 +101,7 @@ impl Context {
         if let Some(client) = cached {
             return Ok(client);
         }
-        let client = Etcd::connect(endpoints, tls, self.metrics.clone()).await?;
+        let client = Etcd::connect(endpoints, tls, creds, self.metrics.clone()).await?;
         if let Ok(mut c) = self.etcd_clients.lock() {
             c.insert(
                 key.to_string(),
@@ -98,6 +115,19 @@ impl Context {
     pub fn forget_etcd(&self, key: &str) {
         if let Ok(mut c) = self.etcd_clients.lock() {
             c.remove(key);
+        }
+    }
+
+    /// Whether this password was already seen in the cluster's auth record.
+    pub fn auth_recorded(&self, key: &str, fingerprint: &str) -> bool {
+        self.auth_recorded
+            .lock()
+            .is_ok_and(|s| s.contains(&(key.to_string(), fingerprint.to_string())))
+    }
+
+    pub fn mark_auth_recorded(&self, key: &str, fingerprint: &str) {
+        if let Ok(mut s) = self.auth_recorded.lock() {
+            s.insert((key.to_string(), fingerprint.to_string()));
         }
     }
 

@@ -4,8 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, MemberAddOptions, TlsOptions};
+use etcd_client::{
+    Certificate, Client, ConnectOptions, GetOptions, Identity, MemberAddOptions, TlsOptions,
+};
 
+use crate::auth::{Credentials, ROOT, ROOT_ROLE};
 use crate::cluster::plan::EtcdMemberInfo;
 use crate::metrics::Metrics;
 use crate::tls::ClientTls;
@@ -30,6 +33,17 @@ pub enum EtcdError {
     NoHeader(&'static str),
 }
 
+/// How etcd refused a call on authentication grounds (etcd's rpctypes errors).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthRefusal {
+    /// Auth is on and the call came without a user (ErrUserEmpty, ErrPermissionDenied).
+    Required,
+    /// The root password was wrong (ErrAuthFailed), or the token is no longer valid.
+    Rejected,
+    /// Credentials were presented but auth is off (ErrAuthNotEnabled).
+    NotEnabled,
+}
+
 /// gRPC status codes etcd answers with (google.golang.org/grpc/codes).
 mod code {
     pub const NOT_FOUND: i32 = 5;
@@ -44,9 +58,35 @@ impl EtcdError {
             EtcdError::Call {
                 source: etcd_client::Error::GRpcStatus(status),
                 ..
+            }
+            | EtcdError::Unreachable {
+                source: etcd_client::Error::GRpcStatus(status),
+                ..
             } => Some((status.code() as i32, status.message())),
             _ => None,
         }
+    }
+
+    /// etcd refused the call (or the login while dialing) on authentication grounds.
+    pub fn auth_refusal(&self) -> Option<AuthRefusal> {
+        let (_, m) = self.grpc()?;
+        if m.contains("authentication is not enabled") {
+            Some(AuthRefusal::NotEnabled)
+        } else if m.contains("authentication failed") || m.contains("invalid auth token") {
+            Some(AuthRefusal::Rejected)
+        } else if m.contains("user name is empty")
+            || m.contains("permission denied")
+            || m.contains("insufficient credentials")
+        {
+            Some(AuthRefusal::Required)
+        } else {
+            None
+        }
+    }
+
+    fn is_user_not_found(&self) -> bool {
+        self.grpc()
+            .is_some_and(|(_, m)| m.contains("user name not found"))
     }
 
     /// A promote that etcd refused because the learner is still catching up
@@ -94,10 +134,11 @@ pub struct Etcd {
 impl Etcd {
     /// Dials `endpoints` (`https://` ones with `tls`: the cluster's CA as the only trust anchor,
     /// the operator-client identity when the cluster uses mTLS; the server name checked against
-    /// the member's DNS name).
+    /// the member's DNS name), logged in as `root` with `creds` once auth is on.
     pub async fn connect(
         endpoints: &[String],
         tls: Option<&ClientTls>,
+        creds: Option<&Credentials>,
         metrics: Metrics,
     ) -> Result<Self, EtcdError> {
         if endpoints.is_empty() {
@@ -112,6 +153,12 @@ impl Etcd {
                 config = config.identity(Identity::from_pem(cert, key));
             }
             options = options.with_tls(config);
+        }
+        if let Some(creds) = creds {
+            // etcd's simple tokens expire after 5 idle minutes: log in again when one has.
+            options = options
+                .with_user(ROOT, creds.password.clone())
+                .with_auto_token_refresh(true);
         }
         let started = Instant::now();
         let client = Client::connect(endpoints, Some(options)).await;
@@ -202,6 +249,84 @@ impl Etcd {
     }
 }
 
+impl Etcd {
+    async fn call<T>(
+        &mut self,
+        op: &'static str,
+        metric: &str,
+        fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, EtcdError> {
+        let started = Instant::now();
+        let res = fut.await;
+        self.metrics
+            .observe_etcd(metric, started.elapsed(), res.is_ok());
+        res.map_err(|source| EtcdError::Call { op, source })
+    }
+
+    /// Whether etcd refuses a read without a user: auth is on. A one-key, count-only range: the
+    /// cheapest call that auth guards (membership listing and status are not guarded).
+    pub async fn anonymous_reads_refused(&mut self) -> Result<bool, EtcdError> {
+        let options = GetOptions::new().with_count_only().with_limit(1);
+        let mut kv = self.client.kv_client();
+        match self
+            .call("Range", "range", kv.get(vec![0u8], Some(options)))
+            .await
+        {
+            Ok(_) => Ok(false),
+            Err(e) if e.auth_refusal() == Some(AuthRefusal::Required) => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Provision `root` with `creds`, grant it the `root` role and turn auth on. Idempotent: a
+    /// `root` left by an interrupted attempt gets this password. Returns `false` when auth was
+    /// already on (nothing was changed).
+    pub async fn enable_root_auth(&mut self, creds: &Credentials) -> Result<bool, EtcdError> {
+        let mut auth = self.client.auth_client();
+        match self.call("UserGet", "user_get", auth.user_get(ROOT)).await {
+            Err(e) if e.auth_refusal() == Some(AuthRefusal::Required) => return Ok(false),
+            Err(e) if e.is_user_not_found() => {
+                self.call(
+                    "UserAdd",
+                    "user_add",
+                    auth.user_add(ROOT, creds.password.clone(), None),
+                )
+                .await?;
+            }
+            Err(e) => return Err(e),
+            Ok(_) => {
+                self.call(
+                    "UserChangePassword",
+                    "user_change_password",
+                    auth.user_change_password(ROOT, creds.password.clone()),
+                )
+                .await?;
+            }
+        }
+        self.call(
+            "UserGrantRole",
+            "user_grant_role",
+            auth.user_grant_role(ROOT, ROOT_ROLE),
+        )
+        .await?;
+        self.call("AuthEnable", "auth_enable", auth.auth_enable())
+            .await?;
+        Ok(true)
+    }
+
+    /// Set the root password (the client must be logged in as root).
+    pub async fn change_root_password(&mut self, creds: &Credentials) -> Result<(), EtcdError> {
+        let mut auth = self.client.auth_client();
+        self.call(
+            "UserChangePassword",
+            "user_change_password",
+            auth.user_change_password(ROOT, creds.password.clone()),
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
 pub fn format_id(id: u64) -> String {
     format!("{id:016x}")
 }
@@ -242,6 +367,52 @@ mod tests {
         assert!(too_soon.is_reconfig_too_soon());
         // Unavailable for another reason (no leader, connection refused) is a real failure.
         assert!(!answered(tonic::Code::Unavailable, "etcdserver: no leader").is_reconfig_too_soon());
+    }
+
+    #[test]
+    fn auth_refusals_are_told_apart_by_etcds_messages() {
+        // etcd's own texts (server/etcdserver/api/v3rpc/rpctypes), as a call or as the login
+        // while dialing.
+        let login = |code, message: &str| EtcdError::Unreachable {
+            endpoints: "https://m:2379".into(),
+            source: etcd_client::Error::GRpcStatus(tonic::Status::new(code, message)),
+        };
+        assert_eq!(
+            answered(
+                tonic::Code::InvalidArgument,
+                "etcdserver: user name is empty"
+            )
+            .auth_refusal(),
+            Some(AuthRefusal::Required)
+        );
+        assert_eq!(
+            answered(
+                tonic::Code::PermissionDenied,
+                "etcdserver: permission denied"
+            )
+            .auth_refusal(),
+            Some(AuthRefusal::Required)
+        );
+        assert_eq!(
+            login(
+                tonic::Code::InvalidArgument,
+                "etcdserver: authentication failed, invalid user ID or password"
+            )
+            .auth_refusal(),
+            Some(AuthRefusal::Rejected)
+        );
+        assert_eq!(
+            login(
+                tonic::Code::FailedPrecondition,
+                "etcdserver: authentication is not enabled"
+            )
+            .auth_refusal(),
+            Some(AuthRefusal::NotEnabled)
+        );
+        assert_eq!(
+            answered(tonic::Code::Unavailable, "etcdserver: no leader").auth_refusal(),
+            None
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! `cluster::plan`, `cluster::status`) of observed state; the reconcilers around them only read,
 //! call one planner, perform one step and write status.
 
+pub mod auth;
 pub mod builders;
 pub mod cert_manager;
 pub mod cluster;
@@ -14,6 +15,7 @@ pub mod metrics;
 pub mod naming;
 pub mod pods;
 pub mod run;
+pub mod snapshot;
 pub mod tls;
 
 /// UID of the object's controlling owner (the EtcdCluster of a member, the member of a Pod or PVC).
@@ -48,6 +50,8 @@ pub enum Error {
     Conflict(String),
     #[error(transparent)]
     TlsSecret(#[from] tls::TlsSecretError),
+    #[error(transparent)]
+    AuthSecret(#[from] auth::AuthSecretError),
 }
 
 impl Error {
@@ -66,6 +70,7 @@ impl Error {
             Error::NoNamespace | Error::NoUid => "InvalidObject",
             Error::Conflict(_) => "OwnershipConflict",
             Error::TlsSecret(_) => "TLSSecret",
+            Error::AuthSecret(_) => "AuthSecret",
         }
     }
 }

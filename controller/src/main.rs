@@ -172,6 +172,7 @@ async fn main() -> anyhow::Result<()> {
     let config = Config {
         etcd_image_repository: args.etcd_image_repository.clone(),
         cluster_domain,
+        operator_image: args.operator_image.clone(),
     };
     let ctx = Arc::new(Context::new(client.clone(), config, metrics));
 

@@ -1,8 +1,8 @@
-//! Wiring: the two kube-runtime controllers, driven by watches. EtcdCluster reconciles on changes
+//! Wiring: the kube-runtime controllers, driven by watches. EtcdCluster reconciles on changes
 //! to the cluster, its EtcdMembers, Services and PDB, its member Pods, the TLS Secrets it
 //! references (the user's or cert-manager's; watched as metadata only) and, when cert-manager is
 //! installed at start-up, its Certificates; EtcdMember reconciles on changes to the member and
-//! its Pod and PVC.
+//! its Pod and PVC; EtcdSnapshot on changes to the snapshot and its Job.
 //!
 //! EtcdClusters and EtcdMembers are watched as [`Lenient`] objects: one stored object the
 //! operator cannot decode is reported and skipped (see [`crate::lenient`]) instead of failing
@@ -11,9 +11,9 @@
 use std::sync::Arc;
 
 use api::labels;
-use api::v1alpha2::TlsSecrets;
-use api::v1alpha2::{EtcdCluster, EtcdMember};
+use api::v1alpha2::{EtcdCluster, EtcdMember, EtcdSnapshot, TlsSecrets};
 use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DynamicObject, PartialObjectMeta};
@@ -23,7 +23,7 @@ use kube::{Api, ResourceExt};
 
 use crate::context::Context;
 use crate::lenient::{self, Lenient};
-use crate::{cluster, member};
+use crate::{cluster, member, snapshot};
 
 fn api<K>(ctx: &Context, namespace: Option<&str>) -> Api<K>
 where
@@ -130,11 +130,11 @@ pub async fn run(
                     .collect::<Vec<_>>()
             },
         )
-        .graceful_shutdown_on(stopped(stop_rx))
+        .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(
             |object, ctx| lenient::reconcile_or_report(object, ctx, member::reconcile),
             |object, error, ctx| lenient::error_policy(object, error, ctx, member::error_policy),
-            ctx,
+            ctx.clone(),
         )
         .for_each(|res| async move {
             if let Err(e) = res {
@@ -142,7 +142,25 @@ pub async fn run(
             }
         });
 
-    tokio::join!(clusters, members);
+    // EtcdSnapshots: their Jobs (owned; the Job's status follows its Pods).
+    let snapshots = Controller::new(
+        api::<Lenient<EtcdSnapshot>>(&ctx, ns),
+        watcher::Config::default(),
+    )
+    .owns(api::<Job>(&ctx, ns), watcher::Config::default())
+    .graceful_shutdown_on(stopped(stop_rx))
+    .run(
+        |object, ctx| lenient::reconcile_or_report(object, ctx, snapshot::reconcile),
+        |object, error, ctx| lenient::error_policy(object, error, ctx, snapshot::error_policy),
+        ctx,
+    )
+    .for_each(|res| async move {
+        if let Err(e) = res {
+            tracing::debug!(error = %e, "snapshot controller event");
+        }
+    });
+
+    tokio::join!(clusters, members, snapshots);
 }
 
 /// The clusters (in the watch cache) whose `spec.tls` names `secret`, by its name in their

@@ -18,6 +18,10 @@ use crate::operator::Operator;
 use crate::podrunner::PodRunner;
 use crate::OrPanic;
 
+/// The operator image the e2e operator is started with (`--operator-image`).
+pub const OPERATOR_IMAGE: &str = "etcd-operator:test";
+const OPERATOR_IMAGE_ARG: &str = "--operator-image=etcd-operator:test";
+
 pub struct Env {
     pub cp: &'static ControlPlane,
     pub runner: PodRunner,
@@ -37,7 +41,11 @@ pub async fn env() -> &'static Env {
             .or_panic();
         let runner = PodRunner::builder().start(cp).await.or_panic();
         let lease_ns = cp.namespace("operator").await.or_panic();
-        let operator = Operator::start(cp, &lease_ns, None).await.or_panic();
+        // The pod runner maps `etcd-operator:test` to the cargo-built binaries: snapshot Jobs
+        // run the agent from it.
+        let operator = Operator::start_with(cp, &lease_ns, None, &[OPERATOR_IMAGE_ARG])
+            .await
+            .or_panic();
         Env {
             cp,
             runner,
@@ -156,6 +164,39 @@ impl Env {
             |c| healthy(c, replicas),
         )
         .await
+    }
+
+    /// The cluster's member Pods that are Ready and not being deleted.
+    pub async fn ready_pods(&self, ns: &str, cluster: &str) -> Vec<Pod> {
+        self.pods(ns, cluster)
+            .await
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+            .collect()
+    }
+
+    /// `etcdctl <args>` in the `etcd` container of a Ready member Pod; `(exit code, stdout,
+    /// stderr)`.
+    pub async fn etcdctl(
+        &self,
+        ns: &str,
+        cluster: &str,
+        args: &[&str],
+    ) -> (Option<i32>, String, String) {
+        let pod = self
+            .ready_pods(ns, cluster)
+            .await
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("{ns}/{cluster}: no ready member Pod to exec into"));
+        let mut argv = vec!["etcdctl", "--command-timeout=5s"];
+        argv.extend_from_slice(args);
+        let out = self
+            .runner
+            .exec(ns, &pod.name_any(), "etcd", &argv)
+            .await
+            .or_panic();
+        (out.code, out.stdout, out.stderr)
     }
 
     /// `etcdctl member list` inside a member Pod: `(name, is_learner)` per member.

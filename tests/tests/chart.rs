@@ -164,11 +164,52 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         ("policy", "poddisruptionbudgets", "create", Watched),
         ("policy", "poddisruptionbudgets", "patch", Watched),
         ("policy", "poddisruptionbudgets", "delete", Watched),
+        // run.rs watches EtcdSnapshots; snapshot/mod.rs get_opt, patch_status; the Job's owner
+        // reference needs update on the finalizers subresource.
+        (
+            "etcd-operator.cozystack.io",
+            "etcdsnapshots",
+            "get",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcdsnapshots",
+            "list",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcdsnapshots",
+            "watch",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcdsnapshots/status",
+            "patch",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcdsnapshots/finalizers",
+            "update",
+            Watched,
+        ),
+        // run.rs owns(Job); snapshot/mod.rs get_opt and create of `<snapshot>-snapshot`.
+        ("batch", "jobs", "get", Watched),
+        ("batch", "jobs", "list", Watched),
+        ("batch", "jobs", "watch", Watched),
+        ("batch", "jobs", "create", Watched),
         // tls.rs load (from cluster/reconcile.rs and member/mod.rs): get_opt of the TLS Secrets
-        // a cluster uses; run.rs watches them (metadata only) to wake the clusters naming them.
+        // a cluster uses; run.rs watches them (metadata only) to wake the clusters naming them;
+        // auth.rs load of the spec.auth Secret; auth.rs write_applied: server-side apply of the
+        // operator's own `<cluster>-auth-applied` record (a create through patch needs create).
         ("", "secrets", "get", Watched),
         ("", "secrets", "list", Watched),
         ("", "secrets", "watch", Watched),
+        ("", "secrets", "create", Watched),
+        ("", "secrets", "patch", Watched),
         // cert_manager.rs ensure_certificates: get_opt, server-side apply (create through
         // patch); run.rs owns(Certificate); update and delete for the Certificates it owns.
         ("cert-manager.io", "certificates", "get", Watched),
@@ -1119,11 +1160,11 @@ async fn can(
 /// Things neither the cluster-wide nor the scoped controller may do.
 const MUST_NOT: &[(&str, &str, &str)] = &[
     ("delete", "", "nodes"),
-    ("create", "", "secrets"),
-    ("patch", "", "secrets"),
     ("delete", "", "secrets"),
     ("create", "cert-manager.io", "issuers"),
     ("create", "cert-manager.io", "certificaterequests"),
+    ("delete", "batch", "jobs"),
+    ("update", "etcd-operator.cozystack.io", "etcdsnapshots"),
     ("create", "rbac.authorization.k8s.io", "clusterroles"),
     ("create", "rbac.authorization.k8s.io", "rolebindings"),
     ("update", "etcd-operator.cozystack.io", "etcdclusters"),

@@ -388,34 +388,35 @@ async fn deleting_a_formed_cluster_removes_every_owned_object_without_deadlock()
     }
 }
 
-/// Root auth and restore are valid v1alpha2 fields this version does not implement yet: the
-/// cluster says so at once instead of bootstrapping something other than what was asked. (TLS,
-/// from the user's own Secrets or from cert-manager, is implemented: see e2e_tls.)
+/// Restore is a valid v1alpha2 field this version does not implement yet: the cluster says so at
+/// once instead of bootstrapping something other than what was asked. (TLS, from the user's own
+/// Secrets or from cert-manager, is implemented: see e2e_tls; root auth: see e2e_auth.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_asking_for_root_auth_is_held_with_a_condition_naming_the_field() {
+async fn cluster_asking_for_restore_is_held_with_a_condition_naming_the_field() {
     let env = env().await;
-    let ns = env.namespace("auth").await;
+    let ns = env.namespace("restore").await;
     let mut s = spec(3);
-    s.tls = Some(api::v1alpha2::TlsSpec {
-        client: Some(api::v1alpha2::ClientTlsSpec {
-            server_secret_ref: Some(api::v1alpha2::SecretReference::new("auth-server-tls")),
-            ..Default::default()
-        }),
-        peer: None,
-    });
-    s.auth = Some(api::v1alpha2::AuthSpec {
-        enabled: true,
-        root_credentials_secret_ref: Some(api::v1alpha2::SecretReference::new("root")),
-    });
-    env.create_cluster(&ns, "auth", s).await;
+    s.bootstrap = Some(
+        serde_json::from_value(serde_json::json!(
+            {"restore": {"source": {"pvc": {"claimName": "backups", "subPath": "a.db"}}}}
+        ))
+        .expect("a restore source"),
+    );
+    env.create_cluster(&ns, "restore", s).await;
     let c = env
-        .wait_for(&ns, "auth", "Available=False/SpecNotSupported", BOOT, |c| {
-            condition(c, "Available")
-                .is_some_and(|(s, r, _)| s == "False" && r == "SpecNotSupported")
-        })
+        .wait_for(
+            &ns,
+            "restore",
+            "Available=False/SpecNotSupported",
+            BOOT,
+            |c| {
+                condition(c, "Available")
+                    .is_some_and(|(s, r, _)| s == "False" && r == "SpecNotSupported")
+            },
+        )
         .await;
     let (_, _, message) = condition(&c, "Available").unwrap();
-    assert!(message.contains("spec.auth.enabled"), "{message}");
+    assert!(message.contains("spec.bootstrap.restore"), "{message}");
     let (status, reason, _) = condition(&c, "Progressing").unwrap();
     assert_eq!(
         (status.as_str(), reason.as_str()),
@@ -423,7 +424,7 @@ async fn cluster_asking_for_root_auth_is_held_with_a_condition_naming_the_field(
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
-        env.members(&ns, "auth").await.is_empty(),
+        env.members(&ns, "restore").await.is_empty(),
         "no seed is created for a cluster that could not form"
     );
 }

@@ -96,6 +96,18 @@ pub struct Observed<'a> {
     pub tls_secret_problem: Option<String>,
     /// That Secret belongs to an operator-emitted Certificate cert-manager has not issued yet.
     pub waiting_for_certificate: bool,
+    /// Root auth stands in the way: etcd demands a login the spec does not configure, or
+    /// refuses the configured one (see [`AuthProblem`]).
+    pub auth_problem: Option<AuthProblem>,
+}
+
+/// Why the operator cannot act on a cluster for root-auth reasons; no membership change is made
+/// until it is resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthProblem {
+    /// `AuthRequiredNotConfigured` or `AuthCredentialsRejected`.
+    pub reason: &'static str,
+    pub message: String,
 }
 
 /// An etcd member that no EtcdMember of this cluster describes (matched by peer URL): left
@@ -212,6 +224,7 @@ pub struct Facts {
     pub tls_secret_problem: Option<String>,
     /// The problem is a cert-manager Secret not issued yet (a wait, not a fault).
     pub waiting_for_certificate: bool,
+    pub auth_problem: Option<AuthProblem>,
     pub paused: bool,
     pub dormant_pvc: Option<String>,
     pub seed_without_pod: bool,
@@ -221,15 +234,12 @@ pub struct Facts {
 }
 
 /// Parts of the v1alpha2 API that this operator version accepts (they are valid, and
-/// immutable after create) but does not implement yet: root auth and restore. Bootstrapping such
-/// a cluster without them would silently give the user less than asked (no auth, an empty
-/// cluster instead of the snapshot), so the cluster is held before its seed is created. TLS from
-/// the user's own Secrets and from cert-manager is implemented.
+/// immutable after create) but does not implement yet: restore. Bootstrapping such a cluster
+/// without it would silently give the user less than asked (an empty cluster instead of the
+/// snapshot), so the cluster is held before its seed is created. TLS from the user's own Secrets
+/// and from cert-manager, and root auth, are implemented.
 pub fn unsupported_fields(spec: &api::v1alpha2::EtcdClusterSpec) -> Vec<&'static str> {
     let mut fields = Vec::new();
-    if spec.auth.as_ref().is_some_and(|a| a.enabled) {
-        fields.push("spec.auth.enabled");
-    }
     if spec.bootstrap.as_ref().is_some_and(|b| b.restore.is_some()) {
         fields.push("spec.bootstrap.restore");
     }
@@ -543,6 +553,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     facts.cert_manager_missing = o.cert_manager_missing;
     facts.tls_secret_problem = o.tls_secret_problem.clone();
     facts.waiting_for_certificate = o.tls_secret_problem.is_some() && o.waiting_for_certificate;
+    facts.auth_problem = o.auth_problem.clone();
     if let EtcdView::Unreachable(e) = &o.etcd {
         facts.etcd_error = Some(e.clone());
     }
@@ -619,6 +630,10 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     }
     if let Some(problem) = &o.tls_secret_problem {
         out.action = Action::Wait(format!("waiting for a usable TLS Secret: {problem}"));
+        return out;
+    }
+    if let Some(problem) = &o.auth_problem {
+        out.action = Action::Wait(format!("{}: {}", problem.reason, problem.message));
         return out;
     }
     if let Some((latched, answered)) = &out.facts.cluster_id_mismatch {

@@ -21,13 +21,17 @@ use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::plan::{self, Action, DeleteReason, EtcdView, MemberView, Observed, Phase, Plan};
+use super::plan::{
+    self, Action, AuthProblem, DeleteReason, EtcdView, MemberView, Observed, Phase, Plan,
+};
 use super::status;
+use crate::auth::{self, Credentials};
 use crate::builders::{pdb, pod::INITIAL_CLUSTER_STATE_ANNOTATION, pod::STATE_EXISTING, service};
 use crate::context::{Context, FIELD_MANAGER};
-use crate::etcd::format_id;
+use crate::etcd::{format_id, AuthRefusal, Etcd, EtcdError};
 use crate::naming;
 use crate::pods::pod_view;
+use crate::tls::ClientTls;
 use crate::Error;
 
 /// How often a formed cluster's membership and health are re-checked: etcd can change without a
@@ -221,28 +225,91 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
             Err(e) => return Err(e.into()),
         }
     };
+    // Root auth: the user's password is read on every reconcile too, and used to log in once
+    // status.authEnabled says etcd has auth on.
+    let auth_wanted = auth::wanted(cluster.spec.auth.as_ref());
+    let auth_on = auth::latched(cluster);
+    let mut auth_problem = None;
+    let creds = if auth_wanted {
+        match auth::load(&client, &ns, cluster.spec.auth.as_ref()).await {
+            Ok(creds) => creds,
+            Err(e) if e.is_user_fixable() => {
+                auth_problem = Some(AuthProblem {
+                    reason: reason::AUTH_REQUIRED_NOT_CONFIGURED,
+                    message: e.to_string(),
+                });
+                None
+            }
+            Err(e) => return Err(e.into()),
+        }
+    } else {
+        None
+    };
+    let dial_creds = creds.as_ref().filter(|_| auth_on);
     let mut etcd = None;
-    let etcd_view = if endpoints.is_empty() || tls_secret_problem.is_some() {
+    let etcd_view = if endpoints.is_empty()
+        || tls_secret_problem.is_some()
+        || (auth_on && auth_wanted && creds.is_none())
+    {
         EtcdView::NotAsked
     } else {
-        match ctx.etcd(&key, &endpoints, client_tls.as_ref()).await {
-            Ok(mut client) => {
-                let view = match client.member_list().await {
-                    Ok((cluster_id, members)) => EtcdView::Members {
-                        cluster_id,
-                        members,
-                    },
-                    Err(e) => {
-                        ctx.forget_etcd(&key);
-                        EtcdView::Unreachable(e.stable_message())
-                    }
-                };
+        match list_members(ctx, &key, &endpoints, client_tls.as_ref(), dial_creds).await {
+            Ok((client, view)) => {
+                if let Some(creds) = dial_creds {
+                    record_working_password(cluster, ctx, &key, creds).await?;
+                }
                 etcd = Some(client);
                 view
             }
-            Err(e) => EtcdView::Unreachable(e.stable_message()),
+            Err(e) => {
+                match (e.auth_refusal(), dial_creds) {
+                    (Some(AuthRefusal::Rejected), Some(creds)) => {
+                        if rotate_root_password(
+                            cluster,
+                            ctx,
+                            &endpoints,
+                            client_tls.as_ref(),
+                            creds,
+                        )
+                        .await?
+                        {
+                            return Ok(Requeue::requeue(Duration::from_millis(200)));
+                        }
+                        auth_problem = Some(credentials_rejected(cluster, &ns));
+                    }
+                    // etcd 3.6 guards MemberList too: the same answers as the probe below.
+                    (Some(AuthRefusal::Required), None) if !auth_wanted => {
+                        auth_problem = Some(auth_required_not_configured());
+                    }
+                    (Some(AuthRefusal::Required), None) if creds.is_some() => {
+                        return latch_auth(cluster, ctx, &key, true).await;
+                    }
+                    (Some(AuthRefusal::NotEnabled), Some(_)) => {
+                        // Auth was turned off behind the operator's back: dial without a user
+                        // again, and turn it back on once the cluster has converged.
+                        tracing::warn!(cluster = %name, "etcd has authentication off although status.authEnabled is true; enabling it again");
+                        return latch_auth(cluster, ctx, &key, false).await;
+                    }
+                    _ => {}
+                }
+                EtcdView::Unreachable(e.stable_message())
+            }
         }
     };
+    // Without a login: does etcd demand one? Yes without spec.auth is a cluster the operator
+    // cannot change (restored from an auth-enabled snapshot, or auth turned on by hand); yes
+    // with spec.auth means auth is on already (the same restore, or a crash right after
+    // AuthEnable): log in from now on.
+    if let (Some(client), None, true) = (etcd.as_mut(), dial_creds, formed) {
+        match client.anonymous_reads_refused().await {
+            Ok(true) if !auth_wanted => auth_problem = Some(auth_required_not_configured()),
+            Ok(true) if creds.is_some() => return latch_auth(cluster, ctx, &key, true).await,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(cluster = %name, error = %e, "could not check whether etcd requires authentication")
+            }
+        }
+    }
 
     let now = Timestamp::now();
     let plan = plan::plan(&Observed {
@@ -253,6 +320,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         cert_manager_missing,
         tls_secret_problem,
         waiting_for_certificate,
+        auth_problem,
     });
     tracing::debug!(cluster = %name, namespace = %ns, action = ?plan.action, phase = ?plan.phase, "planned");
 
@@ -514,7 +582,15 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     });
     ctx.metrics
         .record_cluster(&ns, &name, i64::from(plan.facts.ready_members), etcd_counts);
-    let new_status = status::render(cluster, &plan, latched, Timestamp::now());
+    let mut new_status = status::render(cluster, &plan, latched, Timestamp::now());
+    if auth_wanted && !auth_on && ready_to_enable_auth(&plan) {
+        if let (Some(client), Some(creds)) = (etcd.as_mut(), creds.as_ref()) {
+            enable_auth(cluster, ctx, client, creds).await?;
+            ctx.forget_etcd(&key);
+            new_status.auth_enabled = Some(true);
+            requeue = Requeue::requeue(Duration::from_millis(200));
+        }
+    }
     if stored.status.as_ref() != Some(&new_status) {
         write_status(&status_api, &stored, &new_status).await?;
         announce_parking(cluster, ctx, stored.status.as_ref(), &new_status).await;
@@ -536,8 +612,9 @@ fn next_check(plan: &Plan, now: Timestamp) -> Requeue {
         }
         _ => None,
     };
-    if plan.facts.tls_secret_problem.is_some() {
-        // Referenced Secrets are watched; this is the fallback for a missed event.
+    if plan.facts.tls_secret_problem.is_some() || plan.facts.auth_problem.is_some() {
+        // Referenced TLS Secrets are watched (this is the fallback for a missed event); the
+        // auth Secret is read, not watched: look again soon for the one being waited on.
         after = Some(TLS_SECRET_RECHECK);
     }
     if plan.facts.cert_manager_missing {
@@ -570,6 +647,183 @@ pub const TLS_SECRET_RECHECK: Duration = Duration::from_secs(10);
 pub const CERT_MANAGER_RECHECK: Duration = Duration::from_secs(15);
 
 /// A Warning Event the moment a cluster parks at its deadline, where `kubectl describe` shows it.
+/// The cluster's (cached) etcd client and etcd's member list through it; a client whose call
+/// failed is dropped from the cache.
+async fn list_members(
+    ctx: &Context,
+    key: &str,
+    endpoints: &[String],
+    tls: Option<&ClientTls>,
+    creds: Option<&Credentials>,
+) -> Result<(Etcd, EtcdView), EtcdError> {
+    let mut client = ctx.etcd(key, endpoints, tls, creds).await?;
+    match client.member_list().await {
+        Ok((cluster_id, members)) => Ok((
+            client,
+            EtcdView::Members {
+                cluster_id,
+                members,
+            },
+        )),
+        Err(e) => {
+            ctx.forget_etcd(key);
+            Err(e)
+        }
+    }
+}
+
+/// Root auth is turned on once the cluster has reached its target with every member Ready, so
+/// membership changes of the bootstrap never need a login and a half-formed cluster is never
+/// locked.
+fn ready_to_enable_auth(plan: &Plan) -> bool {
+    plan.phase == Phase::Reconciled
+        && plan.action == Action::None
+        && plan.facts.formed
+        && plan.observed.replicas > 0
+        && plan.facts.ready_members == plan.observed.replicas
+        && plan.facts.auth_problem.is_none()
+}
+
+/// Provision `root` and turn auth on. The password is recorded before etcd has it, so a crash
+/// in between leaves a login the operator knows.
+async fn enable_auth(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    etcd: &mut Etcd,
+    creds: &Credentials,
+) -> Result<(), Error> {
+    auth::write_applied(&ctx.client, cluster, creds, None).await?;
+    let enabled = etcd.enable_root_auth(creds).await?;
+    let name = cluster.name_any();
+    tracing::info!(cluster = %name, already_on = !enabled, "etcd authentication enabled");
+    ctx.event(
+        cluster,
+        false,
+        "AuthEnabled",
+        "AuthEnable",
+        format!(
+            "etcd authentication is on: user root with the role root, password from Secret {}",
+            auth_secret_name(cluster)
+        ),
+    )
+    .await;
+    Ok(())
+}
+
+/// Record what etcd's auth state turned out to be (`status.authEnabled`) and plan again with it.
+async fn latch_auth(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    key: &str,
+    on: bool,
+) -> Result<Requeue, Error> {
+    let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
+    let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    api.patch_status(
+        &cluster.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"authEnabled": on}})),
+    )
+    .await?;
+    ctx.forget_etcd(key);
+    Ok(Requeue::requeue(Duration::from_millis(200)))
+}
+
+/// The password that just logged in is in the cluster's auth record, so a later rotation can log
+/// in with it. Clusters taken over from another operator (auth enabled there) get their record
+/// here; a rotation interrupted after etcd changed gets its record completed.
+async fn record_working_password(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    key: &str,
+    creds: &Credentials,
+) -> Result<(), Error> {
+    let fingerprint = creds.fingerprint();
+    if ctx.auth_recorded(key, &fingerprint) {
+        return Ok(());
+    }
+    let applied = auth::read_applied(&ctx.client, cluster).await?;
+    if applied.current.as_ref() != Some(creds) || applied.previous.is_some() {
+        auth::write_applied(&ctx.client, cluster, creds, None).await?;
+    }
+    ctx.mark_auth_recorded(key, &fingerprint);
+    Ok(())
+}
+
+/// etcd refused the user's root password: if a password the operator recorded still logs in,
+/// move etcd to the user's one (the user rotated it in their Secret). `false` when none does.
+async fn rotate_root_password(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    endpoints: &[String],
+    tls: Option<&ClientTls>,
+    creds: &Credentials,
+) -> Result<bool, Error> {
+    let applied = auth::read_applied(&ctx.client, cluster).await?;
+    for old in applied.candidates(creds) {
+        let mut etcd = match Etcd::connect(endpoints, tls, Some(&old), ctx.metrics.clone()).await {
+            Ok(etcd) => etcd,
+            Err(e) if e.auth_refusal().is_some() => continue,
+            Err(e) => return Err(e.into()),
+        };
+        // Recorded first: if the change is interrupted, `previous` still logs in next time.
+        auth::write_applied(&ctx.client, cluster, creds, Some(&old)).await?;
+        etcd.change_root_password(creds).await?;
+        auth::write_applied(&ctx.client, cluster, creds, None).await?;
+        let name = cluster.name_any();
+        tracing::info!(cluster = %name, "rotated the etcd root password to the one in the Secret");
+        ctx.event(
+            cluster,
+            false,
+            "RootPasswordRotated",
+            "UserChangePassword",
+            format!(
+                "the root password in Secret {} changed; etcd's root password now matches it",
+                auth_secret_name(cluster)
+            ),
+        )
+        .await;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+fn auth_secret_name(cluster: &EtcdCluster) -> String {
+    cluster
+        .spec
+        .auth
+        .as_ref()
+        .and_then(|a| a.root_credentials_secret_ref.as_ref())
+        .map(|r| r.name.clone())
+        .unwrap_or_default()
+}
+
+fn credentials_rejected(cluster: &EtcdCluster, ns: &str) -> AuthProblem {
+    AuthProblem {
+        reason: reason::AUTH_CREDENTIALS_REJECTED,
+        message: format!(
+            "etcd rejected the root password in Secret {ns}/{} (spec.auth.rootCredentialsSecretRef), \
+             and no password the operator set before logs in either (it keeps them in Secret {ns}/{}); \
+             put the root password etcd has into the Secret's password key (for a cluster restored \
+             from an auth-enabled snapshot: the root password in effect when the snapshot was taken)",
+            auth_secret_name(cluster),
+            auth::applied_secret_name(&cluster.name_any()),
+        ),
+    }
+}
+
+fn auth_required_not_configured() -> AuthProblem {
+    AuthProblem {
+        reason: reason::AUTH_REQUIRED_NOT_CONFIGURED,
+        message: "etcd requires authentication but spec.auth is not configured, so the operator \
+                  cannot change this cluster's membership. This usually means a snapshot of an \
+                  auth-enabled cluster was restored without spec.auth. spec.auth is immutable: \
+                  delete and recreate the cluster with spec.auth.enabled and a \
+                  rootCredentialsSecretRef holding the snapshot's root password"
+            .to_string(),
+    }
+}
+
 async fn announce_parking(
     cluster: &EtcdCluster,
     ctx: &Context,

@@ -135,6 +135,11 @@ pub fn render(
             tls_reason,
             facts.tls_secret_problem.clone().unwrap_or_default(),
         ),
+        _ if facts.auth_problem.is_some() => {
+            if let Some(p) = &facts.auth_problem {
+                set(ctype::AVAILABLE, false, p.reason, p.message.clone());
+            }
+        }
         _ if id_mismatch.is_some() => set(
             ctype::AVAILABLE,
             false,
@@ -276,7 +281,9 @@ pub fn render(
     }
 
     // Degraded (meaningful once the cluster has formed, or when paused)
-    if paused {
+    if let Some(p) = &facts.auth_problem {
+        set(ctype::DEGRADED, true, p.reason, p.message.clone());
+    } else if paused {
         set(ctype::DEGRADED, false, reason::PAUSED, paused_message);
     } else if let Some(m) = id_mismatch {
         set(ctype::DEGRADED, true, reason::CLUSTER_ID_MISMATCH, m);

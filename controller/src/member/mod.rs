@@ -305,7 +305,8 @@ async fn running_version(
     )
     .await
     .ok()?;
-    let mut etcd = Etcd::connect(&[url], tls.as_ref(), ctx.metrics.clone())
+    // Status answers without a user even with auth on.
+    let mut etcd = Etcd::connect(&[url], tls.as_ref(), None, ctx.metrics.clone())
         .await
         .ok()?;
     etcd.version().await.ok()
@@ -490,7 +491,15 @@ async fn remove_from_etcd(
         return Err(Error::EtcdUnavailable);
     }
     let tls = crate::tls::load(&ctx.client, &ns, &cluster_name, cluster.spec.tls.as_ref()).await?;
-    let mut etcd = Etcd::connect(&endpoints, tls.as_ref(), ctx.metrics.clone()).await?;
+    // MemberRemove needs root once auth is on.
+    let creds = crate::auth::dial_credentials(&ctx.client, cluster).await?;
+    let mut etcd = Etcd::connect(
+        &endpoints,
+        tls.as_ref(),
+        creds.as_ref(),
+        ctx.metrics.clone(),
+    )
+    .await?;
     let url = naming::peer_url(&name, &cluster_name, &ns, peer_tls);
     let (_, listed) = etcd.member_list().await?;
     let id = listed

@@ -100,6 +100,7 @@ fn run(c: &EtcdCluster, members: Vec<MemberView>, etcd: EtcdView) -> Plan {
         cert_manager_missing: false,
         tls_secret_problem: None,
         waiting_for_certificate: false,
+        auth_problem: None,
     })
 }
 
@@ -589,6 +590,7 @@ fn cert_manager_tls_waits_for_cert_manager_and_for_its_secrets_before_the_seed()
         cert_manager_missing: missing,
         tls_secret_problem: problem.map(str::to_string),
         waiting_for_certificate: problem.is_some(),
+        auth_problem: None,
     };
     let p = plan(&observed(false, None));
     assert!(p.facts.unsupported.is_empty(), "{:?}", p.facts.unsupported);
@@ -640,6 +642,7 @@ fn byo_secret_tls_bootstraps_and_a_missing_secret_holds_the_seed_with_its_name()
         cert_manager_missing: false,
         tls_secret_problem: Some(problem.clone()),
         waiting_for_certificate: false,
+        auth_problem: None,
     });
     assert!(
         matches!(&p.action, Action::Wait(w) if w.contains("c-peer-tls")),
@@ -647,6 +650,47 @@ fn byo_secret_tls_bootstraps_and_a_missing_secret_holds_the_seed_with_its_name()
         p.action
     );
     assert_eq!(p.facts.tls_secret_problem, Some(problem));
+}
+
+#[test]
+fn an_auth_problem_holds_every_membership_change_and_names_its_reason() {
+    // Scale-up wanted on a formed cluster, but etcd refuses the operator's login.
+    let c = cluster(3, locked(1, Some(0xabc), None));
+    let problem = super::AuthProblem {
+        reason: api::conditions::reason::AUTH_CREDENTIALS_REJECTED,
+        message: "etcd rejected the root password from Secret ns/root".into(),
+    };
+    let observed = |auth_problem| Observed {
+        cluster: &c,
+        members: vec![m("c-a", 1)],
+        etcd: etcd(vec![e(1, "c-a", false)]),
+        now: ts(100),
+        cert_manager_missing: false,
+        tls_secret_problem: None,
+        waiting_for_certificate: false,
+        auth_problem,
+    };
+    let p = plan(&observed(Some(problem.clone())));
+    assert!(
+        matches!(&p.action, Action::Wait(w) if w.contains("AuthCredentialsRejected") && w.contains("ns/root")),
+        "{:?}",
+        p.action
+    );
+    assert_eq!(p.facts.auth_problem, Some(problem));
+    // Without it the same cluster scales.
+    assert_eq!(plan(&observed(None)).action, Action::CreateMember);
+}
+
+#[test]
+fn root_auth_is_not_held_as_unsupported() {
+    let mut c = cluster(3, None);
+    c.spec.auth = Some(api::v1alpha2::AuthSpec {
+        enabled: true,
+        root_credentials_secret_ref: Some(api::v1alpha2::SecretReference::new("root")),
+    });
+    let p = run(&c, vec![], EtcdView::NotAsked);
+    assert!(p.facts.unsupported.is_empty(), "{:?}", p.facts.unsupported);
+    assert_eq!(p.action, Action::CreateSeed);
 }
 
 // --- hardening: each of these failed on the planner before the fix ---
@@ -1132,6 +1176,7 @@ fn the_progress_deadline_does_not_run_out_while_cert_manager_holds_the_seed() {
             cert_manager_missing: missing,
             tls_secret_problem: waiting.then(|| "waiting".to_string()),
             waiting_for_certificate: waiting,
+            auth_problem: None,
         })
     };
     for (missing, waiting) in [(true, false), (false, true)] {

@@ -1,0 +1,488 @@
+//! The Job `<snapshot>-snapshot` that runs the operator's own image as the snapshot agent
+//! (`etcd-operator snapshot-agent save`), dialing the cluster's client Service with the cluster's
+//! TLS material and root credentials. Pure: a function of the snapshot, its cluster and the
+//! operator image.
+
+use std::collections::BTreeMap;
+
+use api::labels;
+use api::v1alpha2::{EtcdCluster, EtcdSnapshot, TlsSecrets};
+use k8s_openapi::api::batch::v1::{
+    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
+};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EnvVar, EnvVarSource, PersistentVolumeClaimVolumeSource,
+    PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, SecretKeySelector,
+    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::{Resource, ResourceExt};
+
+use crate::auth;
+
+/// BEHAVIOUR.md's Job settings.
+pub const BACKOFF_LIMIT: i32 = 3;
+pub const ACTIVE_DEADLINE_SECONDS: i64 = 1800;
+pub const TTL_SECONDS_AFTER_FINISHED: i32 = 600;
+pub const CONTAINER: &str = "snapshot-agent";
+/// The agent's exit code for a failure no retry can fix (an overwrite refused, access denied,
+/// bad credentials, bad input): the Job fails at once instead of retrying.
+pub const PERMANENT_FAILURE_EXIT_CODE: i32 = 2;
+/// Where the agent writes its result (the container's termination message).
+pub const TERMINATION_LOG: &str = "/dev/termination-log";
+const NONROOT_ID: i64 = 65532;
+const TLS_DIR: &str = "/etc/etcd-snapshot/tls";
+const PVC_MOUNT: &str = "/snapshot";
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum JobError {
+    #[error("spec.destination sets neither s3 nor pvc; set exactly one")]
+    NoDestination,
+}
+
+/// Names of the Secrets the agent needs to reach the cluster's client listener: the server
+/// Secret (its `ca.crt` is the trust anchor) and the operator-client Secret (mTLS identity).
+pub fn client_secrets(cluster: &EtcdCluster) -> (Option<String>, Option<String>) {
+    // The user's Secrets or cert-manager's for the operator's Certificates.
+    let secrets = TlsSecrets::of(&cluster.name_any(), cluster.spec.tls.as_ref());
+    (
+        secrets.server.map(|s| s.name),
+        secrets.operator_client.map(|s| s.name),
+    )
+}
+
+fn secret_env(name: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.to_string(),
+                key: key.to_string(),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+fn secret_volume(name: &str, secret: &str) -> Volume {
+    Volume {
+        name: name.to_string(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.to_string()),
+            default_mode: Some(0o440),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.to_string(),
+        mount_path: path.to_string(),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
+}
+
+/// The snapshot Job, owned by the EtcdSnapshot.
+pub fn snapshot_job(
+    snapshot: &EtcdSnapshot,
+    cluster: &EtcdCluster,
+    operator_image: &str,
+) -> Result<Job, JobError> {
+    let name = snapshot.name_any();
+    let ns = snapshot.namespace().unwrap_or_default();
+    let cluster_name = cluster.name_any();
+    let tls = cluster.spec.client_tls();
+    let scheme = if tls { "https" } else { "http" };
+    let mut args = vec![
+        "snapshot-agent".to_string(),
+        "save".to_string(),
+        format!(
+            "--endpoints={scheme}://{}.{ns}.svc:2379",
+            labels::client_service_name(&cluster_name)
+        ),
+        format!("--snapshot-name={name}"),
+        format!("--snapshot-uid={}", snapshot.uid().unwrap_or_default()),
+        format!("--termination-log={TERMINATION_LOG}"),
+    ];
+    let mut env = Vec::new();
+    let mut volumes = Vec::new();
+    let mut mounts = Vec::new();
+
+    let (server, operator) = client_secrets(cluster);
+    if let (true, Some(server)) = (tls, server) {
+        volumes.push(secret_volume("server-tls", &server));
+        mounts.push(mount("server-tls", &format!("{TLS_DIR}/server"), true));
+        args.push(format!("--ca-file={TLS_DIR}/server/ca.crt"));
+        if let Some(operator) = operator {
+            volumes.push(secret_volume("client-tls", &operator));
+            mounts.push(mount("client-tls", &format!("{TLS_DIR}/client"), true));
+            args.push(format!("--cert-file={TLS_DIR}/client/tls.crt"));
+            args.push(format!("--key-file={TLS_DIR}/client/tls.key"));
+        }
+    }
+    if auth::wanted(cluster.spec.auth.as_ref()) {
+        if let Some(secret) = cluster
+            .spec
+            .auth
+            .as_ref()
+            .and_then(|a| a.root_credentials_secret_ref.as_ref())
+        {
+            env.push(EnvVar {
+                name: "ETCD_USERNAME".into(),
+                value: Some(auth::ROOT.into()),
+                value_from: None,
+            });
+            env.push(secret_env(
+                "ETCD_PASSWORD",
+                &secret.name,
+                auth::PASSWORD_KEY,
+            ));
+        }
+    }
+
+    let dest = &snapshot.spec.destination;
+    if let Some(s3) = &dest.s3 {
+        args.push(format!("--s3-bucket={}", s3.bucket));
+        if let Some(key) = s3.key.as_deref().filter(|k| !k.is_empty()) {
+            args.push(format!("--s3-key={key}"));
+        }
+        if let Some(endpoint) = s3.endpoint.as_deref().filter(|e| !e.is_empty()) {
+            args.push(format!("--s3-endpoint={endpoint}"));
+        }
+        args.push(format!(
+            "--s3-region={}",
+            s3.region
+                .as_deref()
+                .filter(|r| !r.is_empty())
+                .unwrap_or("us-east-1")
+        ));
+        if s3.force_path_style == Some(true) {
+            args.push("--s3-force-path-style".into());
+        }
+        if let Some(creds) = &s3.credentials_secret_ref {
+            env.push(secret_env(
+                "AWS_ACCESS_KEY_ID",
+                &creds.name,
+                "AWS_ACCESS_KEY_ID",
+            ));
+            env.push(secret_env(
+                "AWS_SECRET_ACCESS_KEY",
+                &creds.name,
+                "AWS_SECRET_ACCESS_KEY",
+            ));
+        }
+    } else if let Some(pvc) = &dest.pvc {
+        volumes.push(Volume {
+            name: "snapshot".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: pvc.claim_name.clone(),
+                read_only: Some(false),
+            }),
+            ..Default::default()
+        });
+        mounts.push(mount("snapshot", PVC_MOUNT, false));
+        args.push(format!("--pvc-claim={}", pvc.claim_name));
+        args.push(format!("--pvc-mount={PVC_MOUNT}"));
+        if let Some(sub) = pvc.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            args.push(format!("--pvc-sub-path={sub}"));
+        }
+    } else {
+        return Err(JobError::NoDestination);
+    }
+
+    let mut job_labels: BTreeMap<String, String> = labels::cluster_labels(&cluster_name);
+    job_labels.insert(labels::APP_COMPONENT.into(), "snapshot".into());
+    let owner = OwnerReference {
+        api_version: EtcdSnapshot::api_version(&()).to_string(),
+        kind: EtcdSnapshot::kind(&()).to_string(),
+        name: name.clone(),
+        uid: snapshot.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    };
+    let container = Container {
+        name: CONTAINER.into(),
+        image: Some(operator_image.to_string()),
+        args: Some(args),
+        env: (!env.is_empty()).then_some(env),
+        volume_mounts: (!mounts.is_empty()).then_some(mounts),
+        termination_message_path: Some(TERMINATION_LOG.into()),
+        // The agent's result is its termination message; a crash without one falls back to
+        // the log's tail, which still says why.
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                add: None,
+            }),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Ok(Job {
+        metadata: ObjectMeta {
+            name: Some(labels::snapshot_job_name(&name)),
+            namespace: Some(ns),
+            labels: Some(job_labels.clone()),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(BACKOFF_LIMIT),
+            pod_failure_policy: Some(PodFailurePolicy {
+                rules: vec![PodFailurePolicyRule {
+                    action: "FailJob".into(),
+                    on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+                        container_name: Some(CONTAINER.into()),
+                        operator: "In".into(),
+                        values: vec![PERMANENT_FAILURE_EXIT_CODE],
+                    }),
+                    on_pod_conditions: None,
+                }],
+            }),
+            active_deadline_seconds: Some(ACTIVE_DEADLINE_SECONDS),
+            ttl_seconds_after_finished: Some(TTL_SECONDS_AFTER_FINISHED),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(job_labels),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".into()),
+                    automount_service_account_token: Some(false),
+                    enable_service_links: Some(false),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(NONROOT_ID),
+                        run_as_group: Some(NONROOT_ID),
+                        fs_group: Some(NONROOT_ID),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".into(),
+                            localhost_profile: None,
+                        }),
+                        ..Default::default()
+                    }),
+                    containers: vec![container],
+                    volumes: (!volumes.is_empty()).then_some(volumes),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use api::v1alpha2::{
+        AuthSpec, ClientTlsSpec, EtcdClusterSpec, EtcdSnapshotSpec, LocalReference, PvcLocation,
+        S3Location, SecretReference, SnapshotDestination, TlsSpec,
+    };
+
+    fn snapshot(dest: SnapshotDestination) -> EtcdSnapshot {
+        let mut s = EtcdSnapshot::new(
+            "nightly",
+            EtcdSnapshotSpec {
+                cluster_ref: LocalReference {
+                    name: "demo".into(),
+                },
+                destination: dest,
+            },
+        );
+        s.metadata.namespace = Some("ns".into());
+        s.metadata.uid = Some("snap-uid".into());
+        s
+    }
+
+    fn cluster(tls: bool, auth: bool) -> EtcdCluster {
+        let mut c = EtcdCluster::new("demo", EtcdClusterSpec::default());
+        c.metadata.namespace = Some("ns".into());
+        if tls {
+            c.spec.tls = Some(TlsSpec {
+                client: Some(ClientTlsSpec {
+                    server_secret_ref: Some(SecretReference::new("demo-server-tls")),
+                    operator_client_secret_ref: Some(SecretReference::new("demo-op-tls")),
+                    cert_manager: None,
+                }),
+                peer: None,
+            });
+        }
+        if auth {
+            c.spec.auth = Some(AuthSpec {
+                enabled: true,
+                root_credentials_secret_ref: Some(SecretReference::new("demo-root")),
+            });
+        }
+        c
+    }
+
+    fn s3() -> SnapshotDestination {
+        SnapshotDestination {
+            s3: Some(S3Location {
+                endpoint: Some("http://minio:9000".into()),
+                bucket: "backups".into(),
+                key: Some("etcd/".into()),
+                region: None,
+                force_path_style: Some(true),
+                credentials_secret_ref: Some(SecretReference::new("s3-creds")),
+            }),
+            pvc: None,
+        }
+    }
+
+    fn container(job: &Job) -> Container {
+        job.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .clone()
+    }
+
+    #[test]
+    fn job_has_behaviours_settings_and_is_owned_by_the_snapshot() {
+        let job = snapshot_job(&snapshot(s3()), &cluster(false, false), "op:1").unwrap();
+        assert_eq!(job.metadata.name.as_deref(), Some("nightly-snapshot"));
+        let spec = job.spec.as_ref().unwrap();
+        assert_eq!(spec.backoff_limit, Some(3));
+        assert_eq!(spec.active_deadline_seconds, Some(1800));
+        assert_eq!(spec.ttl_seconds_after_finished, Some(600));
+        // A permanent failure (exit 2) fails the Job at once; others are retried.
+        let rule = &spec.pod_failure_policy.as_ref().unwrap().rules[0];
+        assert_eq!(rule.action, "FailJob");
+        let codes = rule.on_exit_codes.as_ref().unwrap();
+        assert_eq!(
+            (codes.operator.as_str(), codes.values.as_slice()),
+            ("In", &[2][..])
+        );
+        let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("EtcdSnapshot", "snap-uid")
+        );
+        let pod = spec.template.spec.as_ref().unwrap();
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(
+            pod.security_context.as_ref().unwrap().run_as_non_root,
+            Some(true)
+        );
+        let c = container(&job);
+        assert_eq!(c.image.as_deref(), Some("op:1"));
+        let sc = c.security_context.unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+    }
+
+    #[test]
+    fn s3_destination_becomes_agent_flags_and_credentials_from_the_secret() {
+        let job = snapshot_job(&snapshot(s3()), &cluster(false, false), "op:1").unwrap();
+        let c = container(&job);
+        let args = c.args.unwrap();
+        for want in [
+            "snapshot-agent",
+            "save",
+            "--endpoints=http://demo-client.ns.svc:2379",
+            "--snapshot-name=nightly",
+            "--snapshot-uid=snap-uid",
+            "--s3-bucket=backups",
+            "--s3-key=etcd/",
+            "--s3-endpoint=http://minio:9000",
+            "--s3-region=us-east-1",
+            "--s3-force-path-style",
+        ] {
+            assert!(args.iter().any(|a| a == want), "no {want} in {args:?}");
+        }
+        let env = c.env.unwrap();
+        let from = |n: &str| {
+            env.iter()
+                .find(|e| e.name == n)
+                .and_then(|e| e.value_from.clone())
+                .and_then(|v| v.secret_key_ref)
+                .map(|r| (r.name, r.key))
+        };
+        assert_eq!(
+            from("AWS_ACCESS_KEY_ID"),
+            Some(("s3-creds".into(), "AWS_ACCESS_KEY_ID".into()))
+        );
+        assert_eq!(
+            from("AWS_SECRET_ACCESS_KEY"),
+            Some(("s3-creds".into(), "AWS_SECRET_ACCESS_KEY".into()))
+        );
+    }
+
+    #[test]
+    fn tls_and_auth_clusters_are_dialed_with_their_material_and_root() {
+        let job = snapshot_job(&snapshot(s3()), &cluster(true, true), "op:1").unwrap();
+        let c = container(&job);
+        let args = c.args.clone().unwrap();
+        assert!(args.contains(&"--endpoints=https://demo-client.ns.svc:2379".to_string()));
+        assert!(args.contains(&format!("--ca-file={TLS_DIR}/server/ca.crt")));
+        assert!(args.contains(&format!("--cert-file={TLS_DIR}/client/tls.crt")));
+        let volumes = job.spec.unwrap().template.spec.unwrap().volumes.unwrap();
+        let secrets: Vec<_> = volumes
+            .iter()
+            .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+            .collect();
+        assert_eq!(secrets, ["demo-server-tls", "demo-op-tls"]);
+        let env = c.env.unwrap();
+        assert!(env
+            .iter()
+            .any(|e| e.name == "ETCD_USERNAME" && e.value.as_deref() == Some("root")));
+        let pw = env.iter().find(|e| e.name == "ETCD_PASSWORD").unwrap();
+        let r = pw.value_from.clone().unwrap().secret_key_ref.unwrap();
+        assert_eq!((r.name.as_str(), r.key.as_str()), ("demo-root", "password"));
+    }
+
+    #[test]
+    fn pvc_destination_mounts_the_claim() {
+        let dest = SnapshotDestination {
+            s3: None,
+            pvc: Some(PvcLocation {
+                claim_name: "backups".into(),
+                sub_path: Some("etcd".into()),
+            }),
+        };
+        let job = snapshot_job(&snapshot(dest), &cluster(false, false), "op:1").unwrap();
+        let args = container(&job).args.unwrap();
+        for want in [
+            "--pvc-claim=backups",
+            "--pvc-mount=/snapshot",
+            "--pvc-sub-path=etcd",
+        ] {
+            assert!(args.iter().any(|a| a == want), "no {want} in {args:?}");
+        }
+        let volumes = job.spec.unwrap().template.spec.unwrap().volumes.unwrap();
+        assert_eq!(
+            volumes[0]
+                .persistent_volume_claim
+                .as_ref()
+                .map(|p| p.claim_name.as_str()),
+            Some("backups")
+        );
+    }
+
+    #[test]
+    fn no_destination_is_an_error_not_a_panic() {
+        let dest = SnapshotDestination {
+            s3: None,
+            pvc: None,
+        };
+        assert_eq!(
+            snapshot_job(&snapshot(dest), &cluster(false, false), "op:1").err(),
+            Some(JobError::NoDestination)
+        );
+    }
+}

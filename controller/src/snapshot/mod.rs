@@ -1,0 +1,461 @@
+//! The EtcdSnapshot controller: one Job per snapshot running the snapshot agent, its progress as
+//! the snapshot's phase (`Pending` → `Started` → `Complete` | `Failed`) and `Ready` condition,
+//! the stored object from the agent's termination message. Terminal phases never change; a Job
+//! that vanishes after the snapshot started fails it (it is never re-run silently: a second run
+//! could snapshot a different revision under the same name).
+
+pub mod job;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::conditions::reason;
+use api::v1alpha2::{
+    EtcdCluster, EtcdSnapshot, EtcdSnapshotStatus, SnapshotArtifact, SnapshotPhase,
+};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action as Requeue;
+use kube::{Api, ResourceExt};
+use serde::Deserialize;
+
+use crate::conditions::set_condition;
+use crate::context::Context;
+use crate::Error;
+
+/// The `Ready` condition of an EtcdSnapshot.
+pub const READY: &str = "Ready";
+/// How long a snapshot of an auth cluster waits for the operator to enable auth (the agent
+/// must log in as root) before it fails with `AuthLatchTimeout`.
+pub const AUTH_LATCH_TIMEOUT: Duration = Duration::from_secs(300);
+const RECHECK: Duration = Duration::from_secs(10);
+
+/// What the agent wrote to its termination message.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct AgentReport {
+    #[serde(default)]
+    pub artifact: Option<SnapshotArtifact>,
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl AgentReport {
+    /// The report in `message`, if it is one (a crash leaves the log's tail instead).
+    pub fn parse(message: &str) -> Option<Self> {
+        serde_json::from_str::<AgentReport>(message.trim())
+            .ok()
+            .filter(|r| r.artifact.is_some() || r.error.is_some())
+    }
+}
+
+/// The Job as far as the snapshot's phase is concerned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobView {
+    pub active: bool,
+    pub succeeded: bool,
+    /// `Failed=True`: the backoff limit or the active deadline was reached.
+    pub failed: Option<String>,
+    /// The newest termination message of the Job's Pods: a success's report, or the last
+    /// failure's.
+    pub report: Option<String>,
+}
+
+/// Whether the cluster can be snapshotted now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClusterState {
+    Missing,
+    /// `spec.auth` is on but the operator has not enabled it in etcd yet.
+    AuthNotLatched,
+    Ready,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Stay `Pending` with this reason on `Ready`.
+    Wait {
+        reason: &'static str,
+        message: String,
+    },
+    CreateJob,
+    /// `Started`, with `JobCreated` or `JobRunning`.
+    Running {
+        reason: &'static str,
+        message: String,
+    },
+    Complete(SnapshotArtifact),
+    Fail {
+        reason: &'static str,
+        message: String,
+    },
+    /// Terminal already: nothing changes.
+    Done,
+}
+
+/// The next step for a snapshot in `phase`, given its Job (`None`: there is none) and cluster.
+pub fn decide(
+    snapshot: &EtcdSnapshot,
+    job: Option<&JobView>,
+    operator_image: Option<&str>,
+    cluster: &ClusterState,
+    now: Timestamp,
+) -> Step {
+    let phase = snapshot
+        .status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .unwrap_or_default();
+    let job_name = api::labels::snapshot_job_name(&snapshot.name_any());
+    match (phase, job) {
+        (p, _) if p.is_terminal() => Step::Done,
+        (SnapshotPhase::Started, None) => Step::Fail {
+            reason: reason::SNAPSHOT_JOB_LOST,
+            message: format!(
+                "Job {job_name} disappeared after the snapshot started; it is not re-run (it could \
+                 capture another revision under this name): create a new EtcdSnapshot"
+            ),
+        },
+        (_, Some(j)) if j.succeeded => match j.report.as_deref().and_then(AgentReport::parse) {
+            Some(AgentReport {
+                artifact: Some(a), ..
+            }) => Step::Complete(a),
+            _ => Step::Fail {
+                reason: reason::JOB_FAILED,
+                message: format!(
+                    "Job {job_name} succeeded but its agent reported no stored object \
+                         (termination message: {:?})",
+                    j.report.clone().unwrap_or_default()
+                ),
+            },
+        },
+        (_, Some(j)) if j.failed.is_some() => {
+            let why = j
+                .report
+                .as_deref()
+                .and_then(AgentReport::parse)
+                .and_then(|r| r.error)
+                .or_else(|| j.report.clone())
+                .unwrap_or_default();
+            Step::Fail {
+                reason: reason::JOB_FAILED,
+                message: format!(
+                    "Job {job_name} failed ({}): {why}",
+                    j.failed.clone().unwrap_or_default()
+                ),
+            }
+        }
+        (_, Some(j)) => Step::Running {
+            reason: if j.active {
+                reason::JOB_RUNNING
+            } else {
+                reason::JOB_CREATED
+            },
+            message: match &j.report {
+                Some(last) if !j.active => {
+                    format!("Job {job_name} is retrying; last attempt: {last}")
+                }
+                _ if j.active => format!("Job {job_name} is taking the snapshot"),
+                _ => format!("Job {job_name} created; waiting for its Pod"),
+            },
+        },
+        (_, None) => {
+            let Some(_) = operator_image else {
+                return Step::Wait {
+                    reason: reason::OPERATOR_IMAGE_NOT_CONFIGURED,
+                    message: "the operator runs without --operator-image (OPERATOR_IMAGE), so it \
+                              has no image for the snapshot Job; set it (the Helm chart does) \
+                              and restart the operator"
+                        .into(),
+                };
+            };
+            match cluster {
+                ClusterState::Missing => Step::Wait {
+                    reason: reason::CLUSTER_NOT_FOUND,
+                    message: format!(
+                        "EtcdCluster {} (spec.clusterRef.name) does not exist in this namespace",
+                        snapshot.spec.cluster_ref.name
+                    ),
+                },
+                ClusterState::AuthNotLatched => {
+                    let age = snapshot
+                        .metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map(|t| now.duration_since(t.0))
+                        .and_then(|d| Duration::try_from(d).ok())
+                        .unwrap_or_default();
+                    if age >= AUTH_LATCH_TIMEOUT {
+                        Step::Fail {
+                            reason: reason::AUTH_LATCH_TIMEOUT,
+                            message: format!(
+                                "EtcdCluster {} asks for root auth, which the operator has not \
+                                 enabled within {}s (see the cluster's conditions); create a new \
+                                 EtcdSnapshot once status.authEnabled is true",
+                                snapshot.spec.cluster_ref.name,
+                                AUTH_LATCH_TIMEOUT.as_secs()
+                            ),
+                        }
+                    } else {
+                        Step::Wait {
+                            reason: reason::AUTH_LATCH_TIMEOUT,
+                            message: format!(
+                                "waiting for EtcdCluster {} to have root auth enabled \
+                                 (status.authEnabled) so the agent can log in",
+                                snapshot.spec.cluster_ref.name
+                            ),
+                        }
+                    }
+                }
+                ClusterState::Ready => Step::CreateJob,
+            }
+        }
+    }
+}
+
+/// The status after `step`.
+pub fn render(snapshot: &EtcdSnapshot, step: &Step, now: Timestamp) -> EtcdSnapshotStatus {
+    let old = snapshot.status.clone().unwrap_or_default();
+    let generation = snapshot.metadata.generation;
+    let mut status = EtcdSnapshotStatus {
+        observed_generation: generation,
+        ..old.clone()
+    };
+    let mut set = |s: bool, r: &str, m: String| {
+        set_condition(&mut status.conditions, READY, s, r, m, generation, now)
+    };
+    let phase = match step {
+        Step::Done => return old,
+        Step::Wait { reason, message } => {
+            set(false, reason, message.clone());
+            SnapshotPhase::Pending
+        }
+        Step::CreateJob => {
+            set(
+                false,
+                reason::JOB_CREATED,
+                format!(
+                    "Job {} created",
+                    api::labels::snapshot_job_name(&snapshot.name_any())
+                ),
+            );
+            SnapshotPhase::Started
+        }
+        Step::Running { reason, message } => {
+            set(false, reason, message.clone());
+            SnapshotPhase::Started
+        }
+        Step::Complete(artifact) => {
+            set(
+                true,
+                reason::SNAPSHOT_STORED,
+                format!(
+                    "stored {} ({} bytes, {})",
+                    artifact.uri, artifact.size_bytes, artifact.checksum
+                ),
+            );
+            status.artifact = Some(artifact.clone());
+            SnapshotPhase::Complete
+        }
+        Step::Fail { reason, message } => {
+            set(false, reason, message.clone());
+            SnapshotPhase::Failed
+        }
+    };
+    if phase == SnapshotPhase::Started && status.start_time.is_none() {
+        status.start_time = Some(Time(now));
+    }
+    if phase.is_terminal() {
+        status.completion_time = Some(Time(now));
+    }
+    status.phase = Some(phase);
+    status
+}
+
+fn job_view(job: &Job, pods: &[Pod]) -> JobView {
+    let status = job.status.clone().unwrap_or_default();
+    let condition = |t: &str| {
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == t && c.status == "True")
+            .cloned()
+    };
+    let failed = condition("Failed").map(|c| {
+        let reason = c.reason.unwrap_or_default();
+        match c.message {
+            Some(m) if !m.is_empty() => format!("{reason}: {m}"),
+            _ => reason,
+        }
+    });
+    // The newest terminated agent container's message.
+    let mut terminated: Vec<(Timestamp, String)> = pods
+        .iter()
+        .filter_map(|p| {
+            let cs = p.status.as_ref()?.container_statuses.as_ref()?;
+            let t = cs
+                .iter()
+                .find(|c| c.name == job::CONTAINER)?
+                .state
+                .as_ref()?
+                .terminated
+                .clone()?;
+            let at = t.finished_at.map(|f| f.0).unwrap_or(Timestamp::UNIX_EPOCH);
+            Some((at, t.message.unwrap_or_default()))
+        })
+        .collect();
+    terminated.sort();
+    JobView {
+        active: status.active.unwrap_or(0) > 0,
+        succeeded: condition("Complete").is_some() || status.succeeded.unwrap_or(0) > 0,
+        failed,
+        report: terminated.pop().map(|(_, m)| m).filter(|m| !m.is_empty()),
+    }
+}
+
+pub async fn reconcile(snapshot: Arc<EtcdSnapshot>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let ns = snapshot.namespace().ok_or(Error::NoNamespace)?;
+    let name = snapshot.name_any();
+    let uid = snapshot.uid().ok_or(Error::NoUid)?;
+    let snapshots: Api<EtcdSnapshot> = Api::namespaced(ctx.client.clone(), &ns);
+    // The cache may lag behind our own status writes: decide from the stored object.
+    let Some(snapshot) = snapshots.get_opt(&name).await? else {
+        return Ok(Requeue::await_change());
+    };
+    if snapshot
+        .status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .is_some_and(SnapshotPhase::is_terminal)
+    {
+        return Ok(Requeue::await_change());
+    }
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    let job_name = api::labels::snapshot_job_name(&name);
+    let job = match jobs.get_opt(&job_name).await? {
+        Some(j) if crate::controller_uid(&j).as_deref() != Some(uid.as_str()) => {
+            return Err(Error::Conflict(format!(
+                "Job {ns}/{job_name} exists but is not owned by EtcdSnapshot {name}; delete it or \
+                 use another snapshot name"
+            )));
+        }
+        other => other,
+    };
+    let view = match &job {
+        Some(j) => {
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+            let pods = pods
+                .list(&ListParams::default().labels(&format!("job-name={job_name}")))
+                .await?
+                .items;
+            Some(job_view(j, &pods))
+        }
+        None => None,
+    };
+    let cluster = Api::<EtcdCluster>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(&snapshot.spec.cluster_ref.name)
+        .await?;
+    let cluster_state = match &cluster {
+        None => ClusterState::Missing,
+        Some(c) if crate::auth::wanted(c.spec.auth.as_ref()) && !crate::auth::latched(c) => {
+            ClusterState::AuthNotLatched
+        }
+        Some(_) => ClusterState::Ready,
+    };
+    let now = Timestamp::now();
+    let step = decide(
+        &snapshot,
+        view.as_ref(),
+        ctx.config.operator_image.as_deref(),
+        &cluster_state,
+        now,
+    );
+    let mut requeue = Requeue::await_change();
+    match &step {
+        Step::CreateJob => {
+            let (Some(cluster), Some(image)) = (&cluster, ctx.config.operator_image.as_deref())
+            else {
+                return Ok(Requeue::requeue(RECHECK));
+            };
+            match job::snapshot_job(&snapshot, cluster, image) {
+                Ok(j) => {
+                    match jobs.create(&PostParams::default(), &j).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(e)) if e.code == 409 => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    tracing::info!(snapshot = %name, namespace = %ns, job = %job_name, "created snapshot Job");
+                    ctx.event(
+                        &snapshot,
+                        false,
+                        "SnapshotStarted",
+                        "CreateJob",
+                        format!("created Job {job_name}"),
+                    )
+                    .await;
+                }
+                Err(e) => {
+                    let fail = Step::Fail {
+                        reason: reason::JOB_FAILED,
+                        message: e.to_string(),
+                    };
+                    write(&snapshots, &snapshot, &render(&snapshot, &fail, now)).await?;
+                    return Ok(Requeue::await_change());
+                }
+            }
+        }
+        Step::Wait { .. } => requeue = Requeue::requeue(RECHECK),
+        Step::Complete(a) => {
+            tracing::info!(snapshot = %name, namespace = %ns, uri = %a.uri, size = a.size_bytes, "snapshot stored");
+            ctx.event(
+                &snapshot,
+                false,
+                "SnapshotStored",
+                "Complete",
+                format!("stored {} ({} bytes, {})", a.uri, a.size_bytes, a.checksum),
+            )
+            .await;
+        }
+        Step::Fail { reason, message } => {
+            tracing::warn!(snapshot = %name, namespace = %ns, reason, "snapshot failed: {message}");
+            ctx.event(&snapshot, true, reason, "Fail", message.clone())
+                .await;
+        }
+        Step::Running { .. } | Step::Done => {}
+    }
+    let status = render(&snapshot, &step, now);
+    if snapshot.status.as_ref() != Some(&status) {
+        write(&snapshots, &snapshot, &status).await?;
+    }
+    Ok(requeue)
+}
+
+async fn write(
+    api: &Api<EtcdSnapshot>,
+    snapshot: &EtcdSnapshot,
+    status: &EtcdSnapshotStatus,
+) -> Result<(), Error> {
+    // Guarded by the read's resourceVersion: a concurrent writer makes this a retried conflict,
+    // never a second Job decision on stale status.
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": snapshot.resource_version()},
+        "status": crate::cluster::reconcile::status_merge_patch(snapshot.status.as_ref(), status)?,
+    });
+    api.patch_status(
+        &snapshot.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+pub fn error_policy(_snapshot: Arc<EtcdSnapshot>, error: &Error, _ctx: Arc<Context>) -> Requeue {
+    tracing::warn!(%error, "EtcdSnapshot reconcile failed");
+    Requeue::requeue(Duration::from_secs(5))
+}
+
+#[cfg(test)]
+mod tests;
