@@ -436,7 +436,7 @@ pub fn build(f: &Facts) -> Plan {
             format!("StatefulSet {ns}/{name} not found: is {name} a running aenix cluster?"),
         ),
     }
-    let (cluster_id, members) = match &f.etcd {
+    let (cluster_id, mut members) = match &f.etcd {
         Ok((id, members)) => (*id, members.clone()),
         Err(e) => {
             check(
@@ -448,6 +448,7 @@ pub fn build(f: &Facts) -> Plan {
             return plan;
         }
     };
+    members.sort_by(|a, b| a.name.cmp(&b.name));
     let voters = members.iter().filter(|m| !m.is_learner).count();
     let want = spec.as_ref().map(|s| s.replicas as usize).unwrap_or(0);
     check(

@@ -1124,12 +1124,19 @@ fn adopted_members_are_replaced_one_at_a_time_on_request_only_while_whole() {
             why: DeleteReason::ReplaceAdopted,
         }
     );
-    // One is being replaced (deleting): the next waits for its successor.
+    // One is being replaced (deleting): nothing else happens until it is gone, then its
+    // successor is added.
     let mut going = a0.clone();
     going.deleting = true;
     let p = run(
         &c,
         vec![going, a1.clone(), a2.clone()],
+        etcd(vec![e1.clone(), e2.clone()]),
+    );
+    assert!(matches!(p.action, Action::Wait(_)), "{:?}", p.action);
+    let p = run(
+        &c,
+        vec![a1.clone(), a2.clone()],
         etcd(vec![e1.clone(), e2.clone()]),
     );
     assert_eq!(p.action, Action::CreateMember);
