@@ -53,6 +53,55 @@ pub fn merge_user_metadata(
     merged
 }
 
+/// On an EtcdMember adopted in place from the aenix operator (`etcd-operator migrate
+/// --from-aenix`): the legacy headless Service its Pod resolves under (`<cluster>-headless`). The
+/// adopted Pod's `spec.subdomain` and the peer URL etcd persisted both use it, so every URL the
+/// operator builds for that member does too. Members the operator creates never carry it.
+pub const HEADLESS_SERVICE_ANNOTATION: &str = "etcd-operator.cozystack.io/headless-service-name";
+/// On an adopted EtcdMember: the subdirectory of the data volume etcd keeps its data in
+/// (`default.etcd` for the aenix operator). Members the operator creates never carry it.
+pub const DATA_DIR_SUBPATH_ANNOTATION: &str = "etcd-operator.cozystack.io/data-dir-subpath";
+
+/// On an EtcdCluster, `"true"` asks the operator to replace the members adopted from the aenix
+/// operator by native ones: one at a time, each only while every member is a Ready voter.
+pub const REPLACE_ADOPTED_ANNOTATION: &str = "etcd-operator.cozystack.io/replace-adopted-members";
+
+/// The headless Service a member's DNS name lives under: the adopted member's legacy Service
+/// when [`HEADLESS_SERVICE_ANNOTATION`] holds a valid DNS label, else the cluster's own.
+pub fn member_service_name(annotations: &BTreeMap<String, String>, cluster: &str) -> String {
+    annotations
+        .get(HEADLESS_SERVICE_ANNOTATION)
+        .filter(|v| is_dns_label(v))
+        .cloned()
+        .unwrap_or_else(|| headless_service_name(cluster))
+}
+
+/// The data-dir subdirectory of an adopted member, when [`DATA_DIR_SUBPATH_ANNOTATION`] holds one
+/// safe path component (no `/`, no `..`); anything else is ignored (fail closed: an annotation
+/// has no schema, and its value becomes part of etcd's `--data-dir`).
+pub fn data_dir_subpath(annotations: &BTreeMap<String, String>) -> Option<&str> {
+    annotations
+        .get(DATA_DIR_SUBPATH_ANNOTATION)
+        .map(String::as_str)
+        .filter(|v| {
+            !v.is_empty()
+                && !v.contains("..")
+                && v.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+                && v.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        })
+}
+
+/// An RFC 1035 label, as a Service name must be.
+fn is_dns_label(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 63
+        && v.starts_with(|c: char| c.is_ascii_lowercase())
+        && !v.ends_with('-')
+        && v.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
 pub fn pvc_name(member: &str) -> String {
     format!("data-{member}")
 }
@@ -72,6 +121,33 @@ pub fn snapshot_job_name(snapshot: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn adopted_members_resolve_under_their_legacy_service_and_data_subdirectory() {
+        let native = BTreeMap::new();
+        assert_eq!(member_service_name(&native, "c"), "c");
+        assert_eq!(data_dir_subpath(&native), None);
+        let adopted = BTreeMap::from([
+            (
+                HEADLESS_SERVICE_ANNOTATION.to_string(),
+                "c-headless".to_string(),
+            ),
+            (
+                DATA_DIR_SUBPATH_ANNOTATION.to_string(),
+                "default.etcd".to_string(),
+            ),
+        ]);
+        assert_eq!(member_service_name(&adopted, "c"), "c-headless");
+        assert_eq!(data_dir_subpath(&adopted), Some("default.etcd"));
+        for bad in ["../x", "a/b", "", ".hidden", ".."] {
+            let m = BTreeMap::from([(DATA_DIR_SUBPATH_ANNOTATION.to_string(), bad.to_string())]);
+            assert_eq!(data_dir_subpath(&m), None, "{bad:?}");
+        }
+        for bad in ["Upper", "a.b", "-x", "x-", ""] {
+            let m = BTreeMap::from([(HEADLESS_SERVICE_ANNOTATION.to_string(), bad.to_string())]);
+            assert_eq!(member_service_name(&m, "c"), "c", "{bad:?}");
+        }
+    }
 
     #[test]
     fn user_metadata_cannot_override_operator_keys_or_forge_prefixed_ones() {

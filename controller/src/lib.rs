@@ -12,6 +12,7 @@ pub mod etcd;
 pub mod lenient;
 pub mod member;
 pub mod metrics;
+pub mod migrate;
 pub mod naming;
 pub mod pods;
 pub mod run;

@@ -55,6 +55,32 @@ struct Args {
     /// Log lines as `text` or `json` (one JSON object per line, for log collectors).
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Without a subcommand the binary runs the controller.
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Adopt a running cluster of another operator in place (dry run unless --apply).
+    Migrate(MigrateArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct MigrateArgs {
+    /// Name of the `etcd.aenix.io/v1alpha1` EtcdCluster to adopt.
+    #[arg(long, value_name = "CLUSTER")]
+    from_aenix: String,
+    /// Its namespace (default: the kubeconfig context's namespace).
+    #[arg(short, long)]
+    namespace: Option<String>,
+    /// Act; without it the plan is printed and nothing is changed.
+    #[arg(long)]
+    apply: bool,
+    /// etcd client URLs to read the member list from (default: each Pod's DNS name under the
+    /// legacy headless Service, resolvable inside the cluster).
+    #[arg(long, value_delimiter = ',')]
+    etcd_endpoints: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -126,6 +152,21 @@ async fn shutdown_signal() {
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let args = Args::parse();
+    if let Some(Command::Migrate(m)) = &args.command {
+        let client = Client::try_default()
+            .await
+            .context("connecting to the Kubernetes API")?;
+        let opts = controller::migrate::Options {
+            namespace: m
+                .namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_string()),
+            cluster: m.from_aenix.clone(),
+            apply: m.apply,
+            etcd_endpoints: m.etcd_endpoints.clone(),
+        };
+        return controller::migrate::run(client, &opts).await;
+    }
     // Colours only on a terminal: `kubectl logs` of the Pod shows plain text.
     let subscriber = tracing_subscriber::fmt()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
@@ -252,6 +293,27 @@ mod tests {
         let args = Args::parse_from(["etcd-operator", "--log-format=json"]);
         assert_eq!(args.log_format, LogFormat::Json);
         assert!(Args::try_parse_from(["etcd-operator", "--log-format=yaml"]).is_err());
+    }
+
+    #[test]
+    fn migrate_is_a_subcommand_and_the_controller_runs_without_one() {
+        assert!(Args::parse_from(["etcd-operator"]).command.is_none());
+        let args = Args::parse_from([
+            "etcd-operator",
+            "migrate",
+            "--from-aenix",
+            "etcd",
+            "-n",
+            "prod",
+        ]);
+        let Some(Command::Migrate(m)) = args.command else {
+            panic!("migrate subcommand not parsed");
+        };
+        assert_eq!(
+            (m.from_aenix.as_str(), m.namespace.as_deref(), m.apply),
+            ("etcd", Some("prod"), false)
+        );
+        assert!(Args::try_parse_from(["etcd-operator", "migrate"]).is_err());
     }
 
     #[test]

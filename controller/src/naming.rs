@@ -14,6 +14,15 @@ fn scheme(tls: bool) -> &'static str {
     }
 }
 
+/// The headless Service `member` resolves under: the legacy one of a member adopted from the
+/// aenix operator (see [`api::labels::HEADLESS_SERVICE_ANNOTATION`]), else the cluster's own.
+pub fn member_service(member: &api::v1alpha2::EtcdMember) -> String {
+    api::labels::member_service_name(
+        kube::ResourceExt::annotations(member),
+        &member.spec.cluster_name,
+    )
+}
+
 pub const CLIENT_PORT: i32 = 2379;
 pub const PEER_PORT: i32 = 2380;
 pub const METRICS_PORT: i32 = 2381;

@@ -96,6 +96,15 @@ fn option_flags(options: Option<&EtcdOptions>) -> Vec<String> {
     flags
 }
 
+/// etcd's data directory: the volume root, or the adopted member's legacy subdirectory of it
+/// (see [`labels::DATA_DIR_SUBPATH_ANNOTATION`]) so a recreated Pod finds the existing data.
+pub fn data_dir(member: &EtcdMember) -> String {
+    match labels::data_dir_subpath(member.annotations()) {
+        Some(sub) => format!("{DATA_DIR}/{sub}"),
+        None => DATA_DIR.to_string(),
+    }
+}
+
 /// etcd's command line for a member. `--initial-cluster-state` is expanded from the environment
 /// (see [`INITIAL_CLUSTER_STATE_ANNOTATION`]).
 pub fn etcd_args(member: &EtcdMember) -> Result<Vec<String>, BuildError> {
@@ -108,11 +117,12 @@ pub fn etcd_args(member: &EtcdMember) -> Result<Vec<String>, BuildError> {
     let tls = spec.tls.clone().unwrap_or_default();
     let client_tls = tls.client_server_secret_ref.is_some();
     let peer_tls = tls.peer_secret_ref.is_some();
-    let cluster = &spec.cluster_name;
+    let service = naming::member_service(member);
+    let cluster = &service;
 
     let mut args = vec![
         format!("--name={name}"),
-        format!("--data-dir={DATA_DIR}"),
+        format!("--data-dir={}", data_dir(member)),
         format!(
             "--listen-client-urls={}://0.0.0.0:{CLIENT_PORT}",
             if client_tls { "https" } else { "http" }
@@ -313,7 +323,7 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
         metadata: meta,
         spec: Some(PodSpec {
             hostname: Some(name.clone()),
-            subdomain: Some(spec.cluster_name.clone()),
+            subdomain: Some(naming::member_service(member)),
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
             security_context: Some(PodSecurityContext {
@@ -411,6 +421,41 @@ mod tests {
             (owner.kind.as_str(), owner.controller),
             ("EtcdMember", Some(true))
         );
+    }
+
+    #[test]
+    fn adopted_member_pod_keeps_its_legacy_service_and_data_subdirectory() {
+        let mut m = member("legacy-0", "legacy", "ns1");
+        m.spec.initial_cluster = "legacy-0=http://legacy-0.legacy-headless.ns1.svc:2380".into();
+        m.metadata.annotations = Some(BTreeMap::from([
+            (
+                labels::HEADLESS_SERVICE_ANNOTATION.to_string(),
+                "legacy-headless".to_string(),
+            ),
+            (
+                labels::DATA_DIR_SUBPATH_ANNOTATION.to_string(),
+                "default.etcd".to_string(),
+            ),
+        ]));
+        let pod = member_pod(&m, &params()).unwrap();
+        assert_eq!(
+            pod.spec.as_ref().unwrap().subdomain.as_deref(),
+            Some("legacy-headless")
+        );
+        let args = args_of(&pod);
+        for expected in [
+            "--data-dir=/var/lib/etcd/default.etcd",
+            "--initial-advertise-peer-urls=http://legacy-0.legacy-headless.ns1.svc:2380",
+            "--advertise-client-urls=http://legacy-0.legacy-headless.ns1.svc:2379",
+        ] {
+            assert!(
+                args.iter().any(|a| a == expected),
+                "missing {expected} in {args:?}"
+            );
+        }
+        // The annotations are the member's, not the Pod's: user metadata cannot forge them.
+        let ann = pod.metadata.annotations.clone().unwrap_or_default();
+        assert!(!ann.contains_key(labels::HEADLESS_SERVICE_ANNOTATION));
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub struct MemberView {
     pub version: String,
     /// `status.podUID`: the Pod this member last ran in.
     pub recorded_pod_uid: Option<String>,
+    /// The legacy headless Service of a member adopted from the aenix operator; `None` for a
+    /// native member (it resolves under the cluster's own).
+    pub service: Option<String>,
     pub pod: Option<PodView>,
     /// A PVC member whose claim the member controller had created (`status.pvcName`) is gone:
     /// its data is lost, and restarting it empty under its etcd member ID would rejoin Raft with
@@ -169,6 +172,9 @@ pub enum DeleteReason {
     CrashLooping,
     /// The member's PVC is gone.
     DataLost,
+    /// A member adopted from the aenix operator, replaced by a native one on request
+    /// ([`api::labels::REPLACE_ADOPTED_ANNOTATION`]).
+    ReplaceAdopted,
 }
 
 /// Crash-loop threshold for self-heal.
@@ -519,7 +525,15 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         .iter()
         .filter(|m| !m.dormant && is_ready(m))
         .count() as i32;
-    let peer_url_of = |member: &str| naming::peer_url(member, &name, &namespace, peer_tls);
+    let peer_url_of = |member: &str| {
+        let service = o
+            .members
+            .iter()
+            .find(|m| m.name == member)
+            .and_then(|m| m.service.as_deref())
+            .unwrap_or(&name);
+        naming::peer_url(member, service, &namespace, peer_tls)
+    };
     match o.etcd.members() {
         Some(members) => {
             facts.voters = members.iter().filter(|m| !m.is_learner).count() as i32;
@@ -869,6 +883,36 @@ fn plan_formed(
                 member: v.name.clone(),
                 why: DeleteReason::ScaleDown,
             };
+        }
+    }
+
+    // 7. On request, replace adopted members by native ones: one at a time, and only while the
+    // cluster is whole (every member a Ready voter, etcd listing exactly these), so removing one
+    // leaves a majority; the scale-up step above then adds its native successor.
+    let requested = o
+        .cluster
+        .annotations()
+        .get(api::labels::REPLACE_ADOPTED_ANNOTATION)
+        .is_some_and(|v| v == "true");
+    if requested && o.members.len() == want {
+        let whole = live.iter().all(|m| is_ready(m))
+            && etcd_members.len() == live.len()
+            && etcd_members.iter().all(|e| !e.is_learner);
+        if let Some(m) = live
+            .iter()
+            .filter(|m| m.service.is_some())
+            .min_by_key(|m| &m.name)
+        {
+            if whole {
+                return Action::DeleteMember {
+                    member: m.name.clone(),
+                    why: DeleteReason::ReplaceAdopted,
+                };
+            }
+            return Action::Wait(format!(
+                "replacing adopted member {} once every member is a Ready voter",
+                m.name
+            ));
         }
     }
     Action::None

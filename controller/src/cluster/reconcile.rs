@@ -126,6 +126,10 @@ fn member_view(
         voter: status.is_voter,
         version: m.spec.version.clone(),
         recorded_pod_uid: status.pod_uid.clone(),
+        service: m
+            .annotations()
+            .contains_key(api::labels::HEADLESS_SERVICE_ANNOTATION)
+            .then(|| naming::member_service(m)),
         pod: pod.map(pod_view),
         data_lost: !m.spec.storage.is_memory() && pvc_gone,
         name,
@@ -141,7 +145,6 @@ fn voter_endpoints(
     formed: bool,
 ) -> Vec<String> {
     let ns = cluster.namespace().unwrap_or_default();
-    let name = cluster.name_any();
     let client_tls = cluster.spec.client_tls();
     members
         .iter()
@@ -151,7 +154,9 @@ fn voter_endpoints(
             let voter = m.status.as_ref().is_some_and(|s| s.is_voter);
             ready && (voter || (!formed && m.spec.bootstrap))
         })
-        .map(|(m, _)| naming::client_url(&m.name_any(), &name, &ns, client_tls))
+        .map(|(m, _)| {
+            naming::client_url(&m.name_any(), &naming::member_service(m), &ns, client_tls)
+        })
         .collect()
 }
 
@@ -478,6 +483,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
                 DeleteReason::MemoryPodLost => ("ReplacingMember", format!("member {member} lost its Pod and its tmpfs data; replacing it")),
                 DeleteReason::CrashLooping => ("ReplacingMember", format!("member {member} is crash-looping; replacing it while the others keep quorum")),
                 DeleteReason::DataLost => ("ReplacingMember", format!("member {member} lost its PVC and its data; removing it from etcd and replacing it, never restarting it on an empty volume under its old member ID")),
+                DeleteReason::ReplaceAdopted => ("ReplacingAdoptedMember", format!("replacing member {member}, adopted from the aenix operator, by a native one as {} asks", labels::REPLACE_ADOPTED_ANNOTATION)),
             };
             tracing::info!(cluster = %name, member = %member, reason, "deleting member");
             members_api.delete(member, &DeleteParams::default()).await?;
@@ -1007,13 +1013,17 @@ async fn sync_member_status(
     etcd_members: &[plan::EtcdMemberInfo],
 ) -> Result<(), Error> {
     let ns = cluster.namespace().unwrap_or_default();
-    let cluster_name = cluster.name_any();
     for m in members
         .iter()
         .filter(|m| m.metadata.deletion_timestamp.is_none())
     {
         let name = m.name_any();
-        let url = naming::peer_url(&name, &cluster_name, &ns, cluster.spec.peer_tls());
+        let url = naming::peer_url(
+            &name,
+            &naming::member_service(m),
+            &ns,
+            cluster.spec.peer_tls(),
+        );
         let Some(entry) = etcd_members
             .iter()
             .find(|e| e.peer_urls.iter().any(|u| u == &url))

@@ -293,7 +293,7 @@ async fn running_version(
     let tls = cluster.spec.client_tls();
     let url = naming::client_url(
         &member.name_any(),
-        &cluster.name_any(),
+        &naming::member_service(member),
         &cluster.namespace()?,
         tls,
     );
@@ -466,14 +466,14 @@ async fn remove_from_etcd(
         .iter()
         .map(|p| (p.name_any(), pod_view(p).ready))
         .collect();
-    let other_voters: Vec<String> = members
+    let other_voters: Vec<(String, String)> = members
         .list(&selector)
         .await?
         .items
         .iter()
         .filter(|m| m.name_any() != name)
         .filter(|m| m.status.as_ref().is_some_and(|s| s.is_voter))
-        .map(|m| m.name_any())
+        .map(|m| (m.name_any(), naming::member_service(m)))
         .collect();
     if other_voters.is_empty() {
         // No other voter: this is the last member (or the cluster never formed); nothing to
@@ -482,8 +482,8 @@ async fn remove_from_etcd(
     }
     let endpoints: Vec<String> = other_voters
         .iter()
-        .filter(|m| ready.get(*m).copied().unwrap_or(false))
-        .map(|m| naming::client_url(m, &cluster_name, &ns, client_tls))
+        .filter(|(m, _)| ready.get(m).copied().unwrap_or(false))
+        .map(|(m, service)| naming::client_url(m, service, &ns, client_tls))
         .collect();
     if endpoints.is_empty() {
         // Dropping the finalizer now would leave a ghost member in etcd that still counts
@@ -500,7 +500,7 @@ async fn remove_from_etcd(
         ctx.metrics.clone(),
     )
     .await?;
-    let url = naming::peer_url(&name, &cluster_name, &ns, peer_tls);
+    let url = naming::peer_url(&name, &naming::member_service(member), &ns, peer_tls);
     let (_, listed) = etcd.member_list().await?;
     let id = listed
         .iter()

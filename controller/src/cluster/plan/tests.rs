@@ -50,6 +50,7 @@ fn m(name: &str, created: i64) -> MemberView {
         voter: true,
         version: "3.6.11".into(),
         recorded_pod_uid: Some(format!("pod-{name}")),
+        service: None,
         pod: Some(PodView {
             uid: format!("pod-{name}"),
             ready: true,
@@ -1187,4 +1188,121 @@ fn the_progress_deadline_does_not_run_out_while_cert_manager_holds_the_seed() {
     // No longer held, with a deadline long past (no reconcile refreshed it): parks as before.
     let p = at(false, false);
     assert_eq!(p.phase, Phase::BootstrapFailed);
+}
+
+/// Members adopted from the aenix operator: their etcd peer URLs are under `c-headless`.
+fn adopted(name: &str, created: i64) -> (MemberView, EtcdMemberInfo, u64) {
+    let mut v = m(name, created);
+    v.service = Some("c-headless".into());
+    let id = 0x100 + created as u64;
+    let info = EtcdMemberInfo {
+        id,
+        name: name.into(),
+        peer_urls: vec![format!("http://{name}.c-headless.n.svc:2380")],
+        is_learner: false,
+    };
+    (v, info, id)
+}
+
+#[test]
+fn adopted_members_match_their_legacy_peer_urls_and_are_no_ghosts() {
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let (a0, e0, _) = adopted("c-0", 1);
+    let (a1, e1, _) = adopted("c-1", 2);
+    let native = m("c-x", 3);
+    let p = run(
+        &c,
+        vec![a0, a1, native],
+        etcd(vec![e0, e1, e(3, "c-x", false)]),
+    );
+    assert!(p.facts.ghosts.is_empty(), "{:?}", p.facts.ghosts);
+    assert_eq!(p.facts.ready_voters, 3);
+    assert_eq!(p.action, Action::None);
+}
+
+#[test]
+fn adopted_members_are_replaced_one_at_a_time_on_request_only_while_whole() {
+    let mut c = cluster(3, locked(3, Some(0xabc), None));
+    let (a0, e0, _) = adopted("c-0", 1);
+    let (a1, e1, _) = adopted("c-1", 2);
+    let (a2, e2, _) = adopted("c-2", 3);
+    let members = vec![a0.clone(), a1.clone(), a2.clone()];
+    let list = vec![e0.clone(), e1.clone(), e2.clone()];
+    // Not asked: nothing.
+    assert_eq!(
+        run(&c, members.clone(), etcd(list.clone())).action,
+        Action::None
+    );
+    c.metadata.annotations = Some(std::collections::BTreeMap::from([(
+        api::labels::REPLACE_ADOPTED_ANNOTATION.to_string(),
+        "true".to_string(),
+    )]));
+    assert_eq!(
+        run(&c, members.clone(), etcd(list.clone())).action,
+        Action::DeleteMember {
+            member: "c-0".into(),
+            why: DeleteReason::ReplaceAdopted,
+        }
+    );
+    // One is being replaced (deleting): nothing else happens until it is gone, then its
+    // successor is added.
+    let mut going = a0.clone();
+    going.deleting = true;
+    let p = run(
+        &c,
+        vec![going, a1.clone(), a2.clone()],
+        etcd(vec![e1.clone(), e2.clone()]),
+    );
+    assert!(matches!(p.action, Action::Wait(_)), "{:?}", p.action);
+    let p = run(
+        &c,
+        vec![a1.clone(), a2.clone()],
+        etcd(vec![e1.clone(), e2.clone()]),
+    );
+    assert_eq!(p.action, Action::CreateMember);
+    // Its successor is still a learner: no further replacement.
+    let mut fresh = m("c-n", 4);
+    fresh.pod = Some(PodView {
+        uid: "pod-c-n".into(),
+        ready: true,
+        ..Default::default()
+    });
+    let p = run(
+        &c,
+        vec![a1.clone(), a2.clone(), fresh.clone()],
+        etcd(vec![e1.clone(), e2.clone(), e(4, "c-n", true)]),
+    );
+    assert_eq!(
+        p.action,
+        Action::Promote {
+            member: "c-n".into(),
+            member_id: 4
+        }
+    );
+    // A member not Ready: wait.
+    let mut down = a2.clone();
+    down.pod = Some(PodView {
+        uid: "pod-c-2".into(),
+        ready: false,
+        ..Default::default()
+    });
+    let p = run(
+        &c,
+        vec![a1.clone(), down, fresh.clone()],
+        etcd(vec![e1.clone(), e2.clone(), e(4, "c-n", false)]),
+    );
+    assert!(matches!(p.action, Action::Wait(_)), "{:?}", p.action);
+    // Whole again: the next adopted member goes.
+    let p = run(
+        &c,
+        vec![a1, a2, fresh],
+        etcd(vec![e1, e2, e(4, "c-n", false)]),
+    );
+    assert_eq!(
+        p.action,
+        Action::DeleteMember {
+            member: "c-1".into(),
+            why: DeleteReason::ReplaceAdopted,
+        }
+    );
 }

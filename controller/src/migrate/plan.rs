@@ -1,0 +1,679 @@
+//! The adoption plan of an aenix (`etcd.aenix.io/v1alpha1`) cluster: pure, from what
+//! [`super::inspect`] read (the v1alpha1 EtcdCluster, its StatefulSet, Pods and PVCs, etcd's member
+//! list) to the checks and the objects `--apply` writes. The dry run prints exactly this plan.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use api::labels;
+use api::v1alpha2::{
+    AutoCompactionMode, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, EtcdMember,
+    EtcdMemberSpec, EtcdMemberStatus, EtcdOptions, ObservedSpec, StorageSpec,
+};
+use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_json::Value;
+
+use crate::naming::PEER_PORT;
+
+pub const AENIX_GROUP: &str = "etcd.aenix.io";
+pub const AENIX_VERSION: &str = "v1alpha1";
+/// The image the aenix operator runs when the pod template names none.
+pub const AENIX_DEFAULT_IMAGE: &str = "quay.io/coreos/etcd:v3.5.12";
+/// The aenix operator mounted the data volume at `/var/run/etcd` and ran etcd with
+/// `--data-dir=/var/run/etcd/default.etcd`: etcd's data is this subdirectory of the PVC.
+pub const LEGACY_DATA_DIR_SUBPATH: &str = "default.etcd";
+/// On the EtcdCluster the migration creates: the UID of the v1alpha1 EtcdCluster it was adopted
+/// from. A re-run finds its own partial apply by it; any other EtcdCluster of that name is refused.
+pub const ADOPTED_FROM_ANNOTATION: &str = "etcd-operator.cozystack.io/adopted-from";
+
+/// The aenix operator's headless Service (its Pods' subdomain; peer URLs use it).
+pub fn legacy_headless_service(cluster: &str) -> String {
+    format!("{cluster}-headless")
+}
+
+/// The aenix client Service (ClusterIP), whose name our headless Service takes.
+pub fn legacy_client_service(cluster: &str) -> String {
+    cluster.to_string()
+}
+
+/// The aenix operator's `--initial-cluster-token`.
+pub fn legacy_cluster_token(cluster: &str, namespace: &str) -> String {
+    format!("{cluster}-{namespace}")
+}
+
+/// The spec of the v1alpha1 EtcdCluster translated to ours; each error names the field, its value
+/// and the fix.
+pub fn translate_spec(legacy: &Value) -> Result<EtcdClusterSpec, Vec<String>> {
+    let spec = &legacy["spec"];
+    let mut errors = Vec::new();
+    let replicas = match &spec["replicas"] {
+        Value::Null => 3,
+        v => match v.as_i64().and_then(|r| i32::try_from(r).ok()) {
+            Some(r) if r >= 1 => r,
+            _ => {
+                errors.push(format!(
+                    "spec.replicas is {v}: a running cluster to adopt has at least 1 replica"
+                ));
+                0
+            }
+        },
+    };
+    let pod_spec = &spec["podTemplate"]["spec"];
+    let etcd_container = pod_spec["containers"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == "etcd"));
+    let image = etcd_container
+        .and_then(|c| c["image"].as_str())
+        .unwrap_or(AENIX_DEFAULT_IMAGE);
+    let version = match version_of_image(image) {
+        Some(v) => v,
+        None => {
+            errors.push(format!(
+                "spec.podTemplate.spec.containers[etcd].image is {image:?}: its tag is not an etcd \
+                 version (vX.Y.Z); set the image to the etcd release the Pods run, e.g. \
+                 quay.io/coreos/etcd:v3.5.12"
+            ));
+            String::new()
+        }
+    };
+    let storage = translate_storage(&spec["storage"], &mut errors);
+    let options = translate_options(&spec["options"], &mut errors);
+    if spec["security"]["tls"].as_object().is_some_and(|t| {
+        t.values()
+            .any(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+    }) {
+        errors.push(
+            "spec.security.tls is set: clusters with TLS Secrets are not adopted in place by this \
+             version; migrate through a snapshot and restore instead"
+                .into(),
+        );
+    }
+    if spec["security"]["enableAuth"] == Value::Bool(true) {
+        errors.push(
+            "spec.security.enableAuth is true: etcd auth is not adopted by this version; disable \
+             auth (etcdctl auth disable) first, or migrate through a snapshot and restore"
+                .into(),
+        );
+    }
+    let resources = etcd_container.and_then(|c| typed::<ResourceRequirements>(&c["resources"]));
+    let affinity = typed::<Affinity>(&pod_spec["affinity"]);
+    let topology_spread_constraints =
+        typed(&pod_spec["topologySpreadConstraints"]).unwrap_or_default();
+    let image_pull_secrets = typed(&pod_spec["imagePullSecrets"]).unwrap_or_default();
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(EtcdClusterSpec {
+        replicas,
+        version,
+        storage,
+        resources,
+        affinity,
+        topology_spread_constraints,
+        image_pull_secrets,
+        options,
+        ..EtcdClusterSpec::default()
+    })
+}
+
+fn typed<T: serde::de::DeserializeOwned>(v: &Value) -> Option<T> {
+    (!v.is_null())
+        .then(|| serde_json::from_value(v.clone()).ok())
+        .flatten()
+}
+
+/// `3.5.12` from `quay.io/coreos/etcd:v3.5.12` (a digest after `@` is ignored).
+pub fn version_of_image(image: &str) -> Option<String> {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let (repo, tag) = without_digest.rsplit_once(':')?;
+    if repo.is_empty() || tag.contains('/') {
+        return None;
+    }
+    let version = tag.strip_prefix('v').unwrap_or(tag);
+    let parts: Vec<&str> = version.split('.').collect();
+    (parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit())))
+    .then(|| version.to_string())
+}
+
+fn translate_storage(storage: &Value, errors: &mut Vec<String>) -> StorageSpec {
+    if !storage["emptyDir"].is_null() {
+        errors.push(
+            "spec.storage.emptyDir is set: the members keep their data in emptyDir volumes, which \
+             no EtcdMember can own; only clusters with spec.storage.volumeClaimTemplate are \
+             adopted in place"
+                .into(),
+        );
+        return StorageSpec::default();
+    }
+    let claim = &storage["volumeClaimTemplate"]["spec"];
+    let size = match claim["resources"]["requests"]["storage"].as_str() {
+        Some(s) if !s.is_empty() => Quantity(s.to_string()),
+        _ => {
+            errors.push(
+                "spec.storage.volumeClaimTemplate.spec.resources.requests.storage is not set: the \
+                 size of the members' PVCs is needed for members created later; set it to the \
+                 size of the existing PVCs"
+                    .into(),
+            );
+            Quantity::default()
+        }
+    };
+    StorageSpec {
+        size,
+        storage_class_name: claim["storageClassName"].as_str().map(str::to_string),
+        ..StorageSpec::default()
+    }
+}
+
+fn translate_options(options: &Value, errors: &mut Vec<String>) -> Option<EtcdOptions> {
+    let map = options.as_object()?;
+    let mut out = EtcdOptions::default();
+    for (key, value) in map {
+        let text = value
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or(value.to_string());
+        let bad = |errors: &mut Vec<String>| {
+            errors.push(format!(
+                "spec.options.{key} is {text:?}: not a valid value for etcd's --{key}; fix it in \
+                 the aenix EtcdCluster"
+            ))
+        };
+        match key.as_str() {
+            "quota-backend-bytes" => match text.parse() {
+                Ok(n) => out.quota_backend_bytes = Some(n),
+                Err(_) => bad(errors),
+            },
+            "snapshot-count" => match text.parse() {
+                Ok(n) => out.snapshot_count = Some(n),
+                Err(_) => bad(errors),
+            },
+            "auto-compaction-mode" => match text.as_str() {
+                "periodic" => out.auto_compaction_mode = Some(AutoCompactionMode::Periodic),
+                "revision" => out.auto_compaction_mode = Some(AutoCompactionMode::Revision),
+                _ => bad(errors),
+            },
+            "auto-compaction-retention" => {
+                out.auto_compaction_retention = Some(match text.parse::<i32>() {
+                    Ok(n) => IntOrString::Int(n),
+                    Err(_) => IntOrString::String(text.clone()),
+                })
+            }
+            _ => errors.push(format!(
+                "spec.options.{key} has no equivalent in etcd-operator.cozystack.io/v1alpha2 \
+                 spec.options (quota-backend-bytes, snapshot-count, auto-compaction-mode, \
+                 auto-compaction-retention): remove it from the aenix EtcdCluster before migrating"
+            )),
+        }
+    }
+    (out != EtcdOptions::default()).then_some(out)
+}
+
+/// The StatefulSet as read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatefulSetFacts {
+    pub replicas: i32,
+    pub ready_replicas: i32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodFacts {
+    pub uid: String,
+    pub ready: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EtcdMemberFacts {
+    pub id: u64,
+    pub name: String,
+    pub peer_urls: Vec<String>,
+    pub is_learner: bool,
+}
+
+/// Everything read from the cluster.
+#[derive(Clone, Debug)]
+pub struct Facts {
+    pub name: String,
+    pub namespace: String,
+    /// The v1alpha1 EtcdCluster as stored.
+    pub legacy: Value,
+    pub legacy_uid: String,
+    pub statefulset: Option<StatefulSetFacts>,
+    /// Pods by name.
+    pub pods: BTreeMap<String, PodFacts>,
+    /// PVC name → UID.
+    pub pvcs: BTreeMap<String, String>,
+    /// `(cluster ID, members)`, or why etcd could not be asked.
+    pub etcd: Result<(u64, Vec<EtcdMemberFacts>), String>,
+    /// Deployments of the aenix operator that still run Pods (`namespace/name`).
+    pub aenix_operator_running: Vec<String>,
+    /// An EtcdCluster of ours with the same name: the value of its
+    /// [`ADOPTED_FROM_ANNOTATION`] (`None` when it has none).
+    pub target: Option<Option<String>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Check {
+    pub ok: bool,
+    pub what: String,
+}
+
+/// One Pod and PVC becoming an EtcdMember.
+#[derive(Clone, Debug)]
+pub struct Adoption {
+    pub member: EtcdMember,
+    pub status: EtcdMemberStatus,
+    pub pod_uid: String,
+    pub pvc: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub checks: Vec<Check>,
+    pub cluster: Option<EtcdCluster>,
+    pub status: Option<EtcdClusterStatus>,
+    pub members: Vec<Adoption>,
+    /// The StatefulSet to delete with `propagationPolicy=Orphan` (`None`: already gone).
+    pub statefulset: Option<String>,
+    pub legacy_headless_service: String,
+    pub legacy_client_service: String,
+    /// The partial apply of an earlier run is continued.
+    pub resuming: bool,
+}
+
+impl Plan {
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|c| c.ok)
+    }
+}
+
+fn check(checks: &mut Vec<Check>, ok: bool, what: String) {
+    checks.push(Check { ok, what });
+}
+
+/// `(member, service)` from `http://<member>.<service>.<namespace>.svc[.<domain>]:2380`.
+pub fn parse_peer_url(url: &str, namespace: &str) -> Result<(String, String), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| match url.starts_with("https://") {
+            true => format!(
+                "peer URL {url} uses TLS (the aenix operator's --peer-auto-tls): adopting a \
+                 peer-TLS cluster in place is not supported by this version; migrate through a \
+                 snapshot and restore instead"
+            ),
+            false => format!("peer URL {url} is not http://<pod>.<service>.<namespace>.svc:2380"),
+        })?;
+    let (host, port) = rest
+        .trim_end_matches('/')
+        .rsplit_once(':')
+        .ok_or_else(|| format!("peer URL {url} has no port"))?;
+    if port != PEER_PORT.to_string() {
+        return Err(format!("peer URL {url} does not use port {PEER_PORT}"));
+    }
+    let labels: Vec<&str> = host.split('.').collect();
+    match labels.as_slice() {
+        [member, service, ns, "svc", ..] if *ns == namespace => {
+            Ok((member.to_string(), service.to_string()))
+        }
+        _ => Err(format!(
+            "peer URL {url} is not http://<pod>.<service>.{namespace}.svc:2380"
+        )),
+    }
+}
+
+/// The checks and, when they pass, the objects to write.
+pub fn build(f: &Facts) -> Plan {
+    let name = &f.name;
+    let ns = &f.namespace;
+    let mut checks = Vec::new();
+    let headless = legacy_headless_service(name);
+    let resuming = matches!(&f.target, Some(Some(uid)) if *uid == f.legacy_uid);
+    let mut plan = Plan {
+        checks: Vec::new(),
+        cluster: None,
+        status: None,
+        members: Vec::new(),
+        statefulset: f.statefulset.as_ref().map(|_| name.clone()),
+        legacy_headless_service: headless.clone(),
+        legacy_client_service: legacy_client_service(name),
+        resuming,
+    };
+
+    check(
+        &mut checks,
+        f.aenix_operator_running.is_empty(),
+        match f.aenix_operator_running.is_empty() {
+            true => "the aenix operator is stopped (no Deployment of it runs Pods)".into(),
+            false => format!(
+                "the aenix operator still runs ({}): scale it to 0 first (kubectl -n <namespace> \
+                 scale deployment <name> --replicas=0), or it recreates the StatefulSet",
+                f.aenix_operator_running.join(", ")
+            ),
+        },
+    );
+    match &f.target {
+        None => check(
+            &mut checks,
+            true,
+            format!("no etcd-operator.cozystack.io EtcdCluster {ns}/{name} exists yet"),
+        ),
+        Some(_) if resuming => check(
+            &mut checks,
+            true,
+            format!(
+                "EtcdCluster {ns}/{name} was created by an earlier run; the apply is continued"
+            ),
+        ),
+        Some(_) => check(
+            &mut checks,
+            false,
+            format!(
+                "an etcd-operator.cozystack.io EtcdCluster {ns}/{name} already exists and was not \
+                 adopted from this aenix cluster: delete or rename it first"
+            ),
+        ),
+    }
+    let spec = match translate_spec(&f.legacy) {
+        Ok(spec) => {
+            check(
+                &mut checks,
+                true,
+                format!(
+                    "spec translated: replicas {}, version {}, storage {}{}",
+                    spec.replicas,
+                    spec.version,
+                    spec.storage.size.0,
+                    spec.storage
+                        .storage_class_name
+                        .as_ref()
+                        .map(|c| format!(" (class {c})"))
+                        .unwrap_or_default()
+                ),
+            );
+            Some(spec)
+        }
+        Err(errors) => {
+            for e in errors {
+                check(&mut checks, false, e);
+            }
+            None
+        }
+    };
+    match &f.statefulset {
+        Some(s) => {
+            let ok = spec
+                .as_ref()
+                .is_some_and(|sp| s.replicas == sp.replicas && s.ready_replicas == s.replicas);
+            check(
+                &mut checks,
+                ok,
+                match ok {
+                    true => format!("StatefulSet {ns}/{name} has {} of {} replicas Ready", s.ready_replicas, s.replicas),
+                    false => format!(
+                        "StatefulSet {ns}/{name} has {} of {} replicas Ready (spec.replicas of the \
+                         EtcdCluster: {}): wait until every replica is Ready and matches spec.replicas",
+                        s.ready_replicas,
+                        s.replicas,
+                        spec.as_ref().map(|s| s.replicas.to_string()).unwrap_or("?".into())
+                    ),
+                },
+            );
+        }
+        None if resuming => check(
+            &mut checks,
+            true,
+            format!("StatefulSet {ns}/{name} was already deleted (orphaning its Pods) by an earlier run"),
+        ),
+        None => check(
+            &mut checks,
+            false,
+            format!("StatefulSet {ns}/{name} not found: is {name} a running aenix cluster?"),
+        ),
+    }
+    let (cluster_id, mut members) = match &f.etcd {
+        Ok((id, members)) => (*id, members.clone()),
+        Err(e) => {
+            check(
+                &mut checks,
+                false,
+                format!("etcd could not be asked for its members: {e}"),
+            );
+            plan.checks = checks;
+            return plan;
+        }
+    };
+    members.sort_by(|a, b| a.name.cmp(&b.name));
+    let voters = members.iter().filter(|m| !m.is_learner).count();
+    let want = spec.as_ref().map(|s| s.replicas as usize).unwrap_or(0);
+    check(
+        &mut checks,
+        voters == want && voters == members.len(),
+        format!(
+            "etcd (cluster ID {cluster_id:016x}) lists {} members, {voters} voters (want {want} voters, no learners)",
+            members.len()
+        ),
+    );
+    let mut adopted = Vec::new();
+    for m in &members {
+        let url = m.peer_urls.first().cloned().unwrap_or_default();
+        match parse_peer_url(&url, ns) {
+            Ok((pod, service)) if pod == m.name && service == headless => {
+                let Some(p) = f.pods.get(&pod) else {
+                    check(
+                        &mut checks,
+                        false,
+                        format!("etcd member {} has no Pod {ns}/{pod}", m.name),
+                    );
+                    continue;
+                };
+                let pvc = labels::pvc_name(&pod);
+                let pvc_ok = f.pvcs.contains_key(&pvc);
+                check(
+                    &mut checks,
+                    p.ready && pvc_ok,
+                    format!(
+                        "member {pod} (ID {:016x}, peer URL {url}): Pod {}, PVC {pvc} {}",
+                        m.id,
+                        if p.ready {
+                            "Ready"
+                        } else {
+                            "NOT Ready: wait for it"
+                        },
+                        if pvc_ok { "found" } else { "NOT found" }
+                    ),
+                );
+                adopted.push((m.clone(), p.uid.clone(), pvc, url));
+            }
+            Ok((pod, service)) => check(
+                &mut checks,
+                false,
+                format!(
+                    "etcd member {:?} has peer URL {url} (host {pod}.{service}): expected \
+                     <pod>.{headless}, with the member named after its Pod",
+                    m.name
+                ),
+            ),
+            Err(e) => check(&mut checks, false, format!("etcd member {:?}: {e}", m.name)),
+        }
+    }
+    plan.checks = checks;
+    let Some(spec) = spec else {
+        return plan;
+    };
+    if !plan.passed() {
+        return plan;
+    }
+
+    let token = legacy_cluster_token(name, ns);
+    let initial_cluster = adopted
+        .iter()
+        .map(|(m, _, _, url)| format!("{}={url}", m.name))
+        .collect::<Vec<_>>()
+        .join(",");
+    let observed = ObservedSpec::of(&spec, Some(1));
+    for (m, pod_uid, pvc, _) in adopted {
+        let mut member = EtcdMember::new(
+            &m.name,
+            EtcdMemberSpec {
+                cluster_name: name.clone(),
+                version: spec.version.clone(),
+                storage: spec.storage.clone(),
+                resources: spec.resources.clone(),
+                affinity: spec.affinity.clone(),
+                topology_spread_constraints: spec.topology_spread_constraints.clone(),
+                options: spec.options.clone(),
+                image_pull_secrets: spec.image_pull_secrets.clone(),
+                initial_cluster: initial_cluster.clone(),
+                cluster_token: token.clone(),
+                ..EtcdMemberSpec::default()
+            },
+        );
+        member.metadata.namespace = Some(ns.clone());
+        member.metadata.labels = Some(labels::member_labels(name, &m.name));
+        member.metadata.annotations = Some(BTreeMap::from([
+            (
+                labels::HEADLESS_SERVICE_ANNOTATION.to_string(),
+                headless.clone(),
+            ),
+            (
+                labels::DATA_DIR_SUBPATH_ANNOTATION.to_string(),
+                LEGACY_DATA_DIR_SUBPATH.to_string(),
+            ),
+        ]));
+        member.metadata.finalizers = Some(vec![labels::MEMBER_CLEANUP_FINALIZER.to_string()]);
+        plan.members.push(Adoption {
+            status: EtcdMemberStatus {
+                member_id: Some(format!("{:016x}", m.id)),
+                pod_name: Some(m.name.clone()),
+                pod_uid: Some(pod_uid.clone()),
+                is_voter: true,
+                pvc_name: Some(pvc.clone()),
+                version: Some(spec.version.clone()),
+                ..EtcdMemberStatus::default()
+            },
+            member,
+            pod_uid,
+            pvc,
+        });
+    }
+    plan.status = Some(EtcdClusterStatus {
+        selector: Some(labels::cluster_selector(name)),
+        cluster_id: Some(format!("{cluster_id:016x}")),
+        cluster_token: Some(token),
+        observed: Some(observed),
+        ..EtcdClusterStatus::default()
+    });
+    plan.cluster = Some(EtcdCluster {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(ns.clone()),
+            annotations: Some(BTreeMap::from([(
+                ADOPTED_FROM_ANNOTATION.to_string(),
+                f.legacy_uid.clone(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        spec,
+        status: None,
+    });
+    plan
+}
+
+/// The plan as the dry run prints it (and `--apply` before acting).
+pub fn render(plan: &Plan, f: &Facts) -> String {
+    let (name, ns) = (&f.name, &f.namespace);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Adoption of aenix EtcdCluster {ns}/{name} ({AENIX_GROUP}/{AENIX_VERSION})"
+    );
+    let _ = writeln!(out, "\nChecks:");
+    for c in &plan.checks {
+        let _ = writeln!(out, "  [{}] {}", if c.ok { "ok" } else { "FAIL" }, c.what);
+    }
+    let Some(cluster) = &plan.cluster else {
+        let _ = writeln!(
+            out,
+            "\nNothing is changed: fix the failed checks and run again."
+        );
+        return out;
+    };
+    let spec = serde_json::to_string(&cluster.spec).unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "\nPlan (no Pod restarts, no data moves, no etcd membership change):"
+    );
+    let _ = writeln!(
+        out,
+        "  create EtcdCluster {ns}/{name} (etcd-operator.cozystack.io/v1alpha2) spec {spec}"
+    );
+    if let Some(s) = &plan.status {
+        let _ = writeln!(
+            out,
+            "    status: clusterID {}, clusterToken {}, observed = spec (adopted, running)",
+            s.cluster_id.as_deref().unwrap_or_default(),
+            s.cluster_token.as_deref().unwrap_or_default()
+        );
+    }
+    for a in &plan.members {
+        let m = &a.member.metadata;
+        let _ = writeln!(
+            out,
+            "  create EtcdMember {}: member ID {}, annotations {}={}, {}={}",
+            m.name.as_deref().unwrap_or_default(),
+            a.status.member_id.as_deref().unwrap_or_default(),
+            labels::HEADLESS_SERVICE_ANNOTATION,
+            plan.legacy_headless_service,
+            labels::DATA_DIR_SUBPATH_ANNOTATION,
+            LEGACY_DATA_DIR_SUBPATH
+        );
+    }
+    if let Some(sts) = &plan.statefulset {
+        let _ = writeln!(
+            out,
+            "  delete StatefulSet {ns}/{sts} with propagationPolicy=Orphan (its Pods and PVCs stay)"
+        );
+    }
+    for a in &plan.members {
+        let pod = a.member.metadata.name.as_deref().unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  Pod {pod} (uid {}) and PVC {}: owner set to EtcdMember {pod}; labels {} added (the container reads none of them)",
+            a.pod_uid,
+            a.pvc,
+            labels::member_labels(name, pod)
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  Service {ns}/{}: the aenix ClusterIP client Service is replaced by our headless Service \
+         of the same name; clients should use {ns}/{} (ClusterIP) from now on",
+        plan.legacy_client_service,
+        labels::client_service_name(name)
+    );
+    let _ = writeln!(
+        out,
+        "  Service {ns}/{}: kept (the adopted members' peer URLs use it), owned by the adopted \
+         EtcdMembers so it is garbage-collected with the last of them",
+        plan.legacy_headless_service
+    );
+    let _ = writeln!(
+        out,
+        "  delete the aenix EtcdCluster {ns}/{name} ({AENIX_GROUP}) once everything above is done; \
+         its remaining objects (ConfigMap {name}-cluster-state, PodDisruptionBudget) go with it"
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,848 @@
+//! End to end, adopting a running aenix (`etcd.aenix.io/v1alpha1`) cluster in place with
+//! `etcd-operator migrate --from-aenix`: with our operator not running, the test builds a 3-member
+//! cluster the way the aenix operator leaves one — its CRD and EtcdCluster, the cluster-state
+//! ConfigMap, the `<cluster>` ClusterIP and `<cluster>-headless` Services, the StatefulSet, and the
+//! Pods and PVCs as the StatefulSet controller writes them (aenix labels, command line, data dir
+//! `/var/run/etcd/default.etcd`, `<cluster>-headless` peer URLs) — around real etcd members, and
+//! writes keys. The test control plane runs no StatefulSet controller, so the test creates the Pods
+//! and PVCs itself, exactly as that controller would (owner reference, `statefulset.kubernetes.io/`
+//! labels, claims from the volumeClaimTemplate), and reports the StatefulSet's status.
+//!
+//! Then: the dry run changes nothing; `--apply` adopts (same Pod UIDs, member IDs, cluster ID,
+//! keys); our operator, started afterwards, keeps it Ready; a scale-up adds a native member; and
+//! the adopted members are replaced one by one by native ones on request.
+
+use std::collections::BTreeMap;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use api::labels;
+use api::v1alpha2::{EtcdCluster, EtcdMember};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{json, Value};
+use tests::e2e::{pod_ready, put_keys, read_keys, Env};
+use tests::env::ControlPlane;
+use tests::operator::{bin_dir, Operator};
+use tests::podrunner::PodRunner;
+use tests::OrPanic;
+
+const NAME: &str = "legacy";
+const VERSION: &str = "3.6.16";
+const BOOT: Duration = Duration::from_secs(180);
+/// How long the adopted cluster is watched under our operator for restarts and membership writes.
+const SETTLE: Duration = Duration::from_secs(20);
+const CRD: &str = include_str!("../testdata/aenix-etcdcluster-crd.yaml");
+
+fn aenix_api(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("etcd.aenix.io", "v1alpha1", "EtcdCluster");
+    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk))
+}
+
+/// The labels the aenix operator puts on its StatefulSet's Pods (and selects them by).
+fn aenix_labels() -> Value {
+    json!({
+        "app.kubernetes.io/name": "etcd",
+        "app.kubernetes.io/instance": NAME,
+        "app.kubernetes.io/managed-by": "etcd-operator",
+    })
+}
+
+fn controller_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> Value {
+    json!([{
+        "apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
+        "controller": true, "blockOwnerDeletion": true,
+    }])
+}
+
+async fn create_raw<K>(api: &Api<K>, body: Value) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let obj: K = serde_json::from_value(body).or_panic();
+    api.create(&PostParams::default(), &obj).await.or_panic()
+}
+
+async fn install_aenix_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_yaml::from_str(CRD).or_panic();
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("creating the aenix CRD: {e}"),
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let established = crds
+            .get(&crd.name_any())
+            .await
+            .or_panic()
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the aenix CRD is not established"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn member_name(i: usize) -> String {
+    format!("{NAME}-{i}")
+}
+
+fn legacy_peer_url(member: &str, ns: &str) -> String {
+    format!("http://{member}.{NAME}-headless.{ns}.svc:2380")
+}
+
+/// The Pod template of the aenix StatefulSet (plaintext peers, as with `peerSecret` unset and
+/// peer TLS off: see docs/migration.md for clusters on `--peer-auto-tls`).
+fn pod_template(image: &str) -> Value {
+    json!({
+        "metadata": {"labels": aenix_labels()},
+        "spec": {
+            "containers": [{
+                "name": "etcd",
+                "image": image,
+                "command": [
+                    "etcd",
+                    "--name=$(POD_NAME)",
+                    "--listen-peer-urls=http://0.0.0.0:2380",
+                    "--listen-client-urls=http://0.0.0.0:2379",
+                    format!("--initial-advertise-peer-urls=http://$(POD_NAME).{NAME}-headless.$(POD_NAMESPACE).svc:2380"),
+                    "--data-dir=/var/run/etcd/default.etcd",
+                    format!("--advertise-client-urls=http://$(POD_NAME).{NAME}-headless.$(POD_NAMESPACE).svc:2379"),
+                ],
+                "ports": [{"name": "peer", "containerPort": 2380}, {"name": "client", "containerPort": 2379}],
+                "envFrom": [{"configMapRef": {"name": format!("{NAME}-cluster-state")}}],
+                "env": [
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                ],
+                "volumeMounts": [{"name": "data", "mountPath": "/var/run/etcd"}],
+                "startupProbe": {"httpGet": {"path": "/readyz?serializable=false", "port": 2379}, "initialDelaySeconds": 1, "periodSeconds": 5},
+                "livenessProbe": {"httpGet": {"path": "/livez", "port": 2379}, "initialDelaySeconds": 5, "periodSeconds": 5},
+                "readinessProbe": {"httpGet": {"path": "/readyz", "port": 2379}, "initialDelaySeconds": 5, "periodSeconds": 5},
+            }],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+        },
+    })
+}
+
+/// What must survive the migration.
+struct Before {
+    pods: BTreeMap<String, String>,
+    pvcs: BTreeMap<String, String>,
+    /// Member name → etcd member ID (hex).
+    ids: BTreeMap<String, String>,
+    cluster_id: String,
+    keys: BTreeMap<String, String>,
+}
+
+/// etcd through the given members' DNS names under `service`.
+async fn etcd_at(ns: &str, members: &[(String, String)]) -> etcd_client::Client {
+    let endpoints: Vec<String> = members
+        .iter()
+        .map(|(m, service)| format!("http://{m}.{service}.{ns}.svc:2379"))
+        .collect();
+    let options = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_timeout(Duration::from_secs(10));
+    etcd_client::Client::connect(endpoints, Some(options))
+        .await
+        .or_panic()
+}
+
+/// etcd through every Ready Pod of the cluster, each under its own subdomain (adopted Pods live
+/// under `<cluster>-headless`, native ones under `<cluster>`).
+async fn etcd_of(client: &Client, ns: &str) -> etcd_client::Client {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let members: Vec<(String, String)> = pods
+        .list(&Default::default())
+        .await
+        .or_panic()
+        .items
+        .iter()
+        .filter(|p| pod_ready(p) && p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            let sub = p.spec.as_ref()?.subdomain.clone()?;
+            Some((p.name_any(), sub))
+        })
+        .collect();
+    assert!(!members.is_empty(), "{ns}: no Ready member Pod");
+    etcd_at(ns, &members).await
+}
+
+/// `(cluster ID, member ID hex → (name, first peer URL, learner))`.
+async fn membership(
+    client: &Client,
+    ns: &str,
+) -> (String, BTreeMap<String, (String, String, bool)>) {
+    let mut etcd = etcd_of(client, ns).await;
+    let list = etcd.member_list().await.or_panic();
+    let cluster_id = format!(
+        "{:016x}",
+        list.header().map(|h| h.cluster_id()).unwrap_or_default()
+    );
+    let members = list
+        .members()
+        .iter()
+        .map(|m| {
+            (
+                format!("{:016x}", m.id()),
+                (
+                    m.name().to_string(),
+                    m.peer_urls().first().cloned().unwrap_or_default(),
+                    m.is_learner(),
+                ),
+            )
+        })
+        .collect();
+    (cluster_id, members)
+}
+
+/// Voters etcd lists right now, if a Ready member answers (members come and go meanwhile).
+async fn try_voters(client: &Client, ns: &str) -> Option<usize> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let endpoints: Vec<String> = pods
+        .list(&Default::default())
+        .await
+        .ok()?
+        .items
+        .iter()
+        .filter(|p| pod_ready(p) && p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            let sub = p.spec.as_ref()?.subdomain.clone()?;
+            Some(format!("http://{}.{sub}.{ns}.svc:2379", p.name_any()))
+        })
+        .collect();
+    let options = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(3))
+        .with_timeout(Duration::from_secs(5));
+    let mut etcd = etcd_client::Client::connect(endpoints, Some(options))
+        .await
+        .ok()?;
+    let list = etcd.member_list().await.ok()?;
+    Some(list.members().iter().filter(|m| !m.is_learner()).count())
+}
+
+async fn check_keys(client: &Client, ns: &str, keys: &BTreeMap<String, String>) {
+    let mut etcd = etcd_of(client, ns).await;
+    let got = read_keys(&mut etcd, "e2e/").await;
+    assert_eq!(&got, keys, "keys differ");
+}
+
+async fn wait_pods_ready(client: &Client, ns: &str, names: &[String]) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + BOOT;
+    for name in names {
+        loop {
+            if pods
+                .get_opt(name)
+                .await
+                .or_panic()
+                .is_some_and(|p| pod_ready(&p))
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Pod {ns}/{name} never became Ready"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+/// The aenix cluster as its operator and the StatefulSet controller leave it, running.
+async fn build_aenix_cluster(client: &Client, ns: &str) -> Before {
+    let image = format!("quay.io/coreos/etcd:v{VERSION}");
+    let aenix = create_raw(
+        &aenix_api(client, ns),
+        json!({
+            "apiVersion": "etcd.aenix.io/v1alpha1", "kind": "EtcdCluster",
+            "metadata": {"name": NAME, "namespace": ns},
+            "spec": {
+                "replicas": 3,
+                "options": {"quota-backend-bytes": "2147483648"},
+                "podTemplate": {"spec": {"containers": [{"name": "etcd", "image": image}]}},
+                "storage": {"volumeClaimTemplate": {"spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                }}},
+            },
+        }),
+    )
+    .await;
+    let owner = controller_ref(
+        "etcd.aenix.io/v1alpha1",
+        "EtcdCluster",
+        NAME,
+        &aenix.uid().or_panic_none(),
+    );
+    let names: Vec<String> = (0..3).map(member_name).collect();
+    let initial: Vec<String> = names
+        .iter()
+        .map(|m| format!("{m}={}", legacy_peer_url(m, ns)))
+        .collect();
+    create_raw(
+        &Api::<ConfigMap>::namespaced(client.clone(), ns),
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("{NAME}-cluster-state"), "namespace": ns, "ownerReferences": owner},
+            "data": {
+                "ETCD_INITIAL_CLUSTER_STATE": "new",
+                "ETCD_INITIAL_CLUSTER": initial.join(","),
+                "ETCD_INITIAL_CLUSTER_TOKEN": format!("{NAME}-{ns}"),
+            },
+        }),
+    )
+    .await;
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    create_raw(
+        &services,
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": format!("{NAME}-headless"), "namespace": ns, "labels": aenix_labels(), "ownerReferences": owner},
+            "spec": {
+                "clusterIP": "None", "publishNotReadyAddresses": true, "selector": aenix_labels(),
+                "ports": [{"name": "peer", "port": 2380}, {"name": "client", "port": 2379}],
+            },
+        }),
+    )
+    .await;
+    create_raw(
+        &services,
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": NAME, "namespace": ns, "labels": aenix_labels(), "ownerReferences": owner},
+            "spec": {"selector": aenix_labels(), "ports": [{"name": "client", "port": 2379}]},
+        }),
+    )
+    .await;
+    let sts = create_raw(
+        &Api::<StatefulSet>::namespaced(client.clone(), ns),
+        json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": NAME, "namespace": ns, "ownerReferences": owner},
+            "spec": {
+                "replicas": 3, "serviceName": format!("{NAME}-headless"), "podManagementPolicy": "Parallel",
+                "selector": {"matchLabels": aenix_labels()},
+                "template": pod_template(&image),
+                "volumeClaimTemplates": [{
+                    "metadata": {"name": "data"},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+                }],
+            },
+        }),
+    )
+    .await;
+    let sts_owner = controller_ref("apps/v1", "StatefulSet", NAME, &sts.uid().or_panic_none());
+    // As the StatefulSet controller creates them: the claim from the template (selector labels,
+    // no owner), then the Pod with its identity, the claim substituted for the template volume.
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for (i, m) in names.iter().enumerate() {
+        create_raw(
+            &pvcs,
+            json!({
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": format!("data-{m}"), "namespace": ns, "labels": aenix_labels()},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            }),
+        )
+        .await;
+        let mut pod = pod_template(&image);
+        let mut pod_labels = aenix_labels();
+        pod_labels["controller-revision-hash"] = json!(format!("{NAME}-7d4b9c8f5"));
+        pod_labels["statefulset.kubernetes.io/pod-name"] = json!(m);
+        pod_labels["apps.kubernetes.io/pod-index"] = json!(i.to_string());
+        pod["apiVersion"] = json!("v1");
+        pod["kind"] = json!("Pod");
+        pod["metadata"] =
+            json!({"name": m, "namespace": ns, "labels": pod_labels, "ownerReferences": sts_owner});
+        pod["spec"]["hostname"] = json!(m);
+        pod["spec"]["subdomain"] = json!(format!("{NAME}-headless"));
+        pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] =
+            json!(format!("data-{m}"));
+        create_raw(&pods, pod).await;
+    }
+    wait_pods_ready(client, ns, &names).await;
+    Api::<StatefulSet>::namespaced(client.clone(), ns)
+        .patch_status(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {
+                "replicas": 3, "readyReplicas": 3, "currentReplicas": 3, "updatedReplicas": 3,
+                "availableReplicas": 3, "observedGeneration": 1,
+            }})),
+        )
+        .await
+        .or_panic();
+
+    let with_service: Vec<(String, String)> = names
+        .iter()
+        .map(|m| (m.clone(), format!("{NAME}-headless")))
+        .collect();
+    let mut etcd = etcd_at(ns, &with_service).await;
+    let keys = put_keys(&mut etcd, "e2e/", 100).await;
+    let (cluster_id, members) = membership(client, ns).await;
+    assert_eq!(members.len(), 3, "{members:?}");
+    let mut before = Before {
+        pods: BTreeMap::new(),
+        pvcs: BTreeMap::new(),
+        ids: members
+            .iter()
+            .map(|(id, (name, _, _))| (name.clone(), id.clone()))
+            .collect(),
+        cluster_id,
+        keys,
+    };
+    for m in &names {
+        before.pods.insert(
+            m.clone(),
+            pods.get(m).await.or_panic().uid().or_panic_none(),
+        );
+        let pvc = format!("data-{m}");
+        before.pvcs.insert(
+            pvc.clone(),
+            pvcs.get(&pvc).await.or_panic().uid().or_panic_none(),
+        );
+    }
+    before
+}
+
+trait OrPanicNone<T> {
+    fn or_panic_none(self) -> T;
+}
+
+impl<T> OrPanicNone<T> for Option<T> {
+    #[track_caller]
+    fn or_panic_none(self) -> T {
+        self.unwrap_or_else(|| panic!("a value the apiserver always sets is missing"))
+    }
+}
+
+/// `etcd-operator migrate --from-aenix NAME -n ns [extra]`, as a user runs it.
+fn migrate(cp: &ControlPlane, ns: &str, extra: &[&str]) -> Output {
+    let out = std::process::Command::new(bin_dir().join("etcd-operator"))
+        .env("KUBECONFIG", cp.kubeconfig())
+        .args(["migrate", "--from-aenix", NAME, "-n", ns])
+        .args(extra)
+        .output()
+        .or_panic();
+    eprintln!(
+        "migrate {extra:?}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Resource versions of everything the dry run must leave alone.
+async fn versions(client: &Client, ns: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for p in Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .or_panic()
+    {
+        out.insert(
+            format!("pod/{}", p.name_any()),
+            p.resource_version().unwrap_or_default(),
+        );
+    }
+    for p in Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .or_panic()
+    {
+        out.insert(
+            format!("pvc/{}", p.name_any()),
+            p.resource_version().unwrap_or_default(),
+        );
+    }
+    for s in Api::<Service>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .or_panic()
+    {
+        out.insert(
+            format!("svc/{}", s.name_any()),
+            s.resource_version().unwrap_or_default(),
+        );
+    }
+    for s in Api::<StatefulSet>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .or_panic()
+    {
+        out.insert(
+            format!("sts/{}", s.name_any()),
+            s.resource_version().unwrap_or_default(),
+        );
+    }
+    for c in aenix_api(client, ns)
+        .list(&Default::default())
+        .await
+        .or_panic()
+    {
+        out.insert(
+            format!("aenix/{}", c.name_any()),
+            c.resource_version().unwrap_or_default(),
+        );
+    }
+    for c in Api::<EtcdCluster>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .or_panic()
+    {
+        out.insert(
+            format!("etcdcluster/{}", c.name_any()),
+            c.resource_version().unwrap_or_default(),
+        );
+    }
+    for m in Api::<EtcdMember>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .or_panic()
+    {
+        out.insert(
+            format!("etcdmember/{}", m.name_any()),
+            m.resource_version().unwrap_or_default(),
+        );
+    }
+    out
+}
+
+fn restarts(p: &Pod) -> i32 {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == "etcd"))
+        .map(|c| c.restart_count)
+        .unwrap_or(0)
+}
+
+/// The adopted Pods are the aenix ones, running since before the migration, each owned by its
+/// EtcdMember; etcd's cluster ID is unchanged and it still lists the adopted members under their
+/// IDs (and, with `exact`, no other member).
+async fn assert_adopted(client: &Client, ns: &str, before: &Before, exact: bool, log: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let members: Api<EtcdMember> = Api::namespaced(client.clone(), ns);
+    for (name, uid) in &before.pods {
+        let pod = pods
+            .get_opt(name)
+            .await
+            .or_panic()
+            .unwrap_or_else(|| panic!("adopted Pod {name} is gone; {log}"));
+        assert_eq!(
+            pod.uid().as_ref(),
+            Some(uid),
+            "Pod {name} was recreated; {log}"
+        );
+        assert!(
+            pod.metadata.deletion_timestamp.is_none(),
+            "Pod {name} is being deleted; {log}"
+        );
+        assert_eq!(restarts(&pod), 0, "Pod {name}'s etcd restarted; {log}");
+        let m = members.get(name).await.or_panic();
+        assert_eq!(
+            tests_controller_uid(&pod),
+            m.uid(),
+            "Pod {name} is not owned by EtcdMember {name}"
+        );
+        assert_eq!(
+            m.status.as_ref().and_then(|s| s.member_id.clone()).as_ref(),
+            before.ids.get(name),
+            "EtcdMember {name}'s member ID"
+        );
+    }
+    let (cluster_id, etcd) = membership(client, ns).await;
+    assert_eq!(cluster_id, before.cluster_id, "etcd cluster ID");
+    let ids: BTreeMap<String, String> = etcd
+        .iter()
+        .map(|(id, (name, _, _))| (name.clone(), id.clone()))
+        .filter(|(name, _)| exact || before.ids.contains_key(name))
+        .collect();
+    assert_eq!(ids, before.ids, "etcd's member list changed; {log}");
+}
+
+fn tests_controller_uid(obj: &impl kube::Resource) -> Option<String> {
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native_members() {
+    let cp: &'static ControlPlane = ControlPlane::builder()
+        .with_crds()
+        .with_controller_manager()
+        .with_scheduler()
+        .shared()
+        .await
+        .or_panic();
+    let runner = PodRunner::builder().start(cp).await.or_panic();
+    let client = cp.client().or_panic();
+    install_aenix_crd(&client).await;
+    let ns = cp.namespace("aenix").await.or_panic();
+    let started = Instant::now();
+    let before = build_aenix_cluster(&client, &ns).await;
+    eprintln!("aenix cluster built in {:?}", started.elapsed());
+
+    // The dry run prints the plan and changes nothing.
+    let untouched = versions(&client, &ns).await;
+    let out = migrate(cp, &ns, &[]);
+    assert!(out.status.success(), "the dry run failed");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        "[ok] the aenix operator is stopped",
+        "propagationPolicy=Orphan",
+        "etcd-operator.cozystack.io/headless-service-name",
+        "Dry run: nothing was changed",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "{expected:?} not in the plan:\n{stdout}"
+        );
+    }
+    assert!(!stdout.contains("[FAIL]"), "{stdout}");
+    assert_eq!(
+        versions(&client, &ns).await,
+        untouched,
+        "the dry run changed objects"
+    );
+
+    // --apply adopts in place.
+    let out = migrate(cp, &ns, &["--apply"]);
+    assert!(out.status.success(), "the apply failed");
+    assert_adopted(&client, &ns, &before, true, "after --apply").await;
+    let members: Api<EtcdMember> = Api::namespaced(client.clone(), &ns);
+    for name in before.pods.keys() {
+        let m = members.get(name).await.or_panic();
+        let ann = m.annotations();
+        assert_eq!(
+            ann.get(labels::HEADLESS_SERVICE_ANNOTATION)
+                .map(String::as_str),
+            Some("legacy-headless")
+        );
+        assert_eq!(
+            ann.get(labels::DATA_DIR_SUBPATH_ANNOTATION)
+                .map(String::as_str),
+            Some("default.etcd")
+        );
+    }
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    for (name, uid) in &before.pvcs {
+        let pvc = pvcs.get(name).await.or_panic();
+        assert_eq!(pvc.uid().as_ref(), Some(uid), "PVC {name} was recreated");
+        assert_eq!(
+            pvc.labels().get(labels::CLUSTER).map(String::as_str),
+            Some(NAME)
+        );
+        assert!(
+            tests_controller_uid(&pvc).is_some(),
+            "PVC {name} has no owner"
+        );
+    }
+    assert!(
+        Api::<StatefulSet>::namespaced(client.clone(), &ns)
+            .get_opt(NAME)
+            .await
+            .or_panic()
+            .is_none(),
+        "the StatefulSet is still there"
+    );
+    assert!(
+        aenix_api(&client, &ns)
+            .get_opt(NAME)
+            .await
+            .or_panic()
+            .is_none(),
+        "the aenix EtcdCluster is still there"
+    );
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let headless = services.get(NAME).await.or_panic();
+    assert_eq!(
+        headless.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()),
+        Some("None"),
+        "Service {NAME} is not headless"
+    );
+    assert!(services
+        .get_opt(&format!("{NAME}-client"))
+        .await
+        .or_panic()
+        .is_some());
+    let legacy_svc = services.get(&format!("{NAME}-headless")).await.or_panic();
+    assert_eq!(
+        legacy_svc.owner_references().len(),
+        3,
+        "the legacy headless Service is owned by the three adopted members"
+    );
+    let status = Api::<EtcdCluster>::namespaced(client.clone(), &ns)
+        .get(NAME)
+        .await
+        .or_panic()
+        .status
+        .unwrap_or_default();
+    assert_eq!(status.cluster_id.as_ref(), Some(&before.cluster_id));
+    check_keys(&client, &ns, &before.keys).await;
+
+    // Our operator takes it from here and keeps it as it is.
+    let lease_ns = cp.namespace("operator").await.or_panic();
+    let operator = Operator::start(cp, &lease_ns, None).await.or_panic();
+    let env = Env {
+        cp,
+        runner,
+        operator,
+    };
+    let log = format!("operator log: {}", env.operator.log().display());
+    env.wait_healthy(&ns, NAME, 3, BOOT).await;
+    let settle = Instant::now() + SETTLE;
+    while Instant::now() < settle {
+        assert_adopted(&client, &ns, &before, true, &log).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let text = std::fs::read_to_string(env.operator.log()).unwrap_or_default();
+    for write in [
+        "added member as learner",
+        "removed member from etcd",
+        "removed a ghost member",
+        "deleting member",
+    ] {
+        assert!(
+            !text.contains(write),
+            "the operator changed etcd membership while adopting ({write:?}); {log}"
+        );
+    }
+    check_keys(&client, &ns, &before.keys).await;
+
+    // A scale-up adds a native member.
+    env.scale(&ns, NAME, 4).await;
+    env.wait_healthy(&ns, NAME, 4, BOOT).await;
+    let native: Vec<EtcdMember> = env
+        .members(&ns, NAME)
+        .await
+        .into_iter()
+        .filter(|m| !before.pods.contains_key(&m.name_any()))
+        .collect();
+    assert_eq!(native.len(), 1, "one member was added");
+    assert_native(&client, &ns, &native[0]).await;
+    assert_adopted(&client, &ns, &before, false, &log).await;
+    check_keys(&client, &ns, &before.keys).await;
+
+    // On request, the adopted members are replaced one at a time by native ones.
+    Api::<EtcdCluster>::namespaced(client.clone(), &ns)
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"metadata": {"annotations": {labels::REPLACE_ADOPTED_ANNOTATION: "true"}}}),
+            ),
+        )
+        .await
+        .or_panic();
+    let deadline = Instant::now() + BOOT * 4;
+    let mut min_voters = usize::MAX;
+    loop {
+        let members = env.members(&ns, NAME).await;
+        let adopted = members
+            .iter()
+            .filter(|m| before.pods.contains_key(&m.name_any()))
+            .count();
+        if let Some(voters) = try_voters(&client, &ns).await {
+            min_voters = min_voters.min(voters);
+        }
+        let c = env.cluster(&ns, NAME).await;
+        if adopted == 0 && tests::e2e::healthy(&c, 4) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "adopted members left: {adopted}; {log}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    assert!(
+        min_voters >= 3,
+        "a replacement left fewer than 3 voters of 4 ({min_voters}): not one at a time"
+    );
+    let (cluster_id, etcd) = membership(&client, &ns).await;
+    assert_eq!(cluster_id, before.cluster_id, "cluster ID changed");
+    assert_eq!(etcd.len(), 4, "{etcd:?}");
+    for (name, url, learner) in etcd.values() {
+        assert!(!learner, "{name} is a learner");
+        assert_eq!(
+            url,
+            &format!("http://{name}.{NAME}.{ns}.svc:2380"),
+            "{name} is not native"
+        );
+    }
+    for m in env.members(&ns, NAME).await {
+        assert_native(&client, &ns, &m).await;
+    }
+    check_keys(&client, &ns, &before.keys).await;
+    // The legacy headless Service went with the last adopted member.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while services
+        .get_opt(&format!("{NAME}-headless"))
+        .await
+        .or_panic()
+        .is_some()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the legacy headless Service outlived the adopted members"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// A member the operator created: no reserved annotation, its Pod under the cluster's own Service.
+async fn assert_native(client: &Client, ns: &str, m: &EtcdMember) {
+    let name = m.name_any();
+    for key in [
+        labels::HEADLESS_SERVICE_ANNOTATION,
+        labels::DATA_DIR_SUBPATH_ANNOTATION,
+    ] {
+        assert!(
+            !m.annotations().contains_key(key),
+            "native member {name} carries {key}"
+        );
+    }
+    let pod = Api::<Pod>::namespaced(client.clone(), ns)
+        .get(&name)
+        .await
+        .or_panic();
+    let spec = pod.spec.clone().unwrap_or_default();
+    assert_eq!(
+        spec.subdomain.as_deref(),
+        Some(NAME),
+        "Pod {name}'s subdomain"
+    );
+    let args = spec.containers[0].args.clone().unwrap_or_default();
+    assert!(
+        args.contains(&format!(
+            "--initial-advertise-peer-urls=http://{name}.{NAME}.{ns}.svc:2380"
+        )),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--data-dir=/var/lib/etcd".to_string()),
+        "{args:?}"
+    );
+}
