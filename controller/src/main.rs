@@ -55,6 +55,16 @@ struct Args {
     /// Log lines as `text` or `json` (one JSON object per line, for log collectors).
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Without a subcommand the binary runs the controller.
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+enum Command {
+    /// The program of snapshot Jobs and restore init containers (docs/snapshots.md).
+    #[command(subcommand)]
+    SnapshotAgent(controller::agent::AgentCommand),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -136,6 +146,9 @@ async fn main() -> anyhow::Result<()> {
     match args.log_format {
         LogFormat::Text => subscriber.init(),
         LogFormat::Json => subscriber.json().init(),
+    }
+    if let Some(Command::SnapshotAgent(command)) = args.command.clone() {
+        std::process::exit(controller::agent::run(command).await);
     }
     if args.operator_image.as_deref() == Some(PLACEHOLDER_IMAGE) {
         bail!(
@@ -239,6 +252,67 @@ mod tests {
         let args = Args::parse_from(["etcd-operator", "--log-format=json"]);
         assert_eq!(args.log_format, LogFormat::Json);
         assert!(Args::try_parse_from(["etcd-operator", "--log-format=yaml"]).is_err());
+    }
+
+    #[test]
+    fn without_a_subcommand_the_controller_runs_and_the_agent_parses_its_contract() {
+        let args = Args::parse_from(["etcd-operator", "--leader-elect=false"]);
+        assert!(args.command.is_none());
+        let args = Args::parse_from([
+            "etcd-operator",
+            "snapshot-agent",
+            "save",
+            "--endpoints=https://a:2379,https://b:2379",
+            "--snapshot-name=s",
+            "--snapshot-uid=u",
+            "--ca-file=/ca",
+            "--cert-file=/c",
+            "--key-file=/k",
+            "--s3-bucket=b",
+            "--s3-key=p/",
+            "--s3-endpoint=https://minio:9000",
+            "--s3-force-path-style",
+            "--s3-ca-file=/s3ca",
+            "--termination-log=/tmp/t",
+        ]);
+        let Some(Command::SnapshotAgent(controller::agent::AgentCommand::Save(save))) =
+            args.command
+        else {
+            panic!("not a save: {args:?}");
+        };
+        assert_eq!(save.endpoints, ["https://a:2379", "https://b:2379"]);
+        assert_eq!(save.s3.s3_region, "us-east-1");
+        assert!(save.s3.s3_force_path_style);
+        let args = Args::parse_from([
+            "etcd-operator",
+            "snapshot-agent",
+            "restore",
+            "--data-dir=/var/lib/etcd",
+            "--name=m0",
+            "--initial-cluster=m0=https://m0:2380",
+            "--initial-cluster-token=t",
+            "--initial-advertise-peer-urls=https://m0:2380",
+            "--etcdutl=/usr/local/bin/etcdutl",
+            "--pvc-file=/backup/s.db",
+            "--expected-sha256=sha256:00",
+        ]);
+        assert!(matches!(
+            args.command,
+            Some(Command::SnapshotAgent(
+                controller::agent::AgentCommand::Restore(_)
+            ))
+        ));
+        // --cert-file without --key-file is refused by the parser.
+        assert!(Args::try_parse_from([
+            "etcd-operator",
+            "snapshot-agent",
+            "save",
+            "--endpoints=http://a:2379",
+            "--snapshot-name=s",
+            "--snapshot-uid=u",
+            "--cert-file=/c",
+        ])
+        .is_err());
     }
 
     #[test]
