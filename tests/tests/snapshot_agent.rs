@@ -770,6 +770,79 @@ async fn restore_into_a_too_small_filesystem_fails_early_with_both_sizes() {
     );
 }
 
+#[tokio::test]
+async fn s3_save_peak_memory_does_not_grow_with_the_database() {
+    let bins = Testbins::from_env().or_panic();
+    let tmp = temp_root().or_panic();
+    let root = tmp.path();
+    let minio = Minio::start(&bins, root, false).await.or_panic();
+    let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 10).await;
+    let mut client = etcd.client().await.or_panic();
+    let value = vec![b'y'; 1024 * 1024];
+    let mut sizes = Vec::new();
+    // ~40 MiB (five parts), then ~120 MiB (fifteen parts).
+    for (name, puts) in [("medium", 0..40), ("big", 40..120)] {
+        for i in puts {
+            client
+                .put(format!("big/{i}"), value.clone(), None)
+                .await
+                .or_panic();
+        }
+        let (rss, run) = peak_rss_and_run(root, &minio, &etcd, name).await;
+        let size = run.result["artifact"]["sizeBytes"].as_u64().unwrap_or(0);
+        eprintln!("agent peak RSS {rss} bytes saving a {size}-byte snapshot");
+        sizes.push((size, rss));
+    }
+    let [(medium_size, medium), (big_size, big)] = sizes[..] else {
+        unreachable!()
+    };
+    assert!(
+        big_size > 3 * medium_size / 2 && big_size > 100 << 20,
+        "{sizes:?}"
+    );
+    assert!(
+        big < 64 << 20,
+        "peak RSS {big} bytes saving {big_size} bytes (target: under 64 MiB)"
+    );
+    // Three times the data (100 MiB more), at most allocator noise more memory (two parts'
+    // worth); buffering the snapshot would add the 100 MiB.
+    assert!(
+        big < medium + (16 << 20),
+        "peak RSS grew from {medium} bytes ({medium_size}-byte snapshot) to {big} bytes ({big_size}-byte snapshot)"
+    );
+    etcd.stop();
+}
+
+/// Run a save and sample its VmHWM (peak resident set) until it exits.
+async fn peak_rss_and_run(root: &Path, minio: &Minio, etcd: &Etcd, name: &str) -> (u64, Run) {
+    let agent =
+        agent_with(root, &save_args(etcd, name, &format!("uid-{name}"))).s3(minio, &minio.writer);
+    let started = Instant::now();
+    let (mut child, log, term) = agent.spawn(&format!("save-{name}"));
+    let pid = child.id().unwrap_or(0);
+    let mut peak = 0u64;
+    let status = loop {
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            if let Some(kb) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            {
+                peak = peak.max(kb * 1024);
+            }
+        }
+        if let Some(status) = child.try_wait().or_panic() {
+            break status;
+        }
+        assert!(started.elapsed() < AGENT_TIMEOUT, "the save ran too long");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let run = finish(status, &log, &term, started.elapsed());
+    assert_eq!(run.code(), Some(0), "{}", run.output);
+    assert!(peak > 0, "no VmHWM sampled");
+    (peak, run)
+}
+
 async fn wait_for_log(log: &Path, needle: &str, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     loop {
