@@ -309,7 +309,10 @@ async fn s3_snapshot_over_tls_is_the_stored_object_and_restores_with_a_new_clust
         Some(sha256_hex(&body).as_str()),
         "{meta:?}"
     );
-    assert_eq!(minio.uploads().await, Vec::<String>::new());
+    assert_eq!(
+        minio.uploads("backups/snap-1.db").await,
+        Vec::<String>::new()
+    );
 
     // The same snapshot again (a retried Job) may overwrite its own object.
     let again = agent_with(root, &save_args(&etcd, "snap-1", "uid-1"))
@@ -633,7 +636,9 @@ async fn s3_refusals_fail_closed_with_the_cause_and_the_fix() {
 
     let keys: Vec<String> = minio.objects().await.into_iter().map(|(k, _)| k).collect();
     assert_eq!(keys, ["taken.db"]);
-    assert_eq!(minio.uploads().await, Vec::<String>::new());
+    for key in ["taken.db", "new-one.db"] {
+        assert_eq!(minio.uploads(key).await, Vec::<String>::new(), "{key}");
+    }
     etcd.stop();
 }
 
@@ -643,6 +648,23 @@ async fn s3_killed_mid_upload_leaves_no_object_and_no_upload() {
     let tmp = temp_root().or_panic();
     let root = tmp.path();
     let mut minio = Minio::start(&bins, root, false).await.or_panic();
+    // The listing used below sees an in-progress upload.
+    let s3 = minio.root_client();
+    let probe = s3
+        .create_multipart_upload()
+        .bucket(&minio.bucket)
+        .key("probe.db")
+        .send()
+        .await
+        .or_panic_debug();
+    assert_eq!(minio.uploads("probe.db").await, ["probe.db"]);
+    s3.abort_multipart_upload()
+        .bucket(&minio.bucket)
+        .key("probe.db")
+        .upload_id(probe.upload_id().unwrap_or_default())
+        .send()
+        .await
+        .or_panic_debug();
     let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 1).await;
     // ~48 MiB of values: six parts of 8 MiB.
     let mut client = etcd.client().await.or_panic();
@@ -684,7 +706,7 @@ async fn s3_killed_mid_upload_leaves_no_object_and_no_upload() {
         "no partial object"
     );
     assert_eq!(
-        minio.uploads().await,
+        minio.uploads("big.db").await,
         Vec::<String>::new(),
         "no dangling multipart upload"
     );

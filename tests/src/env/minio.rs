@@ -277,12 +277,14 @@ impl Minio {
             .collect()
     }
 
-    /// Keys of the in-progress multipart uploads.
-    pub async fn uploads(&self) -> Vec<String> {
+    /// Keys of the in-progress multipart uploads of `key`. MinIO lists uploads per object only:
+    /// without the exact key as the prefix it answers with none.
+    pub async fn uploads(&self, key: &str) -> Vec<String> {
         let out = self
             .root_client()
             .list_multipart_uploads()
             .bucket(&self.bucket)
+            .prefix(key)
             .send()
             .await
             .unwrap_or_else(|e| panic!("listing multipart uploads: {e:?}"));
