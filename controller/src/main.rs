@@ -60,13 +60,16 @@ struct Args {
     command: Option<Command>,
 }
 
-#[derive(clap::Subcommand, Debug)]
+#[derive(clap::Subcommand, Debug, Clone)]
 enum Command {
     /// Adopt a running cluster of another operator in place (dry run unless --apply).
     Migrate(MigrateArgs),
+    /// The program of snapshot Jobs and restore init containers (docs/snapshots.md).
+    #[command(subcommand)]
+    SnapshotAgent(Box<controller::agent::AgentCommand>),
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 struct MigrateArgs {
     /// Name of the `etcd.aenix.io/v1alpha1` EtcdCluster to adopt.
     #[arg(long, value_name = "CLUSTER")]
@@ -177,6 +180,9 @@ async fn main() -> anyhow::Result<()> {
     match args.log_format {
         LogFormat::Text => subscriber.init(),
         LogFormat::Json => subscriber.json().init(),
+    }
+    if let Some(Command::SnapshotAgent(command)) = args.command.clone() {
+        std::process::exit(controller::agent::run(*command).await);
     }
     if args.operator_image.as_deref() == Some(PLACEHOLDER_IMAGE) {
         bail!(
@@ -314,6 +320,66 @@ mod tests {
             ("etcd", Some("prod"), false)
         );
         assert!(Args::try_parse_from(["etcd-operator", "migrate"]).is_err());
+    }
+
+    #[test]
+    fn without_a_subcommand_the_controller_runs_and_the_agent_parses_its_contract() {
+        let args = Args::parse_from(["etcd-operator", "--leader-elect=false"]);
+        assert!(args.command.is_none());
+        let args = Args::parse_from([
+            "etcd-operator",
+            "snapshot-agent",
+            "save",
+            "--endpoints=https://a:2379,https://b:2379",
+            "--snapshot-name=s",
+            "--snapshot-uid=u",
+            "--ca-file=/ca",
+            "--cert-file=/c",
+            "--key-file=/k",
+            "--s3-bucket=b",
+            "--s3-key=p/",
+            "--s3-endpoint=https://minio:9000",
+            "--s3-force-path-style",
+            "--s3-ca-file=/s3ca",
+            "--termination-log=/tmp/t",
+        ]);
+        let Some(Command::SnapshotAgent(agent)) = args.command else {
+            panic!("not the agent: {args:?}");
+        };
+        let controller::agent::AgentCommand::Save(save) = *agent else {
+            panic!("not a save: {agent:?}");
+        };
+        assert_eq!(save.endpoints, ["https://a:2379", "https://b:2379"]);
+        assert_eq!(save.s3.s3_region, "us-east-1");
+        assert!(save.s3.s3_force_path_style);
+        let args = Args::parse_from([
+            "etcd-operator",
+            "snapshot-agent",
+            "restore",
+            "--data-dir=/var/lib/etcd",
+            "--name=m0",
+            "--initial-cluster=m0=https://m0:2380",
+            "--initial-cluster-token=t",
+            "--initial-advertise-peer-urls=https://m0:2380",
+            "--etcdutl=/usr/local/bin/etcdutl",
+            "--pvc-file=/backup/s.db",
+            "--expected-sha256=sha256:00",
+        ]);
+        assert!(matches!(
+            args.command,
+            Some(Command::SnapshotAgent(ref a)) if matches!(**a, controller::agent::AgentCommand::Restore(_))
+        ));
+        // --cert-file without --key-file is refused by the parser.
+        assert!(Args::try_parse_from([
+            "etcd-operator",
+            "snapshot-agent",
+            "save",
+            "--endpoints=http://a:2379",
+            "--snapshot-name=s",
+            "--snapshot-uid=u",
+            "--cert-file=/c",
+        ])
+        .is_err());
     }
 
     #[test]

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use tests::e2e::{condition, env, pod_ready, spec, Env};
+use tests::e2e::{condition, env, spec, Env};
 use tests::env::{cert_manager, CertManager, ControlPlane};
 use tests::operator::Operator;
 use tests::OrPanic;
@@ -148,17 +148,6 @@ fn tls_spec(
     }
 }
 
-async fn ready_pods(env: &Env, ns: &str, cluster: &str) -> Vec<Pod> {
-    Api::<Pod>::namespaced(env.client(), ns)
-        .list(&ListParams::default().labels(&api::labels::cluster_selector(cluster)))
-        .await
-        .or_panic()
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
-        .collect()
-}
-
 /// An etcd client on the Ready members, `https` with the given CA and optional identity.
 async fn dial(
     env: &Env,
@@ -167,7 +156,8 @@ async fn dial(
     tls: Option<(&str, Option<(&str, &str)>)>,
 ) -> etcd_client::Client {
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let endpoints: Vec<String> = ready_pods(env, ns, cluster)
+    let endpoints: Vec<String> = env
+        .ready_pods(ns, cluster)
         .await
         .iter()
         .map(|p| format!("{scheme}://{}.{cluster}.{ns}.svc:2379", p.name_any()))
@@ -207,45 +197,23 @@ async fn refused(mut etcd: etcd_client::Client) -> bool {
     etcd.get("tls/0000", None).await.is_err()
 }
 
-/// `etcdctl` inside a Ready member Pod; `(exit code, stdout, stderr)`.
-async fn etcdctl(
-    env: &Env,
-    ns: &str,
-    cluster: &str,
-    args: &[&str],
-) -> (Option<i32>, String, String) {
-    let pod = ready_pods(env, ns, cluster)
-        .await
-        .into_iter()
-        .next()
-        .expect("a ready member Pod to exec into");
-    let mut argv = vec!["etcdctl", "--command-timeout=5s"];
-    argv.extend_from_slice(args);
-    let out = env
-        .runner
-        .exec(ns, &pod.name_any(), "etcd", &argv)
-        .await
-        .or_panic();
-    (out.code, out.stdout, out.stderr)
-}
-
 /// `etcdctl member list` over mTLS with the member's own client-listener certificate (it carries
 /// the clientAuth usage): the runbook's command.
 async fn member_list_over_mtls(env: &Env, ns: &str, cluster: &str) -> Vec<String> {
-    let (code, stdout, stderr) = etcdctl(
-        env,
-        ns,
-        cluster,
-        &[
-            "--endpoints=https://localhost:2379",
-            "--cacert=/etc/etcd/tls/client/ca.crt",
-            "--cert=/etc/etcd/tls/client/tls.crt",
-            "--key=/etc/etcd/tls/client/tls.key",
-            "member",
-            "list",
-        ],
-    )
-    .await;
+    let (code, stdout, stderr) = env
+        .etcdctl(
+            ns,
+            cluster,
+            &[
+                "--endpoints=https://localhost:2379",
+                "--cacert=/etc/etcd/tls/client/ca.crt",
+                "--cert=/etc/etcd/tls/client/tls.crt",
+                "--key=/etc/etcd/tls/client/tls.key",
+                "member",
+                "list",
+            ],
+        )
+        .await;
     assert_eq!(code, Some(0), "etcdctl over mTLS failed: {stderr}");
     stdout.lines().map(str::to_string).collect()
 }
@@ -297,7 +265,7 @@ async fn byo_mtls_cluster_waits_for_its_secret_then_serves_only_tls_clients_and_
     env.wait_healthy(&ns, name, 3, BOOT).await;
 
     // Every member Pod runs etcd with client mTLS and peer mTLS from whole-Secret volumes.
-    for pod in ready_pods(env, &ns, name).await {
+    for pod in env.ready_pods(&ns, name).await {
         let spec = pod.spec.clone().expect("Pod spec");
         let args = spec.containers[0].args.clone().unwrap_or_default();
         for want in [
@@ -344,26 +312,26 @@ async fn byo_mtls_cluster_waits_for_its_secret_then_serves_only_tls_clients_and_
         refused(dial(env, &ns, name, Some((&ca, None))).await).await,
         "TLS client without a certificate served"
     );
-    let (code, _, _) = etcdctl(
-        env,
-        &ns,
-        name,
-        &["--endpoints=http://localhost:2379", "get", "tls/0000"],
-    )
-    .await;
+    let (code, _, _) = env
+        .etcdctl(
+            &ns,
+            name,
+            &["--endpoints=http://localhost:2379", "get", "tls/0000"],
+        )
+        .await;
     assert_ne!(code, Some(0), "plaintext etcdctl served");
-    let (code, _, _) = etcdctl(
-        env,
-        &ns,
-        name,
-        &[
-            "--endpoints=https://localhost:2379",
-            "--cacert=/etc/etcd/tls/client/ca.crt",
-            "get",
-            "tls/0000",
-        ],
-    )
-    .await;
+    let (code, _, _) = env
+        .etcdctl(
+            &ns,
+            name,
+            &[
+                "--endpoints=https://localhost:2379",
+                "--cacert=/etc/etcd/tls/client/ca.crt",
+                "get",
+                "tls/0000",
+            ],
+        )
+        .await;
     assert_ne!(code, Some(0), "etcdctl without a client certificate served");
 
     // 3 → 5 → 3 through the operator's TLS client, every key kept.
@@ -410,18 +378,18 @@ async fn server_tls_only_and_peer_only_clusters_form_and_serve() {
         refused(dial(env, &ns, "srv", None).await).await,
         "plaintext client served"
     );
-    let (code, stdout, stderr) = etcdctl(
-        env,
-        &ns,
-        "srv",
-        &[
-            "--endpoints=https://localhost:2379",
-            "--cacert=/etc/etcd/tls/client/ca.crt",
-            "member",
-            "list",
-        ],
-    )
-    .await;
+    let (code, stdout, stderr) = env
+        .etcdctl(
+            &ns,
+            "srv",
+            &[
+                "--endpoints=https://localhost:2379",
+                "--cacert=/etc/etcd/tls/client/ca.crt",
+                "member",
+                "list",
+            ],
+        )
+        .await;
     assert_eq!(
         code,
         Some(0),
@@ -437,13 +405,13 @@ async fn server_tls_only_and_peer_only_clusters_form_and_serve() {
     let mut etcd = dial(env, &ns, "peer", None).await;
     let keys = write_keys(&mut etcd, 20).await;
     check_keys(&mut etcd, &keys).await;
-    let (code, stdout, stderr) = etcdctl(
-        env,
-        &ns,
-        "peer",
-        &["--endpoints=http://localhost:2379", "member", "list"],
-    )
-    .await;
+    let (code, stdout, stderr) = env
+        .etcdctl(
+            &ns,
+            "peer",
+            &["--endpoints=http://localhost:2379", "member", "list"],
+        )
+        .await;
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(stdout.lines().count(), 3, "{stdout}");
     assert!(
@@ -726,7 +694,7 @@ async fn cert_manager_mtls_cluster_gets_its_certificates_serves_only_tls_clients
     env.wait_healthy(&ns, name, 3, Duration::from_secs(300))
         .await;
     // The members mount cert-manager's Secrets, with client and peer mTLS, as BYO Secrets are.
-    for pod in ready_pods(env, &ns, name).await {
+    for pod in env.ready_pods(&ns, name).await {
         let spec = pod.spec.clone().expect("Pod spec");
         let args = spec.containers[0].args.clone().unwrap_or_default();
         for want in [
@@ -766,13 +734,13 @@ async fn cert_manager_mtls_cluster_gets_its_certificates_serves_only_tls_clients
         refused(dial(env, &ns, name, Some((&ca, None))).await).await,
         "TLS client without a certificate served"
     );
-    let (code, _, _) = etcdctl(
-        env,
-        &ns,
-        name,
-        &["--endpoints=http://localhost:2379", "get", "tls/0000"],
-    )
-    .await;
+    let (code, _, _) = env
+        .etcdctl(
+            &ns,
+            name,
+            &["--endpoints=http://localhost:2379", "get", "tls/0000"],
+        )
+        .await;
     assert_ne!(code, Some(0), "plaintext etcdctl served");
 
     // 3 → 5 → 3 through the operator's TLS client, every key kept.

@@ -11,8 +11,9 @@
 #     helm/              helm
 #     cert-manager/      controller cainjector (cert-manager's own webhook is not built)
 #     cert-manager-crds/ cert-manager CRD YAML (Certificate, Issuer, ...), same release
+#     minio/             minio (the S3 server), minio-setup (users and policies via madmin)
 #
-# <hash> covers every go.mod, go.sum and tools.go under tools/testbins and this
+# <hash> covers every go.mod, go.sum and .go file under tools/testbins and this
 # script, so bumping a version builds into a fresh directory. Each part is built
 # only when its .done marker is missing, so an interrupted build resumes.
 #
@@ -50,7 +51,7 @@ die() {
 inputs_hash() {
 	(
 		cd "$here"
-		find . \( -name go.mod -o -name go.sum -o -name tools.go -o -name build.sh \) -type f -print |
+		find . \( -name go.mod -o -name go.sum -o -name '*.go' -o -name build.sh \) -type f -print |
 			LC_ALL=C sort |
 			while IFS= read -r f; do
 				printf '%s\n' "$f"
@@ -182,6 +183,20 @@ build_cert_manager() { # build_cert_manager <out> <module dir>
 	echo "$version" >"$out/VERSION"
 }
 
+build_minio() { # build_minio <out> <module dir>
+	local out=$1 mod=$2 version
+	version=$(mod_version "$mod" github.com/minio/minio)
+	# MinIO's release tags are not semver; the module proxy serves commits as pseudo-versions.
+	# Its version variables are left alone (they must parse as release times).
+	gobuild "$mod" "-s -w" -o "$out/minio" github.com/minio/minio
+	gobuild "$mod" "-s -w" -o "$out/minio-setup" ./minio-setup
+	local got
+	got=$("$out/minio" --version 2>&1 | head -1)
+	[[ $got == "minio version "* ]] || die "minio --version printed '$got'"
+	"$out/minio-setup" -h 2>&1 | grep -q -- -policy || die "minio-setup -h does not list -policy"
+	echo "$version" >"$out/VERSION"
+}
+
 build_cert_manager_crds() { # build_cert_manager_crds <out>
 	local out=$1 tmp json src sum
 	tmp=$(mktemp -d)
@@ -266,7 +281,7 @@ part() {
 	log "$name built in $((SECONDS - start))s"
 }
 
-all_parts=(k8s etcd-3.6 etcd-3.5 helm cert-manager cert-manager-crds)
+all_parts=(k8s etcd-3.6 etcd-3.5 helm cert-manager cert-manager-crds minio)
 for m in "$here"/k8s-1.*/; do
 	[[ -f $m/go.mod ]] && all_parts+=("$(basename "$m")")
 done
@@ -297,6 +312,9 @@ for name in "${want[@]}"; do
 		;;
 	cert-manager-crds)
 		part cert-manager-crds required build_cert_manager_crds
+		;;
+	minio)
+		part minio required build_minio "$here/minio"
 		;;
 	*)
 		die "unknown part '$name' (known: ${all_parts[*]})"

@@ -633,7 +633,7 @@ fn install_crypto_provider() {
 
 /// `$TMPDIR/etcd-operator-tests/<binary>-<pid>-XXXX`. Roots of test binaries that are gone (a
 /// shared control plane's root is never dropped) are removed first.
-fn temp_root() -> Result<tempfile::TempDir, Error> {
+pub fn temp_root() -> Result<tempfile::TempDir, Error> {
     let base = std::env::temp_dir().join("etcd-operator-tests");
     fs::create_dir_all(&base).map_err(Error::io(format!("creating {}", base.display())))?;
     if let Ok(entries) = fs::read_dir(&base) {
@@ -660,7 +660,7 @@ fn temp_root() -> Result<tempfile::TempDir, Error> {
 
 /// A loopback port free right now. Another process may take it before the component binds it;
 /// callers retry with a new port when the component says so ([`port_taken`]).
-fn free_port() -> Result<u16, Error> {
+pub(crate) fn free_port() -> Result<u16, Error> {
     let listener =
         TcpListener::bind("127.0.0.1:0").map_err(Error::io("binding a loopback port"))?;
     let port = listener
@@ -716,7 +716,7 @@ async fn start_etcd(bin: &Path, root: &Path, log_dir: &Path) -> Result<(Process,
 }
 
 /// etcd's `/health` over plain HTTP/1.0 (no client needed for one loopback GET).
-async fn etcd_healthy(addr: String) -> Result<Option<()>, String> {
+pub(crate) async fn etcd_healthy(addr: String) -> Result<Option<()>, String> {
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(&addr).await?;
         stream
@@ -882,7 +882,7 @@ async fn get_text(client: Client, path: &str) -> Result<Option<()>, String> {
 
 /// Poll `probe` until it yields a value, failing early when a watched process exits and with the
 /// probe's last complaint and every log's tail on timeout.
-pub(super) async fn wait_until<T, F, Fut>(
+pub(crate) async fn wait_until<T, F, Fut>(
     what: &str,
     timeout: Duration,
     watched: &[&Process],

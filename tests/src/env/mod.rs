@@ -1,13 +1,16 @@
 //! The test environment: which binaries to run ([`testbins`]), the PKI they trust ([`pki`]), how
 //! children are started, contained and logged ([`process`], [`logs`]), the control plane built
-//! from them ([`control_plane`]), and cert-manager running against it ([`cert_manager`]).
+//! from them ([`control_plane`]), cert-manager running against it ([`cert_manager`]), standalone
+//! etcd members ([`etcd`]) and a MinIO S3 server ([`minio`]).
 //!
 //! Owns every process the tests start. Must not reach anything but loopback: every component binds
 //! to 127.0.0.1 and is dialled there.
 
 pub mod cert_manager;
 pub mod control_plane;
+pub mod etcd;
 pub mod logs;
+pub mod minio;
 pub mod pki;
 pub mod process;
 pub mod testbins;

@@ -32,7 +32,7 @@ pub struct Authority {
 }
 
 impl Authority {
-    fn new(common_name: &str) -> Result<Self, Error> {
+    pub fn new(common_name: &str) -> Result<Self, Error> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::default();
         params.distinguished_name = DistinguishedName::new();

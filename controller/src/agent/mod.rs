@@ -1,0 +1,218 @@
+//! The snapshot agent: `etcd-operator snapshot-agent save|restore`, the program a snapshot Job
+//! and a seed member's `restore` init container run (docs/snapshots.md).
+//!
+//! Owns the command line of both subcommands, the outcome written to the termination log
+//! (`{"artifact":{...}}` or `{"error":"..."}`) and the exit codes: 0 success, 2 a permanent
+//! failure a retry cannot fix (overwrite refused, access denied, bad credentials, bad input),
+//! 1 anything else. Saving is in [`save`], restoring in [`restore`], the storage backends in
+//! [`s3`] and [`pvc`].
+
+pub mod pvc;
+pub mod restore;
+pub mod s3;
+pub mod save;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+/// `etcd-operator snapshot-agent <save|restore>`.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum AgentCommand {
+    /// Stream a snapshot of a running etcd cluster to S3 or a PVC.
+    Save(save::SaveArgs),
+    /// Fetch a snapshot and restore it into an empty member data directory.
+    Restore(restore::RestoreArgs),
+}
+
+/// Where an S3 object lives and how to reach it (`--s3-*`); credentials come from the
+/// environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct S3Args {
+    /// Bucket; selects the S3 backend.
+    #[arg(long)]
+    pub s3_bucket: Option<String>,
+    /// Save: key prefix (the agent appends `<snapshot-name>.db`). Restore: the exact object key.
+    #[arg(long)]
+    pub s3_key: Option<String>,
+    /// Endpoint URL (`https://minio.example:9000`); AWS S3 when absent.
+    #[arg(long)]
+    pub s3_endpoint: Option<String>,
+    #[arg(long, default_value = "us-east-1")]
+    pub s3_region: String,
+    /// Path-style addressing (`<endpoint>/<bucket>/<key>`), as MinIO and Ceph usually need.
+    #[arg(long)]
+    pub s3_force_path_style: bool,
+    /// PEM CA bundle trusted for the endpoint instead of the system roots.
+    #[arg(long)]
+    pub s3_ca_file: Option<PathBuf>,
+}
+
+/// A failure, with the message the termination log carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub message: String,
+    /// A retry with the same input cannot succeed (exit 2).
+    pub permanent: bool,
+}
+
+impl Failure {
+    /// Bad input, refused overwrite, denied access: exit 2.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            permanent: true,
+        }
+    }
+
+    /// Network, server or disk trouble a retry may get past: exit 1.
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            permanent: false,
+        }
+    }
+
+    pub fn exit_code(&self) -> u8 {
+        if self.permanent {
+            2
+        } else {
+            1
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The stored snapshot, as `EtcdSnapshot.status.artifact` takes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Artifact {
+    pub uri: String,
+    pub size_bytes: u64,
+    /// `sha256:<hex>`.
+    pub checksum: String,
+}
+
+/// What the termination log says.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Outcome {
+    Artifact(Artifact),
+    Restored(Artifact),
+    Skipped(String),
+    Error(String),
+}
+
+/// Run one agent command and turn its outcome into the termination log and an exit code.
+pub async fn run(command: AgentCommand) -> i32 {
+    let (log, result) = match command {
+        AgentCommand::Save(args) => {
+            let log = args.termination_log.clone();
+            (log, save::run(args).await.map(Outcome::Artifact))
+        }
+        AgentCommand::Restore(args) => {
+            let log = args.termination_log.clone();
+            (log, restore::run(args).await)
+        }
+    };
+    match result {
+        Ok(outcome) => {
+            write_termination_log(&log, &outcome);
+            0
+        }
+        Err(failure) => {
+            tracing::error!(permanent = failure.permanent, "{}", failure.message);
+            write_termination_log(&log, &Outcome::Error(failure.message.clone()));
+            i32::from(failure.exit_code())
+        }
+    }
+}
+
+fn write_termination_log(path: &Path, outcome: &Outcome) {
+    let text = match serde_json::to_string(outcome) {
+        Ok(t) => t,
+        Err(e) => format!(r#"{{"error":"serialising the outcome: {e}"}}"#),
+    };
+    println!("{text}");
+    if let Err(e) = std::fs::write(path, &text) {
+        tracing::warn!(path = %path.display(), error = %e, "cannot write the termination log");
+    }
+}
+
+/// Lower-case hex of a digest.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// The object or file name of a snapshot: `<name>.db`.
+pub fn file_name(snapshot_name: &str) -> String {
+    format!("{snapshot_name}.db")
+}
+
+/// A snapshot name usable as a file name and key segment (a Kubernetes object name).
+pub fn check_snapshot_name(name: &str) -> Result<(), Failure> {
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && !name.starts_with('.');
+    if ok {
+        Ok(())
+    } else {
+        Err(Failure::permanent(format!(
+            "--snapshot-name {name:?} is not a valid EtcdSnapshot name (lower-case letters, digits, '-' and '.'); \
+             pass the EtcdSnapshot's metadata.name"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_json_matches_the_contract() {
+        let a = Artifact {
+            uri: "s3://b/k.db".into(),
+            size_bytes: 42,
+            checksum: "sha256:ab".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&Outcome::Artifact(a)).unwrap(),
+            r#"{"artifact":{"uri":"s3://b/k.db","sizeBytes":42,"checksum":"sha256:ab"}}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Outcome::Error("no \"x\"".into())).unwrap(),
+            r#"{"error":"no \"x\""}"#
+        );
+    }
+
+    #[test]
+    fn snapshot_names_are_checked() {
+        assert!(check_snapshot_name("daily-1.x").is_ok());
+        for bad in ["", "../x", "a/b", "A", ".hidden"] {
+            let e = check_snapshot_name(bad).unwrap_err();
+            assert!(
+                e.permanent && e.message.contains("--snapshot-name"),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn hex_is_lower_case() {
+        assert_eq!(hex(&[0, 0xab, 0x10]), "00ab10");
+    }
+}

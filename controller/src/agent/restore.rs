@@ -1,0 +1,334 @@
+//! `snapshot-agent restore`: the seed member's `restore` init container. Fetches the snapshot
+//! onto the data volume (after a 2x free-space pre-flight), verifies its sha256, runs the
+//! cluster's own `etcdutl snapshot restore` into a work directory on the same volume and
+//! renames the result into place. Idempotent: an initialised data dir (one holding `member`) is
+//! never touched; a half-done earlier attempt (the work directory) is removed and redone.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use super::pvc::{io_failure, recorded_sha256, sync_dir};
+use super::s3::{Location, Uploaded, S3};
+use super::{hex, Artifact, Failure, Outcome, S3Args};
+
+/// The work directory inside the data dir: the download and etcdutl's output.
+pub const WORK_DIR: &str = ".restore";
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RestoreArgs {
+    /// The member's etcd data dir.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// The member's name (etcd --name).
+    #[arg(long)]
+    pub name: String,
+    #[arg(long)]
+    pub initial_cluster: String,
+    #[arg(long)]
+    pub initial_cluster_token: String,
+    #[arg(long)]
+    pub initial_advertise_peer_urls: String,
+    /// The etcdutl binary of the cluster's etcd version.
+    #[arg(long)]
+    pub etcdutl: PathBuf,
+    #[command(flatten)]
+    pub s3: S3Args,
+    /// PVC source: path of the `.db` file.
+    #[arg(long)]
+    pub pvc_file: Option<PathBuf>,
+    /// The sha256 (hex) the snapshot must have; else the one its metadata or sidecar records.
+    #[arg(long)]
+    pub expected_sha256: Option<String>,
+    #[arg(long, default_value = "/dev/termination-log")]
+    pub termination_log: PathBuf,
+}
+
+enum Source {
+    S3(S3, Location),
+    File(PathBuf),
+}
+
+pub async fn run(args: RestoreArgs) -> Result<Outcome, Failure> {
+    if args.data_dir.join("member").exists() {
+        tracing::info!(data_dir = %args.data_dir.display(), "already initialised: the data dir holds a member directory; nothing to restore");
+        return Ok(Outcome::Skipped(format!(
+            "{} already initialised",
+            args.data_dir.display()
+        )));
+    }
+    let expected = match &args.expected_sha256 {
+        Some(h) => Some(parse_sha256(h)?),
+        None => None,
+    };
+    if !args.etcdutl.is_file() {
+        return Err(Failure::permanent(format!(
+            "--etcdutl {} does not exist; pass the etcdutl of the cluster's etcd version",
+            args.etcdutl.display()
+        )));
+    }
+    let source = source(&args)?;
+    let (uri, size, recorded) = match &source {
+        Source::S3(s3, at) => {
+            let (size, sha) = s3.head(at).await?;
+            (at.uri(), size, sha)
+        }
+        Source::File(file) => {
+            let meta = std::fs::metadata(file).map_err(|e| {
+                Failure::permanent(format!(
+                    "--pvc-file {}: {e}; point spec.bootstrap.restore's PVC path at the snapshot's .db file",
+                    file.display()
+                ))
+            })?;
+            (
+                format!("file://{}", file.display()),
+                meta.len(),
+                recorded_sha256(file),
+            )
+        }
+    };
+    let want_sha = expected.or(recorded);
+    tracing::info!(
+        uri,
+        size,
+        sha256 = want_sha.as_deref().unwrap_or("unknown"),
+        "restoring"
+    );
+
+    std::fs::create_dir_all(&args.data_dir)
+        .map_err(|e| io_failure(&format!("creating {}", args.data_dir.display()), e))?;
+    let work = args.data_dir.join(WORK_DIR);
+    if work.exists() {
+        tracing::info!(work = %work.display(), "removing a half-done earlier attempt");
+        std::fs::remove_dir_all(&work)
+            .map_err(|e| io_failure(&format!("removing {}", work.display()), e))?;
+    }
+    preflight(size, free_bytes(&args.data_dir)?, &args.data_dir)?;
+    std::fs::create_dir_all(&work)
+        .map_err(|e| io_failure(&format!("creating {}", work.display()), e))?;
+
+    let (db, got) = match &source {
+        Source::S3(s3, at) => {
+            let db = work.join("snapshot.db");
+            let got = s3.download(at, &db).await?;
+            (db, got)
+        }
+        // The file is on a volume already: verify and restore from it in place.
+        Source::File(file) => (file.clone(), hash_file(file).await?),
+    };
+    if got.size != size {
+        return Err(Failure::transient(format!(
+            "{uri}: fetched {} bytes, expected {size}; retry",
+            got.size
+        )));
+    }
+    match &want_sha {
+        Some(want) if *want != got.sha256 => {
+            return Err(Failure::permanent(format!(
+                "{uri} has sha256 {}, but {want} was recorded for it: the stored snapshot is corrupt or \
+                 was replaced; restore from another snapshot",
+                got.sha256
+            )))
+        }
+        Some(_) => tracing::info!(sha256 = %got.sha256, "checksum verified"),
+        None => tracing::info!(sha256 = %got.sha256, "no checksum recorded for the source; not verified"),
+    }
+
+    let out = work.join("data");
+    etcdutl_restore(&args, &db, &out).await?;
+    let target = args.data_dir.join("member");
+    std::fs::rename(out.join("member"), &target).map_err(|e| {
+        io_failure(
+            &format!(
+                "moving the restored member directory to {}",
+                target.display()
+            ),
+            e,
+        )
+    })?;
+    sync_dir(&args.data_dir)?;
+    std::fs::remove_dir_all(&work)
+        .map_err(|e| io_failure(&format!("removing {}", work.display()), e))?;
+    tracing::info!(data_dir = %args.data_dir.display(), "restored");
+    Ok(Outcome::Restored(Artifact {
+        uri,
+        size_bytes: got.size,
+        checksum: format!("sha256:{}", got.sha256),
+    }))
+}
+
+fn source(args: &RestoreArgs) -> Result<Source, Failure> {
+    match (&args.s3.s3_bucket, &args.pvc_file) {
+        (Some(_), Some(_)) => Err(Failure::permanent(
+            "both --s3-bucket and --pvc-file are set; restore from exactly one source",
+        )),
+        (Some(bucket), None) => {
+            let key = args.s3.s3_key.clone().unwrap_or_default();
+            if key.is_empty() || bucket.is_empty() {
+                return Err(Failure::permanent(
+                    "restoring from S3 needs --s3-bucket and --s3-key (the exact object key, e.g. backups/snap-1.db)",
+                ));
+            }
+            Ok(Source::S3(
+                S3::new(&args.s3)?,
+                Location {
+                    bucket: bucket.clone(),
+                    key,
+                },
+            ))
+        }
+        (None, Some(file)) => Ok(Source::File(file.clone())),
+        (None, None) => Err(Failure::permanent(
+            "no source: pass --s3-bucket with --s3-key, or --pvc-file",
+        )),
+    }
+}
+
+/// The restore needs room for the fetched file and the restored data (about its size again).
+pub fn preflight(size: u64, free: u64, data_dir: &Path) -> Result<(), Failure> {
+    let need = size.saturating_mul(2);
+    if free >= need {
+        return Ok(());
+    }
+    Err(Failure::permanent(format!(
+        "not enough space to restore: the snapshot is {} ({size} bytes) and restoring needs twice that, {} \
+         ({need} bytes), free on the filesystem of {}, which has {} ({free} bytes) free; give the cluster a \
+         bigger storage.size (spec.storage.size) or restore a smaller snapshot",
+        human(size),
+        human(need),
+        data_dir.display(),
+        human(free)
+    )))
+}
+
+/// Bytes available to an unprivileged writer on `dir`'s filesystem.
+fn free_bytes(dir: &Path) -> Result<u64, Failure> {
+    let st = nix::sys::statvfs::statvfs(dir).map_err(|e| {
+        Failure::transient(format!("reading the free space of {}: {e}", dir.display()))
+    })?;
+    #[allow(clippy::useless_conversion)] // the field widths differ between targets
+    Ok(u64::from(st.blocks_available()).saturating_mul(u64::from(st.fragment_size())))
+}
+
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+fn parse_sha256(text: &str) -> Result<String, Failure> {
+    let hex = text
+        .trim()
+        .strip_prefix("sha256:")
+        .unwrap_or(text.trim())
+        .to_ascii_lowercase();
+    if hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        Ok(hex)
+    } else {
+        Err(Failure::permanent(format!(
+            "--expected-sha256 {text:?} is not a sha256 (64 hex digits, optionally prefixed sha256:)"
+        )))
+    }
+}
+
+async fn hash_file(file: &Path) -> Result<Uploaded, Failure> {
+    use tokio::io::AsyncReadExt;
+    let mut f = tokio::fs::File::open(file)
+        .await
+        .map_err(|e| io_failure(&format!("opening {}", file.display()), e))?;
+    let mut hasher = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    let mut buf = vec![0u8; 1024 * 1024];
+    let mut size = 0u64;
+    loop {
+        let n = f
+            .read(&mut buf)
+            .await
+            .map_err(|e| io_failure(&format!("reading {}", file.display()), e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok(Uploaded {
+        size,
+        sha256: hex(hasher.finish().as_ref()),
+    })
+}
+
+async fn etcdutl_restore(args: &RestoreArgs, db: &Path, out: &Path) -> Result<(), Failure> {
+    let mut cmd = tokio::process::Command::new(&args.etcdutl);
+    cmd.arg("snapshot")
+        .arg("restore")
+        .arg(db)
+        .arg(format!("--name={}", args.name))
+        .arg(format!("--initial-cluster={}", args.initial_cluster))
+        .arg(format!(
+            "--initial-cluster-token={}",
+            args.initial_cluster_token
+        ))
+        .arg(format!(
+            "--initial-advertise-peer-urls={}",
+            args.initial_advertise_peer_urls
+        ))
+        .arg(format!("--data-dir={}", out.display()))
+        .stdin(Stdio::null());
+    tracing::info!(command = ?cmd.as_std(), "running etcdutl");
+    let status = cmd
+        .status()
+        .await
+        .map_err(|e| Failure::permanent(format!("running {}: {e}", args.etcdutl.display())))?;
+    if !status.success() {
+        return Err(Failure::permanent(format!(
+            "{} snapshot restore failed ({status}); its output is above in this log. A snapshot taken by a \
+             newer etcd than the cluster's version cannot be restored by it",
+            args.etcdutl.display()
+        )));
+    }
+    if !out.join("member").is_dir() {
+        return Err(Failure::transient(format!(
+            "{} snapshot restore left no member directory in {}",
+            args.etcdutl.display(),
+            out.display()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preflight_needs_twice_the_size() {
+        let dir = Path::new("/var/lib/etcd");
+        preflight(100, 200, dir).unwrap();
+        let e = preflight(64 << 20, (100 << 20) + 5, dir).unwrap_err();
+        assert!(e.permanent);
+        assert!(e.message.contains("64.0 MiB"), "{e}");
+        assert!(e.message.contains("128.0 MiB"), "{e}");
+        assert!(e.message.contains("100.0 MiB"), "{e}");
+        assert!(e.message.contains("storage.size"), "{e}");
+    }
+
+    #[test]
+    fn expected_sha256_accepts_the_artifact_form() {
+        let h = "ab".repeat(32);
+        assert_eq!(
+            parse_sha256(&format!("sha256:{}", h.to_uppercase())).unwrap(),
+            h
+        );
+        assert!(parse_sha256("abc")
+            .unwrap_err()
+            .message
+            .contains("--expected-sha256"));
+    }
+}

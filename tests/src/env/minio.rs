@@ -1,0 +1,302 @@
+//! A real S3 server: MinIO from the testbins (`minio/minio`), on a free loopback port, plain
+//! HTTP or HTTPS with a test CA, with one bucket and two users created through its admin API
+//! (`minio/minio-setup`, madmin-go):
+//!
+//! - `writer`: Get/Put/AbortMultipartUpload/ListMultipartUploadParts on the bucket's objects and
+//!   ListBucket on the bucket, what the snapshot agent needs;
+//! - `nolist`: Put/AbortMultipartUpload/ListMultipartUploadParts only, so HeadObject answers 403.
+//!   On AWS S3 a user with GetObject but without ListBucket already gets 403 for a missing key;
+//!   MinIO answers such a user 404, so here the user lacks GetObject too, which gives the 403 the
+//!   agent must fail closed on.
+//!
+//! The server can be killed and restarted on the same port and data (for mid-upload failures);
+//! the root client lists objects and in-progress multipart uploads for assertions.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext, TrustStore};
+use rcgen::ExtendedKeyUsagePurpose;
+
+use super::control_plane::{free_port, wait_until};
+use super::pki::{Authority, Leaf};
+use super::process::Process;
+use super::{Error, Testbins};
+
+/// The testbins part holding `minio` and `minio-setup`.
+pub const MINIO: &str = "minio";
+pub const ROOT_USER: &str = "minioroot";
+pub const ROOT_PASSWORD: &str = "minioroot-secret";
+pub const BUCKET: &str = "snapshots";
+
+/// An access key pair.
+#[derive(Debug, Clone)]
+pub struct S3User {
+    pub access_key: String,
+    pub secret_key: String,
+}
+
+pub struct Minio {
+    bin: PathBuf,
+    data_dir: PathBuf,
+    certs_dir: Option<PathBuf>,
+    log_dir: PathBuf,
+    port: u16,
+    /// `http(s)://127.0.0.1:<port>`.
+    pub endpoint: String,
+    /// The test CA's PEM file when serving HTTPS.
+    pub ca_file: Option<PathBuf>,
+    pub bucket: String,
+    pub writer: S3User,
+    pub nolist: S3User,
+    process: Option<Process>,
+}
+
+impl Minio {
+    /// Start MinIO under `root` (data, certificates, logs), create the bucket and the users.
+    pub async fn start(testbins: &Testbins, root: &Path, use_tls: bool) -> Result<Self, Error> {
+        let bin = testbins.binary(MINIO, "minio")?;
+        let setup = testbins.binary(MINIO, "minio-setup")?;
+        let data_dir = root.join("minio-data");
+        let log_dir = root.join("logs");
+        std::fs::create_dir_all(&data_dir).map_err(Error::io("creating the MinIO data dir"))?;
+        let (certs_dir, ca_file) = if use_tls {
+            let certs = root.join("minio-certs");
+            std::fs::create_dir_all(&certs).map_err(Error::io("creating the MinIO certs dir"))?;
+            let ca = Authority::new("minio-test-ca")?;
+            let (cert, key) = ca.sign(Leaf {
+                common_name: "minio",
+                organizations: &[],
+                sans: &["127.0.0.1", "localhost"],
+                usages: &[ExtendedKeyUsagePurpose::ServerAuth],
+            })?;
+            let write = |name: &Path, pem: &str| {
+                std::fs::write(name, pem).map_err(Error::io(format!("writing {}", name.display())))
+            };
+            write(&certs.join("public.crt"), &cert)?;
+            write(&certs.join("private.key"), &key)?;
+            let ca_file = root.join("minio-ca.crt");
+            write(&ca_file, &ca.cert_pem)?;
+            (Some(certs), Some(ca_file))
+        } else {
+            (None, None)
+        };
+        let port = free_port()?;
+        let scheme = if use_tls { "https" } else { "http" };
+        let mut minio = Self {
+            bin,
+            data_dir,
+            certs_dir,
+            log_dir,
+            port,
+            endpoint: format!("{scheme}://127.0.0.1:{port}"),
+            ca_file,
+            bucket: BUCKET.to_string(),
+            writer: S3User {
+                access_key: "writer".into(),
+                secret_key: "writer-secret-key".into(),
+            },
+            nolist: S3User {
+                access_key: "nolist".into(),
+                secret_key: "nolist-secret-key".into(),
+            },
+            process: None,
+        };
+        minio.run().await?;
+        minio
+            .root_client()
+            .create_bucket()
+            .bucket(&minio.bucket)
+            .send()
+            .await
+            .map_err(|e| Error::Unsupported(format!("creating the bucket: {e:?}")))?;
+        minio.create_users(&setup, root)?;
+        Ok(minio)
+    }
+
+    /// Start (or restart) the server process on the same port and data, and wait until it
+    /// answers S3 requests.
+    async fn run(&mut self) -> Result<(), Error> {
+        let console = free_port()?;
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("server")
+            .arg("--quiet")
+            .arg(format!("--address=127.0.0.1:{}", self.port))
+            .arg(format!("--console-address=127.0.0.1:{console}"))
+            .env("MINIO_ROOT_USER", ROOT_USER)
+            .env("MINIO_ROOT_PASSWORD", ROOT_PASSWORD)
+            .env("MINIO_BROWSER", "off")
+            .env("MINIO_UPDATE", "off");
+        if let Some(certs) = &self.certs_dir {
+            cmd.arg(format!("--certs-dir={}", certs.display()));
+        }
+        cmd.arg(&self.data_dir);
+        let process = Process::spawn("minio", cmd, &self.log_dir.join("minio.log"))?;
+        let client = self.root_client();
+        wait_until(
+            &format!("MinIO on {}", self.endpoint),
+            Duration::from_secs(60),
+            &[&process],
+            &self.log_dir,
+            || {
+                let client = client.clone();
+                async move {
+                    match client.list_buckets().send().await {
+                        Ok(_) => Ok(Some(())),
+                        Err(e) => Err(format!("{e:?}")),
+                    }
+                }
+            },
+        )
+        .await?;
+        self.process = Some(process);
+        Ok(())
+    }
+
+    fn create_users(&self, setup: &Path, root: &Path) -> Result<(), Error> {
+        let write_actions =
+            r#""s3:PutObject","s3:AbortMultipartUpload","s3:ListMultipartUploadParts""#;
+        let objects = format!(
+            r#"{{"Effect":"Allow","Action":["s3:GetObject",{write_actions}],"Resource":["arn:aws:s3:::{}/*"]}}"#,
+            self.bucket
+        );
+        let write_only = format!(
+            r#"{{"Effect":"Allow","Action":[{write_actions}],"Resource":["arn:aws:s3:::{}/*"]}}"#,
+            self.bucket
+        );
+        let list = format!(
+            r#"{{"Effect":"Allow","Action":["s3:ListBucket"],"Resource":["arn:aws:s3:::{}"]}}"#,
+            self.bucket
+        );
+        let writer = format!(r#"{{"Version":"2012-10-17","Statement":[{objects},{list}]}}"#);
+        let nolist = format!(r#"{{"Version":"2012-10-17","Statement":[{write_only}]}}"#);
+        let writer_file = root.join("policy-writer.json");
+        let nolist_file = root.join("policy-nolist.json");
+        std::fs::write(&writer_file, writer).map_err(Error::io("writing a policy"))?;
+        std::fs::write(&nolist_file, nolist).map_err(Error::io("writing a policy"))?;
+        let mut cmd = Command::new(setup);
+        cmd.arg(format!("-endpoint=127.0.0.1:{}", self.port))
+            .arg(format!("-access-key={ROOT_USER}"))
+            .arg(format!("-secret-key={ROOT_PASSWORD}"))
+            .arg(format!("-policy=snapshot-writer={}", writer_file.display()))
+            .arg(format!("-policy=snapshot-nolist={}", nolist_file.display()))
+            .arg(format!(
+                "-user={}:{}:snapshot-writer",
+                self.writer.access_key, self.writer.secret_key
+            ))
+            .arg(format!(
+                "-user={}:{}:snapshot-nolist",
+                self.nolist.access_key, self.nolist.secret_key
+            ));
+        if let Some(ca) = &self.ca_file {
+            cmd.arg("-tls").arg(format!("-ca={}", ca.display()));
+        }
+        let out = cmd.output().map_err(Error::io("running minio-setup"))?;
+        if !out.status.success() {
+            return Err(Error::Unsupported(format!(
+                "minio-setup failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(())
+    }
+
+    /// SIGKILL the server (its data stays).
+    pub fn kill(&mut self) {
+        if let Some(p) = self.process.take() {
+            p.kill();
+        }
+    }
+
+    /// Start it again on the same port and data.
+    pub async fn restart(&mut self) -> Result<(), Error> {
+        self.kill();
+        self.run().await
+    }
+
+    /// A client with the root credentials.
+    pub fn root_client(&self) -> aws_sdk_s3::Client {
+        self.client(&S3User {
+            access_key: ROOT_USER.into(),
+            secret_key: ROOT_PASSWORD.into(),
+        })
+    }
+
+    pub fn client(&self, user: &S3User) -> aws_sdk_s3::Client {
+        let trust = match &self.ca_file {
+            Some(ca) => TrustStore::empty()
+                .with_native_roots(false)
+                .with_pem_certificate(std::fs::read(ca).unwrap_or_default()),
+            None => TrustStore::default(),
+        };
+        let tls_context = TlsContext::builder()
+            .with_trust_store(trust)
+            .build()
+            .unwrap_or_else(|e| panic!("TLS context: {e}"));
+        let http = aws_smithy_http_client::Builder::new()
+            .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
+            .tls_context(tls_context)
+            .build_https();
+        let config = aws_sdk_s3::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new(
+                &user.access_key,
+                &user.secret_key,
+                None,
+                None,
+                "test",
+            ))
+            .endpoint_url(&self.endpoint)
+            .force_path_style(true)
+            .http_client(http)
+            .build();
+        aws_sdk_s3::Client::from_conf(config)
+    }
+
+    /// Every object in the bucket with its size.
+    pub async fn objects(&self) -> Vec<(String, i64)> {
+        let out = self
+            .root_client()
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("listing objects: {e:?}"));
+        out.contents()
+            .iter()
+            .map(|o| {
+                (
+                    o.key().unwrap_or_default().to_string(),
+                    o.size().unwrap_or(-1),
+                )
+            })
+            .collect()
+    }
+
+    /// Keys of the in-progress multipart uploads of `key`. MinIO lists uploads per object only:
+    /// without the exact key as the prefix it answers with none.
+    pub async fn uploads(&self, key: &str) -> Vec<String> {
+        let out = self
+            .root_client()
+            .list_multipart_uploads()
+            .bucket(&self.bucket)
+            .prefix(key)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("listing multipart uploads: {e:?}"));
+        out.uploads()
+            .iter()
+            .map(|u| u.key().unwrap_or_default().to_string())
+            .collect()
+    }
+}
+
+impl Drop for Minio {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,924 @@
+//! The snapshot agent (`etcd-operator snapshot-agent save|restore`) run as a process, as a
+//! snapshot Job and a restore init container run it, against real etcd members and a real MinIO
+//! (plain and TLS with a private CA): the artifact it reports is the stored object (size, sha256,
+//! UID metadata), a restore brings every key back under a new cluster ID (etcdutl 3.6 and 3.5),
+//! PVC destinations and sources, and every refusal (foreign object, 403 without ListBucket, bad
+//! credentials, unreachable endpoint, server killed mid-upload, too-small filesystem).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tests::e2e::{put_keys, read_keys};
+use tests::env::control_plane::temp_root;
+use tests::env::etcd::{Etcd, EtcdConfig};
+use tests::env::minio::{Minio, S3User};
+use tests::env::Testbins;
+use tests::operator::bin_dir;
+use tests::OrPanic;
+
+const AGENT_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn agent_bin() -> PathBuf {
+    let bin = bin_dir().join("etcd-operator");
+    assert!(
+        bin.is_file(),
+        "{} is missing: cargo build -p controller --bins",
+        bin.display()
+    );
+    bin
+}
+
+/// What one agent run left: exit status, termination log JSON, combined output.
+struct Run {
+    status: ExitStatus,
+    result: Value,
+    output: String,
+    took: Duration,
+}
+
+impl Run {
+    fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+    fn error(&self) -> String {
+        self.result["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+/// An agent invocation: arguments, S3 credentials, where its termination log and output go.
+struct Agent {
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    dir: PathBuf,
+}
+
+impl Agent {
+    fn new(dir: &Path, args: &[&str]) -> Self {
+        let mut all = vec!["snapshot-agent".to_string()];
+        all.extend(args.iter().map(|s| s.to_string()));
+        Self {
+            args: all,
+            env: Vec::new(),
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn arg(mut self, a: impl Into<String>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+
+    fn s3(mut self, minio: &Minio, user: &S3User) -> Self {
+        self = self
+            .arg(format!("--s3-endpoint={}", minio.endpoint))
+            .arg(format!("--s3-bucket={}", minio.bucket))
+            .arg("--s3-force-path-style");
+        if let Some(ca) = &minio.ca_file {
+            self = self.arg(format!("--s3-ca-file={}", ca.display()));
+        }
+        self.creds(user)
+    }
+
+    fn creds(mut self, user: &S3User) -> Self {
+        self.env = vec![
+            ("AWS_ACCESS_KEY_ID".into(), user.access_key.clone()),
+            ("AWS_SECRET_ACCESS_KEY".into(), user.secret_key.clone()),
+        ];
+        self
+    }
+
+    /// Start it; output goes to `<dir>/<tag>.log`, the termination log to `<dir>/<tag>.json`.
+    fn spawn(&self, tag: &str) -> (tokio::process::Child, PathBuf, PathBuf) {
+        let log = self.dir.join(format!("{tag}.log"));
+        let term = self.dir.join(format!("{tag}.json"));
+        let _ = std::fs::remove_file(&term);
+        let out = std::fs::File::create(&log).or_panic();
+        let mut cmd = tokio::process::Command::new(agent_bin());
+        cmd.args(&self.args)
+            .arg(format!("--termination-log={}", term.display()))
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env_remove("AWS_PROFILE")
+            .env_remove("ETCD_USERNAME")
+            .env("RUST_LOG", "info")
+            .envs(self.env.iter().cloned())
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().or_panic())
+            .stderr(out)
+            .kill_on_drop(true);
+        (cmd.spawn().or_panic(), log, term)
+    }
+
+    async fn run(&self, tag: &str) -> Run {
+        let started = Instant::now();
+        let (mut child, log, term) = self.spawn(tag);
+        let status = tokio::time::timeout(AGENT_TIMEOUT, child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the agent ({tag}) ran longer than {AGENT_TIMEOUT:?}"))
+            .or_panic();
+        finish(status, &log, &term, started.elapsed())
+    }
+}
+
+fn finish(status: ExitStatus, log: &Path, term: &Path, took: Duration) -> Run {
+    let output = std::fs::read_to_string(log).unwrap_or_default();
+    let text = std::fs::read_to_string(term).unwrap_or_else(|e| {
+        panic!(
+            "no termination log {} ({e}); output:\n{output}",
+            term.display()
+        )
+    });
+    let result: Value = serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!("termination log {text:?} is not JSON ({e}); output:\n{output}")
+    });
+    Run {
+        status,
+        result,
+        output,
+        took,
+    }
+}
+
+/// A single-member etcd of `part` (`etcd-3.6` / `etcd-3.5`) with `count` keys `snap/<i>`.
+async fn etcd_with_keys(
+    bins: &Testbins,
+    part: &str,
+    root: &Path,
+    count: usize,
+) -> (Etcd, BTreeMap<String, String>, u64) {
+    let config = EtcdConfig::new("source", "source-token").or_panic();
+    let etcd = Etcd::start(
+        &bins.binary(part, "etcd").or_panic(),
+        &config,
+        &root.join("source"),
+        &root.join("logs"),
+    )
+    .await
+    .or_panic();
+    let mut client = etcd.client().await.or_panic();
+    let keys = put_keys(&mut client, "snap/", count).await;
+    let id = cluster_id(&mut client).await;
+    (etcd, keys, id)
+}
+
+async fn cluster_id(client: &mut etcd_client::Client) -> u64 {
+    client
+        .member_list()
+        .await
+        .or_panic()
+        .header()
+        .map(|h| h.cluster_id())
+        .unwrap_or_default()
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data);
+    digest.as_ref().iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// Restore with `etcdutl` of `part` into `data_dir`, start that etcd on it and return its keys
+/// and cluster ID.
+async fn restore_and_read(
+    bins: &Testbins,
+    part: &str,
+    root: &Path,
+    source: &[String],
+    env_user: Option<&S3User>,
+    name: &str,
+) -> (Run, BTreeMap<String, String>, u64) {
+    let config = EtcdConfig::new(name, &format!("{name}-token")).or_panic();
+    let data_dir = root.join(name).join("data");
+    let mut agent = Agent::new(
+        root,
+        &[
+            "restore",
+            &format!("--data-dir={}", data_dir.display()),
+            &format!("--name={}", config.name),
+            &format!("--initial-cluster={}", config.initial_cluster()),
+            &format!("--initial-cluster-token={}", config.token),
+            &format!("--initial-advertise-peer-urls={}", config.peer_url),
+            &format!(
+                "--etcdutl={}",
+                bins.binary(part, "etcdutl").or_panic().display()
+            ),
+        ],
+    );
+    for s in source {
+        agent = agent.arg(s.clone());
+    }
+    if let Some(user) = env_user {
+        agent = agent.creds(user);
+    }
+    let run = agent.run(&format!("restore-{name}")).await;
+    assert_eq!(run.code(), Some(0), "restore failed:\n{}", run.output);
+    assert!(
+        !data_dir.join(".restore").exists(),
+        "the work directory is left behind"
+    );
+    let etcd = Etcd::start(
+        &bins.binary(part, "etcd").or_panic(),
+        &config,
+        &data_dir,
+        &root.join("logs"),
+    )
+    .await
+    .or_panic();
+    let mut client = etcd.client().await.or_panic();
+    let keys = read_keys(&mut client, "snap/").await;
+    let id = cluster_id(&mut client).await;
+    etcd.stop();
+    (run, keys, id)
+}
+
+fn save_args(etcd: &Etcd, name: &str, uid: &str) -> Vec<String> {
+    vec![
+        "save".into(),
+        format!("--endpoints={}", etcd.config.client_url),
+        format!("--snapshot-name={name}"),
+        format!("--snapshot-uid={uid}"),
+    ]
+}
+
+fn agent_with(root: &Path, args: &[String]) -> Agent {
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    Agent::new(root, &refs)
+}
+
+#[tokio::test]
+async fn s3_snapshot_over_tls_is_the_stored_object_and_restores_with_a_new_cluster_id() {
+    let bins = Testbins::from_env().or_panic();
+    let tmp = temp_root().or_panic();
+    let root = tmp.path();
+    let minio = Minio::start(&bins, root, true).await.or_panic();
+    let (etcd, keys, source_id) = etcd_with_keys(&bins, "etcd-3.6", root, 200).await;
+
+    let run = agent_with(root, &save_args(&etcd, "snap-1", "uid-1"))
+        .s3(&minio, &minio.writer)
+        .arg("--s3-key=backups/")
+        .run("save")
+        .await;
+    assert_eq!(run.code(), Some(0), "save failed:\n{}", run.output);
+    let artifact = &run.result["artifact"];
+    assert_eq!(
+        artifact["uri"], "s3://snapshots/backups/snap-1.db",
+        "{}",
+        run.result
+    );
+    let size = artifact["sizeBytes"].as_u64().or_panic_none("sizeBytes");
+    let checksum = artifact["checksum"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        run.output.contains("streaming the snapshot"),
+        "the agent logs what it does:\n{}",
+        run.output
+    );
+
+    // The object is what the artifact says.
+    let s3 = minio.root_client();
+    let obj = s3
+        .get_object()
+        .bucket(&minio.bucket)
+        .key("backups/snap-1.db")
+        .send()
+        .await
+        .or_panic_debug();
+    let meta = obj.metadata().cloned().unwrap_or_default();
+    let body = obj.body.collect().await.or_panic().into_bytes();
+    assert_eq!(body.len() as u64, size);
+    assert!(size > 20_000, "a snapshot of 200 keys is not {size} bytes");
+    assert_eq!(checksum, format!("sha256:{}", sha256_hex(&body)));
+    assert_eq!(
+        meta.get("snapshot-uid").map(String::as_str),
+        Some("uid-1"),
+        "{meta:?}"
+    );
+    assert_eq!(
+        meta.get("sha256").map(String::as_str),
+        Some(sha256_hex(&body).as_str()),
+        "{meta:?}"
+    );
+    assert_eq!(
+        minio.uploads("backups/snap-1.db").await,
+        Vec::<String>::new()
+    );
+
+    // The same snapshot again (a retried Job) may overwrite its own object.
+    let again = agent_with(root, &save_args(&etcd, "snap-1", "uid-1"))
+        .s3(&minio, &minio.writer)
+        .arg("--s3-key=backups/")
+        .run("save-again")
+        .await;
+    assert_eq!(
+        again.code(),
+        Some(0),
+        "a retry of the same snapshot failed:\n{}",
+        again.output
+    );
+    let checksum = again.result["artifact"]["checksum"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+
+    // Restore with etcdutl 3.6: every key, a new cluster ID; the sha256 comes from the metadata.
+    let source = vec![
+        format!("--s3-endpoint={}", minio.endpoint),
+        format!("--s3-bucket={}", minio.bucket),
+        "--s3-key=backups/snap-1.db".to_string(),
+        "--s3-force-path-style".to_string(),
+        format!(
+            "--s3-ca-file={}",
+            minio.ca_file.as_ref().or_panic_none("ca").display()
+        ),
+    ];
+    let (restore, got, id) = restore_and_read(
+        &bins,
+        "etcd-3.6",
+        root,
+        &source,
+        Some(&minio.writer),
+        "restored",
+    )
+    .await;
+    assert_eq!(got, keys, "every key is back");
+    assert_ne!(id, source_id, "a restored cluster has a new cluster ID");
+    assert!(
+        restore.output.contains("checksum verified"),
+        "{}",
+        restore.output
+    );
+    assert_eq!(restore.result["restored"]["checksum"], checksum.as_str());
+
+    // A second run on the initialised data dir touches nothing.
+    let data_dir = root.join("restored").join("data");
+    let before = dir_listing(&data_dir);
+    let config = EtcdConfig::new("restored", "restored-token").or_panic();
+    let mut agent = Agent::new(
+        root,
+        &[
+            "restore",
+            &format!("--data-dir={}", data_dir.display()),
+            "--name=restored",
+            &format!("--initial-cluster={}", config.initial_cluster()),
+            "--initial-cluster-token=restored-token",
+            &format!("--initial-advertise-peer-urls={}", config.peer_url),
+            &format!(
+                "--etcdutl={}",
+                bins.binary("etcd-3.6", "etcdutl").or_panic().display()
+            ),
+        ],
+    );
+    for s in &source {
+        agent = agent.arg(s.clone());
+    }
+    let skip = agent.creds(&minio.writer).run("restore-again").await;
+    assert_eq!(skip.code(), Some(0), "{}", skip.output);
+    assert!(
+        skip.output.contains("already initialised"),
+        "{}",
+        skip.output
+    );
+    assert_eq!(
+        dir_listing(&data_dir),
+        before,
+        "an initialised data dir is never touched"
+    );
+
+    // A wrong expected checksum is refused (exit 2) and leaves no member behind.
+    let mut bad = source.clone();
+    bad.push(format!("--expected-sha256={}", "0".repeat(64)));
+    let config = EtcdConfig::new("corrupt", "t").or_panic();
+    let corrupt_dir = root.join("corrupt");
+    let mut agent = Agent::new(
+        root,
+        &[
+            "restore",
+            &format!("--data-dir={}", corrupt_dir.display()),
+            "--name=corrupt",
+            &format!("--initial-cluster={}", config.initial_cluster()),
+            "--initial-cluster-token=t",
+            &format!("--initial-advertise-peer-urls={}", config.peer_url),
+            &format!(
+                "--etcdutl={}",
+                bins.binary("etcd-3.6", "etcdutl").or_panic().display()
+            ),
+        ],
+    );
+    for s in &bad {
+        agent = agent.arg(s.clone());
+    }
+    let refused = agent.creds(&minio.writer).run("restore-corrupt").await;
+    assert_eq!(refused.code(), Some(2), "{}", refused.output);
+    assert!(refused.error().contains("sha256"), "{}", refused.error());
+    assert!(!corrupt_dir.join("member").exists());
+    etcd.stop();
+}
+
+#[tokio::test]
+async fn etcd_3_5_snapshot_restores_with_its_own_etcdutl() {
+    let bins = Testbins::from_env().or_panic();
+    let tmp = temp_root().or_panic();
+    let root = tmp.path();
+    let minio = Minio::start(&bins, root, false).await.or_panic();
+    let (etcd, keys, source_id) = etcd_with_keys(&bins, "etcd-3.5", root, 100).await;
+    let run = agent_with(root, &save_args(&etcd, "snap-35", "uid-35"))
+        .s3(&minio, &minio.writer)
+        .run("save")
+        .await;
+    assert_eq!(run.code(), Some(0), "save failed:\n{}", run.output);
+    assert_eq!(run.result["artifact"]["uri"], "s3://snapshots/snap-35.db");
+    let source = vec![
+        format!("--s3-endpoint={}", minio.endpoint),
+        format!("--s3-bucket={}", minio.bucket),
+        "--s3-key=snap-35.db".to_string(),
+        "--s3-force-path-style".to_string(),
+    ];
+    let (_, got, id) = restore_and_read(
+        &bins,
+        "etcd-3.5",
+        root,
+        &source,
+        Some(&minio.writer),
+        "restored35",
+    )
+    .await;
+    assert_eq!(got, keys);
+    assert_ne!(id, source_id);
+    etcd.stop();
+}
+
+#[tokio::test]
+async fn pvc_snapshot_is_written_durably_guarded_and_restores() {
+    let bins = Testbins::from_env().or_panic();
+    let tmp = temp_root().or_panic();
+    let root = tmp.path();
+    let (etcd, keys, source_id) = etcd_with_keys(&bins, "etcd-3.6", root, 150).await;
+    let mount = root.join("pvc");
+    let pvc = |name: &str, uid: &str| {
+        let mut args = save_args(&etcd, name, uid);
+        args.push("--pvc-claim=backups".into());
+        args.push(format!("--pvc-mount={}", mount.display()));
+        args.push("--pvc-sub-path=etcd/daily".into());
+        agent_with(root, &args)
+    };
+    let run = pvc("snap-p", "uid-p").run("save").await;
+    assert_eq!(run.code(), Some(0), "save failed:\n{}", run.output);
+    assert_eq!(
+        run.result["artifact"]["uri"],
+        "pvc://backups/etcd/daily/snap-p.db"
+    );
+    let file = mount.join("etcd/daily/snap-p.db");
+    let data = std::fs::read(&file).or_panic();
+    assert_eq!(
+        run.result["artifact"]["sizeBytes"].as_u64(),
+        Some(data.len() as u64)
+    );
+    assert_eq!(
+        run.result["artifact"]["checksum"],
+        format!("sha256:{}", sha256_hex(&data)).as_str()
+    );
+    assert_eq!(
+        std::fs::read_to_string(mount.join("etcd/daily/snap-p.db.uid")).or_panic(),
+        "uid-p\n"
+    );
+    let mut names: Vec<String> = std::fs::read_dir(mount.join("etcd/daily"))
+        .or_panic()
+        .map(|e| e.or_panic().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["snap-p.db", "snap-p.db.sha256", "snap-p.db.uid"],
+        "no temp file is left"
+    );
+
+    // Another snapshot's file at the path is refused; the same snapshot may overwrite it.
+    let foreign = pvc("snap-p", "uid-other").run("save-foreign").await;
+    assert_eq!(foreign.code(), Some(2), "{}", foreign.output);
+    assert!(
+        foreign.error().contains("uid-p") && foreign.error().contains("refusing"),
+        "{}",
+        foreign.error()
+    );
+    assert_eq!(
+        std::fs::read(&file).or_panic(),
+        data,
+        "the refused run left the file alone"
+    );
+    let retry = pvc("snap-p", "uid-p").run("save-retry").await;
+    assert_eq!(retry.code(), Some(0), "{}", retry.output);
+    // A file without a sidecar was not written by the operator: refused.
+    std::fs::write(mount.join("etcd/daily/other.db"), b"not ours").or_panic();
+    let unmarked = pvc("other", "uid-o").run("save-unmarked").await;
+    assert_eq!(unmarked.code(), Some(2), "{}", unmarked.output);
+    assert_eq!(
+        std::fs::read(mount.join("etcd/daily/other.db")).or_panic(),
+        b"not ours"
+    );
+
+    let source = vec![format!("--pvc-file={}", file.display())];
+    let (restore, got, id) =
+        restore_and_read(&bins, "etcd-3.6", root, &source, None, "fromPvc").await;
+    assert_eq!(got, keys);
+    assert_ne!(id, source_id);
+    assert!(
+        restore.output.contains("checksum verified"),
+        "the sidecar's sha256 is checked:\n{}",
+        restore.output
+    );
+    etcd.stop();
+}
+
+#[tokio::test]
+async fn s3_refusals_fail_closed_with_the_cause_and_the_fix() {
+    let bins = Testbins::from_env().or_panic();
+    let tmp = temp_root().or_panic();
+    let root = tmp.path();
+    let minio = Minio::start(&bins, root, false).await.or_panic();
+    let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 10).await;
+
+    // Another snapshot's object at the key.
+    let first = agent_with(root, &save_args(&etcd, "taken", "uid-a"))
+        .s3(&minio, &minio.writer)
+        .run("save-a")
+        .await;
+    assert_eq!(first.code(), Some(0), "{}", first.output);
+    let second = agent_with(root, &save_args(&etcd, "taken", "uid-b"))
+        .s3(&minio, &minio.writer)
+        .run("save-b")
+        .await;
+    assert_eq!(second.code(), Some(2), "{}", second.output);
+    assert!(
+        second.error().contains("uid-a") && second.error().contains("refusing to overwrite"),
+        "{}",
+        second.error()
+    );
+    let head = minio
+        .root_client()
+        .head_object()
+        .bucket(&minio.bucket)
+        .key("taken.db")
+        .send()
+        .await
+        .or_panic_debug();
+    assert_eq!(
+        head.metadata()
+            .and_then(|m| m.get("snapshot-uid"))
+            .map(String::as_str),
+        Some("uid-a"),
+        "the first snapshot's object is untouched"
+    );
+
+    // HeadObject answers 403 (on AWS: a missing key without ListBucket; here a user that may
+    // write but not read): the agent cannot know what it would overwrite, so it fails closed.
+    let nolist = agent_with(root, &save_args(&etcd, "new-one", "uid-c"))
+        .s3(&minio, &minio.nolist)
+        .run("save-nolist")
+        .await;
+    assert_eq!(nolist.code(), Some(2), "{}", nolist.output);
+    assert!(
+        nolist.error().contains("403") && nolist.error().contains("s3:ListBucket"),
+        "{}",
+        nolist.error()
+    );
+
+    // Wrong credentials.
+    let wrong = S3User {
+        access_key: minio.writer.access_key.clone(),
+        secret_key: "not-the-secret".into(),
+    };
+    let creds = agent_with(root, &save_args(&etcd, "new-one", "uid-c"))
+        .s3(&minio, &wrong)
+        .run("save-wrong-creds")
+        .await;
+    assert_eq!(creds.code(), Some(2), "{}", creds.output);
+    assert!(
+        creds.error().contains("AWS_SECRET_ACCESS_KEY"),
+        "{}",
+        creds.error()
+    );
+
+    // An endpoint nobody listens on: bounded, transient (exit 1), names the endpoint.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").or_panic();
+        l.local_addr().or_panic().port()
+    };
+    let mut args = save_args(&etcd, "new-one", "uid-c");
+    args.push(format!("--s3-endpoint=http://127.0.0.1:{closed}"));
+    args.push(format!("--s3-bucket={}", minio.bucket));
+    args.push("--s3-force-path-style".into());
+    let unreachable = agent_with(root, &args)
+        .creds(&minio.writer)
+        .run("save-unreachable")
+        .await;
+    assert_eq!(unreachable.code(), Some(1), "{}", unreachable.output);
+    assert!(
+        unreachable.error().contains(&format!("127.0.0.1:{closed}")),
+        "{}",
+        unreachable.error()
+    );
+    assert!(
+        unreachable.took < Duration::from_secs(60),
+        "took {:?}",
+        unreachable.took
+    );
+
+    let keys: Vec<String> = minio.objects().await.into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["taken.db"]);
+    for key in ["taken.db", "new-one.db"] {
+        assert_eq!(minio.uploads(key).await, Vec::<String>::new(), "{key}");
+    }
+    etcd.stop();
+}
+
+#[tokio::test]
+async fn s3_killed_mid_upload_leaves_no_object_and_no_upload() {
+    let bins = Testbins::from_env().or_panic();
+    let tmp = temp_root().or_panic();
+    let root = tmp.path();
+    let mut minio = Minio::start(&bins, root, false).await.or_panic();
+    // The listing used below sees an in-progress upload.
+    let s3 = minio.root_client();
+    let probe = s3
+        .create_multipart_upload()
+        .bucket(&minio.bucket)
+        .key("probe.db")
+        .send()
+        .await
+        .or_panic_debug();
+    assert_eq!(minio.uploads("probe.db").await, ["probe.db"]);
+    s3.abort_multipart_upload()
+        .bucket(&minio.bucket)
+        .key("probe.db")
+        .upload_id(probe.upload_id().unwrap_or_default())
+        .send()
+        .await
+        .or_panic_debug();
+    let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 1).await;
+    // ~48 MiB of values: six parts of 8 MiB.
+    let mut client = etcd.client().await.or_panic();
+    let value = vec![b'x'; 1024 * 1024];
+    for i in 0..48 {
+        client
+            .put(format!("big/{i}"), value.clone(), None)
+            .await
+            .or_panic();
+    }
+
+    let agent = agent_with(root, &save_args(&etcd, "big", "uid-big")).s3(&minio, &minio.writer);
+    let started = Instant::now();
+    let (mut child, log, term) = agent.spawn("save-killed");
+    wait_for_log(&log, "part=2", Duration::from_secs(120)).await;
+    minio.kill();
+    wait_for_log(
+        &log,
+        "aborting the multipart upload",
+        Duration::from_secs(120),
+    )
+    .await;
+    minio.restart().await.or_panic();
+    let status = tokio::time::timeout(AGENT_TIMEOUT, child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("the agent did not finish"))
+        .or_panic();
+    let run = finish(status, &log, &term, started.elapsed());
+    assert_eq!(run.code(), Some(1), "{}", run.output);
+    assert!(run.error().contains("UploadPart"), "{}", run.error());
+    assert!(
+        run.output.contains("multipart upload aborted"),
+        "{}",
+        run.output
+    );
+    assert_eq!(
+        minio.objects().await,
+        Vec::<(String, i64)>::new(),
+        "no partial object"
+    );
+    assert_eq!(
+        minio.uploads("big.db").await,
+        Vec::<String>::new(),
+        "no dangling multipart upload"
+    );
+    etcd.stop();
+}
+
+#[tokio::test]
+async fn restore_into_a_too_small_filesystem_fails_early_with_both_sizes() {
+    let bins = Testbins::from_env().or_panic();
+    let tmp = temp_root().or_panic();
+    let root = tmp.path();
+    let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 500).await;
+    let mount = root.join("pvc");
+    let mut args = save_args(&etcd, "s", "uid-s");
+    args.push("--pvc-claim=c".into());
+    args.push(format!("--pvc-mount={}", mount.display()));
+    let run = agent_with(root, &args).run("save").await;
+    assert_eq!(run.code(), Some(0), "{}", run.output);
+    let size = run.result["artifact"]["sizeBytes"]
+        .as_u64()
+        .or_panic_none("size");
+    etcd.stop();
+
+    // A data volume of 1.5x the snapshot: the file would fit, the restore would not.
+    let small = root.join("small");
+    std::fs::create_dir_all(&small).or_panic();
+    let bytes = (size * 3 / 2).div_ceil(4096) * 4096;
+    nix::mount::mount(
+        Some("tmpfs"),
+        &small,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some(format!("size={bytes}").as_str()),
+    )
+    .unwrap_or_else(|e| panic!("mounting a {bytes}-byte tmpfs (the tests run as root): {e}"));
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+    let _unmount = Unmount(small.clone());
+    let config = EtcdConfig::new("small", "t").or_panic();
+    let data_dir = small.join("data");
+    let refused = Agent::new(
+        root,
+        &[
+            "restore",
+            &format!("--data-dir={}", data_dir.display()),
+            "--name=small",
+            &format!("--initial-cluster={}", config.initial_cluster()),
+            "--initial-cluster-token=t",
+            &format!("--initial-advertise-peer-urls={}", config.peer_url),
+            &format!(
+                "--etcdutl={}",
+                bins.binary("etcd-3.6", "etcdutl").or_panic().display()
+            ),
+            &format!("--pvc-file={}", mount.join("s.db").display()),
+        ],
+    )
+    .run("restore-small")
+    .await;
+    assert_eq!(refused.code(), Some(2), "{}", refused.output);
+    let e = refused.error();
+    assert!(
+        e.contains(&format!("({size} bytes)")),
+        "names the snapshot size: {e}"
+    );
+    assert!(
+        e.contains(&format!("({} bytes)", size * 2)),
+        "names the needed size: {e}"
+    );
+    assert!(e.contains("storage.size"), "names the fix: {e}");
+    assert!(
+        !refused.output.contains("running etcdutl"),
+        "fails before restoring:\n{}",
+        refused.output
+    );
+    assert_eq!(
+        dir_listing(&data_dir),
+        Vec::<String>::new(),
+        "nothing is written"
+    );
+}
+
+#[tokio::test]
+async fn s3_save_peak_memory_does_not_grow_with_the_database() {
+    let bins = Testbins::from_env().or_panic();
+    let tmp = temp_root().or_panic();
+    let root = tmp.path();
+    let minio = Minio::start(&bins, root, false).await.or_panic();
+    let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 10).await;
+    let mut client = etcd.client().await.or_panic();
+    let value = vec![b'y'; 1024 * 1024];
+    let mut sizes = Vec::new();
+    // ~40 MiB (five parts), then ~120 MiB (fifteen parts).
+    for (name, puts) in [("medium", 0..40), ("big", 40..120)] {
+        for i in puts {
+            client
+                .put(format!("big/{i}"), value.clone(), None)
+                .await
+                .or_panic();
+        }
+        let (rss, run) = peak_rss_and_run(root, &minio, &etcd, name).await;
+        let size = run.result["artifact"]["sizeBytes"].as_u64().unwrap_or(0);
+        eprintln!("agent peak RSS {rss} bytes saving a {size}-byte snapshot");
+        sizes.push((size, rss));
+    }
+    let [(medium_size, medium), (big_size, big)] = sizes[..] else {
+        unreachable!()
+    };
+    assert!(
+        big_size > 3 * medium_size / 2 && big_size > 100 << 20,
+        "{sizes:?}"
+    );
+    assert!(
+        big < 64 << 20,
+        "peak RSS {big} bytes saving {big_size} bytes (target: under 64 MiB)"
+    );
+    // Three times the data (100 MiB more), at most allocator noise more memory (two parts'
+    // worth); buffering the snapshot would add the 100 MiB.
+    assert!(
+        big < medium + (16 << 20),
+        "peak RSS grew from {medium} bytes ({medium_size}-byte snapshot) to {big} bytes ({big_size}-byte snapshot)"
+    );
+    etcd.stop();
+}
+
+/// Run a save and sample its VmHWM (peak resident set) until it exits.
+async fn peak_rss_and_run(root: &Path, minio: &Minio, etcd: &Etcd, name: &str) -> (u64, Run) {
+    let agent =
+        agent_with(root, &save_args(etcd, name, &format!("uid-{name}"))).s3(minio, &minio.writer);
+    let started = Instant::now();
+    let (mut child, log, term) = agent.spawn(&format!("save-{name}"));
+    let pid = child.id().unwrap_or(0);
+    let mut peak = 0u64;
+    let status = loop {
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            if let Some(kb) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            {
+                peak = peak.max(kb * 1024);
+            }
+        }
+        if let Some(status) = child.try_wait().or_panic() {
+            break status;
+        }
+        assert!(started.elapsed() < AGENT_TIMEOUT, "the save ran too long");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let run = finish(status, &log, &term, started.elapsed());
+    assert_eq!(run.code(), Some(0), "{}", run.output);
+    assert!(peak > 0, "no VmHWM sampled");
+    (peak, run)
+}
+
+async fn wait_for_log(log: &Path, needle: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.contains(needle) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} in {} after {timeout:?}:\n{text}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every path under `dir`, relative, sorted (empty when `dir` does not exist).
+fn dir_listing(dir: &Path) -> Vec<String> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            out.push(p.strip_prefix(base).unwrap_or(&p).display().to_string());
+            if p.is_dir() {
+                walk(base, &p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+trait OrPanicExt<T> {
+    fn or_panic_none(self, what: &str) -> T;
+}
+
+impl<T> OrPanicExt<T> for Option<T> {
+    #[track_caller]
+    fn or_panic_none(self, what: &str) -> T {
+        self.unwrap_or_else(|| panic!("{what} is missing"))
+    }
+}
+
+trait OrPanicDebug<T> {
+    fn or_panic_debug(self) -> T;
+}
+
+impl<T, E: std::fmt::Debug> OrPanicDebug<T> for Result<T, E> {
+    #[track_caller]
+    fn or_panic_debug(self) -> T {
+        self.unwrap_or_else(|e| panic!("{e:?}"))
+    }
+}
