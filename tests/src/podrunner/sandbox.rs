@@ -223,16 +223,6 @@ fn carry_out(plan: &Plan, progress: &PipeWriter) -> io::Result<()> {
             MsFlags::MS_REC | MsFlags::MS_SLAVE,
             None::<&std::ffi::CStr>,
         )?;
-        if plan.readonly_root {
-            step(STEP_READONLY_ROOT);
-            mount(
-                None::<&std::ffi::CStr>,
-                c"/",
-                None::<&std::ffi::CStr>,
-                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
-                None::<&std::ffi::CStr>,
-            )?;
-        }
         for (i, m) in plan.mounts.iter().enumerate() {
             let n = mount_step(i);
             step(n);
@@ -253,6 +243,19 @@ fn carry_out(plan: &Plan, progress: &PipeWriter) -> io::Result<()> {
                     None::<&std::ffi::CStr>,
                 )?;
             }
+        }
+        // After the volumes: a bind mount takes the read-only flag of the mount it comes from, so
+        // volumes bound from a read-only root would be read-only too (kubelet keeps them
+        // writable unless the mount says readOnly).
+        if plan.readonly_root {
+            step(STEP_READONLY_ROOT);
+            mount(
+                None::<&std::ffi::CStr>,
+                c"/",
+                None::<&std::ffi::CStr>,
+                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+                None::<&std::ffi::CStr>,
+            )?;
         }
         if let Some(hostname) = &plan.hostname {
             step(STEP_HOSTNAME);

@@ -1,0 +1,247 @@
+//! End to end: EtcdSnapshots of real etcd clusters taken by the snapshot Job the operator creates
+//! (the operator image run by the pod runner as the snapshot agent), its phases and `Ready`
+//! reasons, the artifact from the agent's termination message, and the failures that must not
+//! be retried silently.
+
+use std::time::Duration;
+
+use api::v1alpha2::{
+    EtcdSnapshot, EtcdSnapshotSpec, LocalReference, PvcLocation, S3Location, SnapshotDestination,
+    SnapshotPhase,
+};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::api::{DeleteParams, PostParams};
+use kube::Api;
+use serde_json::json;
+use tests::e2e::{env, spec, Env};
+use tests::OrPanic;
+
+const BOOT: Duration = Duration::from_secs(180);
+const RUN: Duration = Duration::from_secs(180);
+
+async fn create_snapshot(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    cluster: &str,
+    dest: SnapshotDestination,
+) {
+    let s = EtcdSnapshot::new(
+        name,
+        EtcdSnapshotSpec {
+            cluster_ref: LocalReference {
+                name: cluster.to_string(),
+            },
+            destination: dest,
+        },
+    );
+    Api::<EtcdSnapshot>::namespaced(env.client(), ns)
+        .create(&PostParams::default(), &s)
+        .await
+        .or_panic();
+}
+
+/// `(phase, Ready reason, Ready message)` once `done` holds for them.
+async fn wait_snapshot(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(Option<SnapshotPhase>, &str) -> bool,
+) -> EtcdSnapshot {
+    let api = Api::<EtcdSnapshot>::namespaced(env.client(), ns);
+    tests::harness::eventually(what, timeout, || async {
+        let s = api.get(name).await.map_err(|e| e.to_string())?;
+        let status = s.status.clone().unwrap_or_default();
+        let reason = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.reason.clone())
+            .unwrap_or_default();
+        if done(status.phase, &reason) {
+            Ok(s)
+        } else {
+            Err(format!(
+                "phase {:?}, Ready {reason}: {:?}",
+                status.phase, status.conditions
+            ))
+        }
+    })
+    .await
+}
+
+fn ready(s: &EtcdSnapshot) -> (String, String, String) {
+    s.status
+        .as_ref()
+        .and_then(|st| st.conditions.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pvc_snapshot_completes_with_the_stored_files_size_and_sha256() {
+    let env = env().await;
+    let ns = env.namespace("snap").await;
+    let name = "sp";
+    env.create_cluster(&ns, name, spec(3)).await;
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+    let keys = env.write_keys(&ns, name, 200).await;
+
+    let _: PersistentVolumeClaim = tests::harness::create(
+        &env.client(),
+        &ns,
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "backups"},
+               "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .await;
+    create_snapshot(
+        env,
+        &ns,
+        "first",
+        name,
+        SnapshotDestination {
+            s3: None,
+            pvc: Some(PvcLocation {
+                claim_name: "backups".into(),
+                sub_path: Some("etcd".into()),
+            }),
+        },
+    )
+    .await;
+    let s = wait_snapshot(env, &ns, "first", "Complete", RUN, |p, _| {
+        p.is_some_and(|p| p.is_terminal())
+    })
+    .await;
+    let status = s.status.clone().unwrap_or_default();
+    assert_eq!(
+        status.phase,
+        Some(SnapshotPhase::Complete),
+        "{:?}",
+        ready(&s)
+    );
+    assert_eq!(ready(&s).1, "SnapshotStored");
+    let artifact = status.artifact.expect("status.artifact");
+    assert_eq!(artifact.uri, "pvc://backups/etcd/first.db");
+    assert!(status.start_time.is_some() && status.completion_time.is_some());
+
+    // The file on the claim is what the status says.
+    let dir = env.runner.claim_dir(&ns, "backups").await.or_panic();
+    let bytes = std::fs::read(dir.join("etcd/first.db")).or_panic();
+    assert_eq!(bytes.len() as i64, artifact.size_bytes);
+    assert_eq!(
+        artifact.checksum,
+        format!(
+            "sha256:{}",
+            aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &bytes)
+                .as_ref()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        )
+    );
+    let sidecar = std::fs::read_to_string(dir.join("etcd/first.db.uid")).or_panic();
+    assert_eq!(sidecar.trim(), s.metadata.uid.clone().unwrap_or_default());
+    // Taking it changed nothing in the cluster.
+    env.check_keys(&ns, name, &keys).await;
+
+    // A snapshot whose file already belongs to another snapshot is refused: the first one's file
+    // and sidecar are put where the second one writes.
+    std::fs::rename(dir.join("etcd/first.db"), dir.join("etcd/first-again.db")).or_panic();
+    std::fs::rename(
+        dir.join("etcd/first.db.uid"),
+        dir.join("etcd/first-again.db.uid"),
+    )
+    .or_panic();
+    create_snapshot(
+        env,
+        &ns,
+        "first-again",
+        name,
+        SnapshotDestination {
+            s3: None,
+            pvc: Some(PvcLocation {
+                claim_name: "backups".into(),
+                sub_path: Some("etcd".into()),
+            }),
+        },
+    )
+    .await;
+    let s = wait_snapshot(env, &ns, "first-again", "Failed", RUN, |p, _| {
+        p.is_some_and(|p| p.is_terminal())
+    })
+    .await;
+    let (_, reason, message) = ready(&s);
+    assert_eq!(
+        s.status.and_then(|st| st.phase),
+        Some(SnapshotPhase::Failed)
+    );
+    assert_eq!(reason, "JobFailed");
+    assert!(message.contains("first-again.db"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_of_a_missing_cluster_waits_and_a_deleted_job_fails_it() {
+    let env = env().await;
+    let ns = env.namespace("snaplost").await;
+
+    // No such cluster: Pending with ClusterNotFound, and no Job.
+    let dest = SnapshotDestination {
+        // TEST-NET-1: nothing answers, so the agent is still connecting when its Job is deleted.
+        s3: Some(S3Location {
+            endpoint: Some("http://192.0.2.1:9000".into()),
+            bucket: "b".into(),
+            force_path_style: Some(true),
+            credentials_secret_ref: Some(api::v1alpha2::SecretReference::new("s3-creds")),
+            ..Default::default()
+        }),
+        pvc: None,
+    };
+    let _: k8s_openapi::api::core::v1::Secret = tests::harness::create(
+        &env.client(),
+        &ns,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-creds"},
+               "stringData": {"AWS_ACCESS_KEY_ID": "writer", "AWS_SECRET_ACCESS_KEY": "not-checked"}}),
+    )
+    .await;
+    create_snapshot(env, &ns, "orphan", "nope", dest.clone()).await;
+    let s = wait_snapshot(env, &ns, "orphan", "ClusterNotFound", RUN, |p, r| {
+        p == Some(SnapshotPhase::Pending) && r == "ClusterNotFound"
+    })
+    .await;
+    assert!(ready(&s).2.contains("nope"), "{:?}", ready(&s));
+    let jobs = Api::<Job>::namespaced(env.client(), &ns);
+    assert!(jobs.get_opt("orphan-snapshot").await.or_panic().is_none());
+
+    // A Job deleted while the agent runs: Failed with SnapshotJobLost, never re-run.
+    let name = "sl";
+    env.create_cluster(&ns, name, spec(1)).await;
+    env.wait_healthy(&ns, name, 1, BOOT).await;
+    create_snapshot(env, &ns, "lost", name, dest).await;
+    wait_snapshot(env, &ns, "lost", "Started", RUN, |p, _| {
+        p == Some(SnapshotPhase::Started)
+    })
+    .await;
+    jobs.delete(
+        "lost-snapshot",
+        &DeleteParams {
+            propagation_policy: Some(kube::api::PropagationPolicy::Foreground),
+            ..Default::default()
+        },
+    )
+    .await
+    .or_panic();
+    let s = wait_snapshot(env, &ns, "lost", "SnapshotJobLost", RUN, |p, _| {
+        p.is_some_and(|p| p.is_terminal())
+    })
+    .await;
+    let (_, reason, message) = ready(&s);
+    assert_eq!(reason, "SnapshotJobLost", "{message}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        jobs.get_opt("lost-snapshot").await.or_panic().is_none(),
+        "the snapshot Job was re-created"
+    );
+}
