@@ -42,6 +42,17 @@ async fn create_snapshot(
         .or_panic();
 }
 
+/// The directory `etcd` on the claim `backups`.
+fn backups_dest() -> SnapshotDestination {
+    SnapshotDestination {
+        s3: None,
+        pvc: Some(PvcLocation {
+            claim_name: "backups".into(),
+            sub_path: Some("etcd".into()),
+        }),
+    }
+}
+
 /// `(phase, Ready reason, Ready message)` once `done` holds for them.
 async fn wait_snapshot(
     env: &Env,
@@ -97,20 +108,7 @@ async fn pvc_snapshot_completes_with_the_stored_files_size_and_sha256() {
                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
     )
     .await;
-    create_snapshot(
-        env,
-        &ns,
-        "first",
-        name,
-        SnapshotDestination {
-            s3: None,
-            pvc: Some(PvcLocation {
-                claim_name: "backups".into(),
-                sub_path: Some("etcd".into()),
-            }),
-        },
-    )
-    .await;
+    create_snapshot(env, &ns, "first", name, backups_dest()).await;
     let s = wait_snapshot(env, &ns, "first", "Complete", RUN, |p, _| {
         p.is_some_and(|p| p.is_terminal())
     })
@@ -155,20 +153,7 @@ async fn pvc_snapshot_completes_with_the_stored_files_size_and_sha256() {
         dir.join("etcd/first-again.db.uid"),
     )
     .or_panic();
-    create_snapshot(
-        env,
-        &ns,
-        "first-again",
-        name,
-        SnapshotDestination {
-            s3: None,
-            pvc: Some(PvcLocation {
-                claim_name: "backups".into(),
-                sub_path: Some("etcd".into()),
-            }),
-        },
-    )
-    .await;
+    create_snapshot(env, &ns, "first-again", name, backups_dest()).await;
     let s = wait_snapshot(env, &ns, "first-again", "Failed", RUN, |p, _| {
         p.is_some_and(|p| p.is_terminal())
     })
