@@ -347,7 +347,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
             tracing::info!(cluster = %name, "bootstrapping single-node cluster");
             let seed = create_member(cluster, ctx, &plan.observed, true).await?;
             let seed_name = seed.name_any();
-            let url = naming::peer_url(&seed_name, &name, &ns, cluster.spec.peer_tls());
+            let url = naming::peer_url(&seed_name, &name, &ns, cluster.peer_https());
             set_initial_cluster(&members_api, &seed_name, &format!("{seed_name}={url}")).await?;
             ctx.event(
                 cluster,
@@ -361,7 +361,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         Action::CreateMember => {
             let member = create_member(cluster, ctx, &plan.observed, false).await?;
             let member_name = member.name_any();
-            let url = naming::peer_url(&member_name, &name, &ns, cluster.spec.peer_tls());
+            let url = naming::peer_url(&member_name, &name, &ns, cluster.peer_https());
             // Continue the same step at once; each part is recoverable if we crash in between.
             if let (
                 Some(etcd),
@@ -961,13 +961,7 @@ async fn create_member(
             finalizers: Some(vec![labels::MEMBER_CLEANUP_FINALIZER.to_string()]),
             ..Default::default()
         },
-        spec: plan::member_spec(
-            &name,
-            target,
-            token,
-            seed,
-            MemberTls::from_cluster(&name, cluster.spec.tls.as_ref()),
-        ),
+        spec: plan::member_spec(&name, target, token, seed, member_tls(cluster)),
         status: None,
     };
     let api: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
@@ -978,6 +972,20 @@ async fn create_member(
     api.patch(&member_name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(created)
+}
+
+/// The member view of the cluster's TLS; on a peer auto-TLS cluster (adopted from the aenix
+/// operator) every new member runs `--peer-auto-tls` too, as etcd cannot mix TLS and plaintext
+/// peers.
+fn member_tls(cluster: &EtcdCluster) -> Option<MemberTls> {
+    let tls = MemberTls::from_cluster(&cluster.name_any(), cluster.spec.tls.as_ref());
+    if !cluster.peer_auto_tls() {
+        return tls;
+    }
+    Some(MemberTls {
+        peer_auto_tls: true,
+        ..tls.unwrap_or_default()
+    })
 }
 
 async fn set_initial_cluster(
@@ -1018,12 +1026,7 @@ async fn sync_member_status(
         .filter(|m| m.metadata.deletion_timestamp.is_none())
     {
         let name = m.name_any();
-        let url = naming::peer_url(
-            &name,
-            &naming::member_service(m),
-            &ns,
-            cluster.spec.peer_tls(),
-        );
+        let url = naming::peer_url(&name, &naming::member_service(m), &ns, cluster.peer_https());
         let Some(entry) = etcd_members
             .iter()
             .find(|e| e.peer_urls.iter().any(|u| u == &url))
