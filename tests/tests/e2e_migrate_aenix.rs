@@ -749,6 +749,28 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
     }
     check_keys(&client, &ns, &before.keys).await;
 
+    // The peer auto-TLS annotation, removed by hand, is set back: without it the operator would
+    // compute http:// peer URLs and new members could not join.
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    clusters
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {labels::PEER_AUTO_TLS_ANNOTATION: null}}}),
+            ),
+        )
+        .await
+        .or_panic();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !clusters.get(NAME).await.or_panic().peer_auto_tls() {
+        assert!(
+            Instant::now() < deadline,
+            "the removed peer auto-TLS annotation was not set back; {log}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
     // A scale-up adds a native member.
     env.scale(&ns, NAME, 4).await;
     env.wait_healthy(&ns, NAME, 4, BOOT).await;

@@ -182,6 +182,9 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         .into_iter()
         .filter(|m| owned_by(m, &uid))
         .collect();
+    if needs_peer_auto_tls_restored(cluster, &members) {
+        return restore_peer_auto_tls(cluster, ctx).await;
+    }
     // Members that should have a Pod: added to etcd and not dormant.
     let running = members
         .iter()
@@ -974,6 +977,41 @@ async fn create_member(
     Ok(created)
 }
 
+/// A member runs peer auto-TLS but the cluster's [`labels::PEER_AUTO_TLS_ANNOTATION`] is gone
+/// (removed by hand): without it every peer URL would be computed as `http://`, which etcd does
+/// not list, and new members could not join.
+fn needs_peer_auto_tls_restored(cluster: &EtcdCluster, members: &[EtcdMember]) -> bool {
+    !cluster.peer_https()
+        && members
+            .iter()
+            .any(|m| m.spec.tls.as_ref().is_some_and(|t| t.peer_auto_tls))
+}
+
+async fn restore_peer_auto_tls(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue, Error> {
+    let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
+    let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let patch = json!({"metadata": {"annotations": {labels::PEER_AUTO_TLS_ANNOTATION: "true"}}});
+    api.patch(
+        &cluster.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    ctx.event(
+        cluster,
+        true,
+        "PeerAutoTLSRestored",
+        "Annotate",
+        format!(
+            "members run etcd's --peer-auto-tls: the annotation {}=true was set back (etcd cannot \
+             mix TLS and plaintext peers; see docs/migration.md)",
+            labels::PEER_AUTO_TLS_ANNOTATION
+        ),
+    )
+    .await;
+    Ok(Requeue::requeue(Duration::from_millis(200)))
+}
+
 /// The member view of the cluster's TLS; on a peer auto-TLS cluster (adopted from the aenix
 /// operator) every new member runs `--peer-auto-tls` too, as etcd cannot mix TLS and plaintext
 /// peers.
@@ -1238,5 +1276,32 @@ mod tests {
             serde_json::to_value(&new).unwrap(),
             "patch {patch}"
         );
+    }
+
+    #[test]
+    fn a_lost_peer_auto_tls_annotation_is_restored_only_for_auto_tls_members() {
+        let mut cluster = EtcdCluster::new("c", Default::default());
+        let member = |auto: bool| {
+            let mut m = EtcdMember::new("c-a", Default::default());
+            m.spec.tls = auto.then(|| MemberTls {
+                peer_auto_tls: true,
+                ..MemberTls::default()
+            });
+            m
+        };
+        assert!(needs_peer_auto_tls_restored(
+            &cluster,
+            &[member(false), member(true)]
+        ));
+        assert!(!needs_peer_auto_tls_restored(&cluster, &[member(false)]));
+        cluster.metadata.annotations = Some(
+            [(
+                labels::PEER_AUTO_TLS_ANNOTATION.to_string(),
+                "true".to_string(),
+            )]
+            .into(),
+        );
+        assert!(!needs_peer_auto_tls_restored(&cluster, &[member(true)]));
+        assert_eq!(member_tls(&cluster).map(|t| t.peer_auto_tls), Some(true));
     }
 }
