@@ -66,6 +66,19 @@ pub const DATA_DIR_SUBPATH_ANNOTATION: &str = "etcd-operator.cozystack.io/data-d
 /// operator by native ones: one at a time, each only while every member is a Ready voter.
 pub const REPLACE_ADOPTED_ANNOTATION: &str = "etcd-operator.cozystack.io/replace-adopted-members";
 
+/// On an EtcdCluster adopted from the aenix operator with peer auto-TLS (etcd's
+/// `--peer-auto-tls`, https peer URLs, no peer Secret): `"true"`. Written by `etcd-operator
+/// migrate --from-aenix`; while it is set every member, adopted or created later, runs with
+/// `--peer-auto-tls` and https peer URLs, since etcd cannot mix plaintext and TLS peers.
+pub const PEER_AUTO_TLS_ANNOTATION: &str = "etcd-operator.cozystack.io/peer-auto-tls";
+
+/// Whether [`PEER_AUTO_TLS_ANNOTATION`] is `"true"`.
+pub fn peer_auto_tls(annotations: &BTreeMap<String, String>) -> bool {
+    annotations
+        .get(PEER_AUTO_TLS_ANNOTATION)
+        .is_some_and(|v| v == "true")
+}
+
 /// The headless Service a member's DNS name lives under: the adopted member's legacy Service
 /// when [`HEADLESS_SERVICE_ANNOTATION`] holds a valid DNS label, else the cluster's own.
 pub fn member_service_name(annotations: &BTreeMap<String, String>, cluster: &str) -> String {

@@ -3,14 +3,16 @@
 //! cluster the way the aenix operator leaves one — its CRD and EtcdCluster, the cluster-state
 //! ConfigMap, the `<cluster>` ClusterIP and `<cluster>-headless` Services, the StatefulSet, and the
 //! Pods and PVCs as the StatefulSet controller writes them (aenix labels, command line, data dir
-//! `/var/run/etcd/default.etcd`, `<cluster>-headless` peer URLs) — around real etcd members, and
+//! `/var/run/etcd/default.etcd`, `<cluster>-headless` peer URLs, and the aenix default peer
+//! auto-TLS: `--peer-auto-tls` with https peer URLs) — around real etcd members, and
 //! writes keys. The test control plane runs no StatefulSet controller, so the test creates the Pods
 //! and PVCs itself, exactly as that controller would (owner reference, `statefulset.kubernetes.io/`
 //! labels, claims from the volumeClaimTemplate), and reports the StatefulSet's status.
 //!
 //! Then: the dry run changes nothing; `--apply` adopts (same Pod UIDs, member IDs, cluster ID,
 //! keys); our operator, started afterwards, keeps it Ready; a scale-up adds a native member; and
-//! the adopted members are replaced one by one by native ones on request.
+//! the adopted members are replaced one by one by native ones on request. Every member, adopted
+//! or native, runs `--peer-auto-tls` with https peer URLs throughout.
 
 use std::collections::BTreeMap;
 use std::process::Output;
@@ -101,11 +103,12 @@ fn member_name(i: usize) -> String {
 }
 
 fn legacy_peer_url(member: &str, ns: &str) -> String {
-    format!("http://{member}.{NAME}-headless.{ns}.svc:2380")
+    format!("https://{member}.{NAME}-headless.{ns}.svc:2380")
 }
 
-/// The Pod template of the aenix StatefulSet (plaintext peers, as with `peerSecret` unset and
-/// peer TLS off: see docs/migration.md for clusters on `--peer-auto-tls`).
+/// The Pod template of the aenix StatefulSet with its defaults: `spec.security.tls.peerSecret`
+/// unset, so etcd runs `--peer-auto-tls` with https peer URLs (aenix-io/etcd-operator
+/// internal/controller/factory/statefulset.go).
 fn pod_template(image: &str) -> Value {
     json!({
         "metadata": {"labels": aenix_labels()},
@@ -116,9 +119,10 @@ fn pod_template(image: &str) -> Value {
                 "command": [
                     "etcd",
                     "--name=$(POD_NAME)",
-                    "--listen-peer-urls=http://0.0.0.0:2380",
+                    "--peer-auto-tls",
+                    "--listen-peer-urls=https://0.0.0.0:2380",
                     "--listen-client-urls=http://0.0.0.0:2379",
-                    format!("--initial-advertise-peer-urls=http://$(POD_NAME).{NAME}-headless.$(POD_NAMESPACE).svc:2380"),
+                    format!("--initial-advertise-peer-urls=https://$(POD_NAME).{NAME}-headless.$(POD_NAMESPACE).svc:2380"),
                     "--data-dir=/var/run/etcd/default.etcd",
                     format!("--advertise-client-urls=http://$(POD_NAME).{NAME}-headless.$(POD_NAMESPACE).svc:2379"),
                 ],
@@ -613,6 +617,8 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
         "[ok] the aenix operator is stopped",
         "propagationPolicy=Orphan",
         "etcd-operator.cozystack.io/headless-service-name",
+        "[ok] peers use etcd's --peer-auto-tls",
+        "etcd-operator.cozystack.io/peer-auto-tls=true",
         "Dry run: nothing was changed",
     ] {
         assert!(
@@ -645,7 +651,19 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
                 .map(String::as_str),
             Some("default.etcd")
         );
+        assert!(
+            m.spec.tls.as_ref().is_some_and(|t| t.peer_auto_tls),
+            "adopted member {name}: spec.tls.peerAutoTLS"
+        );
     }
+    let adopted = Api::<EtcdCluster>::namespaced(client.clone(), &ns)
+        .get(NAME)
+        .await
+        .or_panic();
+    assert!(
+        adopted.peer_auto_tls(),
+        "the adopted EtcdCluster does not record peer auto-TLS"
+    );
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     for (name, uid) in &before.pvcs {
         let pvc = pvcs.get(name).await.or_panic();
@@ -731,6 +749,28 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
     }
     check_keys(&client, &ns, &before.keys).await;
 
+    // The peer auto-TLS annotation, removed by hand, is set back: without it the operator would
+    // compute http:// peer URLs and new members could not join.
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    clusters
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {labels::PEER_AUTO_TLS_ANNOTATION: null}}}),
+            ),
+        )
+        .await
+        .or_panic();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !clusters.get(NAME).await.or_panic().peer_auto_tls() {
+        assert!(
+            Instant::now() < deadline,
+            "the removed peer auto-TLS annotation was not set back; {log}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
     // A scale-up adds a native member.
     env.scale(&ns, NAME, 4).await;
     env.wait_healthy(&ns, NAME, 4, BOOT).await;
@@ -788,7 +828,7 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
         assert!(!learner, "{name} is a learner");
         assert_eq!(
             url,
-            &format!("http://{name}.{NAME}.{ns}.svc:2380"),
+            &format!("https://{name}.{NAME}.{ns}.svc:2380"),
             "{name} is not native"
         );
     }
@@ -837,12 +877,20 @@ async fn assert_native(client: &Client, ns: &str, m: &EtcdMember) {
     let args = spec.containers[0].args.clone().unwrap_or_default();
     assert!(
         args.contains(&format!(
-            "--initial-advertise-peer-urls=http://{name}.{NAME}.{ns}.svc:2380"
+            "--initial-advertise-peer-urls=https://{name}.{NAME}.{ns}.svc:2380"
         )),
         "{args:?}"
     );
     assert!(
         args.contains(&"--data-dir=/var/lib/etcd".to_string()),
         "{args:?}"
+    );
+    assert!(
+        args.contains(&"--peer-auto-tls".to_string()),
+        "native member {name} must keep peer auto-TLS: {args:?}"
+    );
+    assert!(
+        m.spec.tls.as_ref().is_some_and(|t| t.peer_auto_tls),
+        "native member {name}: spec.tls.peerAutoTLS"
     );
 }

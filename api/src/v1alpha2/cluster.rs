@@ -192,6 +192,19 @@ impl EtcdClusterSpec {
     }
 }
 
+impl EtcdCluster {
+    /// The members run etcd's `--peer-auto-tls` (a cluster adopted from the aenix operator, see
+    /// [`crate::labels::PEER_AUTO_TLS_ANNOTATION`]) and no peer Secret is configured.
+    pub fn peer_auto_tls(&self) -> bool {
+        !self.spec.peer_tls() && crate::labels::peer_auto_tls(kube::ResourceExt::annotations(self))
+    }
+
+    /// The peer URLs are `https://`: peer TLS from Secrets, or peer auto-TLS.
+    pub fn peer_https(&self) -> bool {
+        self.spec.peer_tls() || self.peer_auto_tls()
+    }
+}
+
 /// TLS for the two etcd listeners; each is optional and independent.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]

@@ -116,7 +116,11 @@ pub fn etcd_args(member: &EtcdMember) -> Result<Vec<String>, BuildError> {
     }
     let tls = spec.tls.clone().unwrap_or_default();
     let client_tls = tls.client_server_secret_ref.is_some();
-    let peer_tls = tls.peer_secret_ref.is_some();
+    let peer_secret = tls.peer_secret_ref.is_some();
+    // Peer auto-TLS (an adopted aenix cluster): etcd generates self-signed peer certificates
+    // under its data dir; the peer URLs are https all the same.
+    let peer_auto_tls = tls.peer_auto_tls && !peer_secret;
+    let peer_tls = peer_secret || peer_auto_tls;
     let service = naming::member_service(member);
     let cluster = &service;
 
@@ -160,7 +164,10 @@ pub fn etcd_args(member: &EtcdMember) -> Result<Vec<String>, BuildError> {
             ]);
         }
     }
-    if peer_tls {
+    if peer_auto_tls {
+        args.push("--peer-auto-tls".to_string());
+    }
+    if peer_secret {
         args.extend([
             format!("--peer-cert-file={PEER_TLS_DIR}/tls.crt"),
             format!("--peer-key-file={PEER_TLS_DIR}/tls.key"),
@@ -600,6 +607,40 @@ mod tests {
             secret_volumes(&pod),
             [("client-tls".to_string(), "c-server-tls".to_string())]
         );
+    }
+
+    #[test]
+    fn peer_auto_tls_runs_https_peers_without_secrets() {
+        let mut m = tls_member(None, false, None);
+        m.spec.initial_cluster = naming::initial_cluster_entry("c-x", "c", "n", true);
+        if let Some(tls) = m.spec.tls.as_mut() {
+            tls.peer_auto_tls = true;
+        }
+        let pod = member_pod(&m, &params()).unwrap();
+        let args = args_of(&pod);
+        for expected in [
+            "--listen-client-urls=http://0.0.0.0:2379",
+            "--listen-peer-urls=https://0.0.0.0:2380",
+            "--initial-advertise-peer-urls=https://c-x.c.n.svc:2380",
+            "--initial-cluster=c-x=https://c-x.c.n.svc:2380",
+            "--peer-auto-tls",
+        ] {
+            assert!(
+                args.iter().any(|a| a == expected),
+                "missing {expected} in {args:?}"
+            );
+        }
+        for absent in [
+            "--peer-cert-file",
+            "--peer-trusted-ca-file",
+            "--peer-client-cert-auth",
+        ] {
+            assert!(
+                !args.iter().any(|a| a.starts_with(absent)),
+                "{absent} in {args:?}"
+            );
+        }
+        assert_eq!(secret_volumes(&pod), []);
     }
 
     #[test]

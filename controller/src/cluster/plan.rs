@@ -463,7 +463,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     let status = cluster.status.clone().unwrap_or_default();
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
-    let peer_tls = cluster.spec.peer_tls();
+    let peer_tls = cluster.peer_https();
     let formed = status.cluster_id.is_some();
     let spec_target = target_of(cluster);
     let deadline_in =

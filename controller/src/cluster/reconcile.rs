@@ -182,6 +182,9 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         .into_iter()
         .filter(|m| owned_by(m, &uid))
         .collect();
+    if needs_peer_auto_tls_restored(cluster, &members) {
+        return restore_peer_auto_tls(cluster, ctx).await;
+    }
     // Members that should have a Pod: added to etcd and not dormant.
     let running = members
         .iter()
@@ -347,7 +350,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
             tracing::info!(cluster = %name, "bootstrapping single-node cluster");
             let seed = create_member(cluster, ctx, &plan.observed, true).await?;
             let seed_name = seed.name_any();
-            let url = naming::peer_url(&seed_name, &name, &ns, cluster.spec.peer_tls());
+            let url = naming::peer_url(&seed_name, &name, &ns, cluster.peer_https());
             set_initial_cluster(&members_api, &seed_name, &format!("{seed_name}={url}")).await?;
             ctx.event(
                 cluster,
@@ -361,7 +364,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         Action::CreateMember => {
             let member = create_member(cluster, ctx, &plan.observed, false).await?;
             let member_name = member.name_any();
-            let url = naming::peer_url(&member_name, &name, &ns, cluster.spec.peer_tls());
+            let url = naming::peer_url(&member_name, &name, &ns, cluster.peer_https());
             // Continue the same step at once; each part is recoverable if we crash in between.
             if let (
                 Some(etcd),
@@ -961,13 +964,7 @@ async fn create_member(
             finalizers: Some(vec![labels::MEMBER_CLEANUP_FINALIZER.to_string()]),
             ..Default::default()
         },
-        spec: plan::member_spec(
-            &name,
-            target,
-            token,
-            seed,
-            MemberTls::from_cluster(&name, cluster.spec.tls.as_ref()),
-        ),
+        spec: plan::member_spec(&name, target, token, seed, member_tls(cluster)),
         status: None,
     };
     let api: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
@@ -978,6 +975,55 @@ async fn create_member(
     api.patch(&member_name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(created)
+}
+
+/// A member runs peer auto-TLS but the cluster's [`labels::PEER_AUTO_TLS_ANNOTATION`] is gone
+/// (removed by hand): without it every peer URL would be computed as `http://`, which etcd does
+/// not list, and new members could not join.
+fn needs_peer_auto_tls_restored(cluster: &EtcdCluster, members: &[EtcdMember]) -> bool {
+    !cluster.peer_https()
+        && members
+            .iter()
+            .any(|m| m.spec.tls.as_ref().is_some_and(|t| t.peer_auto_tls))
+}
+
+async fn restore_peer_auto_tls(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue, Error> {
+    let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
+    let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let patch = json!({"metadata": {"annotations": {labels::PEER_AUTO_TLS_ANNOTATION: "true"}}});
+    api.patch(
+        &cluster.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    ctx.event(
+        cluster,
+        true,
+        "PeerAutoTLSRestored",
+        "Annotate",
+        format!(
+            "members run etcd's --peer-auto-tls: the annotation {}=true was set back (etcd cannot \
+             mix TLS and plaintext peers; see docs/migration.md)",
+            labels::PEER_AUTO_TLS_ANNOTATION
+        ),
+    )
+    .await;
+    Ok(Requeue::requeue(Duration::from_millis(200)))
+}
+
+/// The member view of the cluster's TLS; on a peer auto-TLS cluster (adopted from the aenix
+/// operator) every new member runs `--peer-auto-tls` too, as etcd cannot mix TLS and plaintext
+/// peers.
+fn member_tls(cluster: &EtcdCluster) -> Option<MemberTls> {
+    let tls = MemberTls::from_cluster(&cluster.name_any(), cluster.spec.tls.as_ref());
+    if !cluster.peer_auto_tls() {
+        return tls;
+    }
+    Some(MemberTls {
+        peer_auto_tls: true,
+        ..tls.unwrap_or_default()
+    })
 }
 
 async fn set_initial_cluster(
@@ -1018,12 +1064,7 @@ async fn sync_member_status(
         .filter(|m| m.metadata.deletion_timestamp.is_none())
     {
         let name = m.name_any();
-        let url = naming::peer_url(
-            &name,
-            &naming::member_service(m),
-            &ns,
-            cluster.spec.peer_tls(),
-        );
+        let url = naming::peer_url(&name, &naming::member_service(m), &ns, cluster.peer_https());
         let Some(entry) = etcd_members
             .iter()
             .find(|e| e.peer_urls.iter().any(|u| u == &url))
@@ -1235,5 +1276,32 @@ mod tests {
             serde_json::to_value(&new).unwrap(),
             "patch {patch}"
         );
+    }
+
+    #[test]
+    fn a_lost_peer_auto_tls_annotation_is_restored_only_for_auto_tls_members() {
+        let mut cluster = EtcdCluster::new("c", Default::default());
+        let member = |auto: bool| {
+            let mut m = EtcdMember::new("c-a", Default::default());
+            m.spec.tls = auto.then(|| MemberTls {
+                peer_auto_tls: true,
+                ..MemberTls::default()
+            });
+            m
+        };
+        assert!(needs_peer_auto_tls_restored(
+            &cluster,
+            &[member(false), member(true)]
+        ));
+        assert!(!needs_peer_auto_tls_restored(&cluster, &[member(false)]));
+        cluster.metadata.annotations = Some(
+            [(
+                labels::PEER_AUTO_TLS_ANNOTATION.to_string(),
+                "true".to_string(),
+            )]
+            .into(),
+        );
+        assert!(!needs_peer_auto_tls_restored(&cluster, &[member(true)]));
+        assert_eq!(member_tls(&cluster).map(|t| t.peer_auto_tls), Some(true));
     }
 }

@@ -455,7 +455,7 @@ async fn remove_from_etcd(
     let cluster_name = cluster.name_any();
     let name = member.name_any();
     let client_tls = cluster.spec.client_tls();
-    let peer_tls = cluster.spec.peer_tls();
+    let peer_tls = cluster.peer_https();
     let members: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let selector = ListParams::default().labels(&labels::cluster_selector(&cluster_name));

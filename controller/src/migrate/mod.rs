@@ -120,11 +120,13 @@ pub async fn inspect(client: &Client, opts: &Options) -> anyhow::Result<Facts> {
             .into_iter()
             .map(|p| {
                 let ready = crate::pods::pod_view(&p).ready;
+                let peer_auto_tls = runs_peer_auto_tls(&p);
                 (
                     p.name_any(),
                     PodFacts {
                         uid: p.uid().unwrap_or_default(),
                         ready,
+                        peer_auto_tls,
                     },
                 )
             })
@@ -448,4 +450,15 @@ pub async fn apply(client: &Client, f: &Facts, p: &plan::Plan) -> anyhow::Result
         println!("deleted the aenix EtcdCluster {ns}/{name}");
     }
     Ok(())
+}
+
+/// The Pod's etcd container runs with `--peer-auto-tls` (the aenix operator's default when
+/// `spec.security.tls.peerSecret` is unset).
+fn runs_peer_auto_tls(pod: &Pod) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .filter(|c| c.name == "etcd")
+        .flat_map(|c| c.command.iter().flatten().chain(c.args.iter().flatten()))
+        .any(|a| a == "--peer-auto-tls" || a == "--peer-auto-tls=true")
 }

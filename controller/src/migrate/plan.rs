@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use api::labels;
 use api::v1alpha2::{
     AutoCompactionMode, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, EtcdMember,
-    EtcdMemberSpec, EtcdMemberStatus, EtcdOptions, ObservedSpec, StorageSpec,
+    EtcdMemberSpec, EtcdMemberStatus, EtcdOptions, MemberTls, ObservedSpec, StorageSpec,
 };
 use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -226,6 +226,8 @@ pub struct StatefulSetFacts {
 pub struct PodFacts {
     pub uid: String,
     pub ready: bool,
+    /// Its etcd container runs with `--peer-auto-tls`.
+    pub peer_auto_tls: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -297,18 +299,26 @@ fn check(checks: &mut Vec<Check>, ok: bool, what: String) {
     checks.push(Check { ok, what });
 }
 
-/// `(member, service)` from `http://<member>.<service>.<namespace>.svc[.<domain>]:2380`.
-pub fn parse_peer_url(url: &str, namespace: &str) -> Result<(String, String), String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| match url.starts_with("https://") {
-            true => format!(
-                "peer URL {url} uses TLS (the aenix operator's --peer-auto-tls): adopting a \
-                 peer-TLS cluster in place is not supported by this version; migrate through a \
-                 snapshot and restore instead"
-            ),
-            false => format!("peer URL {url} is not http://<pod>.<service>.<namespace>.svc:2380"),
-        })?;
+/// A peer URL `http[s]://<member>.<service>.<namespace>.svc[.<domain>]:2380`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerUrl {
+    pub member: String,
+    pub service: String,
+    /// `https://`: the aenix operator's peer auto-TLS (or a peer Secret).
+    pub tls: bool,
+}
+
+/// Parse a peer URL of an aenix member (see [`PeerUrl`]).
+pub fn parse_peer_url(url: &str, namespace: &str) -> Result<PeerUrl, String> {
+    let (rest, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(rest), _) => (rest, false),
+        (_, Some(rest)) => (rest, true),
+        _ => {
+            return Err(format!(
+                "peer URL {url} is not http[s]://<pod>.<service>.<namespace>.svc:2380"
+            ))
+        }
+    };
     let (host, port) = rest
         .trim_end_matches('/')
         .rsplit_once(':')
@@ -318,11 +328,13 @@ pub fn parse_peer_url(url: &str, namespace: &str) -> Result<(String, String), St
     }
     let labels: Vec<&str> = host.split('.').collect();
     match labels.as_slice() {
-        [member, service, ns, "svc", ..] if *ns == namespace => {
-            Ok((member.to_string(), service.to_string()))
-        }
+        [member, service, ns, "svc", ..] if *ns == namespace => Ok(PeerUrl {
+            member: member.to_string(),
+            service: service.to_string(),
+            tls,
+        }),
         _ => Err(format!(
-            "peer URL {url} is not http://<pod>.<service>.{namespace}.svc:2380"
+            "peer URL {url} is not http[s]://<pod>.<service>.{namespace}.svc:2380"
         )),
     }
 }
@@ -460,10 +472,16 @@ pub fn build(f: &Facts) -> Plan {
         ),
     );
     let mut adopted = Vec::new();
+    // Whether each member's peer URL is https (with the Pod running `--peer-auto-tls`).
+    let mut schemes = Vec::new();
     for m in &members {
         let url = m.peer_urls.first().cloned().unwrap_or_default();
         match parse_peer_url(&url, ns) {
-            Ok((pod, service)) if pod == m.name && service == headless => {
+            Ok(PeerUrl {
+                member: pod,
+                service,
+                tls,
+            }) if pod == m.name && service == headless => {
                 let Some(p) = f.pods.get(&pod) else {
                     check(
                         &mut checks,
@@ -472,6 +490,18 @@ pub fn build(f: &Facts) -> Plan {
                     );
                     continue;
                 };
+                schemes.push(tls);
+                if tls && !p.peer_auto_tls {
+                    check(
+                        &mut checks,
+                        false,
+                        format!(
+                            "member {pod} has the TLS peer URL {url} but its Pod's etcd container \
+                             does not run --peer-auto-tls: peer TLS from Secrets is not adopted in \
+                             place by this version; migrate through a snapshot and restore instead"
+                        ),
+                    );
+                }
                 let pvc = labels::pvc_name(&pod);
                 let pvc_ok = f.pvcs.contains_key(&pvc);
                 check(
@@ -490,7 +520,11 @@ pub fn build(f: &Facts) -> Plan {
                 );
                 adopted.push((m.clone(), p.uid.clone(), pvc, url));
             }
-            Ok((pod, service)) => check(
+            Ok(PeerUrl {
+                member: pod,
+                service,
+                ..
+            }) => check(
                 &mut checks,
                 false,
                 format!(
@@ -501,6 +535,24 @@ pub fn build(f: &Facts) -> Plan {
             ),
             Err(e) => check(&mut checks, false, format!("etcd member {:?}: {e}", m.name)),
         }
+    }
+    let peer_auto_tls = schemes.first().copied().unwrap_or(false);
+    if schemes.iter().any(|&t| t != peer_auto_tls) {
+        check(
+            &mut checks,
+            false,
+            "the members' peer URLs mix http:// and https://: finish or roll back the aenix \
+             cluster's peer TLS change first, so every member uses the same scheme"
+                .into(),
+        );
+    } else if peer_auto_tls {
+        check(
+            &mut checks,
+            true,
+            "peers use etcd's --peer-auto-tls (https peer URLs, self-signed certificates): every \
+             member, adopted or created later, keeps running with it"
+                .into(),
+        );
     }
     plan.checks = checks;
     let Some(spec) = spec else {
@@ -531,6 +583,10 @@ pub fn build(f: &Facts) -> Plan {
                 image_pull_secrets: spec.image_pull_secrets.clone(),
                 initial_cluster: initial_cluster.clone(),
                 cluster_token: token.clone(),
+                tls: peer_auto_tls.then(|| MemberTls {
+                    peer_auto_tls: true,
+                    ..MemberTls::default()
+                }),
                 ..EtcdMemberSpec::default()
             },
         );
@@ -573,10 +629,17 @@ pub fn build(f: &Facts) -> Plan {
         metadata: ObjectMeta {
             name: Some(name.clone()),
             namespace: Some(ns.clone()),
-            annotations: Some(BTreeMap::from([(
-                ADOPTED_FROM_ANNOTATION.to_string(),
-                f.legacy_uid.clone(),
-            )])),
+            annotations: Some(
+                [(ADOPTED_FROM_ANNOTATION.to_string(), f.legacy_uid.clone())]
+                    .into_iter()
+                    .chain(peer_auto_tls.then(|| {
+                        (
+                            labels::PEER_AUTO_TLS_ANNOTATION.to_string(),
+                            "true".to_string(),
+                        )
+                    }))
+                    .collect(),
+            ),
             ..ObjectMeta::default()
         },
         spec,
@@ -613,6 +676,14 @@ pub fn render(plan: &Plan, f: &Facts) -> String {
         out,
         "  create EtcdCluster {ns}/{name} (etcd-operator.cozystack.io/v1alpha2) spec {spec}"
     );
+    if labels::peer_auto_tls(kube::ResourceExt::annotations(cluster)) {
+        let _ = writeln!(
+            out,
+            "    annotation {}=true: members keep etcd's --peer-auto-tls (https peer URLs), and \
+             so do members created later",
+            labels::PEER_AUTO_TLS_ANNOTATION
+        );
+    }
     if let Some(s) = &plan.status {
         let _ = writeln!(
             out,

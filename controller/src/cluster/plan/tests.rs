@@ -1306,3 +1306,34 @@ fn adopted_members_are_replaced_one_at_a_time_on_request_only_while_whole() {
         }
     );
 }
+
+#[test]
+fn peer_auto_tls_cluster_adds_learners_under_https_peer_urls() {
+    let mut c = cluster(3, locked(3, Some(0xabc), Some(700)));
+    c.metadata.annotations = Some(
+        [(
+            api::labels::PEER_AUTO_TLS_ANNOTATION.to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+    );
+    let https = |name: &str| format!("https://{name}.c.n.svc:2380");
+    let mut b = m("c-b", 2);
+    b.pending = true;
+    b.pod = None;
+    b.recorded_pod_uid = None;
+    let a = EtcdMemberInfo {
+        peer_urls: vec![https("c-a")],
+        ..e(1, "c-a", false)
+    };
+    let p = run(&c, vec![m("c-a", 1), b], etcd(vec![a]));
+    assert_eq!(
+        p.action,
+        Action::CompletePending {
+            member: "c-b".into(),
+            peer_url: https("c-b"),
+            already_added: false,
+            initial_cluster_after_add: format!("c-a={},c-b={}", https("c-a"), https("c-b")),
+        }
+    );
+}

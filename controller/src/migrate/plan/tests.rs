@@ -83,18 +83,61 @@ fn image_versions() {
 }
 
 #[test]
-fn peer_urls_parse_into_pod_and_service() {
+fn peer_urls_parse_into_pod_service_and_scheme() {
+    let parsed = |member: &str, tls| PeerUrl {
+        member: member.into(),
+        service: "etcd-headless".into(),
+        tls,
+    };
     assert_eq!(
         parse_peer_url("http://etcd-0.etcd-headless.prod.svc:2380", "prod"),
-        Ok(("etcd-0".into(), "etcd-headless".into()))
+        Ok(parsed("etcd-0", false))
     );
-    assert!(
-        parse_peer_url("https://etcd-0.etcd-headless.prod.svc:2380", "prod")
-            .unwrap_err()
-            .contains("--peer-auto-tls")
+    assert_eq!(
+        parse_peer_url("https://etcd-1.etcd-headless.prod.svc:2380", "prod"),
+        Ok(parsed("etcd-1", true))
     );
     assert!(parse_peer_url("http://10.0.0.1:2380", "prod").is_err());
+    assert!(parse_peer_url("unix://etcd-0.etcd-headless.prod.svc:2380", "prod").is_err());
     assert!(parse_peer_url("http://etcd-0.etcd-headless.other.svc:2380", "prod").is_err());
+}
+
+/// The aenix default: `--peer-auto-tls` and https peer URLs.
+fn auto_tls_facts() -> Facts {
+    let mut f = facts();
+    if let Ok((_, members)) = &mut f.etcd {
+        for m in members.iter_mut() {
+            m.peer_urls = vec![format!("https://{}.etcd-headless.prod.svc:2380", m.name)];
+        }
+    }
+    for p in f.pods.values_mut() {
+        p.peer_auto_tls = true;
+    }
+    f
+}
+
+#[test]
+fn peer_auto_tls_clusters_are_adopted_with_auto_tls_members() {
+    let f = auto_tls_facts();
+    let p = build(&f);
+    assert!(p.passed(), "{:?}", p.checks);
+    for a in &p.members {
+        let tls = a.member.spec.tls.clone().unwrap();
+        assert!(tls.peer_auto_tls, "{tls:?}");
+        assert_eq!(tls.peer_secret_ref, None);
+        assert_eq!(tls.client_server_secret_ref, None);
+    }
+    assert_eq!(
+        p.members[0].member.spec.initial_cluster,
+        "etcd-0=https://etcd-0.etcd-headless.prod.svc:2380,etcd-1=https://etcd-1.etcd-headless.prod.svc:2380,etcd-2=https://etcd-2.etcd-headless.prod.svc:2380"
+    );
+    let cluster = p.cluster.clone().unwrap();
+    assert!(cluster.peer_auto_tls() && cluster.peer_https());
+    assert!(render(&p, &f).contains(labels::PEER_AUTO_TLS_ANNOTATION));
+    // A plaintext cluster gets neither.
+    let p = build(&facts());
+    assert!(p.members.iter().all(|a| a.member.spec.tls.is_none()));
+    assert!(!p.cluster.unwrap().peer_https());
 }
 
 fn facts() -> Facts {
@@ -122,6 +165,7 @@ fn facts() -> Facts {
                     PodFacts {
                         uid: format!("pod-{i}"),
                         ready: true,
+                        peer_auto_tls: false,
                     },
                 )
             })
@@ -220,10 +264,22 @@ fn plan_refuses_unsafe_states_naming_the_object_and_the_fix() {
             }),
         ),
         (
-            "uses TLS",
+            "does not run --peer-auto-tls: peer TLS from Secrets is not adopted",
+            Box::new(|f| {
+                *f = auto_tls_facts();
+                if let Some(p) = f.pods.get_mut("etcd-1") {
+                    p.peer_auto_tls = false
+                }
+            }),
+        ),
+        (
+            "peer URLs mix http:// and https://",
             Box::new(|f| {
                 if let Ok((_, m)) = &mut f.etcd {
                     m[0].peer_urls = vec!["https://etcd-0.etcd-headless.prod.svc:2380".into()]
+                }
+                if let Some(p) = f.pods.get_mut("etcd-0") {
+                    p.peer_auto_tls = true
                 }
             }),
         ),
