@@ -189,7 +189,7 @@ fn secret_volume(name: &str, secret: &str) -> Volume {
     }
 }
 
-fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+pub(crate) fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
     VolumeMount {
         name: name.to_string(),
         mount_path: path.to_string(),

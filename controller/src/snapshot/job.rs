@@ -13,12 +13,13 @@ use k8s_openapi::api::batch::v1::{
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EnvVar, EnvVarSource, PersistentVolumeClaimVolumeSource,
     PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, SecretKeySelector,
-    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    SecretVolumeSource, SecurityContext, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 
 use crate::auth;
+use crate::builders::pod::mount;
 
 /// BEHAVIOUR.md's Job settings.
 pub const BACKOFF_LIMIT: i32 = 3;
@@ -74,15 +75,6 @@ fn secret_volume(name: &str, secret: &str) -> Volume {
             default_mode: Some(0o440),
             ..Default::default()
         }),
-        ..Default::default()
-    }
-}
-
-fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
-    VolumeMount {
-        name: name.to_string(),
-        mount_path: path.to_string(),
-        read_only: Some(read_only),
         ..Default::default()
     }
 }
