@@ -78,6 +78,12 @@ pub const PEER_AUTO_TLS_ANNOTATION: &str = "etcd-operator.cozystack.io/peer-auto
 /// change, and the member controller restarts a Pod whose value differs from its member's.
 pub const TRUST_BUNDLE_ANNOTATION: &str = "etcd-operator.cozystack.io/trust-bundle";
 
+/// On a member Pod: the hash of the member template it was built from (version, resources,
+/// options, affinity, topology spread, pull secrets, additional metadata). The member controller
+/// restarts a Pod whose hash differs from its member's; a Pod without one (created by an older
+/// operator, or adopted) is given its member's hash without a restart.
+pub const TEMPLATE_HASH_ANNOTATION: &str = "etcd-operator.cozystack.io/template-hash";
+
 /// Whether [`PEER_AUTO_TLS_ANNOTATION`] is `"true"`.
 pub fn peer_auto_tls(annotations: &BTreeMap<String, String>) -> bool {
     annotations

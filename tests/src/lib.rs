@@ -13,6 +13,7 @@ pub mod helm;
 pub mod install;
 pub mod operator;
 pub mod podrunner;
+pub mod rollout;
 pub mod tls;
 pub mod webhook;
 

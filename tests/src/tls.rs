@@ -8,11 +8,12 @@ use api::v1alpha2::{ClientTlsSpec, EtcdClusterSpec, PeerTlsSpec, SecretReference
 use certs::mint::{MintedCert, TestCa};
 use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
 use crate::e2e::{spec, Env};
 use crate::OrPanic;
+use serde_json::json;
 
 /// The material of one cluster: a client CA (server and operator-client certificates) and a
 /// separate peer CA, with the SANs the reference's runbook lists.
@@ -182,4 +183,20 @@ pub async fn dial(
 /// `(certificate, key)` PEM of a minted certificate, for [`dial`].
 pub fn pair(c: &MintedCert) -> (&str, &str) {
     (&c.cert_pem, &c.key_pem)
+}
+
+/// Merge `keys` into a Secret (`stringData`).
+pub async fn patch_secret(env: &Env, ns: &str, name: &str, keys: &[(&str, &str)]) {
+    let data: serde_json::Map<String, serde_json::Value> = keys
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    Api::<Secret>::namespaced(env.client(), ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "stringData": data })),
+        )
+        .await
+        .or_panic();
 }

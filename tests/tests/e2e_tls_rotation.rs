@@ -6,21 +6,16 @@
 //! refused (wrong SANs, a CA that does not match) before a handshake fails, naming the Secret;
 //! a TLS cluster paused and resumed keeps every key.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use certs::mint::TestCa;
 use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
-use k8s_openapi::api::core::v1::{Event, Pod, Secret};
-use kube::api::{ListParams, Patch, PatchParams};
-use kube::{Api, ResourceExt};
-use serde_json::json;
-use tests::e2e::{condition, env, Env};
+use kube::ResourceExt;
+use tests::e2e::{condition, env};
+use tests::rollout::{endpoints, event_messages, restarts_in_order, uids, wait_rolled, Writer};
 use tests::tls::{
     create_operator_secret, create_peer_secret, create_secret, create_server_secret, dial, leaves,
-    mint, pair, tls_spec, Material,
+    mint, pair, patch_secret, tls_spec, Material,
 };
 use tests::OrPanic;
 
@@ -30,195 +25,6 @@ const ROLL: Duration = Duration::from_secs(300);
 /// followers cost nothing, the leader's one election after MoveLeader (a few seconds at most
 /// on a loaded test machine).
 const LONGEST_GAP: Duration = Duration::from_secs(15);
-
-const TRUST_ANNOTATION: &str = "etcd-operator.cozystack.io/trust-bundle";
-
-/// Writes one key every 100 ms until stopped; reports what it saw.
-struct Writer {
-    stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<WriterReport>,
-}
-
-#[derive(Debug)]
-struct WriterReport {
-    written: BTreeMap<String, String>,
-    failed: u64,
-    longest_gap: Duration,
-}
-
-impl Writer {
-    fn start(endpoints: Vec<String>, ca: String, identity: (String, String), prefix: &str) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let prefix = prefix.to_string();
-        let task = tokio::spawn(async move {
-            let options = ConnectOptions::new()
-                .with_connect_timeout(Duration::from_secs(2))
-                .with_timeout(Duration::from_secs(2))
-                .with_tls(
-                    TlsOptions::new()
-                        .ca_certificate(Certificate::from_pem(&ca))
-                        .identity(Identity::from_pem(&identity.0, &identity.1)),
-                );
-            let mut client = etcd_client::Client::connect(endpoints, Some(options))
-                .await
-                .or_panic();
-            let mut report = WriterReport {
-                written: BTreeMap::new(),
-                failed: 0,
-                longest_gap: Duration::ZERO,
-            };
-            let mut last_ok = Instant::now();
-            let mut i = 0u64;
-            while !flag.load(Ordering::Relaxed) {
-                let key = format!("{prefix}{i:06}");
-                let value = format!("v{i}");
-                match client.put(key.clone(), value.clone(), None).await {
-                    Ok(_) => {
-                        report.longest_gap = report.longest_gap.max(last_ok.elapsed());
-                        last_ok = Instant::now();
-                        report.written.insert(key, value);
-                        i += 1;
-                    }
-                    Err(_) => report.failed += 1,
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            report.longest_gap = report.longest_gap.max(last_ok.elapsed());
-            report
-        });
-        Self { stop, task }
-    }
-
-    async fn finish(self) -> WriterReport {
-        self.stop.store(true, Ordering::Relaxed);
-        self.task.await.or_panic()
-    }
-}
-
-fn endpoints(ns: &str, cluster: &str, pods: &[Pod]) -> Vec<String> {
-    pods.iter()
-        .map(|p| format!("https://{}.{cluster}.{ns}.svc:2379", p.name_any()))
-        .collect()
-}
-
-fn uids(pods: &[Pod]) -> BTreeMap<String, String> {
-    pods.iter()
-        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
-        .collect()
-}
-
-async fn patch_secret(env: &Env, ns: &str, name: &str, keys: &[(&str, &str)]) {
-    let data: serde_json::Map<String, serde_json::Value> = keys
-        .iter()
-        .map(|(k, v)| (k.to_string(), json!(v)))
-        .collect();
-    Api::<Secret>::namespaced(env.client(), ns)
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({ "stringData": data })),
-        )
-        .await
-        .or_panic();
-}
-
-/// Cluster Events with `reason`, oldest first, as their messages.
-async fn event_messages(env: &Env, ns: &str, cluster: &str, reason: &str) -> Vec<String> {
-    let mut events: Vec<Event> = Api::<Event>::namespaced(env.client(), ns)
-        .list(&ListParams::default())
-        .await
-        .or_panic()
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(cluster))
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .collect();
-    events.sort_by_key(|e| {
-        e.event_time
-            .as_ref()
-            .map(|t| t.0)
-            .or(e.first_timestamp.as_ref().map(|t| t.0))
-    });
-    events.into_iter().filter_map(|e| e.message).collect()
-}
-
-/// The members whose Pods were restarted for a new CA bundle, by time of their `PodRestarted`
-/// Event.
-async fn restarts_in_order(env: &Env, ns: &str, cluster: &str) -> Vec<String> {
-    let members: Vec<String> = env
-        .members(ns, cluster)
-        .await
-        .iter()
-        .map(|m| m.name_any())
-        .collect();
-    let mut events: Vec<(k8s_openapi::jiff::Timestamp, String)> =
-        Api::<Event>::namespaced(env.client(), ns)
-            .list(&ListParams::default())
-            .await
-            .or_panic()
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("PodRestarted"))
-            .filter_map(|e| {
-                let member = e.involved_object.name.clone()?;
-                let at = e
-                    .event_time
-                    .as_ref()
-                    .map(|t| t.0)
-                    .or(e.first_timestamp.as_ref().map(|t| t.0))?;
-                members.contains(&member).then_some((at, member))
-            })
-            .collect();
-    events.sort();
-    events.into_iter().map(|(_, m)| m).collect()
-}
-
-/// Waits until every member Pod was replaced (none of `before`'s UIDs left), the cluster is
-/// healthy, no rollout is reported and every Pod runs its member's trust bundle. Samples the
-/// Ready Pods meanwhile: returns the fewest seen and whether `RollingRestart` was reported.
-async fn wait_rolled(
-    env: &Env,
-    ns: &str,
-    cluster: &str,
-    before: &BTreeMap<String, String>,
-) -> (usize, bool) {
-    let started = Instant::now();
-    let mut fewest_ready = usize::MAX;
-    let mut reported = false;
-    loop {
-        let pods = env.pods(ns, cluster).await;
-        let ready = pods.iter().filter(|p| tests::e2e::pod_ready(p)).count();
-        fewest_ready = fewest_ready.min(ready);
-        let c = env.cluster(ns, cluster).await;
-        let rolling = condition(&c, "Progressing")
-            .is_some_and(|(st, r, _)| st == "True" && r == "RollingRestart");
-        reported |= rolling;
-        let replaced = pods.len() == before.len()
-            && pods
-                .iter()
-                .all(|p| before.get(&p.name_any()) != p.uid().as_ref());
-        let members = env.members(ns, cluster).await;
-        let matching = members.iter().all(|m| {
-            let want = m.annotations().get(TRUST_ANNOTATION);
-            want.is_some()
-                && pods
-                    .iter()
-                    .find(|p| p.name_any() == m.name_any())
-                    .is_some_and(|p| p.annotations().get(TRUST_ANNOTATION) == want)
-        });
-        if replaced && matching && !rolling && tests::e2e::healthy(&c, 3) {
-            return (fewest_ready, reported);
-        }
-        assert!(
-            started.elapsed() < ROLL,
-            "{ns}/{cluster}: members not rolled within {ROLL:?}: pods {:?}, conditions {:?}",
-            uids(&pods),
-            c.status.map(|s| s.conditions)
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
 
 fn bundle(a: &TestCa, b: &TestCa) -> String {
     format!("{}{}", a.cert_pem(), b.cert_pem())
@@ -258,8 +64,11 @@ async fn a_new_ca_rolls_the_members_one_at_a_time_and_renewed_leaves_need_no_res
     let client_bundle = bundle(&m.client_ca, &new_client_ca);
     let writer = Writer::start(
         endpoints.clone(),
-        client_bundle.clone(),
-        (m.operator.cert_pem.clone(), m.operator.key_pem.clone()),
+        Some((
+            client_bundle.clone(),
+            m.operator.cert_pem.clone(),
+            m.operator.key_pem.clone(),
+        )),
         "w1/",
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -271,7 +80,8 @@ async fn a_new_ca_rolls_the_members_one_at_a_time_and_renewed_leaves_need_no_res
         &[("ca.crt", &bundle(&m.peer_ca, &new_peer_ca))],
     )
     .await;
-    let (fewest_ready, reported) = wait_rolled(env, &ns, name, &first).await;
+    let (fewest_ready, reasons) = wait_rolled(env, &ns, name, 3, &first, ROLL).await;
+    let reported = reasons.contains("RollingRestart");
     assert!(
         fewest_ready >= 2,
         "quorum lost: only {fewest_ready} of 3 members Ready at one point"
@@ -365,14 +175,17 @@ async fn a_new_ca_rolls_the_members_one_at_a_time_and_renewed_leaves_need_no_res
     // 3. The old CA leaves the bundles: one more roll, and only new-CA certificates work.
     let writer = Writer::start(
         endpoints.clone(),
-        new_ca.clone(),
-        (operator.cert_pem.clone(), operator.key_pem.clone()),
+        Some((
+            new_ca.clone(),
+            operator.cert_pem.clone(),
+            operator.key_pem.clone(),
+        )),
         "w2/",
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     patch_secret(env, &ns, "rot-server", &[("ca.crt", &new_ca)]).await;
     patch_secret(env, &ns, "rot-peer", &[("ca.crt", new_peer_ca.cert_pem())]).await;
-    let (fewest_ready, _) = wait_rolled(env, &ns, name, &second).await;
+    let (fewest_ready, _) = wait_rolled(env, &ns, name, 3, &second, ROLL).await;
     assert!(
         fewest_ready >= 2,
         "quorum lost: only {fewest_ready} of 3 members Ready at one point"

@@ -237,6 +237,10 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
     if let Some(trust) = member.annotations().get(labels::TRUST_BUNDLE_ANNOTATION) {
         annotations.insert(labels::TRUST_BUNDLE_ANNOTATION.to_string(), trust.clone());
     }
+    annotations.insert(
+        labels::TEMPLATE_HASH_ANNOTATION.to_string(),
+        crate::template::hash(spec),
+    );
 
     let data_volume = if spec.storage.is_memory() {
         Volume {

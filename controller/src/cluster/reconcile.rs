@@ -136,6 +136,7 @@ fn member_view(
             .annotations()
             .get(api::labels::TRUST_BUNDLE_ANNOTATION)
             .cloned(),
+        template_hash: crate::template::hash(&m.spec),
         name,
     }
 }
@@ -337,22 +338,32 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         }
     }
 
-    // The leader is asked only when members are to be restarted for a new CA bundle (the
-    // leader goes last, after MoveLeader).
-    let leader = match (&trust_bundle, etcd.as_mut()) {
-        (Some(want), Some(client))
-            if views
-                .iter()
-                .any(|v| v.trust_bundle.as_ref().is_some_and(|t| t != want)) =>
-        {
-            match client.leader().await {
-                Ok(id) => id,
-                Err(e) => {
-                    tracing::info!(cluster = %name, error = %e, "could not ask etcd for its leader");
-                    None
-                }
+    // The leader is asked only when members may be restarted (the leader goes last, after
+    // MoveLeader): a new CA bundle, or members whose template differs from the spec's or the
+    // latched target's.
+    let spec_template = crate::template::target_hash(&plan::target_of(cluster));
+    let latched_template = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.observed.as_ref())
+        .map(crate::template::target_hash);
+    let may_roll = views.iter().any(|v| {
+        trust_bundle
+            .as_ref()
+            .is_some_and(|want| v.trust_bundle.as_ref().is_some_and(|t| t != want))
+            || v.template_hash != spec_template
+            || latched_template
+                .as_ref()
+                .is_some_and(|t| &v.template_hash != t)
+    });
+    let leader = match etcd.as_mut() {
+        Some(client) if may_roll => match client.leader().await {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::info!(cluster = %name, error = %e, "could not ask etcd for its leader");
+                None
             }
-        }
+        },
         _ => None,
     };
 
@@ -528,7 +539,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
                 DeleteReason::CrashLooping => ("ReplacingMember", format!("member {member} is crash-looping; replacing it while the others keep quorum")),
                 DeleteReason::DataLost => ("ReplacingMember", format!("member {member} lost its PVC and its data; removing it from etcd and replacing it, never restarting it on an empty volume under its old member ID")),
                 DeleteReason::ReplaceAdopted => ("ReplacingAdoptedMember", format!("replacing member {member}, adopted from the aenix operator, by a native one as {} asks", labels::REPLACE_ADOPTED_ANNOTATION)),
-                DeleteReason::TrustBundleRollout => ("RollingRestart", format!("replacing Memory member {member} so that its successor loads the new CA bundle (a Memory member cannot restart without losing its data)")),
+                DeleteReason::Rollout => ("RollingRestart", format!("replacing Memory member {member} so that its successor runs the new CA bundle or spec (a Memory member cannot restart without losing its data)")),
             };
             tracing::info!(cluster = %name, member = %member, reason, "deleting member");
             members_api.delete(member, &DeleteParams::default()).await?;
@@ -615,30 +626,64 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
             tracing::info!(cluster = %name, member = %member, trust_bundle = %trust_bundle, "recorded the CA bundle a member runs with");
             requeue = Requeue::requeue(Duration::from_millis(200));
         }
+        Action::RecordTemplateHash {
+            member,
+            template_hash,
+        } => {
+            let patch = json!({"metadata": {"annotations": {labels::TEMPLATE_HASH_ANNOTATION: template_hash}}});
+            pods_api
+                .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            tracing::info!(cluster = %name, member = %member, template_hash = %template_hash, "recorded the template a member's Pod runs");
+            requeue = Requeue::requeue(Duration::from_millis(200));
+        }
         Action::RollMember {
             member,
             trust_bundle,
+            template,
             last,
         } => {
-            let patch = json!({"metadata": {"annotations": {labels::TRUST_BUNDLE_ANNOTATION: trust_bundle}}});
+            // One patch: the member controller sees the new bundle and template together and
+            // restarts the Pod once.
+            let mut patch = if *template {
+                crate::template::member_patch(&plan.observed)
+            } else {
+                json!({})
+            };
+            if let Some(trust) = trust_bundle {
+                patch["metadata"] =
+                    json!({"annotations": {labels::TRUST_BUNDLE_ANNOTATION: trust}});
+            }
             members_api
                 .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
-            let (done, total) = plan.facts.trust_rollout.unwrap_or_default();
             let role = if *last {
                 "the last; a leader hands leadership over first"
             } else {
                 "a follower"
             };
-            tracing::info!(cluster = %name, member = %member, done, total, "restarting member to load the new CA bundle");
+            let what = match (trust_bundle.is_some(), *template) {
+                (true, true) => format!(
+                    "the new CA bundle and version {} of the spec",
+                    plan.observed.version
+                ),
+                (true, false) => "the new CA bundle".to_string(),
+                _ => format!("the new spec (version {})", plan.observed.version),
+            };
+            let (done, total) = if *template {
+                plan.facts.template_rollout.unwrap_or_default()
+            } else {
+                plan.facts.trust_rollout.unwrap_or_default()
+            };
+            tracing::info!(cluster = %name, member = %member, done, total, "restarting member for {what}");
             ctx.event(
                 cluster,
                 false,
                 "RollingRestart",
                 "RestartMember",
                 format!(
-                    "restarting member {member} ({role}) to load the new CA bundle; {done} of \
-                     {total} members run it"
+                    "restarting member {member} ({role}) for {what}; {done} of {total} members \
+                     are updated"
                 ),
             )
             .await;

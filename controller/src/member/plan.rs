@@ -39,9 +39,10 @@ pub struct MemberFacts {
 pub struct PodFacts {
     pub ready: bool,
     pub deleting: bool,
-    /// The member asks for another CA bundle than the Pod started with
-    /// ([`labels::TRUST_BUNDLE_ANNOTATION`]): etcd loads it only at start-up.
-    pub stale_trust_bundle: bool,
+    /// Why the Pod must start again, if it must: its member asks for another CA bundle
+    /// ([`labels::TRUST_BUNDLE_ANNOTATION`], loaded by etcd only at start-up) or was given another
+    /// template ([`labels::TEMPLATE_HASH_ANNOTATION`]: a new version, resources, options, ...).
+    pub restart_for: Option<&'static str>,
 }
 
 /// What to do this reconcile.
@@ -135,12 +136,12 @@ pub fn plan(f: &MemberFacts) -> MemberPlan {
             Step::CreatePod,
             "the Pod was created and is starting".into(),
         ),
-        (Some(p), _) if p.stale_trust_bundle && !p.deleting && !f.memory() => not_ready(
+        (Some(p), _) if p.restart_for.is_some() && !p.deleting && !f.memory() => not_ready(
             Step::RestartPod,
             format!(
-                "restarting Pod {} to load the new CA bundle; the member keeps its data and \
-                 member ID",
-                f.name
+                "restarting Pod {} for {}; the member keeps its data and member ID",
+                f.name,
+                p.restart_for.unwrap_or_default()
             ),
         ),
         (Some(p), _) if !p.ready => {
@@ -174,7 +175,7 @@ mod tests {
             pod: Some(PodFacts {
                 ready: true,
                 deleting: false,
-                stale_trust_bundle: false,
+                restart_for: None,
             }),
             member_id_known: true,
             ..Default::default()
@@ -233,7 +234,7 @@ mod tests {
         f.pod = Some(PodFacts {
             ready: false,
             deleting: true,
-            stale_trust_bundle: false,
+            restart_for: None,
         });
         assert_eq!(plan(&f).step, Step::None);
     }
@@ -257,7 +258,7 @@ mod tests {
         f.pod = Some(PodFacts {
             ready: true,
             deleting: false,
-            stale_trust_bundle: true,
+            restart_for: Some("the new CA bundle"),
         });
         let p = plan(&f);
         assert_eq!(p.step, Step::RestartPod);
@@ -270,7 +271,7 @@ mod tests {
         f.pod = Some(PodFacts {
             ready: false,
             deleting: true,
-            stale_trust_bundle: true,
+            restart_for: Some("the new CA bundle"),
         });
         assert_ne!(plan(&f).step, Step::RestartPod);
         f.pod = None;
@@ -280,7 +281,7 @@ mod tests {
         f.pod = Some(PodFacts {
             ready: true,
             deleting: false,
-            stale_trust_bundle: true,
+            restart_for: Some("the new CA bundle"),
         });
         assert_eq!(plan(&f).step, Step::SyncPod);
     }

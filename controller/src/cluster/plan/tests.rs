@@ -38,6 +38,11 @@ fn locked(
     })
 }
 
+/// The template hash of a member built from [`cluster`]'s spec.
+fn template() -> String {
+    crate::template::target_hash(&ObservedSpec::of(&cluster(1, None).spec, None))
+}
+
 fn m(name: &str, created: i64) -> MemberView {
     MemberView {
         name: name.into(),
@@ -54,10 +59,12 @@ fn m(name: &str, created: i64) -> MemberView {
         pod: Some(PodView {
             uid: format!("pod-{name}"),
             ready: true,
+            template_hash: Some(template()),
             ..Default::default()
         }),
         data_lost: false,
         trust_bundle: None,
+        template_hash: template(),
     }
 }
 
@@ -71,6 +78,7 @@ fn crash_looping_pod(name: &str) -> PodView {
         crash_loop_backoff: true,
         last_exit: Some(ts(40)),
         trust_bundle: None,
+        template_hash: None,
     }
 }
 
@@ -978,13 +986,42 @@ fn another_cluster_id_stops_every_membership_change() {
 }
 
 #[test]
-fn version_edit_reaches_the_membership_target_but_reports_the_pending_rollout() {
-    let mut c = cluster(1, locked(1, Some(0xabc), None));
+fn version_edit_rolls_the_members_one_at_a_time_the_leader_last() {
+    let mut c = cluster(3, locked(3, Some(0xabc), None));
     c.spec.version = "3.6.12".into();
-    let p = run(&c, vec![m("c-a", 1)], etcd(vec![e(1, "c-a", false)]));
+    let members = vec![m("c-a", 1), m("c-b", 2), m("c-c", 3)];
+    let view = etcd(vec![
+        e(1, "c-a", false),
+        e(2, "c-b", false),
+        e(3, "c-c", false),
+    ]);
+    let observed = |members: Vec<MemberView>, leader| Observed {
+        cluster: &c,
+        members,
+        etcd: view.clone(),
+        now: ts(100),
+        cert_manager_missing: false,
+        tls_secret_problem: None,
+        waiting_for_certificate: false,
+        auth_problem: None,
+        trust_bundle: None,
+        leader: Some(leader),
+    };
+    let p = plan(&observed(members.clone(), 1));
     assert_eq!(p.observed.version, "3.6.12");
-    assert_eq!(p.phase, Phase::Reconciled);
-    assert_eq!(p.facts.version_pending, Some((1, "3.6.12".to_string())));
+    assert_eq!(p.locked_because, Some(reason::SPEC_CHANGED));
+    assert_eq!(p.phase, Phase::Progressing);
+    assert_eq!(p.facts.template_rollout, Some((0, 3)));
+    // c-a leads: a follower first.
+    assert_eq!(
+        p.action,
+        Action::RollMember {
+            member: "c-b".into(),
+            trust_bundle: None,
+            template: true,
+            last: false
+        }
+    );
     let s = crate::cluster::status::render(&c, &p, None, ts(100));
     let progressing = s
         .conditions
@@ -993,9 +1030,47 @@ fn version_edit_reaches_the_membership_target_but_reports_the_pending_rollout() 
         .unwrap();
     assert_eq!(progressing.status, "True");
     assert!(
-        progressing.message.contains("rolling upgrade"),
+        progressing.message.contains("version 3.6.12") && progressing.message.contains("0 of 3"),
         "{}",
         progressing.message
+    );
+    // Two followers updated: leadership moves to one of them before the leader restarts.
+    let mut c2 = c.clone();
+    c2.status = Some(crate::cluster::status::render(&c, &p, None, ts(100)));
+    let new_template = crate::template::target_hash(&p.observed);
+    let updated = |mut v: MemberView| {
+        v.template_hash = new_template.clone();
+        if let Some(p) = v.pod.as_mut() {
+            p.template_hash = Some(new_template.clone());
+        }
+        v
+    };
+    let members = vec![m("c-a", 1), updated(m("c-b", 2)), updated(m("c-c", 3))];
+    let p = plan(&Observed {
+        cluster: &c2,
+        ..observed(members.clone(), 1)
+    });
+    assert_eq!(p.facts.template_rollout, Some((2, 3)));
+    assert_eq!(
+        p.action,
+        Action::MoveLeader {
+            from: "c-a".into(),
+            to: "c-b".into(),
+            to_id: 2
+        }
+    );
+    let p = plan(&Observed {
+        cluster: &c2,
+        ..observed(members, 2)
+    });
+    assert_eq!(
+        p.action,
+        Action::RollMember {
+            member: "c-a".into(),
+            trust_bundle: None,
+            template: true,
+            last: true
+        }
     );
 }
 
@@ -1072,7 +1147,17 @@ fn resources_edit_during_a_scale_up_waits_for_the_next_target() {
     assert_eq!(next.version, "3.6.11");
 
     // Once 3 serve the old target is reached and the edit is latched as a new target.
-    let three = vec![m("c-a", 1), m("c-b", 2), m("c-c", 3)];
+    let old_target = c.status.as_ref().unwrap().observed.clone().unwrap();
+    let three: Vec<MemberView> = [m("c-a", 1), m("c-b", 2), m("c-c", 3)]
+        .into_iter()
+        .map(|mut v| {
+            v.template_hash = crate::template::target_hash(&old_target);
+            if let Some(p) = v.pod.as_mut() {
+                p.template_hash = Some(v.template_hash.clone());
+            }
+            v
+        })
+        .collect();
     let p = run(
         &c,
         three,
@@ -1277,6 +1362,7 @@ fn adopted_members_are_replaced_one_at_a_time_on_request_only_while_whole() {
     fresh.pod = Some(PodView {
         uid: "pod-c-n".into(),
         ready: true,
+        template_hash: Some(template()),
         ..Default::default()
     });
     let p = run(
@@ -1296,6 +1382,7 @@ fn adopted_members_are_replaced_one_at_a_time_on_request_only_while_whole() {
     down.pod = Some(PodView {
         uid: "pod-c-2".into(),
         ready: false,
+        template_hash: Some(template()),
         ..Default::default()
     });
     let p = run(
@@ -1426,7 +1513,8 @@ fn a_new_ca_bundle_restarts_followers_first_one_at_a_time() {
         p.action,
         Action::RollMember {
             member: "c-a".into(),
-            trust_bundle: "new".into(),
+            trust_bundle: Some("new".into()),
+            template: false,
             last: false
         }
     );
@@ -1454,7 +1542,8 @@ fn a_new_ca_bundle_restarts_followers_first_one_at_a_time() {
         p.action,
         Action::RollMember {
             member: "c-c".into(),
-            trust_bundle: "new".into(),
+            trust_bundle: Some("new".into()),
+            template: false,
             last: false
         }
     );
@@ -1488,7 +1577,8 @@ fn the_leader_goes_last_after_leadership_moved_to_an_updated_member() {
         p.action,
         Action::RollMember {
             member: "c-a".into(),
-            trust_bundle: "new".into(),
+            trust_bundle: Some("new".into()),
+            template: false,
             last: true
         }
     );
@@ -1553,7 +1643,7 @@ fn a_memory_member_is_replaced_not_restarted_for_a_new_ca_bundle() {
         p.action,
         Action::DeleteMember {
             member: "c-a".into(),
-            why: DeleteReason::TrustBundleRollout
+            why: DeleteReason::Rollout
         }
     );
 }
