@@ -57,11 +57,18 @@ fn secret_env(name: &str, secret: &str) -> EnvVar {
     }
 }
 
+/// What a restore source adds to the `restore` container.
+struct SourceParts {
+    /// The agent's source flags.
+    args: Vec<String>,
+    /// The S3 credentials.
+    env: Vec<EnvVar>,
+    /// A PVC source's volume and its mount.
+    volume: Option<(Volume, VolumeMount)>,
+}
+
 /// The agent's source flags, the credentials and the extra volume of a restore source.
-fn source_of(
-    restore: &RestoreSpec,
-    member: &str,
-) -> Result<(Vec<String>, Vec<EnvVar>, Option<(Volume, VolumeMount)>), BuildError> {
+fn source_of(restore: &RestoreSpec, member: &str) -> Result<SourceParts, BuildError> {
     let source = &restore.source;
     if let Some(s3) = &source.s3 {
         let key = s3.key.as_deref().filter(|k| !k.is_empty()).ok_or_else(|| {
@@ -98,7 +105,11 @@ fn source_of(
                 ]
             })
             .unwrap_or_default();
-        return Ok((args, env, None));
+        return Ok(SourceParts {
+            args,
+            env,
+            volume: None,
+        });
     }
     if let Some(pvc) = &source.pvc {
         let path = pvc
@@ -126,11 +137,11 @@ fn source_of(
             ..Default::default()
         };
         let file = format!("{SOURCE_DIR}/{}", path.trim_start_matches('/'));
-        return Ok((
-            vec![format!("--pvc-file={file}")],
-            Vec::new(),
-            Some((volume, mount(SOURCE_VOLUME, SOURCE_DIR, true))),
-        ));
+        return Ok(SourceParts {
+            args: vec![format!("--pvc-file={file}")],
+            env: Vec::new(),
+            volume: Some((volume, mount(SOURCE_VOLUME, SOURCE_DIR, true))),
+        });
     }
     Err(BuildError::InvalidRestore(
         member.to_string(),
@@ -147,7 +158,11 @@ pub fn init_containers(
     shared: &Shared<'_>,
 ) -> Result<(Vec<Container>, Vec<Volume>), BuildError> {
     let name = member.name_any();
-    let (source_args, env, source_volume) = source_of(restore, &name)?;
+    let SourceParts {
+        args: source_args,
+        env,
+        volume: source_volume,
+    } = source_of(restore, &name)?;
     let tools = Volume {
         name: TOOLS_VOLUME.into(),
         empty_dir: Some(EmptyDirVolumeSource::default()),

@@ -942,7 +942,7 @@ impl PodWorker {
             None => Err(format!(
                 "no command specified: the container sets no command and image {image_ref} has no default"
             )),
-            Some(program) => match self.volume_program(&spec, program) {
+            Some(program) => match self.volume_program(spec, program) {
                 Some(found) => found,
                 None => resolve_command(&image, program).map(|p| image.in_container(&p)),
             },
@@ -1159,7 +1159,6 @@ impl PodWorker {
     /// Pod's hosts, hostname and resolv.conf files, and the termination-message file. Mount points
     /// are created where needed: inside the parent volume for nested mounts, else on the host as
     /// empty directories (or empty files), which is harmless.
-    #[allow(clippy::too_many_arguments)]
     /// A command given by an absolute path under one of the container's volume mounts (a binary
     /// an init container copied into an emptyDir) runs from the volume, as on a real node: the
     /// in-container path, after checking the file is there and executable in the volume.
@@ -1194,6 +1193,7 @@ impl PodWorker {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn mounts(
         &self,
         spec: &Container,
