@@ -72,6 +72,12 @@ pub const REPLACE_ADOPTED_ANNOTATION: &str = "etcd-operator.cozystack.io/replace
 /// `--peer-auto-tls` and https peer URLs, since etcd cannot mix plaintext and TLS peers.
 pub const PEER_AUTO_TLS_ANNOTATION: &str = "etcd-operator.cozystack.io/peer-auto-tls";
 
+/// On an EtcdMember and its Pod: the fingerprint of the CA bundles (`ca.crt` of the peer
+/// Secret, and of the server Secret with client mTLS) the member runs with. etcd loads them once
+/// at start-up; the cluster controller sets a new value on one member at a time when the Secrets
+/// change, and the member controller restarts a Pod whose value differs from its member's.
+pub const TRUST_BUNDLE_ANNOTATION: &str = "etcd-operator.cozystack.io/trust-bundle";
+
 /// Whether [`PEER_AUTO_TLS_ANNOTATION`] is `"true"`.
 pub fn peer_auto_tls(annotations: &BTreeMap<String, String>) -> bool {
     annotations

@@ -41,6 +41,9 @@ pub struct MemberView {
     /// its data is lost, and restarting it empty under its etcd member ID would rejoin Raft with
     /// an empty log.
     pub data_lost: bool,
+    /// [`api::labels::TRUST_BUNDLE_ANNOTATION`] on the EtcdMember: the CA bundles its Pod is to
+    /// run with. `None` on a member created before the operator recorded it.
+    pub trust_bundle: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -54,6 +57,8 @@ pub struct PodView {
     pub crash_loop_backoff: bool,
     /// When the etcd container last terminated (`lastState.terminated.finishedAt`).
     pub last_exit: Option<Timestamp>,
+    /// [`api::labels::TRUST_BUNDLE_ANNOTATION`] on the Pod: the CA bundles it started with.
+    pub trust_bundle: Option<String>,
 }
 
 /// A member of the etcd cluster as `MemberList` reports it.
@@ -102,6 +107,11 @@ pub struct Observed<'a> {
     /// Root auth stands in the way: etcd demands a login the spec does not configure, or
     /// refuses the configured one (see [`AuthProblem`]).
     pub auth_problem: Option<AuthProblem>,
+    /// The fingerprint of the CA bundles the TLS Secrets hold now ([`crate::tls::trust_bundle`]);
+    /// `None` when etcd verifies against no Secret's CA.
+    pub trust_bundle: Option<String>,
+    /// etcd's leader (member ID), when asked: only while members are to be restarted.
+    pub leader: Option<u64>,
 }
 
 /// Why the operator cannot act on a cluster for root-auth reasons; no membership change is made
@@ -159,6 +169,26 @@ pub enum Action {
     },
     /// `MemberRemove` of an etcd member no EtcdMember describes.
     RemoveGhost(Ghost),
+    /// Record the current trust bundle on a member (and its Pod) that never recorded one: it
+    /// was created before the operator tracked them, and is taken to run the current one.
+    RecordTrustBundle {
+        member: String,
+        trust_bundle: String,
+    },
+    /// Set the member's trust bundle to the current one: the member controller restarts its Pod,
+    /// which then loads the new CA bundles (a PVC member keeps its data and member ID).
+    RollMember {
+        member: String,
+        trust_bundle: String,
+        /// The last member to restart: the leader, after leadership was moved away from it.
+        last: bool,
+    },
+    /// Hand leadership from `from` to `to` (etcd member ID `to_id`) before `from` is restarted.
+    MoveLeader {
+        from: String,
+        to: String,
+        to_id: u64,
+    },
     /// Nothing to do now; a watch event or the periodic health check brings the next step.
     Wait(String),
     None,
@@ -175,6 +205,9 @@ pub enum DeleteReason {
     /// A member adopted from the aenix operator, replaced by a native one on request
     /// ([`api::labels::REPLACE_ADOPTED_ANNOTATION`]).
     ReplaceAdopted,
+    /// A Memory member runs an old trust bundle: it cannot restart without losing its data, so
+    /// it is replaced by a new member.
+    TrustBundleRollout,
 }
 
 /// Crash-loop threshold for self-heal.
@@ -240,6 +273,8 @@ pub struct Facts {
     /// The seed's `restore` init container failed (the agent's message); set by the reconciler
     /// before the cluster has formed.
     pub restore_failure: Option<String>,
+    /// Members run another trust bundle than the Secrets hold: `(done, total)`.
+    pub trust_rollout: Option<(i32, i32)>,
 }
 
 /// Parts of the v1alpha2 API that this operator version accepts (they are valid, and
@@ -582,6 +617,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         .iter()
         .find(|m| m.dormant && !m.memory)
         .map(|m| api::labels::pvc_name(&m.name));
+    facts.trust_rollout = trust_rollout(o.trust_bundle.as_deref(), &live_members);
 
     // While cert-manager is missing or has not issued the Secrets yet, nothing is attempted:
     // the deadline must not run out before the first member could be created (cert-manager
@@ -885,7 +921,12 @@ fn plan_formed(
         }
     }
 
-    // 7. On request, replace adopted members by native ones: one at a time, and only while the
+    // 7. A new trust bundle: restart the members one at a time.
+    if let Some(action) = plan_trust_rollout(o, live, etcd_members, peer_url, want) {
+        return action;
+    }
+
+    // 8. On request, replace adopted members by native ones: one at a time, and only while the
     // cluster is whole (every member a Ready voter, etcd listing exactly these), so removing one
     // leaves a majority; the scale-up step above then adds its native successor.
     let requested = o
@@ -915,6 +956,120 @@ fn plan_formed(
         }
     }
     Action::None
+}
+
+/// `m`'s Pod started with another trust bundle than `want`. A member without a Pod (a new one, or
+/// one whose Pod is being created again) starts with the bundle its member records.
+fn pod_stale(m: &MemberView, want: &str) -> bool {
+    m.pod
+        .as_ref()
+        .is_some_and(|p| p.trust_bundle.as_deref() != Some(want))
+}
+
+/// Whether `m` runs (or will start with) the trust bundle `want`.
+fn runs_trust_bundle(m: &MemberView, want: &str) -> bool {
+    m.trust_bundle.as_deref() == Some(want) && !pod_stale(m, want)
+}
+
+/// `(members running the current trust bundle, members)` while some do not; members that never
+/// recorded one are taken to run it (see [`Action::RecordTrustBundle`]).
+fn trust_rollout(want: Option<&str>, live: &[&MemberView]) -> Option<(i32, i32)> {
+    let want = want?;
+    let done = live
+        .iter()
+        .filter(|m| m.trust_bundle.is_none() || runs_trust_bundle(m, want))
+        .count() as i32;
+    let total = live.len() as i32;
+    (done < total).then_some((done, total))
+}
+
+/// etcd loads its CA bundles once at start-up: after the Secrets' `ca.crt` changed, every member
+/// is restarted, one at a time, each step only while the cluster is whole (every member a Ready
+/// voter, no learner, etcd listing exactly these members), followers first and the leader last,
+/// after leadership was moved to a member already running the new bundle.
+fn plan_trust_rollout(
+    o: &Observed<'_>,
+    live: &[&MemberView],
+    etcd_members: &[EtcdMemberInfo],
+    peer_url: &dyn Fn(&str) -> String,
+    want_replicas: usize,
+) -> Option<Action> {
+    let want = o.trust_bundle.as_deref()?;
+    // Members from before the operator recorded bundles (or adopted ones) record the current
+    // one without a restart: they are not rolled only because nothing was recorded.
+    if let Some(m) = live.iter().find(|m| m.trust_bundle.is_none()) {
+        return Some(Action::RecordTrustBundle {
+            member: m.name.clone(),
+            trust_bundle: want.to_string(),
+        });
+    }
+    if let Some(m) = live
+        .iter()
+        .find(|m| m.trust_bundle.as_deref() == Some(want) && pod_stale(m, want) && !m.memory)
+    {
+        return Some(Action::Wait(format!(
+            "restarting member {} to load the new CA bundle",
+            m.name
+        )));
+    }
+    let stale: Vec<&&MemberView> = live
+        .iter()
+        .filter(|m| m.trust_bundle.as_deref() != Some(want))
+        .collect();
+    if stale.is_empty() {
+        return None;
+    }
+    let whole = live.len() == want_replicas
+        && live.iter().all(|m| is_ready(m))
+        && etcd_members.len() == live.len()
+        && etcd_members.iter().all(|e| !e.is_learner);
+    if !whole {
+        return Some(Action::Wait(format!(
+            "{} member(s) still run the old CA bundle; the next restart waits until every member \
+             is a Ready voter",
+            stale.len()
+        )));
+    }
+    let id_of = |m: &MemberView| etcd_entry(&o.etcd, &peer_url(&m.name)).map(|e| e.id);
+    let Some(leader) = o.leader else {
+        return Some(Action::Wait(
+            "the CA bundle rollout waits for etcd to name its leader".into(),
+        ));
+    };
+    let is_leader = |m: &MemberView| id_of(m) == Some(leader);
+    let next = stale
+        .iter()
+        .filter(|m| !is_leader(m))
+        .min_by_key(|m| &m.name)
+        .or_else(|| stale.first())
+        .copied()?;
+    if is_leader(next) && live.len() > 1 {
+        // Hand leadership to a member that already runs the new bundle (any other while none
+        // does), so the leader's restart costs no election at an unlucky moment.
+        let successor = live
+            .iter()
+            .filter(|m| m.name != next.name)
+            .min_by_key(|m| (!runs_trust_bundle(m, want), &m.name))
+            .and_then(|m| id_of(m).map(|id| (m, id)));
+        if let Some((to, to_id)) = successor {
+            return Some(Action::MoveLeader {
+                from: next.name.clone(),
+                to: to.name.clone(),
+                to_id,
+            });
+        }
+    }
+    if next.memory {
+        return Some(Action::DeleteMember {
+            member: next.name.clone(),
+            why: DeleteReason::TrustBundleRollout,
+        });
+    }
+    Some(Action::RollMember {
+        member: next.name.clone(),
+        trust_bundle: want.to_string(),
+        last: stale.len() == 1,
+    })
 }
 
 #[cfg(test)]

@@ -234,6 +234,22 @@ pub fn render(
             tls_reason,
             facts.tls_secret_problem.clone().unwrap_or_default(),
         ),
+        Phase::Reconciled | Phase::Progressing
+            if target > 0 && plan.progress_deadline.is_none() && facts.trust_rollout.is_some() =>
+        {
+            let (done, total) = facts.trust_rollout.unwrap_or_default();
+            set(
+                ctype::PROGRESSING,
+                true,
+                reason::ROLLING_RESTART,
+                format!(
+                    "the CA bundle (ca.crt) of the TLS Secrets changed and etcd loads it only at \
+                     start-up: restarting the members one at a time, followers first and the \
+                     leader last after moving leadership; {done} of {total} members run the new \
+                     bundle"
+                ),
+            )
+        }
         Phase::Reconciled if target == 0 => set(
             ctype::PROGRESSING,
             false,

@@ -149,6 +149,12 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
         pod: pod.as_ref().map(|p| PodFacts {
             ready: pod_view(p).ready,
             deleting: p.metadata.deletion_timestamp.is_some(),
+            stale_trust_bundle: member
+                .annotations()
+                .get(labels::TRUST_BUNDLE_ANNOTATION)
+                .is_some_and(|want| {
+                    p.annotations().get(labels::TRUST_BUNDLE_ANNOTATION) != Some(want)
+                }),
         }),
         member_id_known: status.member_id.is_some(),
     };
@@ -168,6 +174,20 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
                 format!(
                     "deleted Pod {name}: the member is dormant; its data stays on PVC {}",
                     labels::pvc_name(&name)
+                ),
+            )
+            .await;
+        }
+        Step::RestartPod => {
+            pods.delete(&name, &DeleteParams::default()).await?;
+            ctx.event(
+                member,
+                false,
+                "PodRestarted",
+                "RollingRestart",
+                format!(
+                    "deleted Pod {name} to start it again with the new CA bundle; its data and \
+                     member ID are kept"
                 ),
             )
             .await;
