@@ -48,6 +48,10 @@ pub mod reason {
     /// issued yet (Available=False, Progressing=True; nothing is created until it is; the
     /// message names the Certificate and the Secret).
     pub const WAITING_FOR_CERTIFICATE: &str = "WaitingForCertificate";
+    /// Not in the reference API: the seed's `restore` init container failed (Available=False,
+    /// Progressing=True, and the seed EtcdMember's Ready=False); the message is the snapshot
+    /// agent's own (a too-small volume, a missing object, a checksum mismatch, ...).
+    pub const RESTORE_FAILED: &str = "RestoreFailed";
     // EtcdCluster Progressing
     pub const INITIAL_SNAPSHOT: &str = "InitialSnapshot";
     pub const SPEC_CHANGED: &str = "SpecChanged";

@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod conditions;
 pub mod context;
 pub mod etcd;
+pub mod install_tools;
 pub mod lenient;
 pub mod member;
 pub mod metrics;

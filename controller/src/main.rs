@@ -67,6 +67,12 @@ enum Command {
     /// The program of snapshot Jobs and restore init containers (docs/snapshots.md).
     #[command(subcommand)]
     SnapshotAgent(Box<controller::agent::AgentCommand>),
+    /// Copy this executable into a directory (the restore init containers' shared emptyDir).
+    InstallTools {
+        /// The directory; the copy is `<DIR>/etcd-operator`.
+        #[arg(long, value_name = "DIR")]
+        to: std::path::PathBuf,
+    },
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -180,6 +186,11 @@ async fn main() -> anyhow::Result<()> {
     match args.log_format {
         LogFormat::Text => subscriber.init(),
         LogFormat::Json => subscriber.json().init(),
+    }
+    if let Some(Command::InstallTools { to }) = &args.command {
+        let target = controller::install_tools::install(to)?;
+        tracing::info!(target = %target.display(), "installed the operator binary");
+        return Ok(());
     }
     if let Some(Command::SnapshotAgent(command)) = args.command.clone() {
         std::process::exit(controller::agent::run(*command).await);

@@ -1,5 +1,6 @@
 //! What both reconcilers read off a member Pod: readiness and the etcd container's restart
-//! history, as the planners' [`PodView`]. Pure.
+//! history, as the planners' [`PodView`], and why a seed's `restore` init container failed.
+//! Pure.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -40,6 +41,48 @@ pub fn pod_view(pod: &Pod) -> PodView {
             .get(api::labels::TEMPLATE_HASH_ANNOTATION)
             .cloned(),
     }
+}
+
+/// Why the Pod's `restore` init container failed, while it has not succeeded: the agent's
+/// `{"error":..}` termination message (or the log tail / exit code a crash left), from the
+/// current or the last attempt. `None` when it succeeded, runs for the first time or is absent.
+pub fn restore_failure(pod: &Pod) -> Option<String> {
+    let restore = pod
+        .status
+        .as_ref()?
+        .init_container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == crate::builders::restore::RESTORE_CONTAINER)?;
+    let current = restore.state.as_ref().and_then(|s| s.terminated.as_ref());
+    if current.is_some_and(|t| t.exit_code == 0) {
+        return None;
+    }
+    let failed = current
+        .or_else(|| {
+            restore
+                .last_state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+        })
+        .filter(|t| t.exit_code != 0)?;
+    let text = failed.message.as_deref().map(str::trim).unwrap_or_default();
+    let agent = serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string));
+    Some(match agent {
+        Some(error) => error,
+        None if !text.is_empty() => text.to_string(),
+        None => format!(
+            "the restore init container exited with code {}{}",
+            failed.exit_code,
+            failed
+                .reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -85,5 +128,47 @@ mod tests {
             }]
         }));
         assert!(!pod_view(&p).crash_loop_backoff);
+    }
+
+    #[test]
+    fn restore_failure_is_the_agents_message_until_the_container_succeeds() {
+        let failed = |state: &str| {
+            pod(serde_json::json!({
+                "initContainerStatuses": [{
+                    "name": "restore", "image": "etcd", "imageID": "", "ready": false,
+                    "restartCount": 1,
+                    state: {"terminated": {"exitCode": 2,
+                        "message": "{\"error\":\"not enough space to restore\"}"}},
+                }],
+            }))
+        };
+        assert_eq!(
+            restore_failure(&failed("state")).as_deref(),
+            Some("not enough space to restore")
+        );
+        // Restarted after the failure (waiting in back-off): the last attempt still says why.
+        assert_eq!(
+            restore_failure(&failed("lastState")).as_deref(),
+            Some("not enough space to restore")
+        );
+        let ok = pod(serde_json::json!({
+            "initContainerStatuses": [{
+                "name": "restore", "image": "etcd", "imageID": "", "ready": false, "restartCount": 1,
+                "state": {"terminated": {"exitCode": 0}},
+                "lastState": {"terminated": {"exitCode": 1, "message": "old"}},
+            }],
+        }));
+        assert_eq!(restore_failure(&ok), None);
+        let crashed = pod(serde_json::json!({
+            "initContainerStatuses": [{
+                "name": "restore", "image": "etcd", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+            }],
+        }));
+        assert_eq!(
+            restore_failure(&crashed).as_deref(),
+            Some("the restore init container exited with code 137 (OOMKilled)")
+        );
+        assert_eq!(restore_failure(&pod(serde_json::json!({}))), None);
     }
 }

@@ -627,6 +627,83 @@ async fn pvc_data_survives_pod_recreation_and_memory_empty_dir_does_not() {
 }
 
 #[tokio::test]
+async fn sized_class_volumes_have_exactly_the_requested_capacity() {
+    let s = suite().await;
+    let _active = Active::enter();
+    let client = s.cp.client().or_panic();
+    let ns = s.cp.namespace("podrunner-sized").await.or_panic();
+    create::<PersistentVolumeClaim>(&client, &ns, json!({
+        "metadata": {"name": "small", "namespace": ns},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": s.runner.sized_storage_class(),
+                 "resources": {"requests": {"storage": "2Mi"}}},
+    }))
+    .await;
+    let pod = tools_pod(
+        &ns,
+        "fill",
+        "df -k /data | tail -1; dd if=/dev/zero of=/data/f bs=1024 count=4096 2>&1; echo rc=$?",
+        json!({"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "small"}}],
+        }}),
+    );
+    create::<Pod>(&client, &ns, pod).await;
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    wait_phase(&pods, "fill", "Succeeded", Duration::from_secs(60)).await;
+    let out =
+        s.cp.kubectl_ok(&["logs", "-n", &ns, "fill"])
+            .await
+            .or_panic();
+    // df: 1K-blocks is the request; dd runs out of space at it.
+    let total: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(total.get(1), Some(&"2048"), "{out}");
+    assert!(
+        out.contains("No space left on device") && out.contains("rc=1"),
+        "{out}"
+    );
+    let dir = s.runner.claim_dir(&ns, "small").await.or_panic();
+    let pv = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
+        .get("small")
+        .await
+        .or_panic()
+        .spec
+        .and_then(|s| s.volume_name)
+        .expect("bound PV");
+    pods.delete("fill", &DeleteParams::default())
+        .await
+        .or_panic();
+    wait_gone(&pods, "fill", Duration::from_secs(30)).await;
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
+        .delete("small", &DeleteParams::default())
+        .await
+        .or_panic();
+    let pvs = Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone());
+    eventually(
+        "the released sized PV deleted",
+        Duration::from_secs(30),
+        || async {
+            match pvs.get_opt(&pv).await.map_err(|e| e.to_string())? {
+                None => Ok(()),
+                Some(v) => Err(format!("{:?}", v.status.and_then(|s| s.phase))),
+            }
+        },
+    )
+    .await;
+    let mounts = std::fs::read_to_string("/proc/self/mounts").or_panic();
+    assert!(
+        !dir.exists() && !mounts.contains(&dir.display().to_string()),
+        "{} outlived its PV",
+        dir.display()
+    );
+}
+
+#[tokio::test]
 async fn job_pod_succeeds_and_kubectl_logs_reads_current_and_previous() {
     let s = suite().await;
     let _active = Active::enter();
@@ -779,6 +856,29 @@ async fn job_pod_succeeds_and_kubectl_logs_reads_current_and_previous() {
             .await
             .or_panic();
     assert_eq!(order, "one\ntwo\n");
+
+    // A binary an init container put into an emptyDir runs from there in another image (the
+    // restore init containers run the operator binary inside the etcd image this way).
+    create::<Pod>(&client, &ns, json!({
+        "metadata": {"name": "from-volume", "namespace": ns},
+        "spec": {
+            "restartPolicy": "Never",
+            "initContainers": [
+                {"name": "install", "image": TOOLS, "command": ["sh", "-c", "cp /bin/echo /tools/echo"],
+                 "volumeMounts": [{"name": "tools", "mountPath": "/tools"}]},
+            ],
+            "containers": [{"name": "main", "image": etcd_image(s.cp), "command": ["/tools/echo", "ran from the volume"],
+                            "volumeMounts": [{"name": "tools", "mountPath": "/tools", "readOnly": true}]}],
+            "volumes": [{"name": "tools", "emptyDir": {}}],
+        },
+    }))
+    .await;
+    wait_phase(&pods, "from-volume", "Succeeded", Duration::from_secs(60)).await;
+    let out =
+        s.cp.kubectl_ok(&["logs", "-n", &ns, "from-volume"])
+            .await
+            .or_panic();
+    assert_eq!(out, "ran from the volume\n");
 
     let current =
         s.cp.kubectl_ok(&["logs", "-n", &ns, "retry"])

@@ -4,6 +4,7 @@
 pub mod pdb;
 pub mod pod;
 pub mod pvc;
+pub mod restore;
 pub mod service;
 
 use std::collections::BTreeMap;
@@ -21,6 +22,10 @@ pub enum BuildError {
     NoUid(String),
     #[error("member {0} is pending (no initialCluster yet); it gets no Pod until it has been added to etcd")]
     PendingMember(String),
+    #[error("member {0} restores a snapshot, but the operator runs without --operator-image (OPERATOR_IMAGE), whose binary the restore init container runs; set it (the Helm chart does) and restart the operator")]
+    NoOperatorImage(String),
+    #[error("member {0}: {1}")]
+    InvalidRestore(String, String),
 }
 
 /// Metadata for an object that belongs to a member (its Pod, its PVC): the member's labels merged

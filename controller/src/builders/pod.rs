@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
-use super::{member_metadata, BuildError};
+use super::{member_metadata, restore, BuildError};
 use crate::naming::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
 
 pub const ETCD_CONTAINER: &str = "etcd";
@@ -44,6 +44,9 @@ pub struct PodParams<'a> {
     /// Whether this Pod may bootstrap a new cluster (`--initial-cluster-state=new`): only the
     /// seed, and only while the cluster has not formed.
     pub bootstrap_new_cluster: bool,
+    /// The operator's own image (`--operator-image`): the restore init containers of a seed
+    /// with `spec.restore` copy the snapshot agent out of it.
+    pub operator_image: Option<&'a str>,
 }
 
 pub fn etcd_image(repository: &str, version: &str) -> String {
@@ -120,7 +123,7 @@ pub fn etcd_args(member: &EtcdMember) -> Result<Vec<String>, BuildError> {
     // Peer auto-TLS (an adopted aenix cluster): etcd generates self-signed peer certificates
     // under its data dir; the peer URLs are https all the same.
     let peer_auto_tls = tls.peer_auto_tls && !peer_secret;
-    let peer_tls = peer_secret || peer_auto_tls;
+    let peer_tls = peer_tls(member);
     let service = naming::member_service(member);
     let cluster = &service;
 
@@ -176,6 +179,12 @@ pub fn etcd_args(member: &EtcdMember) -> Result<Vec<String>, BuildError> {
         ]);
     }
     Ok(args)
+}
+
+/// Whether the member's peer listener is https (its own Secret or peer auto-TLS).
+fn peer_tls(member: &EtcdMember) -> bool {
+    let tls = member.spec.tls.clone().unwrap_or_default();
+    tls.peer_secret_ref.is_some() || tls.peer_auto_tls
 }
 
 fn secret_volume(name: &str, secret: &str) -> Volume {
@@ -273,9 +282,53 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
         mounts.push(mount("peer-tls", PEER_TLS_DIR, true));
     }
 
+    let image = etcd_image(params.etcd_image_repository, &spec.version);
+    let security_context = SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(k8s_openapi::api::core::v1::Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            add: None,
+        }),
+        run_as_non_root: Some(true),
+        ..Default::default()
+    };
+    let resources = container_resources(spec.resources.as_ref());
+    // Only a seed that bootstraps a new cluster restores; the agent itself skips a data dir
+    // that is already initialised.
+    let mut init_containers = Vec::new();
+    if let (true, Some(restore)) = (params.bootstrap_new_cluster, &spec.restore) {
+        let operator_image = params
+            .operator_image
+            .ok_or_else(|| BuildError::NoOperatorImage(name.clone()))?;
+        let namespace = member.namespace().ok_or(BuildError::NoNamespace)?;
+        let peer_url = naming::peer_url(
+            &name,
+            &naming::member_service(member),
+            &namespace,
+            peer_tls(member),
+        );
+        let (containers, extra) = restore::init_containers(
+            member,
+            restore,
+            &restore::Identity {
+                name: &name,
+                peer_url: &peer_url,
+            },
+            &data_dir(member),
+            &restore::Shared {
+                operator_image,
+                etcd_image: &image,
+                security_context: &security_context,
+                resources: &resources,
+            },
+        )?;
+        init_containers = containers;
+        volumes.extend(extra);
+    }
+
     let container = Container {
         name: ETCD_CONTAINER.to_string(),
-        image: Some(etcd_image(params.etcd_image_repository, &spec.version)),
+        image: Some(image),
         command: Some(vec!["etcd".to_string()]),
         args: Some(args),
         env: Some(vec![EnvVar {
@@ -321,17 +374,9 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
             failure_threshold: Some(3),
             ..Default::default()
         }),
-        resources: Some(container_resources(spec.resources.as_ref())),
+        resources: Some(resources),
         volume_mounts: Some(mounts),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(k8s_openapi::api::core::v1::Capabilities {
-                drop: Some(vec!["ALL".to_string()]),
-                add: None,
-            }),
-            run_as_non_root: Some(true),
-            ..Default::default()
-        }),
+        security_context: Some(security_context),
         termination_message_policy: Some("FallbackToLogsOnError".to_string()),
         ..Default::default()
     };
@@ -359,6 +404,7 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
                 .then(|| spec.topology_spread_constraints.clone()),
             image_pull_secrets: (!spec.image_pull_secrets.is_empty())
                 .then(|| spec.image_pull_secrets.clone()),
+            init_containers: (!init_containers.is_empty()).then_some(init_containers),
             containers: vec![container],
             volumes: Some(volumes),
             ..Default::default()
@@ -377,6 +423,7 @@ mod tests {
             etcd_image_repository: "quay.io/coreos/etcd",
             voter: true,
             bootstrap_new_cluster: false,
+            operator_image: Some("op:1"),
         }
     }
 
@@ -497,6 +544,175 @@ mod tests {
             .as_ref()
             .unwrap()
             .contains_key(labels::ROLE));
+    }
+
+    fn restoring(source: api::v1alpha2::RestoreSource) -> EtcdMember {
+        let mut m = member("c-seed1", "c", "n");
+        m.spec.restore = Some(api::v1alpha2::RestoreSpec { source });
+        m
+    }
+
+    fn s3_source() -> api::v1alpha2::RestoreSource {
+        api::v1alpha2::RestoreSource {
+            s3: Some(api::v1alpha2::S3Location {
+                endpoint: Some("http://minio.n.svc:9000".into()),
+                bucket: "backups".into(),
+                key: Some("c/snap.db".into()),
+                region: None,
+                force_path_style: Some(true),
+                credentials_secret_ref: Some(api::v1alpha2::SecretReference::new("s3")),
+            }),
+            pvc: None,
+        }
+    }
+
+    fn seed_params() -> PodParams<'static> {
+        PodParams {
+            bootstrap_new_cluster: true,
+            ..params()
+        }
+    }
+
+    #[test]
+    fn restoring_seed_copies_the_agent_then_restores_with_its_own_etcdutl_and_identity() {
+        let pod = member_pod(&restoring(s3_source()), &seed_params()).unwrap();
+        let spec = pod.spec.unwrap();
+        let init = spec.init_containers.unwrap();
+        let names: Vec<_> = init.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["install-tools", "restore"]);
+        assert_eq!(init[0].image.as_deref(), Some("op:1"));
+        assert_eq!(
+            init[0].args.clone().unwrap(),
+            ["install-tools", "--to=/tools"]
+        );
+        // The member's own etcd image, so its etcdutl version matches the cluster's.
+        assert_eq!(
+            init[1].image.as_deref(),
+            Some("quay.io/coreos/etcd:v3.6.11")
+        );
+        assert_eq!(init[1].command.clone().unwrap(), ["/tools/etcd-operator"]);
+        let args = init[1].args.clone().unwrap();
+        for want in [
+            "snapshot-agent",
+            "restore",
+            "--data-dir=/var/lib/etcd",
+            "--name=c-seed1",
+            "--initial-cluster=c-seed1=http://c-seed1.c.n.svc:2380",
+            "--initial-cluster-token=n-c-uid",
+            "--initial-advertise-peer-urls=http://c-seed1.c.n.svc:2380",
+            "--etcdutl=/usr/local/bin/etcdutl",
+            "--s3-bucket=backups",
+            "--s3-key=c/snap.db",
+            "--s3-endpoint=http://minio.n.svc:9000",
+            "--s3-region=us-east-1",
+            "--s3-force-path-style",
+        ] {
+            assert!(args.iter().any(|a| a == want), "missing {want} in {args:?}");
+        }
+        let env: Vec<_> = init[1]
+            .env
+            .iter()
+            .flatten()
+            .map(|e| {
+                let r = e
+                    .value_from
+                    .as_ref()
+                    .unwrap()
+                    .secret_key_ref
+                    .as_ref()
+                    .unwrap();
+                (e.name.clone(), r.name.clone(), r.key.clone())
+            })
+            .collect();
+        assert_eq!(
+            env,
+            [
+                (
+                    "AWS_ACCESS_KEY_ID".into(),
+                    "s3".into(),
+                    "AWS_ACCESS_KEY_ID".into()
+                ),
+                (
+                    "AWS_SECRET_ACCESS_KEY".into(),
+                    "s3".into(),
+                    "AWS_SECRET_ACCESS_KEY".into()
+                ),
+            ]
+        );
+        let mounts: Vec<_> = init[1]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| (m.name.as_str(), m.mount_path.as_str(), m.read_only))
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                ("tools", "/tools", Some(true)),
+                ("data", "/var/lib/etcd", None)
+            ]
+        );
+        assert!(spec
+            .volumes
+            .unwrap()
+            .iter()
+            .any(|v| v.name == "tools" && v.empty_dir.is_some()));
+    }
+
+    #[test]
+    fn pvc_source_is_mounted_read_only_and_named_by_its_exact_path() {
+        let source = api::v1alpha2::RestoreSource {
+            s3: None,
+            pvc: Some(api::v1alpha2::PvcLocation {
+                claim_name: "backups".into(),
+                sub_path: Some("etcd/snap.db".into()),
+            }),
+        };
+        let pod = member_pod(&restoring(source), &seed_params()).unwrap();
+        let spec = pod.spec.unwrap();
+        let restore = &spec.init_containers.unwrap()[1];
+        assert!(restore
+            .args
+            .iter()
+            .flatten()
+            .any(|a| a == "--pvc-file=/restore-source/etcd/snap.db"));
+        let volume = spec
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "restore-source")
+            .unwrap();
+        let claim = volume.persistent_volume_claim.unwrap();
+        assert_eq!(
+            (claim.claim_name.as_str(), claim.read_only),
+            ("backups", Some(true))
+        );
+        let escaping = api::v1alpha2::RestoreSource {
+            s3: None,
+            pvc: Some(api::v1alpha2::PvcLocation {
+                claim_name: "backups".into(),
+                sub_path: Some("../x.db".into()),
+            }),
+        };
+        let err = member_pod(&restoring(escaping), &seed_params()).unwrap_err();
+        assert!(err.to_string().contains("subPath"), "{err}");
+    }
+
+    #[test]
+    fn only_a_bootstrapping_seed_restores_and_it_needs_the_operator_image() {
+        // A seed recreated after the cluster formed, or any later member: no restore.
+        let pod = member_pod(&restoring(s3_source()), &params()).unwrap();
+        assert!(pod.spec.unwrap().init_containers.is_none());
+        let err = member_pod(
+            &restoring(s3_source()),
+            &PodParams {
+                operator_image: None,
+                ..seed_params()
+            },
+        )
+        .unwrap_err();
+        assert_eq!(err, BuildError::NoOperatorImage("c-seed1".into()));
+        assert!(err.to_string().contains("--operator-image"));
     }
 
     #[test]

@@ -285,6 +285,9 @@ pub struct Facts {
     pub etcd_error: Option<String>,
     /// Fields of the spec this operator version cannot act on yet (see [`unsupported_fields`]).
     pub unsupported: Vec<&'static str>,
+    /// The seed's `restore` init container failed (the agent's message); set by the reconciler
+    /// before the cluster has formed.
+    pub restore_failure: Option<String>,
     /// Members run another trust bundle than the Secrets hold: `(done, total)`.
     pub trust_rollout: Option<(i32, i32)>,
     /// Members run another template than the locked target (a version upgrade, new resources,
@@ -293,16 +296,12 @@ pub struct Facts {
 }
 
 /// Parts of the v1alpha2 API that this operator version accepts (they are valid, and
-/// immutable after create) but does not implement yet: restore. Bootstrapping such a cluster
-/// without it would silently give the user less than asked (an empty cluster instead of the
-/// snapshot), so the cluster is held before its seed is created. TLS from the user's own Secrets
-/// and from cert-manager, and root auth, are implemented.
-pub fn unsupported_fields(spec: &api::v1alpha2::EtcdClusterSpec) -> Vec<&'static str> {
-    let mut fields = Vec::new();
-    if spec.bootstrap.as_ref().is_some_and(|b| b.restore.is_some()) {
-        fields.push("spec.bootstrap.restore");
-    }
-    fields
+/// immutable after create) but does not implement yet. Bootstrapping such a cluster without them
+/// would silently give the user less than asked, so the cluster is held before its seed is
+/// created. Everything in v1alpha2 is implemented today (restore, TLS from the user's own
+/// Secrets and from cert-manager, root auth); the hold stays for fields a later API adds.
+pub fn unsupported_fields(_spec: &api::v1alpha2::EtcdClusterSpec) -> Vec<&'static str> {
+    Vec::new()
 }
 
 /// The spec was edited after the cluster parked at its deadline: the `Progressing` condition

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use api::conditions::{cluster as ctype, reason};
 use api::labels;
 use api::v1alpha2::{
-    EtcdCluster, EtcdClusterStatus, EtcdMember, EtcdMemberStatus, MemberTls, ObservedSpec,
-    TlsSecrets,
+    EtcdCluster, EtcdClusterStatus, EtcdMember, EtcdMemberSpec, EtcdMemberStatus, MemberTls,
+    ObservedSpec, TlsSecrets,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -368,7 +368,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     };
 
     let now = Timestamp::now();
-    let plan = plan::plan(&Observed {
+    let mut plan = plan::plan(&Observed {
         cluster,
         members: views.clone(),
         etcd: etcd_view.clone(),
@@ -380,6 +380,17 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         trust_bundle: trust_bundle.clone(),
         leader,
     });
+    if !formed {
+        // A seed restoring a snapshot whose restore init container failed: its message goes on
+        // the cluster's conditions (the init container is retried by the kubelet meanwhile).
+        plan.facts.restore_failure = members
+            .iter()
+            .filter(|m| m.spec.bootstrap && m.spec.restore.is_some())
+            .find_map(|m| {
+                pods.get(&m.name_any())
+                    .and_then(crate::pods::restore_failure)
+            });
+    }
     tracing::debug!(cluster = %name, namespace = %ns, action = ?plan.action, phase = ?plan.phase, "planned");
 
     let mut requeue = next_check(&plan, now);
@@ -1132,7 +1143,14 @@ async fn create_member(
             finalizers: Some(vec![labels::MEMBER_CLEANUP_FINALIZER.to_string()]),
             ..Default::default()
         },
-        spec: plan::member_spec(&name, target, token, seed, member_tls(cluster)),
+        spec: EtcdMemberSpec {
+            // Only the seed of a cluster that has never bootstrapped restores (seeds are
+            // created only then); later members join the live cluster.
+            restore: seed
+                .then(|| cluster.spec.bootstrap.as_ref()?.restore.clone())
+                .flatten(),
+            ..plan::member_spec(&name, target, token, seed, member_tls(cluster))
+        },
         status: None,
     };
     let api: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);

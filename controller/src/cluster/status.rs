@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::plan::{Action, Phase, Plan};
+use super::plan::{Action, Facts, Phase, Plan};
 use crate::conditions::set_condition;
 
 pub fn cluster_token(cluster: &EtcdCluster) -> String {
@@ -27,6 +27,17 @@ const CERT_MANAGER_MISSING: &str = "spec.tls asks for cert-manager Certificates 
     cert-manager.io/v1 API (kind Certificate) is not installed, so nothing is created; install \
     cert-manager (https://cert-manager.io/docs/installation/): the operator looks for it again \
     every few seconds, no restart is needed";
+
+/// The cluster's message for a failed seed restore: the agent's own, with what happens next.
+fn restore_failed(facts: &Facts) -> String {
+    format!(
+        "restoring the seed's data from spec.bootstrap.restore failed: {}; the restore init \
+         container is retried with back-off (kubectl logs <seed pod> -c restore); \
+         spec.bootstrap is immutable, so to change the source or the storage size delete the \
+         EtcdCluster and its PVCs and recreate it",
+        facts.restore_failure.as_deref().unwrap_or_default()
+    )
+}
 
 pub fn render(
     cluster: &EtcdCluster,
@@ -153,6 +164,12 @@ pub fn render(
             reason::CLUSTER_DISCOVERED,
             format!("the seed formed cluster {}", cluster_id.clone().unwrap_or_default()),
         ),
+        _ if !formed && facts.restore_failure.is_some() => set(
+            ctype::AVAILABLE,
+            false,
+            reason::RESTORE_FAILED,
+            restore_failed(facts),
+        ),
         _ if !formed => set(
             ctype::AVAILABLE,
             false,
@@ -247,6 +264,12 @@ pub fn render(
                 "{} members of version {} are ready",
                 target, plan.observed.version
             ),
+        ),
+        Phase::Progressing if !formed && facts.restore_failure.is_some() => set(
+            ctype::PROGRESSING,
+            true,
+            reason::RESTORE_FAILED,
+            restore_failed(facts),
         ),
         Phase::Progressing if facts.seed_without_pod => set(
             ctype::PROGRESSING,
@@ -351,7 +374,7 @@ pub fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::plan::{Facts, Plan};
+    use crate::cluster::plan::Plan;
     use api::v1alpha2::{EtcdClusterSpec, ObservedSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -532,6 +555,32 @@ mod tests {
             first, second,
             "a steady cluster renders an identical status"
         );
+    }
+
+    #[test]
+    fn a_failed_seed_restore_shows_the_agents_message_on_available_and_progressing() {
+        let facts = Facts {
+            restore_failure: Some("not enough space to restore: the snapshot is 2.0 MiB".into()),
+            live_members: 1,
+            ..Default::default()
+        };
+        let s = render(
+            &cluster(),
+            &plan(3, Phase::Progressing, facts, Action::None),
+            None,
+            now(),
+        );
+        for t in [ctype::AVAILABLE, ctype::PROGRESSING] {
+            let c = cond(&s, t);
+            assert_eq!(c.reason, reason::RESTORE_FAILED, "{t}");
+            assert!(
+                c.message.contains("not enough space to restore"),
+                "{t}: {}",
+                c.message
+            );
+            assert!(c.message.contains("-c restore"), "{t}: {}", c.message);
+        }
+        assert_eq!(cond(&s, ctype::AVAILABLE).status, "False");
     }
 
     #[test]

@@ -197,6 +197,7 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
                 etcd_image_repository: &ctx.config.etcd_image_repository,
                 voter: status.is_voter,
                 bootstrap_new_cluster: member.spec.bootstrap && !formed,
+                operator_image: ctx.config.operator_image.as_deref(),
             };
             let want = member_pod(member, &params)?;
             let created = pods
@@ -241,7 +242,17 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
         new_status.pod_name = None;
         new_status.pod_uid = None;
     }
-    let (ready, why, message) = planned.ready;
+    // A failed restore init container keeps the Pod unready; say why, in the agent's words.
+    let (ready, why, message) = match pod.as_ref().and_then(crate::pods::restore_failure) {
+        Some(failure) if !planned.ready.0 => (
+            false,
+            reason::RESTORE_FAILED,
+            format!(
+                "the restore init container failed: {failure} (kubectl logs {name} -c restore)"
+            ),
+        ),
+        _ => planned.ready,
+    };
     set_condition(
         &mut conditions,
         mtype::READY,

@@ -1,5 +1,6 @@
-//! A real S3 server: MinIO from the testbins (`minio/minio`), on a free loopback port, plain
-//! HTTP or HTTPS with a test CA, with one bucket and two users created through its admin API
+//! A real S3 server: MinIO from the testbins (`minio/minio`), on a free port of a host address
+//! (loopback, or the pod runner's bridge address so Pods reach it through a Service, see
+//! [`Minio::expose`]), plain HTTP or HTTPS with a test CA, with one bucket and two users created through its admin API
 //! (`minio/minio-setup`, madmin-go):
 //!
 //! - `writer`: Get/Put/AbortMultipartUpload/ListMultipartUploadParts on the bucket's objects and
@@ -12,6 +13,7 @@
 //! The server can be killed and restarted on the same port and data (for mid-upload failures);
 //! the root client lists objects and in-progress multipart uploads for assertions.
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -43,8 +45,9 @@ pub struct Minio {
     data_dir: PathBuf,
     certs_dir: Option<PathBuf>,
     log_dir: PathBuf,
-    port: u16,
-    /// `http(s)://127.0.0.1:<port>`.
+    host: IpAddr,
+    pub port: u16,
+    /// `http(s)://<host>:<port>`.
     pub endpoint: String,
     /// The test CA's PEM file when serving HTTPS.
     pub ca_file: Option<PathBuf>,
@@ -55,8 +58,20 @@ pub struct Minio {
 }
 
 impl Minio {
-    /// Start MinIO under `root` (data, certificates, logs), create the bucket and the users.
+    /// Start MinIO on loopback under `root` (data, certificates, logs), create the bucket and
+    /// the users.
     pub async fn start(testbins: &Testbins, root: &Path, use_tls: bool) -> Result<Self, Error> {
+        Self::start_on(testbins, root, use_tls, IpAddr::V4(Ipv4Addr::LOCALHOST)).await
+    }
+
+    /// [`Minio::start`] listening on `host` (an address of this machine), e.g. the pod runner's
+    /// [`host_address`](crate::podrunner::PodRunner::host_address) so Pods can dial it.
+    pub async fn start_on(
+        testbins: &Testbins,
+        root: &Path,
+        use_tls: bool,
+        host: IpAddr,
+    ) -> Result<Self, Error> {
         let bin = testbins.binary(MINIO, "minio")?;
         let setup = testbins.binary(MINIO, "minio-setup")?;
         let data_dir = root.join("minio-data");
@@ -69,7 +84,7 @@ impl Minio {
             let (cert, key) = ca.sign(Leaf {
                 common_name: "minio",
                 organizations: &[],
-                sans: &["127.0.0.1", "localhost"],
+                sans: &["127.0.0.1", "localhost", &host.to_string()],
                 usages: &[ExtendedKeyUsagePurpose::ServerAuth],
             })?;
             let write = |name: &Path, pem: &str| {
@@ -90,8 +105,9 @@ impl Minio {
             data_dir,
             certs_dir,
             log_dir,
+            host,
             port,
-            endpoint: format!("{scheme}://127.0.0.1:{port}"),
+            endpoint: format!("{scheme}://{host}:{port}"),
             ca_file,
             bucket: BUCKET.to_string(),
             writer: S3User {
@@ -123,8 +139,8 @@ impl Minio {
         let mut cmd = Command::new(&self.bin);
         cmd.arg("server")
             .arg("--quiet")
-            .arg(format!("--address=127.0.0.1:{}", self.port))
-            .arg(format!("--console-address=127.0.0.1:{console}"))
+            .arg(format!("--address={}:{}", self.host, self.port))
+            .arg(format!("--console-address={}:{console}", self.host))
             .env("MINIO_ROOT_USER", ROOT_USER)
             .env("MINIO_ROOT_PASSWORD", ROOT_PASSWORD)
             .env("MINIO_BROWSER", "off")
@@ -177,7 +193,7 @@ impl Minio {
         std::fs::write(&writer_file, writer).map_err(Error::io("writing a policy"))?;
         std::fs::write(&nolist_file, nolist).map_err(Error::io("writing a policy"))?;
         let mut cmd = Command::new(setup);
-        cmd.arg(format!("-endpoint=127.0.0.1:{}", self.port))
+        cmd.arg(format!("-endpoint={}:{}", self.host, self.port))
             .arg(format!("-access-key={ROOT_USER}"))
             .arg(format!("-secret-key={ROOT_PASSWORD}"))
             .arg(format!("-policy=snapshot-writer={}", writer_file.display()))
@@ -255,6 +271,72 @@ impl Minio {
             .http_client(http)
             .build();
         aws_sdk_s3::Client::from_conf(config)
+    }
+
+    /// Make the server a Service of namespace `ns`: a Service `name` without selector and an
+    /// EndpointSlice with the server's address, as one exposes a server outside the cluster. The
+    /// pod runner's DNS then resolves `<name>.<ns>.svc` in Pods. Returns the endpoint URL Pods
+    /// dial, `http(s)://<name>.<ns>.svc:<port>`.
+    pub async fn expose(&self, client: &kube::Client, ns: &str, name: &str) -> String {
+        use k8s_openapi::api::core::v1::Service;
+        use k8s_openapi::api::discovery::v1::EndpointSlice;
+        let _: Service = crate::harness::create(
+            client,
+            ns,
+            serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+                "spec": {"ports": [{"name": "s3", "port": self.port, "protocol": "TCP"}]}}),
+        )
+        .await;
+        let _: EndpointSlice = crate::harness::create(
+            client,
+            ns,
+            serde_json::json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": format!("{name}-host"), "labels": {
+                    "kubernetes.io/service-name": name,
+                    "endpointslice.kubernetes.io/managed-by": "etcd-operator-tests"}},
+                "addressType": if self.host.is_ipv4() { "IPv4" } else { "IPv6" },
+                "endpoints": [{"addresses": [self.host.to_string()], "conditions": {"ready": true}}],
+                "ports": [{"name": "s3", "port": self.port, "protocol": "TCP"}]}),
+        )
+        .await;
+        let scheme = if self.ca_file.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{name}.{ns}.svc:{}", self.port)
+    }
+
+    /// The object's size and user metadata (HeadObject) and its bytes, read as the root user.
+    pub async fn object(
+        &self,
+        key: &str,
+    ) -> (i64, std::collections::HashMap<String, String>, Vec<u8>) {
+        let client = self.root_client();
+        let head = client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("HeadObject {key}: {e:?}"));
+        let body = client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GetObject {key}: {e:?}"))
+            .body
+            .collect()
+            .await
+            .unwrap_or_else(|e| panic!("reading {key}: {e:?}"))
+            .into_bytes();
+        (
+            head.content_length().unwrap_or(-1),
+            head.metadata().cloned().unwrap_or_default(),
+            body.to_vec(),
+        )
     }
 
     /// Every object in the bucket with its size.

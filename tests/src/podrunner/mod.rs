@@ -206,7 +206,8 @@ impl Ctx {
 /// How to start a runner. Defaults: 3 Nodes `worker-1..3` in zones `zone-a..c`, the etcd builds
 /// of the testbins cache for `{quay.io/coreos/etcd,...}:v3.6.*` and `:v3.5.*`, the operator image
 /// `etcd-operator:test` from Cargo's `target/debug`, `busybox` / `test-tools` from the host's
-/// `/bin`, StorageClass `pod-runner` (default class), restart back-off 1 s doubling to 10 s.
+/// `/bin`, StorageClass `pod-runner` (default class) and `pod-runner-sized` (tmpfs volumes of the
+/// requested size, see [`storage`]), restart back-off 1 s doubling to 10 s.
 #[derive(Clone, Debug)]
 pub struct PodRunnerBuilder {
     nodes: usize,
@@ -555,18 +556,31 @@ impl Running {
             report,
         )));
 
-        let provisioner = storage::Provisioner {
-            class: b.storage_class.clone(),
-            provisioner: "pod-runner.etcd-operator.test/hostpath".into(),
-            root: setup.pv_root.clone(),
-        };
-        std::fs::create_dir_all(&provisioner.root).map_err(|e| {
-            fail(Error::io(format!(
-                "creating {}",
-                provisioner.root.display()
-            ))(e))
-        })?;
-        provisioner.install_class(&client).await.map_err(fail)?;
+        let provisioners = vec![
+            storage::Provisioner {
+                class: b.storage_class.clone(),
+                provisioner: "pod-runner.etcd-operator.test/hostpath".into(),
+                root: setup.pv_root.clone(),
+                sized: false,
+                default: true,
+            },
+            storage::Provisioner {
+                class: sized_class(&b.storage_class),
+                provisioner: "pod-runner.etcd-operator.test/tmpfs".into(),
+                root: slot.state_dir.join("sized-volumes"),
+                sized: true,
+                default: false,
+            },
+        ];
+        for provisioner in &provisioners {
+            std::fs::create_dir_all(&provisioner.root).map_err(|e| {
+                fail(Error::io(format!(
+                    "creating {}",
+                    provisioner.root.display()
+                ))(e))
+            })?;
+            provisioner.install_class(&client).await.map_err(fail)?;
+        }
 
         let ctx = Arc::new(Ctx {
             client: client.clone(),
@@ -585,7 +599,7 @@ impl Running {
             journal,
             nodes: node_infos.iter().map(|n| n.name.clone()).collect(),
         });
-        tasks.push(tokio::spawn(run_storage(ctx.clone(), provisioner)));
+        tasks.push(tokio::spawn(run_storage(ctx.clone(), provisioners)));
         tasks.push(tokio::spawn(run_dns(ctx.clone())));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let dispatcher = tokio::spawn(run_dispatcher(ctx.clone(), shutdown_rx));
@@ -627,6 +641,11 @@ impl Running {
         self.ctx.journal("stopped; slot released");
         drop(self.slot);
     }
+}
+
+/// The sized StorageClass next to the default class `class`.
+fn sized_class(class: &str) -> String {
+    format!("{class}-sized")
 }
 
 /// Watch Pods and hand those bound to our Nodes to their workers.
@@ -727,7 +746,7 @@ async fn run_dns(ctx: Arc<Ctx>) {
 }
 
 /// Provision and reclaim PVs whenever claims or volumes change (and every few seconds).
-async fn run_storage(ctx: Arc<Ctx>, provisioner: storage::Provisioner) {
+async fn run_storage(ctx: Arc<Ctx>, provisioners: Vec<storage::Provisioner>) {
     let (claims, claims_writer) = kube_runtime::reflector::store::<PersistentVolumeClaim>();
     let (volumes, volumes_writer) = kube_runtime::reflector::store::<PersistentVolume>();
     let claims_stream = kube_runtime::reflector(
@@ -762,8 +781,10 @@ async fn run_storage(ctx: Arc<Ctx>, provisioner: storage::Provisioner) {
             }
             _ = tokio::time::sleep(Duration::from_millis(100)), if dirty => {
                 dirty = false;
-                for problem in provisioner.reconcile(&ctx.client, &claims, &volumes).await {
-                    ctx.journal(&format!("storage: {problem}"));
+                for provisioner in &provisioners {
+                    for problem in provisioner.reconcile(&ctx.client, &claims, &volumes).await {
+                        ctx.journal(&format!("storage: {problem}"));
+                    }
                 }
             }
             _ = tokio::time::sleep(Duration::from_secs(5)) => dirty = true,
@@ -843,6 +864,18 @@ impl PodRunner {
 
     pub fn storage_class(&self) -> &str {
         &self.shared.storage_class
+    }
+
+    /// The StorageClass whose volumes are tmpfs mounts of exactly the requested size (a Pod
+    /// sees that capacity, and runs out of space at it); they last as long as the runner.
+    pub fn sized_storage_class(&self) -> String {
+        sized_class(&self.shared.storage_class)
+    }
+
+    /// The host's address on the runner's pod bridge (`10.213.<slot>.1`): Pods reach a server
+    /// on the host that listens on it (they have no route elsewhere).
+    pub fn host_address(&self) -> std::net::Ipv4Addr {
+        std::net::Ipv4Addr::new(10, 213, self.shared.slot, 1)
     }
 
     /// The runner's slot (bridge `eopbr<n>`, subnet `10.213.<n>.0/24`, netns `eop-<n>-*`).

@@ -942,7 +942,10 @@ impl PodWorker {
             None => Err(format!(
                 "no command specified: the container sets no command and image {image_ref} has no default"
             )),
-            Some(program) => resolve_command(&image, program).map(|p| image.in_container(&p)),
+            Some(program) => match self.volume_program(spec, program) {
+                Some(found) => found,
+                None => resolve_command(&image, program).map(|p| image.in_container(&p)),
+            },
         };
         let program = match program {
             Ok(p) => p,
@@ -1156,6 +1159,40 @@ impl PodWorker {
     /// Pod's hosts, hostname and resolv.conf files, and the termination-message file. Mount points
     /// are created where needed: inside the parent volume for nested mounts, else on the host as
     /// empty directories (or empty files), which is harmless.
+    /// A command given by an absolute path under one of the container's volume mounts (a binary
+    /// an init container copied into an emptyDir) runs from the volume, as on a real node: the
+    /// in-container path, after checking the file is there and executable in the volume.
+    /// `None` when the path is not under a volume mount (then the image is searched).
+    fn volume_program(&self, spec: &Container, program: &str) -> Option<Result<PathBuf, String>> {
+        let path = Path::new(program);
+        if !path.is_absolute() {
+            return None;
+        }
+        let (vm, rest) = spec.volume_mounts.iter().flatten().find_map(|vm| {
+            path.strip_prefix(&vm.mount_path)
+                .ok()
+                .filter(|rest| !rest.as_os_str().is_empty())
+                .map(|rest| (vm, rest.to_path_buf()))
+        })?;
+        let volume = self.volumes.dirs.get(&vm.name)?;
+        let sub = vm.sub_path.as_deref().filter(|s| !s.is_empty());
+        let host = match sub {
+            Some(sub) => volume.path.join(sub).join(&rest),
+            None => volume.path.join(&rest),
+        };
+        let executable = fs::metadata(&host)
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false);
+        Some(if executable {
+            Ok(path.to_path_buf())
+        } else {
+            Err(format!(
+                "exec: {program:?}: no such executable file in volume {:?} mounted at {}",
+                vm.name, vm.mount_path
+            ))
+        })
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn mounts(
         &self,

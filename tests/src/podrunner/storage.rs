@@ -1,8 +1,13 @@
-//! Dynamic provisioning for the runner's StorageClass, the way an external provisioner does it: a
-//! pending PVC of the class gets a PV (a `hostPath` directory under the control plane's root, so
-//! it outlives runner restarts) pre-bound to it through `claimRef`; kube-controller-manager's PV
-//! binder completes the binding. A Released PV is deleted with its directory (reclaim policy
-//! Delete). Volume expansion is not performed.
+//! Dynamic provisioning for the runner's StorageClasses, the way an external provisioner does it:
+//! a pending PVC of a class gets a PV (a `hostPath` directory) pre-bound to it through
+//! `claimRef`; kube-controller-manager's PV binder completes the binding. A Released PV is
+//! deleted with its directory (reclaim policy Delete). Volume expansion is not performed.
+//!
+//! Two classes: the default one, whose directories live under the control plane's root (so they
+//! outlive runner restarts) and share the host's free space; and the *sized* one, whose volumes
+//! are tmpfs mounts of exactly the requested size, so a Pod sees the capacity it asked for
+//! (`df`, ENOSPC, a restore's free-space pre-flight). Sized volumes live under the runner's slot
+//! directory and last as long as the runner (the slot sweep unmounts them).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -15,6 +20,8 @@ use kube::Client;
 use kube_runtime::reflector::Store;
 use serde_json::json;
 
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+
 use super::Error;
 
 pub const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
@@ -26,6 +33,10 @@ pub struct Provisioner {
     pub class: String,
     pub provisioner: String,
     pub root: PathBuf,
+    /// Volumes are tmpfs mounts of the claim's requested size (the sized class).
+    pub sized: bool,
+    /// The default class of the cluster.
+    pub default: bool,
 }
 
 impl Provisioner {
@@ -39,7 +50,7 @@ impl Provisioner {
         let class: StorageClass = serde_json::from_value(json!({
             "metadata": {
                 "name": self.class,
-                "annotations": {DEFAULT_CLASS_ANNOTATION: "true"},
+                "annotations": {DEFAULT_CLASS_ANNOTATION: if self.default { "true" } else { "false" }},
             },
             "provisioner": self.provisioner,
             "reclaimPolicy": "Delete",
@@ -104,6 +115,9 @@ impl Provisioner {
                 .map(|h| PathBuf::from(&h.path))
             {
                 if path.starts_with(&self.root) {
+                    if self.sized {
+                        let _ = umount2(&path, MntFlags::MNT_DETACH);
+                    }
                     let _ = fs::remove_dir_all(&path);
                 }
             }
@@ -146,6 +160,9 @@ impl Provisioner {
         let dir = self.pv_dir(name);
         // Like a freshly formatted filesystem: root-owned 0755, so non-root Pods need fsGroup.
         fs::create_dir_all(&dir).map_err(Error::io(format!("creating {}", dir.display())))?;
+        if self.sized {
+            mount_sized(&dir, &storage)?;
+        }
         let pv: PersistentVolume = serde_json::from_value(json!({
             "metadata": {
                 "name": name,
@@ -174,6 +191,30 @@ impl Provisioner {
             Err(e) => Err(Error::kube(format!("creating PV {name}"))(e)),
         }
     }
+}
+
+/// Mount a tmpfs of `size` (a quantity) on `dir`, unless one is there already (a provision
+/// retried after a failed PV create).
+fn mount_sized(dir: &Path, size: &str) -> Result<(), Error> {
+    if super::network::mount_points().iter().any(|p| p == dir) {
+        return Ok(());
+    }
+    let bytes = super::fields::parse_quantity(size)
+        .filter(|b| *b > 0.0)
+        .ok_or_else(|| {
+            Error::Unsupported(format!(
+                "the sized StorageClass needs a positive storage request, not {size:?}"
+            ))
+        })?;
+    let options = format!("mode=0755,size={}", bytes.ceil() as u64);
+    mount(
+        Some("tmpfs"),
+        dir,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(options.as_str()),
+    )
+    .map_err(|e| Error::Unsupported(format!("mounting a tmpfs at {}: {e}", dir.display())))
 }
 
 /// Remove everything inside `dir`, keeping the directory itself (a wiped disk).

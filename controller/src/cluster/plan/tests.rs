@@ -560,21 +560,15 @@ fn any_spec_edit_after_the_deadline_retries_the_same_target() {
 }
 
 #[test]
-fn cluster_asking_for_auth_or_restore_is_held_before_its_seed() {
+fn cluster_with_a_restore_source_bootstraps_its_seed() {
+    // spec.bootstrap.restore is implemented: the seed is created (and stamped with the source
+    // by the reconciler), nothing is held as unsupported.
     let mut c = cluster(3, None);
     c.spec.tls = Some(peer_cert_manager());
     c.spec.bootstrap = Some(api::v1alpha2::BootstrapSpec {
         restore: Some(Default::default()),
     });
     let p = run(&c, vec![], EtcdView::NotAsked);
-    assert_eq!(p.facts.unsupported, vec!["spec.bootstrap.restore"]);
-    assert!(
-        matches!(&p.action, Action::Wait(w) if w.contains("spec.bootstrap.restore")),
-        "no seed is created: {:?}",
-        p.action
-    );
-    // Without them the same cluster bootstraps.
-    let p = run(&cluster(3, None), vec![], EtcdView::NotAsked);
     assert!(p.facts.unsupported.is_empty());
     assert_eq!(p.action, Action::CreateSeed);
 }
