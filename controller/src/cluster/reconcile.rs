@@ -24,7 +24,7 @@ use serde_json::json;
 use super::plan::{
     self, Action, AuthProblem, DeleteReason, EtcdView, MemberView, Observed, Phase, Plan,
 };
-use super::status;
+use super::{alarms, status};
 use crate::auth::{self, Credentials};
 use crate::builders::{pdb, pod::INITIAL_CLUSTER_STATE_ANNOTATION, pod::STATE_EXISTING, service};
 use crate::context::{Context, FIELD_MANAGER};
@@ -592,6 +592,9 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     ctx.metrics
         .record_cluster(&ns, &name, i64::from(plan.facts.ready_members), etcd_counts);
     let mut new_status = status::render(cluster, &plan, latched, Timestamp::now());
+    if let Some(client) = etcd.as_mut() {
+        show_alarms(cluster, ctx, client, &members, &mut new_status).await;
+    }
     if auth_wanted && !auth_on && ready_to_enable_auth(&plan) {
         if let (Some(client), Some(creds)) = (etcd.as_mut(), creds.as_ref()) {
             enable_auth(cluster, ctx, client, creds).await?;
@@ -677,6 +680,53 @@ async fn list_members(
         Err(e) => {
             ctx.forget_etcd(key);
             Err(e)
+        }
+    }
+}
+
+/// etcd's NOSPACE and CORRUPT alarms as the `Alarm` condition, with an Event when one is
+/// raised. A failed alarm read leaves the condition as it was.
+async fn show_alarms(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    client: &mut Etcd,
+    members: &[EtcdMember],
+    new_status: &mut api::v1alpha2::EtcdClusterStatus,
+) {
+    let alarms = match client.alarms().await {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::debug!(cluster = %cluster.name_any(), error = %e, "could not list etcd alarms");
+            return;
+        }
+    };
+    let names = members
+        .iter()
+        .filter_map(|m| {
+            let id = m.status.as_ref()?.member_id.as_deref()?;
+            Some((crate::etcd::parse_id(id)?, m.name_any()))
+        })
+        .collect();
+    let was = new_status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == alarms::ALARM)
+        .map(|c| c.reason.clone());
+    alarms::set_alarm_condition(
+        &mut new_status.conditions,
+        &alarms,
+        &names,
+        cluster.metadata.generation,
+        Timestamp::now(),
+    );
+    if let Some(c) = new_status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == alarms::ALARM && c.status == "True")
+    {
+        if was.as_deref() != Some(c.reason.as_str()) {
+            ctx.event(cluster, true, "EtcdAlarm", "AlarmList", c.message.clone())
+                .await;
         }
     }
 }
