@@ -160,6 +160,33 @@ fn voter_endpoints(
         .collect()
 }
 
+/// Client URLs of voters whose Pod runs but is not Ready (etcd fails its /health while an
+/// alarm is raised): where the alarms can still be read.
+fn unready_voter_endpoints(
+    cluster: &EtcdCluster,
+    members: &[EtcdMember],
+    views: &[MemberView],
+) -> Vec<String> {
+    let ns = cluster.namespace().unwrap_or_default();
+    members
+        .iter()
+        .zip(views)
+        .filter(|(m, v)| {
+            v.pod.as_ref().is_some_and(|p| !p.ready)
+                && !v.deleting
+                && m.status.as_ref().is_some_and(|s| s.is_voter)
+        })
+        .map(|(m, _)| {
+            naming::client_url(
+                &m.name_any(),
+                &naming::member_service(m),
+                &ns,
+                cluster.spec.client_tls(),
+            )
+        })
+        .collect()
+}
+
 async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue, Error> {
     if cluster.metadata.deletion_timestamp.is_some() {
         // Owner references garbage-collect everything; member finalizers see the deletion.
@@ -592,7 +619,19 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     ctx.metrics
         .record_cluster(&ns, &name, i64::from(plan.facts.ready_members), etcd_counts);
     let mut new_status = status::render(cluster, &plan, latched, Timestamp::now());
-    if let Some(client) = etcd.as_mut() {
+    // A raised alarm fails every member's /health, so no Pod is Ready and `etcd` is None:
+    // the alarms are then read from the voters' Pods directly.
+    let mut alarm_client = None;
+    if etcd.is_none() && formed && !(auth_on && auth_wanted && creds.is_none()) {
+        let urls = unready_voter_endpoints(cluster, &members, &views);
+        if !urls.is_empty() {
+            alarm_client =
+                Etcd::connect(&urls, client_tls.as_ref(), dial_creds, ctx.metrics.clone())
+                    .await
+                    .ok();
+        }
+    }
+    if let Some(client) = etcd.as_mut().or(alarm_client.as_mut()) {
         show_alarms(cluster, ctx, client, &members, &mut new_status).await;
     }
     if auth_wanted && !auth_on && ready_to_enable_auth(&plan) {

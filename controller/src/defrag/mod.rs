@@ -206,19 +206,20 @@ async fn observe(
     let mut alarms = None;
     for m in &members {
         let member = m.name_any();
-        let ready = pods.iter().any(|p| {
+        let pod = pods.iter().find(|p| {
             p.name_any() == member
                 && p.metadata.deletion_timestamp.is_none()
-                && crate::controller_uid(p) == m.uid()
-                && crate::pods::pod_view(p).ready
+                && crate::controller_uid(*p) == m.uid()
         });
+        let ready = pod.is_some_and(|p| crate::pods::pod_view(p).ready);
         let url = naming::client_url(
             &member,
             &naming::member_service(m),
             ns,
             cluster.spec.client_tls(),
         );
-        let status = if ready {
+        // A running Pod that is not Ready is asked too: a raised alarm fails etcd's /health.
+        let status = if pod.is_some() {
             match Etcd::connect_with_timeout(
                 std::slice::from_ref(&url),
                 tls,
@@ -238,7 +239,7 @@ async fn observe(
                 Err(e) => Err(e.stable_message()),
             }
         } else {
-            Err("its Pod is not Ready".to_string())
+            Err("it has no running Pod".to_string())
         };
         observed.push(MemberObservation {
             name: member,

@@ -32,7 +32,8 @@ pub struct MemberObservation {
 
 /// Why the cluster cannot be defragmented now, or `None` when it can: every member is Ready,
 /// answers `Status`, follows the same live leader, is a voter, does not lag, and no alarm
-/// other than NOSPACE is raised (a defragmentation is how NOSPACE is cleared).
+/// other than NOSPACE is raised (a defragmentation is how NOSPACE is cleared; with NOSPACE
+/// raised, Pods are not Ready, as etcd fails /health, and readiness is not required).
 pub fn unhealthy(
     replicas: i32,
     members: &[MemberObservation],
@@ -47,7 +48,10 @@ pub fn unhealthy(
             members.len()
         ));
     }
-    if let Some(m) = members.iter().find(|m| !m.ready) {
+    // etcd fails /health (the readiness probe) while an alarm is raised: with NOSPACE, a member
+    // that answers Status below counts as healthy.
+    let nospace = alarms.iter().any(|(_, a)| *a == Alarm::NoSpace);
+    if let Some(m) = members.iter().find(|m| !m.ready && !nospace) {
         return Some(format!("member {} is not Ready", m.name));
     }
     let mut statuses = Vec::with_capacity(members.len());
