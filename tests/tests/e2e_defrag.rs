@@ -98,6 +98,10 @@ async fn churn(etcd: &mut etcd_client::Client, prefix: &str, count: usize, size:
             .or_panic();
     }
     free(etcd, prefix).await;
+    // etcd updates dbSizeInUse when its backend commits (every 100ms while writes come in): one
+    // more write makes every member count the freed pages.
+    etcd.put(format!("{prefix}done"), "", None).await.or_panic();
+    tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
 async fn free(etcd: &mut etcd_client::Client, prefix: &str) {
@@ -143,8 +147,10 @@ async fn defrag_waits_for_health_and_its_turn_then_reclaims_space_followers_firs
         .find(|p| *p == stopped)
         .unwrap_or_else(|| pods[1].name_any());
     env.runner.stop_container(&ns, &stopped, "etcd").or_panic();
+    // `all`: right after a compaction, etcd's leader can still report most freed pages as in
+    // use (dbSizeInUse), so a size gate may skip it; a defrag shrinks it all the same.
     let rule = DefragRule {
-        free_space_above: Some(Quantity("4Mi".into())),
+        all: Some(true),
         ..Default::default()
     };
     create_defrag(env, &ns, "first", name, Some(rule), None).await;

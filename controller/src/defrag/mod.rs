@@ -21,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 
 use crate::auth::{self, Credentials};
 use crate::conditions::set_condition;
@@ -426,8 +426,9 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
                         Some(took.elapsed()),
                     );
                     tracing::info!(defrag = %name, member = %member.name, role, reclaimed, "defragmented member");
-                    ctx.event(
+                    ctx.event_related(
                         &defrag,
+                        Some(member_ref(&ns, &member.name)),
                         false,
                         "MemberDefragmented",
                         "Defragment",
@@ -448,8 +449,9 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
                     ));
                     ctx.metrics
                         .count_defrag_member("Failed", 0, Some(took.elapsed()));
-                    ctx.event(
+                    ctx.event_related(
                         &defrag,
+                        Some(member_ref(&ns, &member.name)),
                         true,
                         "MemberDefragFailed",
                         "Defragment",
@@ -491,6 +493,17 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
         Duration::ZERO,
     )
     .await
+}
+
+/// The EtcdMember a per-member Event relates to.
+fn member_ref(ns: &str, name: &str) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(EtcdMember::api_version(&()).into_owned()),
+        kind: Some(EtcdMember::kind(&()).into_owned()),
+        namespace: Some(ns.to_string()),
+        name: Some(name.to_string()),
+        ..Default::default()
+    }
 }
 
 /// Write the status after a non-terminal step and look again after `again` (at once for zero).
