@@ -160,6 +160,9 @@ fn voter_endpoints(
         .collect()
 }
 
+/// How long a reconcile tries to read the alarms from voters whose Pods are not Ready.
+const UNREADY_ALARM_READ: Duration = Duration::from_secs(2);
+
 /// Client URLs of voters whose Pod runs but is not Ready (etcd fails its /health while an
 /// alarm is raised): where the alarms can still be read.
 fn unready_voter_endpoints(
@@ -621,18 +624,27 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     let mut new_status = status::render(cluster, &plan, latched, Timestamp::now());
     // A raised alarm fails every member's /health, so no Pod is Ready and `etcd` is None:
     // the alarms are then read from the voters' Pods directly.
-    let mut alarm_client = None;
-    if etcd.is_none() && formed && !(auth_on && auth_wanted && creds.is_none()) {
+    // Bounded: Pods that are not Ready because they are down must not slow the reconcile.
+    if let Some(client) = etcd.as_mut() {
+        show_alarms(cluster, ctx, client, &members, &mut new_status).await;
+    } else if formed && !(auth_on && auth_wanted && creds.is_none()) {
         let urls = unready_voter_endpoints(cluster, &members, &views);
         if !urls.is_empty() {
-            alarm_client =
-                Etcd::connect(&urls, client_tls.as_ref(), dial_creds, ctx.metrics.clone())
-                    .await
-                    .ok();
+            let read = async {
+                let metrics = ctx.metrics.clone();
+                if let Ok(mut client) =
+                    Etcd::connect(&urls, client_tls.as_ref(), dial_creds, metrics).await
+                {
+                    show_alarms(cluster, ctx, &mut client, &members, &mut new_status).await;
+                }
+            };
+            if tokio::time::timeout(UNREADY_ALARM_READ, read)
+                .await
+                .is_err()
+            {
+                tracing::debug!(cluster = %name, "no unready voter answered the alarm list");
+            }
         }
-    }
-    if let Some(client) = etcd.as_mut().or(alarm_client.as_mut()) {
-        show_alarms(cluster, ctx, client, &members, &mut new_status).await;
     }
     if auth_wanted && !auth_on && ready_to_enable_auth(&plan) {
         if let (Some(client), Some(creds)) = (etcd.as_mut(), creds.as_ref()) {
