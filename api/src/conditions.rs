@@ -51,6 +51,10 @@ pub mod reason {
     // EtcdCluster Progressing
     pub const INITIAL_SNAPSHOT: &str = "InitialSnapshot";
     pub const SPEC_CHANGED: &str = "SpecChanged";
+    /// Not in the reference API: members are being restarted one at a time (followers first,
+    /// the leader last after MoveLeader), e.g. to load a new CA bundle; the message says why and
+    /// how many members are done.
+    pub const ROLLING_RESTART: &str = "RollingRestart";
     pub const WAITING_FOR_SEED: &str = "WaitingForSeed";
     pub const RETRY_AFTER_DEADLINE: &str = "RetryAfterDeadline";
     pub const RECONCILED: &str = "Reconciled";

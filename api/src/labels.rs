@@ -72,6 +72,18 @@ pub const REPLACE_ADOPTED_ANNOTATION: &str = "etcd-operator.cozystack.io/replace
 /// `--peer-auto-tls` and https peer URLs, since etcd cannot mix plaintext and TLS peers.
 pub const PEER_AUTO_TLS_ANNOTATION: &str = "etcd-operator.cozystack.io/peer-auto-tls";
 
+/// On an EtcdMember and its Pod: the fingerprint of the CA bundles (`ca.crt` of the peer
+/// Secret, and of the server Secret with client mTLS) the member runs with. etcd loads them once
+/// at start-up; the cluster controller sets a new value on one member at a time when the Secrets
+/// change, and the member controller restarts a Pod whose value differs from its member's.
+pub const TRUST_BUNDLE_ANNOTATION: &str = "etcd-operator.cozystack.io/trust-bundle";
+
+/// On a member Pod: the hash of the member template it was built from (version, resources,
+/// options, affinity, topology spread, pull secrets, additional metadata). The member controller
+/// restarts a Pod whose hash differs from its member's; a Pod without one (created by an older
+/// operator, or adopted) is given its member's hash without a restart.
+pub const TEMPLATE_HASH_ANNOTATION: &str = "etcd-operator.cozystack.io/template-hash";
+
 /// Whether [`PEER_AUTO_TLS_ANNOTATION`] is `"true"`.
 pub fn peer_auto_tls(annotations: &BTreeMap<String, String>) -> bool {
     annotations

@@ -1,7 +1,7 @@
 //! TLS material for the operator's binaries: PEM loading ([`pem`]), a rustls server config whose
 //! certificate is re-resolved on every handshake ([`server`]), a reloader that follows a mounted
 //! Secret as the kubelet rotates it ([`reload`]), client configs for dialing TLS servers
-//! ([`client`]), and — behind the `mint` feature, for tests only — a throw-away CA ([`mint`]).
+//! ([`client`]), certificate checks before use ([`verify`]), and — behind the `mint` feature, for tests only — a throw-away CA ([`mint`]).
 //!
 //! Every config is built on the aws-lc-rs provider and allows TLS 1.2 and 1.3 only. This crate
 //! knows nothing about Kubernetes objects or etcd; callers pass it paths and bytes.
@@ -12,6 +12,7 @@ pub mod mint;
 pub mod pem;
 pub mod reload;
 pub mod server;
+pub mod verify;
 
 use std::sync::Arc;
 

@@ -327,6 +327,22 @@ impl Etcd {
         Ok(true)
     }
 
+    /// The leader's member ID as the member this client reaches sees it; `None` while there is
+    /// none (an election).
+    pub async fn leader(&mut self) -> Result<Option<u64>, EtcdError> {
+        let mut maintenance = self.client.maintenance_client();
+        let res = self.call("Status", "status", maintenance.status()).await?;
+        Ok(Some(res.leader()).filter(|id| *id != 0))
+    }
+
+    /// Hand leadership to member `to`. etcd serves this on the leader only: dial the leader alone.
+    pub async fn move_leader(&mut self, to: u64) -> Result<(), EtcdError> {
+        let mut maintenance = self.client.maintenance_client();
+        self.call("MoveLeader", "move_leader", maintenance.move_leader(to))
+            .await
+            .map(|_| ())
+    }
+
     /// Set the root password (the client must be logged in as root).
     pub async fn change_root_password(&mut self, creds: &Credentials) -> Result<(), EtcdError> {
         let mut auth = self.client.auth_client();

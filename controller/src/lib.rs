@@ -19,6 +19,7 @@ pub mod naming;
 pub mod pods;
 pub mod run;
 pub mod snapshot;
+pub mod template;
 pub mod tls;
 
 /// UID of the object's controlling owner (the EtcdCluster of a member, the member of a Pod or PVC).

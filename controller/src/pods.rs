@@ -31,6 +31,14 @@ pub fn pod_view(pod: &Pod) -> PodView {
             .and_then(|s| s.waiting.as_ref())
             .is_some_and(|w| w.reason.as_deref() == Some("CrashLoopBackOff")),
         last_exit: last_exit.and_then(|t| t.finished_at.as_ref()).map(|t| t.0),
+        trust_bundle: pod
+            .annotations()
+            .get(api::labels::TRUST_BUNDLE_ANNOTATION)
+            .cloned(),
+        template_hash: pod
+            .annotations()
+            .get(api::labels::TEMPLATE_HASH_ANNOTATION)
+            .cloned(),
     }
 }
 

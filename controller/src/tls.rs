@@ -269,6 +269,40 @@ async fn read(
     }
 }
 
+/// The Secrets of one cluster's `spec.tls`, as read.
+struct Read {
+    peer: Option<ReadSecret>,
+    server: Option<ReadSecret>,
+    operator_client: Option<ReadSecret>,
+}
+
+async fn read_all(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+    tls: Option<&TlsSpec>,
+) -> Result<Read, TlsSecretError> {
+    let secrets = TlsSecrets::of(cluster, tls);
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mut out = Read {
+        peer: None,
+        server: None,
+        operator_client: None,
+    };
+    if let Some(peer) = &secrets.peer {
+        let peer = read(&api, namespace, peer).await?;
+        check_mounted(namespace, &peer, Role::Peer)?;
+        out.peer = Some(peer);
+    }
+    if let Some(server) = &secrets.server {
+        out.server = Some(read(&api, namespace, server).await?);
+    }
+    if let Some(s) = &secrets.operator_client {
+        out.operator_client = Some(read(&api, namespace, s).await?);
+    }
+    Ok(out)
+}
+
 /// Reads and checks every TLS Secret of cluster `cluster`'s `tls` (the user's, or cert-manager's
 /// for the operator's Certificates): the peer Secret and the server Secret the Pods mount, and
 /// the operator's client material. `Ok(None)` when the client listener is plaintext.
@@ -278,20 +312,200 @@ pub async fn load(
     cluster: &str,
     tls: Option<&TlsSpec>,
 ) -> Result<Option<ClientTls>, TlsSecretError> {
-    let secrets = TlsSecrets::of(cluster, tls);
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    if let Some(peer) = &secrets.peer {
-        check_mounted(namespace, &read(&api, namespace, peer).await?, Role::Peer)?;
+    let read = read_all(client, namespace, cluster, tls).await?;
+    match &read.server {
+        None => Ok(None),
+        Some(server) => client_tls(namespace, server, read.operator_client.as_ref()).map(Some),
     }
-    let Some(server) = &secrets.server else {
-        return Ok(None);
-    };
-    let server = read(&api, namespace, server).await?;
-    let operator_client = match &secrets.operator_client {
-        Some(s) => Some(read(&api, namespace, s).await?),
+}
+
+/// What the cluster controller takes from the TLS Secrets: the operator's client material and
+/// the fingerprint of the trust bundles member Pods run with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Loaded {
+    pub client: Option<ClientTls>,
+    /// See [`trust_bundle`]; `None` when etcd verifies no certificate against a Secret's CA.
+    pub trust_bundle: Option<String>,
+}
+
+/// [`load`], and beyond it: every certificate checked the way its verifier will check it
+/// (chain to the trusted CA, validity, usage, and the names of `hosts`, the members' DNS names),
+/// so a wrong SAN or a CA that does not match is reported naming the Secret before a handshake
+/// fails somewhere; and the trust-bundle fingerprint.
+pub async fn load_checked(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+    tls: Option<&TlsSpec>,
+    hosts: &[String],
+) -> Result<Loaded, TlsSecretError> {
+    let read = read_all(client, namespace, cluster, tls).await?;
+    let client = match &read.server {
         None => None,
+        Some(server) => Some(client_tls(
+            namespace,
+            server,
+            read.operator_client.as_ref(),
+        )?),
     };
-    client_tls(namespace, &server, operator_client.as_ref()).map(Some)
+    check_chains(namespace, cluster, &read, hosts)?;
+    let mtls = read.operator_client.is_some();
+    Ok(Loaded {
+        trust_bundle: trust_bundle(read.server.as_ref().filter(|_| mtls), read.peer.as_ref()),
+        client,
+    })
+}
+
+fn key<'a>(secret: &'a ReadSecret, key: &str) -> &'a [u8] {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|v| v.0.as_slice())
+        .unwrap_or_default()
+}
+
+fn mismatch(namespace: &str, secret: &ReadSecret, role: Role, detail: String) -> TlsSecretError {
+    TlsSecretError::Unusable {
+        namespace: namespace.to_string(),
+        name: secret.name.clone(),
+        field: secret
+            .origin
+            .clone()
+            .unwrap_or_else(|| role.secret_field().to_string()),
+        detail,
+    }
+}
+
+/// A name under a cluster's headless Service, to check the chains of its certificates with
+/// before any member exists (the name itself is not checked then).
+fn probe_host(namespace: &str, cluster: &str) -> String {
+    crate::naming::member_host(&format!("{cluster}-probe"), cluster, namespace)
+}
+
+/// The checks of [`load_checked`] on Secrets already read (and key-checked). Without `hosts` (no
+/// member yet) the chains are checked, the names are not.
+fn check_chains(
+    namespace: &str,
+    cluster: &str,
+    read: &Read,
+    hosts: &[String],
+) -> Result<(), TlsSecretError> {
+    use certs::verify::{self, VerifyError};
+    let probe = [probe_host(namespace, cluster)];
+    let names_checked = !hosts.is_empty();
+    let hosts = if names_checked { hosts } else { &probe[..] };
+    let server_cert = |ca: &[u8], cert: &[u8], host: &str, origin: &str| match verify::server_cert(
+        ca, cert, host, origin,
+    ) {
+        Err(VerifyError::NotValidForName { .. }) if !names_checked => Ok(()),
+        other => other,
+    };
+    let fix = |e: &VerifyError, ca_secret: &str| match e {
+        VerifyError::NotValidForName { .. } => format!(
+            "; re-issue it with DNS SANs covering every member (see docs/tls.md: \
+             *.{cluster}.{namespace}.svc and *.{cluster}.{namespace}.svc.<cluster-domain>)"
+        ),
+        VerifyError::UnknownIssuer => format!(
+            "; put the CA that issued it into {ca_secret} ca.crt (a bundle of old and new \
+             CA while rotating), or re-issue it from that CA"
+        ),
+        VerifyError::Expired | VerifyError::NotValidYet => "; renew it".to_string(),
+        _ => String::new(),
+    };
+    if let Some(server) = &read.server {
+        let origin = format!("Secret {namespace}/{} key tls.crt", server.name);
+        for host in hosts {
+            server_cert(key(server, CA_CRT), key(server, TLS_CRT), host, &origin).map_err(|e| {
+                mismatch(
+                    namespace,
+                    server,
+                    Role::Server,
+                    format!(
+                        "its tls.crt would be refused by clients trusting its ca.crt: {e}{}",
+                        fix(&e, "the same Secret's")
+                    ),
+                )
+            })?;
+        }
+        if let Some(op) = &read.operator_client {
+            let origin = format!("Secret {namespace}/{} key tls.crt", op.name);
+            verify::client_cert(key(server, CA_CRT), key(op, TLS_CRT), &origin).map_err(|e| {
+                let ca_secret = format!("Secret {namespace}/{}", server.name);
+                mismatch(
+                    namespace,
+                    op,
+                    Role::OperatorClient,
+                    format!(
+                        "its tls.crt would be refused by etcd, which checks client certificates                          against {ca_secret} ca.crt: {e}{}",
+                        fix(&e, &ca_secret)
+                    ),
+                )
+            })?;
+        }
+    }
+    if let Some(peer) = &read.peer {
+        let origin = format!("Secret {namespace}/{} key tls.crt", peer.name);
+        for host in hosts {
+            server_cert(key(peer, CA_CRT), key(peer, TLS_CRT), host, &origin).map_err(
+                |e| {
+                    mismatch(
+                        namespace,
+                        peer,
+                        Role::Peer,
+                        format!(
+                            "its tls.crt would be refused by the other members, which trust its                              ca.crt: {e}{}",
+                            fix(&e, "the same Secret's")
+                        ),
+                    )
+                },
+            )?;
+        }
+        verify::client_cert(key(peer, CA_CRT), key(peer, TLS_CRT), &origin).map_err(|e| {
+            mismatch(
+                namespace,
+                peer,
+                Role::Peer,
+                format!(
+                    "its tls.crt would be refused as a peer client certificate: {e}{}",
+                    fix(&e, "the same Secret's")
+                ),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// The fingerprint of the CA bundles etcd loads once at start-up (`--trusted-ca-file` with
+/// client mTLS, `--peer-trusted-ca-file`): a change of either needs the members restarted,
+/// while leaf certificates and keys are re-read on every handshake and need nothing. A short
+/// sha256 hex over both, `None` when etcd trusts no Secret's CA.
+pub fn trust_bundle(server: Option<&ReadSecret>, peer: Option<&ReadSecret>) -> Option<String> {
+    if server.is_none() && peer.is_none() {
+        return None;
+    }
+    let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    for (label, secret) in [("server", server), ("peer", peer)] {
+        if let Some(secret) = secret {
+            // The certificates, not the PEM text: re-encoding the same bundle rolls nothing.
+            let ca = key(secret, CA_CRT);
+            let ders = certs::pem::parse_certificates(ca, Path::new(CA_CRT))
+                .map(|certs| certs.into_iter().map(|c| c.to_vec()).collect())
+                .unwrap_or_else(|_| vec![ca.to_vec()]);
+            ctx.update(label.as_bytes());
+            for der in ders {
+                ctx.update(&(der.len() as u64).to_be_bytes());
+                ctx.update(&der);
+            }
+        }
+    }
+    let digest = ctx.finish();
+    Some(
+        digest.as_ref()[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -443,5 +657,136 @@ mod tests {
                 && msg.contains("no key ca.crt"),
             "{msg}"
         );
+    }
+
+    fn tls_secret(name: &str, leaf: &certs::mint::MintedCert, ca_pem: &str) -> ReadSecret {
+        secret(
+            name,
+            "1",
+            &[
+                (TLS_CRT, &leaf.cert_pem),
+                (TLS_KEY, &leaf.key_pem),
+                (CA_CRT, ca_pem),
+            ],
+        )
+    }
+
+    #[test]
+    fn wrong_sans_and_foreign_cas_are_named_with_the_secret_and_the_fix() {
+        let ca = TestCa::new("etcd-ca").unwrap();
+        let other = TestCa::new("other-ca").unwrap();
+        let good = ca
+            .server_cert(&["*.c.ns.svc", "*.c.ns.svc.cluster.local"])
+            .unwrap();
+        let hosts = vec!["c-abcde.c.ns.svc".to_string()];
+        let read = |server: ReadSecret, op: Option<ReadSecret>, peer: Option<ReadSecret>| Read {
+            server: Some(server),
+            operator_client: op,
+            peer,
+        };
+        let server = tls_secret("c-server", &good, ca.cert_pem());
+        let peer = tls_secret("c-peer", &good, ca.cert_pem());
+        let op_leaf = ca.client_cert("root", &[]).unwrap();
+        let op = secret(
+            "c-op",
+            "1",
+            &[(TLS_CRT, &op_leaf.cert_pem), (TLS_KEY, &op_leaf.key_pem)],
+        );
+        check_chains(
+            "ns",
+            "c",
+            &read(server.clone(), Some(op.clone()), Some(peer.clone())),
+            &hosts,
+        )
+        .unwrap();
+
+        let wrong_names = ca.server_cert(&["*.other.ns.svc"]).unwrap();
+        let msg = check_chains(
+            "ns",
+            "c",
+            &read(
+                tls_secret("c-server", &wrong_names, ca.cert_pem()),
+                None,
+                None,
+            ),
+            &hosts,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            msg.contains("ns/c-server")
+                && msg.contains("spec.tls.client.serverSecretRef")
+                && msg.contains("not valid for c-abcde.c.ns.svc")
+                && msg.contains("*.c.ns.svc and"),
+            "{msg}"
+        );
+
+        let msg = check_chains(
+            "ns",
+            "c",
+            &read(
+                server.clone(),
+                None,
+                Some(tls_secret("c-peer", &good, other.cert_pem())),
+            ),
+            &hosts,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            msg.contains("ns/c-peer")
+                && msg.contains("spec.tls.peer.secretRef")
+                && msg.contains("not signed by a CA in the trust bundle")
+                && msg.contains("ca.crt"),
+            "{msg}"
+        );
+
+        let foreign_op = other.client_cert("root", &[]).unwrap();
+        let op = secret(
+            "c-op",
+            "1",
+            &[
+                (TLS_CRT, &foreign_op.cert_pem),
+                (TLS_KEY, &foreign_op.key_pem),
+            ],
+        );
+        let msg = check_chains("ns", "c", &read(server, Some(op), None), &hosts)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("ns/c-op") && msg.contains("Secret ns/c-server ca.crt"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn the_trust_bundle_fingerprint_follows_the_cas_only() {
+        let ca = TestCa::new("etcd-ca").unwrap();
+        let new_ca = TestCa::new("new-ca").unwrap();
+        let leaf = ca.server_cert(&["*.c.ns.svc"]).unwrap();
+        let renewed = ca.server_cert(&["*.c.ns.svc"]).unwrap();
+        let peer = tls_secret("p", &leaf, ca.cert_pem());
+        let before = trust_bundle(None, Some(&peer)).unwrap();
+        assert_eq!(before.len(), 16);
+        // A renewed leaf from the same CA: no change.
+        assert_eq!(
+            trust_bundle(None, Some(&tls_secret("p", &renewed, ca.cert_pem()))),
+            Some(before.clone())
+        );
+        // The same CA re-encoded (other line breaks): no change.
+        let reencoded = ca.cert_pem().replace('\n', "\r\n");
+        assert_eq!(
+            trust_bundle(None, Some(&tls_secret("p", &leaf, &reencoded))),
+            Some(before.clone())
+        );
+        // A new CA in the bundle: a change.
+        let bundle = format!("{}{}", ca.cert_pem(), new_ca.cert_pem());
+        assert_ne!(
+            trust_bundle(None, Some(&tls_secret("p", &leaf, &bundle))),
+            Some(before.clone())
+        );
+        // The server CA counts only when given (client mTLS).
+        assert_ne!(trust_bundle(Some(&peer), Some(&peer)), Some(before));
+        assert_eq!(trust_bundle(None, None), None);
     }
 }

@@ -13,6 +13,8 @@ pub mod helm;
 pub mod install;
 pub mod operator;
 pub mod podrunner;
+pub mod rollout;
+pub mod tls;
 pub mod webhook;
 
 /// `unwrap` for test code that shows the error's `Display` (our errors carry log tails and

@@ -9,10 +9,8 @@ use std::time::Duration;
 
 use api::v1alpha2::{
     ClientCertManagerSpec, ClientTlsSpec, EtcdCluster, EtcdClusterSpec, EtcdMember, IssuerKind,
-    IssuerReference, PeerCertManagerSpec, PeerTlsSpec, SecretReference, TlsSpec,
+    IssuerReference, PeerCertManagerSpec, PeerTlsSpec, TlsSpec,
 };
-use certs::mint::{MintedCert, TestCa};
-use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -20,168 +18,14 @@ use serde_json::json;
 use tests::e2e::{condition, env, spec, Env};
 use tests::env::{cert_manager, CertManager, ControlPlane};
 use tests::operator::Operator;
+use tests::tls::{
+    create_operator_secret, create_peer_secret, create_secret, create_server_secret, dial, mint,
+    pair, tls_spec,
+};
 use tests::OrPanic;
 use tokio::sync::OnceCell;
 
 const BOOT: Duration = Duration::from_secs(180);
-
-/// The material of one cluster: a client CA (server and operator-client certificates) and a
-/// separate peer CA, with the SANs the reference's runbook lists.
-struct Material {
-    client_ca: TestCa,
-    server: MintedCert,
-    operator: MintedCert,
-    peer_ca: TestCa,
-    peer: MintedCert,
-}
-
-fn mint(cluster: &str, ns: &str) -> Material {
-    let client_ca = TestCa::new(&format!("{cluster} client CA")).or_panic();
-    let peer_ca = TestCa::new(&format!("{cluster} peer CA")).or_panic();
-    let server = client_ca
-        .server_cert(&[
-            &format!("*.{cluster}.{ns}.svc"),
-            &format!("*.{cluster}.{ns}.svc.cluster.local"),
-            &format!("{cluster}.{ns}.svc"),
-            &format!("{cluster}.{ns}.svc.cluster.local"),
-            &format!("{cluster}-client.{ns}.svc"),
-            &format!("{cluster}-client.{ns}.svc.cluster.local"),
-            "localhost",
-            "127.0.0.1",
-        ])
-        .or_panic();
-    let operator = client_ca.client_cert("etcd-operator", &[]).or_panic();
-    let peer = peer_ca
-        .server_cert(&[
-            &format!("*.{cluster}.{ns}.svc"),
-            &format!("*.{cluster}.{ns}.svc.cluster.local"),
-        ])
-        .or_panic();
-    Material {
-        client_ca,
-        server,
-        operator,
-        peer_ca,
-        peer,
-    }
-}
-
-async fn create_secret(env: &Env, ns: &str, name: &str, keys: &[(&str, &str)]) {
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.to_string()),
-            ..Default::default()
-        },
-        string_data: Some(
-            keys.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        ),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(env.client(), ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .or_panic();
-}
-
-async fn create_server_secret(env: &Env, ns: &str, name: &str, m: &Material) {
-    create_secret(
-        env,
-        ns,
-        name,
-        &[
-            ("tls.crt", &m.server.cert_pem),
-            ("tls.key", &m.server.key_pem),
-            ("ca.crt", m.client_ca.cert_pem()),
-        ],
-    )
-    .await;
-}
-
-async fn create_operator_secret(env: &Env, ns: &str, name: &str, m: &Material) {
-    create_secret(
-        env,
-        ns,
-        name,
-        &[
-            ("tls.crt", &m.operator.cert_pem),
-            ("tls.key", &m.operator.key_pem),
-        ],
-    )
-    .await;
-}
-
-async fn create_peer_secret(env: &Env, ns: &str, name: &str, m: &Material) {
-    create_secret(
-        env,
-        ns,
-        name,
-        &[
-            ("tls.crt", &m.peer.cert_pem),
-            ("tls.key", &m.peer.key_pem),
-            ("ca.crt", m.peer_ca.cert_pem()),
-        ],
-    )
-    .await;
-}
-
-fn tls_spec(
-    replicas: i32,
-    server: Option<&str>,
-    operator: Option<&str>,
-    peer: Option<&str>,
-) -> EtcdClusterSpec {
-    EtcdClusterSpec {
-        tls: Some(TlsSpec {
-            client: server.map(|s| ClientTlsSpec {
-                server_secret_ref: Some(SecretReference::new(s)),
-                operator_client_secret_ref: operator.map(SecretReference::new),
-                cert_manager: None,
-            }),
-            peer: peer.map(|p| PeerTlsSpec {
-                secret_ref: Some(SecretReference::new(p)),
-                cert_manager: None,
-            }),
-        }),
-        ..spec(replicas)
-    }
-}
-
-/// An etcd client on the Ready members, `https` with the given CA and optional identity.
-async fn dial(
-    env: &Env,
-    ns: &str,
-    cluster: &str,
-    tls: Option<(&str, Option<(&str, &str)>)>,
-) -> etcd_client::Client {
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let endpoints: Vec<String> = env
-        .ready_pods(ns, cluster)
-        .await
-        .iter()
-        .map(|p| format!("{scheme}://{}.{cluster}.{ns}.svc:2379", p.name_any()))
-        .collect();
-    assert!(!endpoints.is_empty(), "{ns}/{cluster}: no ready member");
-    let mut options = ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(5))
-        .with_timeout(Duration::from_secs(10));
-    if let Some((ca, identity)) = tls {
-        let mut config = TlsOptions::new().ca_certificate(Certificate::from_pem(ca));
-        if let Some((cert, key)) = identity {
-            config = config.identity(Identity::from_pem(cert, key));
-        }
-        options = options.with_tls(config);
-    }
-    etcd_client::Client::connect(endpoints, Some(options))
-        .await
-        .or_panic()
-}
-
-/// `(certificate, key)` PEM of a minted certificate, for [`dial`].
-fn pair(c: &MintedCert) -> (&str, &str) {
-    (&c.cert_pem, &c.key_pem)
-}
 
 async fn write_keys(etcd: &mut etcd_client::Client, count: usize) -> BTreeMap<String, String> {
     tests::e2e::put_keys(etcd, "tls/", count).await

@@ -227,9 +227,19 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
     } else {
         STATE_EXISTING
     };
-    meta.annotations.get_or_insert_with(BTreeMap::new).insert(
+    let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(
         INITIAL_CLUSTER_STATE_ANNOTATION.to_string(),
         state.to_string(),
+    );
+    // The CA bundles the Pod starts with: the member controller restarts it when its member
+    // asks for another.
+    if let Some(trust) = member.annotations().get(labels::TRUST_BUNDLE_ANNOTATION) {
+        annotations.insert(labels::TRUST_BUNDLE_ANNOTATION.to_string(), trust.clone());
+    }
+    annotations.insert(
+        labels::TEMPLATE_HASH_ANNOTATION.to_string(),
+        crate::template::hash(spec),
     );
 
     let data_volume = if spec.storage.is_memory() {

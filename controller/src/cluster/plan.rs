@@ -41,6 +41,11 @@ pub struct MemberView {
     /// its data is lost, and restarting it empty under its etcd member ID would rejoin Raft with
     /// an empty log.
     pub data_lost: bool,
+    /// [`api::labels::TRUST_BUNDLE_ANNOTATION`] on the EtcdMember: the CA bundles its Pod is to
+    /// run with. `None` on a member created before the operator recorded it.
+    pub trust_bundle: Option<String>,
+    /// [`crate::template::hash`] of the member's spec: the template its Pod is to run.
+    pub template_hash: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -54,6 +59,10 @@ pub struct PodView {
     pub crash_loop_backoff: bool,
     /// When the etcd container last terminated (`lastState.terminated.finishedAt`).
     pub last_exit: Option<Timestamp>,
+    /// [`api::labels::TRUST_BUNDLE_ANNOTATION`] on the Pod: the CA bundles it started with.
+    pub trust_bundle: Option<String>,
+    /// [`api::labels::TEMPLATE_HASH_ANNOTATION`] on the Pod: the template it was built from.
+    pub template_hash: Option<String>,
 }
 
 /// A member of the etcd cluster as `MemberList` reports it.
@@ -102,6 +111,11 @@ pub struct Observed<'a> {
     /// Root auth stands in the way: etcd demands a login the spec does not configure, or
     /// refuses the configured one (see [`AuthProblem`]).
     pub auth_problem: Option<AuthProblem>,
+    /// The fingerprint of the CA bundles the TLS Secrets hold now ([`crate::tls::trust_bundle`]);
+    /// `None` when etcd verifies against no Secret's CA.
+    pub trust_bundle: Option<String>,
+    /// etcd's leader (member ID), when asked: only while members are to be restarted.
+    pub leader: Option<u64>,
 }
 
 /// Why the operator cannot act on a cluster for root-auth reasons; no membership change is made
@@ -159,6 +173,37 @@ pub enum Action {
     },
     /// `MemberRemove` of an etcd member no EtcdMember describes.
     RemoveGhost(Ghost),
+    /// Record the current trust bundle on a member (and its Pod) that never recorded one: it
+    /// was created before the operator tracked them, and is taken to run the current one.
+    RecordTrustBundle {
+        member: String,
+        trust_bundle: String,
+    },
+    /// Record on a member's Pod the template hash of its member (a Pod created by an older
+    /// operator version, or adopted): it runs that template, and is not restarted for lack of a
+    /// record.
+    RecordTemplateHash {
+        member: String,
+        template_hash: String,
+    },
+    /// Give the member the current trust bundle and the locked target's template: the member
+    /// controller restarts its Pod, which then runs them (a PVC member keeps its data and member
+    /// ID).
+    RollMember {
+        member: String,
+        /// The trust bundle to record, when it changes.
+        trust_bundle: Option<String>,
+        /// The member's template differs from the target's: patch it.
+        template: bool,
+        /// The last member to restart: the leader, after leadership was moved away from it.
+        last: bool,
+    },
+    /// Hand leadership from `from` to `to` (etcd member ID `to_id`) before `from` is restarted.
+    MoveLeader {
+        from: String,
+        to: String,
+        to_id: u64,
+    },
     /// Nothing to do now; a watch event or the periodic health check brings the next step.
     Wait(String),
     None,
@@ -175,6 +220,9 @@ pub enum DeleteReason {
     /// A member adopted from the aenix operator, replaced by a native one on request
     /// ([`api::labels::REPLACE_ADOPTED_ANNOTATION`]).
     ReplaceAdopted,
+    /// A Memory member runs an old trust bundle or template: it cannot restart without losing
+    /// its data, so it is replaced by a new member.
+    Rollout,
 }
 
 /// Crash-loop threshold for self-heal.
@@ -237,6 +285,11 @@ pub struct Facts {
     pub etcd_error: Option<String>,
     /// Fields of the spec this operator version cannot act on yet (see [`unsupported_fields`]).
     pub unsupported: Vec<&'static str>,
+    /// Members run another trust bundle than the Secrets hold: `(done, total)`.
+    pub trust_rollout: Option<(i32, i32)>,
+    /// Members run another template than the locked target (a version upgrade, new resources,
+    /// options, ...): `(done, total)`.
+    pub template_rollout: Option<(i32, i32)>,
 }
 
 /// Parts of the v1alpha2 API that this operator version accepts (they are valid, and
@@ -409,12 +462,14 @@ fn reached(target: &ObservedSpec, members: &[MemberView], etcd: &EtcdView, forme
         }
         _ => true,
     };
+    let template = crate::template::target_hash(target);
     formed
         && !any_learner
         && live.len() == target.replicas as usize
         && live
             .iter()
             .all(|m| !m.dormant && !m.pending && m.pod.as_ref().is_some_and(|p| p.ready))
+        && live.iter().all(|m| runs_template(m, &template))
 }
 
 /// Which etcd member (if any) is this CR, matched by peer URL (a learner has no name yet).
@@ -583,6 +638,8 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         .iter()
         .find(|m| m.dormant && !m.memory)
         .map(|m| api::labels::pvc_name(&m.name));
+    facts.trust_rollout = trust_rollout(o.trust_bundle.as_deref(), &live_members);
+    facts.template_rollout = template_rollout(&observed, &live_members);
 
     // While cert-manager is missing or has not issued the Secrets yet, nothing is attempted:
     // the deadline must not run out before the first member could be created (cert-manager
@@ -886,7 +943,12 @@ fn plan_formed(
         }
     }
 
-    // 7. On request, replace adopted members by native ones: one at a time, and only while the
+    // 7. A new trust bundle or template: restart the members one at a time.
+    if let Some(action) = plan_rollout(o, target, live, etcd_members, peer_url, want) {
+        return action;
+    }
+
+    // 8. On request, replace adopted members by native ones: one at a time, and only while the
     // cluster is whole (every member a Ready voter, etcd listing exactly these), so removing one
     // leaves a majority; the scale-up step above then adds its native successor.
     let requested = o
@@ -916,6 +978,163 @@ fn plan_formed(
         }
     }
     Action::None
+}
+
+/// `m`'s Pod started with another trust bundle than `want`. A member without a Pod (a new one, or
+/// one whose Pod is being created again) starts with the bundle its member records.
+fn pod_stale(m: &MemberView, want: &str) -> bool {
+    m.pod
+        .as_ref()
+        .is_some_and(|p| p.trust_bundle.as_deref() != Some(want))
+}
+
+/// Whether `m` runs (or will start with) the trust bundle `want`.
+fn runs_trust_bundle(m: &MemberView, want: &str) -> bool {
+    m.trust_bundle.as_deref() == Some(want) && !pod_stale(m, want)
+}
+
+/// `m`'s Pod records another template than its member's (a Pod without a record runs its
+/// member's: see [`Action::RecordTemplateHash`]).
+fn pod_behind_template(m: &MemberView) -> bool {
+    m.pod
+        .as_ref()
+        .and_then(|p| p.template_hash.as_ref())
+        .is_some_and(|h| *h != m.template_hash)
+}
+
+/// Whether `m` runs (or will start with) the template whose hash is `want`.
+fn runs_template(m: &MemberView, want: &str) -> bool {
+    m.template_hash == want && !pod_behind_template(m)
+}
+
+/// `(members running the current trust bundle, members)` while some do not; members that never
+/// recorded one are taken to run it (see [`Action::RecordTrustBundle`]).
+fn trust_rollout(want: Option<&str>, live: &[&MemberView]) -> Option<(i32, i32)> {
+    let want = want?;
+    let done = live
+        .iter()
+        .filter(|m| m.trust_bundle.is_none() || runs_trust_bundle(m, want))
+        .count() as i32;
+    let total = live.len() as i32;
+    (done < total).then_some((done, total))
+}
+
+/// `(members running the target's template, members)` while some do not.
+fn template_rollout(target: &ObservedSpec, live: &[&MemberView]) -> Option<(i32, i32)> {
+    if target.replicas == 0 {
+        return None;
+    }
+    let want = crate::template::target_hash(target);
+    let done = live.iter().filter(|m| runs_template(m, &want)).count() as i32;
+    let total = live.len() as i32;
+    (done < total).then_some((done, total))
+}
+
+/// Rolling restarts. etcd loads its CA bundles once at start-up, and a new version, resources or
+/// options reach a member only through a new Pod: after the Secrets' `ca.crt` changed, or the
+/// locked target's template did, every member whose Pod runs something else is restarted (a
+/// Memory member replaced), one at a time, each step only while the cluster is whole (every
+/// member a Ready voter, no learner, etcd listing exactly these members), followers first and
+/// the leader last, after leadership was moved to a member already updated.
+fn plan_rollout(
+    o: &Observed<'_>,
+    target: &ObservedSpec,
+    live: &[&MemberView],
+    etcd_members: &[EtcdMemberInfo],
+    peer_url: &dyn Fn(&str) -> String,
+    want_replicas: usize,
+) -> Option<Action> {
+    let trust = o.trust_bundle.as_deref();
+    let template = crate::template::target_hash(target);
+    // Records first: members from before the operator recorded bundles (or adopted ones), and
+    // Pods from before it recorded templates, are taken to run what their member says; they
+    // are not rolled only because nothing was recorded.
+    if let Some(want) = trust {
+        if let Some(m) = live.iter().find(|m| m.trust_bundle.is_none()) {
+            return Some(Action::RecordTrustBundle {
+                member: m.name.clone(),
+                trust_bundle: want.to_string(),
+            });
+        }
+    }
+    if let Some(m) = live
+        .iter()
+        .find(|m| m.pod.as_ref().is_some_and(|p| p.template_hash.is_none()))
+    {
+        return Some(Action::RecordTemplateHash {
+            member: m.name.clone(),
+            template_hash: m.template_hash.clone(),
+        });
+    }
+    let told = |m: &MemberView| {
+        m.template_hash == template && trust.is_none_or(|t| m.trust_bundle.as_deref() == Some(t))
+    };
+    let pod_behind =
+        |m: &MemberView| pod_behind_template(m) || trust.is_some_and(|t| pod_stale(m, t));
+    if let Some(m) = live.iter().find(|m| told(m) && pod_behind(m) && !m.memory) {
+        return Some(Action::Wait(format!(
+            "restarting member {} to run the new CA bundle or spec",
+            m.name
+        )));
+    }
+    let stale: Vec<&&MemberView> = live.iter().filter(|m| !told(m)).collect();
+    if stale.is_empty() {
+        return None;
+    }
+    let whole = live.len() == want_replicas
+        && live.iter().all(|m| is_ready(m))
+        && etcd_members.len() == live.len()
+        && etcd_members.iter().all(|e| !e.is_learner);
+    if !whole {
+        return Some(Action::Wait(format!(
+            "{} member(s) still run the old CA bundle or spec; the next restart waits until every \
+             member is a Ready voter",
+            stale.len()
+        )));
+    }
+    let id_of = |m: &MemberView| etcd_entry(&o.etcd, &peer_url(&m.name)).map(|e| e.id);
+    let Some(leader) = o.leader else {
+        return Some(Action::Wait(
+            "the rolling restart waits for etcd to name its leader".into(),
+        ));
+    };
+    let is_leader = |m: &MemberView| id_of(m) == Some(leader);
+    let next = stale
+        .iter()
+        .filter(|m| !is_leader(m))
+        .min_by_key(|m| &m.name)
+        .or_else(|| stale.first())
+        .copied()?;
+    if is_leader(next) && live.len() > 1 {
+        // Hand leadership to a member that is already updated (any other while none is), so
+        // the leader's restart costs one quick hand-over instead of an election timeout.
+        let successor = live
+            .iter()
+            .filter(|m| m.name != next.name)
+            .min_by_key(|m| (!told(m), &m.name))
+            .and_then(|m| id_of(m).map(|id| (m, id)));
+        if let Some((to, to_id)) = successor {
+            return Some(Action::MoveLeader {
+                from: next.name.clone(),
+                to: to.name.clone(),
+                to_id,
+            });
+        }
+    }
+    if next.memory {
+        return Some(Action::DeleteMember {
+            member: next.name.clone(),
+            why: DeleteReason::Rollout,
+        });
+    }
+    Some(Action::RollMember {
+        member: next.name.clone(),
+        trust_bundle: trust
+            .filter(|t| next.trust_bundle.as_deref() != Some(*t))
+            .map(str::to_string),
+        template: next.template_hash != template,
+        last: stale.len() == 1,
+    })
 }
 
 #[cfg(test)]

@@ -132,6 +132,11 @@ fn member_view(
             .then(|| naming::member_service(m)),
         pod: pod.map(pod_view),
         data_lost: !m.spec.storage.is_memory() && pvc_gone,
+        trust_bundle: m
+            .annotations()
+            .get(api::labels::TRUST_BUNDLE_ANNOTATION)
+            .cloned(),
+        template_hash: crate::template::hash(&m.spec),
         name,
     }
 }
@@ -252,17 +257,31 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     }
     // The Secrets are read on every reconcile: a renewed one (new resourceVersion) rebuilds the
     // cached client, a missing or broken one holds the cluster with a condition naming it.
-    let (client_tls, tls_secret_problem, waiting_for_certificate) = if cert_manager_missing {
-        (None, None, false)
+    // Each certificate is checked against the names members are dialed by, so a wrong SAN or a
+    // CA that does not match is a condition naming the Secret, not a failing handshake.
+    let hosts: Vec<String> = members
+        .iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .map(|m| naming::member_host(&m.name_any(), &naming::member_service(m), &ns))
+        .collect();
+    let (loaded_tls, tls_secret_problem, waiting_for_certificate) = if cert_manager_missing {
+        (Default::default(), None, false)
     } else {
-        match crate::tls::load(&client, &ns, &name, cluster.spec.tls.as_ref()).await {
-            Ok(tls) => (tls, None, false),
-            Err(e) if e.is_user_fixable() => {
-                (None, Some(e.to_string()), e.is_waiting_for_certificate())
-            }
+        match crate::tls::load_checked(&client, &ns, &name, cluster.spec.tls.as_ref(), &hosts).await
+        {
+            Ok(loaded) => (loaded, None, false),
+            Err(e) if e.is_user_fixable() => (
+                Default::default(),
+                Some(e.to_string()),
+                e.is_waiting_for_certificate(),
+            ),
             Err(e) => return Err(e.into()),
         }
     };
+    let crate::tls::Loaded {
+        client: client_tls,
+        trust_bundle,
+    } = loaded_tls;
     // Root auth: the user's password is read on every reconcile too, and used to log in once
     // status.authEnabled says etcd has auth on.
     let auth_wanted = auth::wanted(cluster.spec.auth.as_ref());
@@ -349,6 +368,35 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         }
     }
 
+    // The leader is asked only when members may be restarted (the leader goes last, after
+    // MoveLeader): a new CA bundle, or members whose template differs from the spec's or the
+    // latched target's.
+    let spec_template = crate::template::target_hash(&plan::target_of(cluster));
+    let latched_template = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.observed.as_ref())
+        .map(crate::template::target_hash);
+    let may_roll = views.iter().any(|v| {
+        trust_bundle
+            .as_ref()
+            .is_some_and(|want| v.trust_bundle.as_ref().is_some_and(|t| t != want))
+            || v.template_hash != spec_template
+            || latched_template
+                .as_ref()
+                .is_some_and(|t| &v.template_hash != t)
+    });
+    let leader = match etcd.as_mut() {
+        Some(client) if may_roll => match client.leader().await {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::info!(cluster = %name, error = %e, "could not ask etcd for its leader");
+                None
+            }
+        },
+        _ => None,
+    };
+
     let now = Timestamp::now();
     let plan = plan::plan(&Observed {
         cluster,
@@ -359,6 +407,8 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         tls_secret_problem,
         waiting_for_certificate,
         auth_problem,
+        trust_bundle: trust_bundle.clone(),
+        leader,
     });
     tracing::debug!(cluster = %name, namespace = %ns, action = ?plan.action, phase = ?plan.phase, "planned");
 
@@ -378,7 +428,8 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     match &plan.action {
         Action::CreateSeed => {
             tracing::info!(cluster = %name, "bootstrapping single-node cluster");
-            let seed = create_member(cluster, ctx, &plan.observed, true).await?;
+            let seed =
+                create_member(cluster, ctx, &plan.observed, true, trust_bundle.as_deref()).await?;
             let seed_name = seed.name_any();
             let url = naming::peer_url(&seed_name, &name, &ns, cluster.peer_https());
             set_initial_cluster(&members_api, &seed_name, &format!("{seed_name}={url}")).await?;
@@ -392,7 +443,8 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
             .await;
         }
         Action::CreateMember => {
-            let member = create_member(cluster, ctx, &plan.observed, false).await?;
+            let member =
+                create_member(cluster, ctx, &plan.observed, false, trust_bundle.as_deref()).await?;
             let member_name = member.name_any();
             let url = naming::peer_url(&member_name, &name, &ns, cluster.peer_https());
             // Continue the same step at once; each part is recoverable if we crash in between.
@@ -517,6 +569,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
                 DeleteReason::CrashLooping => ("ReplacingMember", format!("member {member} is crash-looping; replacing it while the others keep quorum")),
                 DeleteReason::DataLost => ("ReplacingMember", format!("member {member} lost its PVC and its data; removing it from etcd and replacing it, never restarting it on an empty volume under its old member ID")),
                 DeleteReason::ReplaceAdopted => ("ReplacingAdoptedMember", format!("replacing member {member}, adopted from the aenix operator, by a native one as {} asks", labels::REPLACE_ADOPTED_ANNOTATION)),
+                DeleteReason::Rollout => ("RollingRestart", format!("replacing Memory member {member} so that its successor runs the new CA bundle or spec (a Memory member cannot restart without losing its data)")),
             };
             tracing::info!(cluster = %name, member = %member, reason, "deleting member");
             members_api.delete(member, &DeleteParams::default()).await?;
@@ -584,6 +637,117 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
             )
             .await;
             requeue = Requeue::requeue(Duration::from_millis(200));
+        }
+        Action::RecordTrustBundle {
+            member,
+            trust_bundle,
+        } => {
+            // The Pod first: a crash in between leaves a member without a record, which records
+            // again; the other order would leave a Pod the member controller restarts.
+            let patch = json!({"metadata": {"annotations": {labels::TRUST_BUNDLE_ANNOTATION: trust_bundle}}});
+            if pods.contains_key(member) {
+                pods_api
+                    .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+            }
+            members_api
+                .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            tracing::info!(cluster = %name, member = %member, trust_bundle = %trust_bundle, "recorded the CA bundle a member runs with");
+            requeue = Requeue::requeue(Duration::from_millis(200));
+        }
+        Action::RecordTemplateHash {
+            member,
+            template_hash,
+        } => {
+            let patch = json!({"metadata": {"annotations": {labels::TEMPLATE_HASH_ANNOTATION: template_hash}}});
+            pods_api
+                .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            tracing::info!(cluster = %name, member = %member, template_hash = %template_hash, "recorded the template a member's Pod runs");
+            requeue = Requeue::requeue(Duration::from_millis(200));
+        }
+        Action::RollMember {
+            member,
+            trust_bundle,
+            template,
+            last,
+        } => {
+            // One patch: the member controller sees the new bundle and template together and
+            // restarts the Pod once.
+            let mut patch = if *template {
+                crate::template::member_patch(&plan.observed)
+            } else {
+                json!({})
+            };
+            if let Some(trust) = trust_bundle {
+                patch["metadata"] =
+                    json!({"annotations": {labels::TRUST_BUNDLE_ANNOTATION: trust}});
+            }
+            members_api
+                .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            let role = if *last {
+                "the last; a leader hands leadership over first"
+            } else {
+                "a follower"
+            };
+            let what = match (trust_bundle.is_some(), *template) {
+                (true, true) => format!(
+                    "the new CA bundle and version {} of the spec",
+                    plan.observed.version
+                ),
+                (true, false) => "the new CA bundle".to_string(),
+                _ => format!("the new spec (version {})", plan.observed.version),
+            };
+            let (done, total) = if *template {
+                plan.facts.template_rollout.unwrap_or_default()
+            } else {
+                plan.facts.trust_rollout.unwrap_or_default()
+            };
+            tracing::info!(cluster = %name, member = %member, done, total, "restarting member for {what}");
+            ctx.event(
+                cluster,
+                false,
+                "RollingRestart",
+                "RestartMember",
+                format!(
+                    "restarting member {member} ({role}) for {what}; {done} of {total} members \
+                     are updated"
+                ),
+            )
+            .await;
+        }
+        Action::MoveLeader { from, to, to_id } => {
+            // MoveLeader is served by the leader only: dial it alone.
+            let leader_member = members.iter().find(|m| &m.name_any() == from);
+            let Some(leader_member) = leader_member else {
+                return Err(Error::EtcdUnavailable);
+            };
+            let url = naming::client_url(
+                from,
+                &naming::member_service(leader_member),
+                &ns,
+                cluster.spec.client_tls(),
+            );
+            let mut direct = Etcd::connect(
+                std::slice::from_ref(&url),
+                client_tls.as_ref(),
+                dial_creds,
+                ctx.metrics.clone(),
+            )
+            .await?;
+            direct.move_leader(*to_id).await?;
+            tracing::info!(cluster = %name, from = %from, to = %to, "moved leadership before restarting the leader");
+            ctx.event(
+                cluster,
+                false,
+                "LeaderMoved",
+                "MoveLeader",
+                format!("moved leadership from {from} to {to} before restarting {from}"),
+            )
+            .await;
+            requeue = Requeue::requeue(Duration::from_millis(500));
         }
         Action::Wait(why) => {
             // The runbook's "key signals" are these messages, so they are logged at info.
@@ -1039,6 +1203,7 @@ async fn create_member(
     ctx: &Context,
     target: &ObservedSpec,
     seed: bool,
+    trust_bundle: Option<&str>,
 ) -> Result<EtcdMember, Error> {
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
     let name = cluster.name_any();
@@ -1056,11 +1221,14 @@ async fn create_member(
                 labels::cluster_labels(&name),
                 target.additional_metadata.as_ref().map(|m| &m.labels),
             )),
-            annotations: target
-                .additional_metadata
-                .as_ref()
-                .map(|m| labels::merge_user_metadata(BTreeMap::new(), Some(&m.annotations)))
-                .filter(|a| !a.is_empty()),
+            annotations: Some(labels::merge_user_metadata(
+                trust_bundle
+                    .map(|t| (labels::TRUST_BUNDLE_ANNOTATION.to_string(), t.to_string()))
+                    .into_iter()
+                    .collect(),
+                target.additional_metadata.as_ref().map(|m| &m.annotations),
+            ))
+            .filter(|a| !a.is_empty()),
             owner_references: Some(vec![owner]),
             finalizers: Some(vec![labels::MEMBER_CLEANUP_FINALIZER.to_string()]),
             ..Default::default()

@@ -217,26 +217,28 @@ pub fn render(
             tls_reason,
             facts.tls_secret_problem.clone().unwrap_or_default(),
         ),
+        Phase::Reconciled | Phase::Progressing
+            if target > 0 && plan.progress_deadline.is_none() && facts.trust_rollout.is_some() =>
+        {
+            let (done, total) = facts.trust_rollout.unwrap_or_default();
+            set(
+                ctype::PROGRESSING,
+                true,
+                reason::ROLLING_RESTART,
+                format!(
+                    "the CA bundle (ca.crt) of the TLS Secrets changed and etcd loads it only at \
+                     start-up: restarting the members one at a time, followers first and the \
+                     leader last after moving leadership; {done} of {total} members run the new \
+                     bundle"
+                ),
+            )
+        }
         Phase::Reconciled if target == 0 => set(
             ctype::PROGRESSING,
             false,
             reason::PAUSED,
             paused_message.clone(),
         ),
-        Phase::Reconciled if facts.version_pending.is_some() => {
-            let (behind, version) = facts.version_pending.clone().unwrap_or_default();
-            set(
-                ctype::PROGRESSING,
-                true,
-                reason::SPEC_CHANGED,
-                format!(
-                    "{behind} of {target} members run another version than {version}: changing \
-                     the version of running members needs a rolling upgrade, which this operator \
-                     version does not perform yet, so the change waits for a rollout; members \
-                     created from now on run {version}"
-                ),
-            )
-        }
         Phase::Reconciled => set(
             ctype::PROGRESSING,
             false,
@@ -268,15 +270,24 @@ pub fn render(
                 .map(str::to_string)
                 .or(previous)
                 .unwrap_or_else(|| reason::SPEC_CHANGED.to_string());
-            set(
-                ctype::PROGRESSING,
-                true,
-                &why,
-                format!(
+            let message = match facts.template_rollout {
+                Some((done, total))
+                    if facts.formed
+                        && plan.observed.replicas as usize == facts.live_members as usize =>
+                {
+                    format!(
+                    "rolling the members to the new spec (version {}) one at a time, followers \
+                     first and the leader last after moving leadership: {done} of {total} \
+                     members updated",
+                    plan.observed.version
+                )
+                }
+                _ => format!(
                     "reconciling towards {} members of version {} ({} ready)",
                     target, plan.observed.version, ready
                 ),
-            )
+            };
+            set(ctype::PROGRESSING, true, &why, message)
         }
     }
 

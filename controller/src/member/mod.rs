@@ -149,6 +149,7 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
         pod: pod.as_ref().map(|p| PodFacts {
             ready: pod_view(p).ready,
             deleting: p.metadata.deletion_timestamp.is_some(),
+            restart_for: restart_for(member, p),
         }),
         member_id_known: status.member_id.is_some(),
     };
@@ -168,6 +169,21 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
                 format!(
                     "deleted Pod {name}: the member is dormant; its data stays on PVC {}",
                     labels::pvc_name(&name)
+                ),
+            )
+            .await;
+        }
+        Step::RestartPod => {
+            pods.delete(&name, &DeleteParams::default()).await?;
+            ctx.event(
+                member,
+                false,
+                "PodRestarted",
+                "RollingRestart",
+                format!(
+                    "deleted Pod {name} to start it again for {}; its data and member ID are \
+                     kept",
+                    facts.pod.and_then(|p| p.restart_for).unwrap_or("a rollout")
                 ),
             )
             .await;
@@ -250,11 +266,18 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
             mtype::VERSION_DRIFTED,
             true,
             reason::VERSION_MISMATCH,
-            format!(
-                "etcd runs version {running}, the cluster asks for {wanted}; this operator version \
-                 does not roll running members to a new version yet, so the member keeps \
-                 {running} until it is replaced"
-            ),
+            if member.spec.version == wanted {
+                format!(
+                    "etcd runs version {running}, the cluster asks for {wanted}; the member's Pod \
+                     runs the image tagged {wanted}, so that image does not hold etcd {wanted}"
+                )
+            } else {
+                format!(
+                    "etcd runs version {running}, the cluster asks for {wanted}; the rolling \
+                     upgrade restarts this member with {wanted} in its turn (one member at a \
+                     time, the leader last)"
+                )
+            },
             generation,
             now,
         ),
@@ -281,6 +304,21 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
             .await?;
     }
     Ok(Requeue::await_change())
+}
+
+/// Why `pod` must start again for `member`, if it must. Only a value the Pod records and that
+/// differs counts: a Pod without a record (an older operator's, or adopted) is not restarted for
+/// lack of one (the cluster controller records it).
+fn restart_for(member: &EtcdMember, pod: &Pod) -> Option<&'static str> {
+    let recorded = |key: &str| pod.annotations().get(key);
+    if let Some(want) = member.annotations().get(labels::TRUST_BUNDLE_ANNOTATION) {
+        if recorded(labels::TRUST_BUNDLE_ANNOTATION) != Some(want) {
+            return Some("the new CA bundle");
+        }
+    }
+    recorded(labels::TEMPLATE_HASH_ANNOTATION)
+        .is_some_and(|h| *h != crate::template::hash(&member.spec))
+        .then_some("the member's new spec (version, resources or options)")
 }
 
 /// The version etcd reports for this member (dialed directly; the member is Ready).

@@ -39,6 +39,10 @@ pub struct MemberFacts {
 pub struct PodFacts {
     pub ready: bool,
     pub deleting: bool,
+    /// Why the Pod must start again, if it must: its member asks for another CA bundle
+    /// ([`labels::TRUST_BUNDLE_ANNOTATION`], loaded by etcd only at start-up) or was given another
+    /// template ([`labels::TEMPLATE_HASH_ANNOTATION`]: a new version, resources, options, ...).
+    pub restart_for: Option<&'static str>,
 }
 
 /// What to do this reconcile.
@@ -52,6 +56,9 @@ pub enum Step {
     CreatePod,
     /// Keep the running Pod's labels and annotations in step; read etcd's version when Ready.
     SyncPod,
+    /// Delete the Pod so that it starts again (with the member's data) under a new spec; the
+    /// next reconcile creates it.
+    RestartPod,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +72,12 @@ fn not_ready(step: Step, why: String) -> MemberPlan {
     MemberPlan {
         step,
         ready: (false, reason::POD_NOT_READY, why),
+    }
+}
+
+impl MemberFacts {
+    fn memory(&self) -> bool {
+        self.claim == Some(Claim::NotUsed)
     }
 }
 
@@ -123,6 +136,14 @@ pub fn plan(f: &MemberFacts) -> MemberPlan {
             Step::CreatePod,
             "the Pod was created and is starting".into(),
         ),
+        (Some(p), _) if p.restart_for.is_some() && !p.deleting && !f.memory() => not_ready(
+            Step::RestartPod,
+            format!(
+                "restarting Pod {} for {}; the member keeps its data and member ID",
+                f.name,
+                p.restart_for.unwrap_or_default()
+            ),
+        ),
         (Some(p), _) if !p.ready => {
             not_ready(Step::SyncPod, format!("Pod {} is not ready", f.name))
         }
@@ -154,6 +175,7 @@ mod tests {
             pod: Some(PodFacts {
                 ready: true,
                 deleting: false,
+                restart_for: None,
             }),
             member_id_known: true,
             ..Default::default()
@@ -212,6 +234,7 @@ mod tests {
         f.pod = Some(PodFacts {
             ready: false,
             deleting: true,
+            restart_for: None,
         });
         assert_eq!(plan(&f).step, Step::None);
     }
@@ -227,5 +250,39 @@ mod tests {
             plan(&f).ready,
             (false, reason::POD_NOT_READY, "Pod c-a is not ready".into())
         );
+    }
+
+    #[test]
+    fn a_pod_started_with_another_ca_bundle_is_restarted_once_then_recreated() {
+        let mut f = running(Claim::Bound);
+        f.pod = Some(PodFacts {
+            ready: true,
+            deleting: false,
+            restart_for: Some("the new CA bundle"),
+        });
+        let p = plan(&f);
+        assert_eq!(p.step, Step::RestartPod);
+        assert!(
+            !p.ready.0 && p.ready.2.contains("CA bundle"),
+            "{:?}",
+            p.ready
+        );
+        // Being deleted: not deleted again; once it is gone, a new Pod.
+        f.pod = Some(PodFacts {
+            ready: false,
+            deleting: true,
+            restart_for: Some("the new CA bundle"),
+        });
+        assert_ne!(plan(&f).step, Step::RestartPod);
+        f.pod = None;
+        assert_eq!(plan(&f).step, Step::CreatePod);
+        // A Memory member is never restarted in place: it would come back empty.
+        let mut f = running(Claim::NotUsed);
+        f.pod = Some(PodFacts {
+            ready: true,
+            deleting: false,
+            restart_for: Some("the new CA bundle"),
+        });
+        assert_eq!(plan(&f).step, Step::SyncPod);
     }
 }

@@ -38,6 +38,11 @@ fn locked(
     })
 }
 
+/// The template hash of a member built from [`cluster`]'s spec.
+fn template() -> String {
+    crate::template::target_hash(&ObservedSpec::of(&cluster(1, None).spec, None))
+}
+
 fn m(name: &str, created: i64) -> MemberView {
     MemberView {
         name: name.into(),
@@ -54,9 +59,12 @@ fn m(name: &str, created: i64) -> MemberView {
         pod: Some(PodView {
             uid: format!("pod-{name}"),
             ready: true,
+            template_hash: Some(template()),
             ..Default::default()
         }),
         data_lost: false,
+        trust_bundle: None,
+        template_hash: template(),
     }
 }
 
@@ -69,6 +77,8 @@ fn crash_looping_pod(name: &str) -> PodView {
         oom_killed: false,
         crash_loop_backoff: true,
         last_exit: Some(ts(40)),
+        trust_bundle: None,
+        template_hash: None,
     }
 }
 
@@ -102,6 +112,8 @@ fn run(c: &EtcdCluster, members: Vec<MemberView>, etcd: EtcdView) -> Plan {
         tls_secret_problem: None,
         waiting_for_certificate: false,
         auth_problem: None,
+        trust_bundle: None,
+        leader: None,
     })
 }
 
@@ -592,6 +604,8 @@ fn cert_manager_tls_waits_for_cert_manager_and_for_its_secrets_before_the_seed()
         tls_secret_problem: problem.map(str::to_string),
         waiting_for_certificate: problem.is_some(),
         auth_problem: None,
+        trust_bundle: None,
+        leader: None,
     };
     let p = plan(&observed(false, None));
     assert!(p.facts.unsupported.is_empty(), "{:?}", p.facts.unsupported);
@@ -644,6 +658,8 @@ fn byo_secret_tls_bootstraps_and_a_missing_secret_holds_the_seed_with_its_name()
         tls_secret_problem: Some(problem.clone()),
         waiting_for_certificate: false,
         auth_problem: None,
+        trust_bundle: None,
+        leader: None,
     });
     assert!(
         matches!(&p.action, Action::Wait(w) if w.contains("c-peer-tls")),
@@ -670,6 +686,8 @@ fn an_auth_problem_holds_every_membership_change_and_names_its_reason() {
         tls_secret_problem: None,
         waiting_for_certificate: false,
         auth_problem,
+        trust_bundle: None,
+        leader: None,
     };
     let p = plan(&observed(Some(problem.clone())));
     assert!(
@@ -968,13 +986,42 @@ fn another_cluster_id_stops_every_membership_change() {
 }
 
 #[test]
-fn version_edit_reaches_the_membership_target_but_reports_the_pending_rollout() {
-    let mut c = cluster(1, locked(1, Some(0xabc), None));
+fn version_edit_rolls_the_members_one_at_a_time_the_leader_last() {
+    let mut c = cluster(3, locked(3, Some(0xabc), None));
     c.spec.version = "3.6.12".into();
-    let p = run(&c, vec![m("c-a", 1)], etcd(vec![e(1, "c-a", false)]));
+    let members = vec![m("c-a", 1), m("c-b", 2), m("c-c", 3)];
+    let view = etcd(vec![
+        e(1, "c-a", false),
+        e(2, "c-b", false),
+        e(3, "c-c", false),
+    ]);
+    let observed = |members: Vec<MemberView>, leader| Observed {
+        cluster: &c,
+        members,
+        etcd: view.clone(),
+        now: ts(100),
+        cert_manager_missing: false,
+        tls_secret_problem: None,
+        waiting_for_certificate: false,
+        auth_problem: None,
+        trust_bundle: None,
+        leader: Some(leader),
+    };
+    let p = plan(&observed(members.clone(), 1));
     assert_eq!(p.observed.version, "3.6.12");
-    assert_eq!(p.phase, Phase::Reconciled);
-    assert_eq!(p.facts.version_pending, Some((1, "3.6.12".to_string())));
+    assert_eq!(p.locked_because, Some(reason::SPEC_CHANGED));
+    assert_eq!(p.phase, Phase::Progressing);
+    assert_eq!(p.facts.template_rollout, Some((0, 3)));
+    // c-a leads: a follower first.
+    assert_eq!(
+        p.action,
+        Action::RollMember {
+            member: "c-b".into(),
+            trust_bundle: None,
+            template: true,
+            last: false
+        }
+    );
     let s = crate::cluster::status::render(&c, &p, None, ts(100));
     let progressing = s
         .conditions
@@ -983,9 +1030,47 @@ fn version_edit_reaches_the_membership_target_but_reports_the_pending_rollout() 
         .unwrap();
     assert_eq!(progressing.status, "True");
     assert!(
-        progressing.message.contains("rolling upgrade"),
+        progressing.message.contains("version 3.6.12") && progressing.message.contains("0 of 3"),
         "{}",
         progressing.message
+    );
+    // Two followers updated: leadership moves to one of them before the leader restarts.
+    let mut c2 = c.clone();
+    c2.status = Some(crate::cluster::status::render(&c, &p, None, ts(100)));
+    let new_template = crate::template::target_hash(&p.observed);
+    let updated = |mut v: MemberView| {
+        v.template_hash = new_template.clone();
+        if let Some(p) = v.pod.as_mut() {
+            p.template_hash = Some(new_template.clone());
+        }
+        v
+    };
+    let members = vec![m("c-a", 1), updated(m("c-b", 2)), updated(m("c-c", 3))];
+    let p = plan(&Observed {
+        cluster: &c2,
+        ..observed(members.clone(), 1)
+    });
+    assert_eq!(p.facts.template_rollout, Some((2, 3)));
+    assert_eq!(
+        p.action,
+        Action::MoveLeader {
+            from: "c-a".into(),
+            to: "c-b".into(),
+            to_id: 2
+        }
+    );
+    let p = plan(&Observed {
+        cluster: &c2,
+        ..observed(members, 2)
+    });
+    assert_eq!(
+        p.action,
+        Action::RollMember {
+            member: "c-a".into(),
+            trust_bundle: None,
+            template: true,
+            last: true
+        }
     );
 }
 
@@ -1062,7 +1147,17 @@ fn resources_edit_during_a_scale_up_waits_for_the_next_target() {
     assert_eq!(next.version, "3.6.11");
 
     // Once 3 serve the old target is reached and the edit is latched as a new target.
-    let three = vec![m("c-a", 1), m("c-b", 2), m("c-c", 3)];
+    let old_target = c.status.as_ref().unwrap().observed.clone().unwrap();
+    let three: Vec<MemberView> = [m("c-a", 1), m("c-b", 2), m("c-c", 3)]
+        .into_iter()
+        .map(|mut v| {
+            v.template_hash = crate::template::target_hash(&old_target);
+            if let Some(p) = v.pod.as_mut() {
+                p.template_hash = Some(v.template_hash.clone());
+            }
+            v
+        })
+        .collect();
     let p = run(
         &c,
         three,
@@ -1178,6 +1273,8 @@ fn the_progress_deadline_does_not_run_out_while_cert_manager_holds_the_seed() {
             tls_secret_problem: waiting.then(|| "waiting".to_string()),
             waiting_for_certificate: waiting,
             auth_problem: None,
+            trust_bundle: None,
+            leader: None,
         })
     };
     for (missing, waiting) in [(true, false), (false, true)] {
@@ -1265,6 +1362,7 @@ fn adopted_members_are_replaced_one_at_a_time_on_request_only_while_whole() {
     fresh.pod = Some(PodView {
         uid: "pod-c-n".into(),
         ready: true,
+        template_hash: Some(template()),
         ..Default::default()
     });
     let p = run(
@@ -1284,6 +1382,7 @@ fn adopted_members_are_replaced_one_at_a_time_on_request_only_while_whole() {
     down.pod = Some(PodView {
         uid: "pod-c-2".into(),
         ready: false,
+        template_hash: Some(template()),
         ..Default::default()
     });
     let p = run(
@@ -1335,5 +1434,253 @@ fn peer_auto_tls_cluster_adds_learners_under_https_peer_urls() {
             already_added: false,
             initial_cluster_after_add: format!("c-a={},c-b={}", https("c-a"), https("c-b")),
         }
+    );
+}
+
+/// [`plan`] of `members` with the Secrets holding trust bundle `want` and `leader` leading.
+fn plan_trust(
+    c: &EtcdCluster,
+    members: Vec<MemberView>,
+    etcd: EtcdView,
+    want: &str,
+    leader: u64,
+) -> Plan {
+    plan(&Observed {
+        cluster: c,
+        members,
+        etcd,
+        now: ts(100),
+        cert_manager_missing: false,
+        tls_secret_problem: None,
+        waiting_for_certificate: false,
+        auth_problem: None,
+        trust_bundle: Some(want.into()),
+        leader: Some(leader),
+    })
+}
+
+/// A whole 3-member cluster (ids 1, 2, 3 for c-a, c-b, c-c) whose members record `trust[i]`
+/// and whose Pods started with `pods[i]`, planned with the Secrets holding `want`.
+fn trust_run(trust: [Option<&str>; 3], pods: [Option<&str>; 3], want: &str, leader: u64) -> Plan {
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let members = ["c-a", "c-b", "c-c"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut v = m(name, i as i64);
+            v.trust_bundle = trust[i].map(str::to_string);
+            if let Some(p) = v.pod.as_mut() {
+                p.trust_bundle = pods[i].map(str::to_string);
+            }
+            v
+        })
+        .collect();
+    let etcd = etcd(vec![
+        e(1, "c-a", false),
+        e(2, "c-b", false),
+        e(3, "c-c", false),
+    ]);
+    plan_trust(&c, members, etcd, want, leader)
+}
+
+#[test]
+fn members_without_a_recorded_ca_bundle_record_the_current_one_without_a_restart() {
+    let p = trust_run(
+        [None, Some("new"), Some("new")],
+        [None, Some("new"), Some("new")],
+        "new",
+        1,
+    );
+    assert_eq!(
+        p.action,
+        Action::RecordTrustBundle {
+            member: "c-a".into(),
+            trust_bundle: "new".into()
+        }
+    );
+    // Not counted as a rollout: nothing is restarted for them.
+    assert_eq!(p.facts.trust_rollout, None);
+    let p = trust_run([Some("new"); 3], [Some("new"); 3], "new", 1);
+    assert_eq!(p.action, Action::None);
+    assert_eq!(p.phase, Phase::Reconciled);
+}
+
+#[test]
+fn a_new_ca_bundle_restarts_followers_first_one_at_a_time() {
+    // c-b leads: c-a is restarted first.
+    let p = trust_run([Some("old"); 3], [Some("old"); 3], "new", 2);
+    assert_eq!(
+        p.action,
+        Action::RollMember {
+            member: "c-a".into(),
+            trust_bundle: Some("new".into()),
+            template: false,
+            last: false
+        }
+    );
+    assert_eq!(p.facts.trust_rollout, Some((0, 3)));
+    // c-a is told, its Pod still runs the old bundle: wait, restart nothing else.
+    let p = trust_run(
+        [Some("new"), Some("old"), Some("old")],
+        [Some("old"), Some("old"), Some("old")],
+        "new",
+        2,
+    );
+    assert!(
+        matches!(&p.action, Action::Wait(w) if w.contains("restarting member c-a")),
+        "{:?}",
+        p.action
+    );
+    // c-a runs it: the other follower, c-c, next.
+    let p = trust_run(
+        [Some("new"), Some("old"), Some("old")],
+        [Some("new"), Some("old"), Some("old")],
+        "new",
+        2,
+    );
+    assert_eq!(
+        p.action,
+        Action::RollMember {
+            member: "c-c".into(),
+            trust_bundle: Some("new".into()),
+            template: false,
+            last: false
+        }
+    );
+    assert_eq!(p.facts.trust_rollout, Some((1, 3)));
+}
+
+#[test]
+fn the_leader_goes_last_after_leadership_moved_to_an_updated_member() {
+    let p = trust_run(
+        [Some("old"), Some("new"), Some("new")],
+        [Some("old"), Some("new"), Some("new")],
+        "new",
+        1,
+    );
+    assert_eq!(
+        p.action,
+        Action::MoveLeader {
+            from: "c-a".into(),
+            to: "c-b".into(),
+            to_id: 2
+        }
+    );
+    // Leadership moved to c-b: c-a, the last, is restarted.
+    let p = trust_run(
+        [Some("old"), Some("new"), Some("new")],
+        [Some("old"), Some("new"), Some("new")],
+        "new",
+        2,
+    );
+    assert_eq!(
+        p.action,
+        Action::RollMember {
+            member: "c-a".into(),
+            trust_bundle: Some("new".into()),
+            template: false,
+            last: true
+        }
+    );
+}
+
+#[test]
+fn a_ca_bundle_rollout_step_waits_for_a_whole_cluster() {
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let mut members: Vec<MemberView> = ["c-a", "c-b", "c-c"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut v = m(name, i as i64);
+            v.trust_bundle = Some("old".into());
+            v
+        })
+        .collect();
+    members[2].pod.as_mut().unwrap().ready = false;
+    let p = plan_trust(
+        &c,
+        members,
+        etcd(vec![
+            e(1, "c-a", false),
+            e(2, "c-b", false),
+            e(3, "c-c", false),
+        ]),
+        "new",
+        1,
+    );
+    assert!(
+        matches!(&p.action, Action::Wait(w) if w.contains("every member is a Ready voter")),
+        "{:?}",
+        p.action
+    );
+}
+
+#[test]
+fn a_memory_member_is_replaced_not_restarted_for_a_new_ca_bundle() {
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let members: Vec<MemberView> = ["c-a", "c-b", "c-c"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut v = m(name, i as i64);
+            v.memory = true;
+            v.trust_bundle = Some("old".into());
+            v
+        })
+        .collect();
+    let p = plan_trust(
+        &c,
+        members,
+        etcd(vec![
+            e(1, "c-a", false),
+            e(2, "c-b", false),
+            e(3, "c-c", false),
+        ]),
+        "new",
+        3,
+    );
+    assert_eq!(
+        p.action,
+        Action::DeleteMember {
+            member: "c-a".into(),
+            why: DeleteReason::Rollout
+        }
+    );
+}
+
+#[test]
+fn a_new_member_without_a_pod_yet_is_not_taken_for_a_restart() {
+    // c-c was just added: its member records the current bundle, its Pod does not exist yet.
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let mut members: Vec<MemberView> = ["c-a", "c-b", "c-c"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut v = m(name, i as i64);
+            v.trust_bundle = Some("t".into());
+            if let Some(p) = v.pod.as_mut() {
+                p.trust_bundle = Some("t".into());
+            }
+            v
+        })
+        .collect();
+    members[2].pod = None;
+    members[2].recorded_pod_uid = None;
+    let p = plan_trust(
+        &c,
+        members,
+        etcd(vec![
+            e(1, "c-a", false),
+            e(2, "c-b", false),
+            e(3, "c-c", true),
+        ]),
+        "t",
+        1,
+    );
+    assert_eq!(p.facts.trust_rollout, None);
+    assert!(
+        !matches!(&p.action, Action::Wait(w) if w.contains("restarting")),
+        "{:?}",
+        p.action
     );
 }

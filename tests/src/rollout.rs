@@ -1,0 +1,195 @@
+//! Helpers for rolling-restart tests: a writer that puts one key every 100 ms through a real etcd
+//! client until stopped and reports every acknowledged write, the failed ones and the longest
+//! time between two successful writes (the unavailability a client saw); a wait for a rollout to
+//! finish that samples the Ready members meanwhile; and the restart order from the Events.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+
+use crate::e2e::{condition, Env};
+use crate::OrPanic;
+
+pub struct Writer {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<WriterReport>,
+}
+
+#[derive(Debug)]
+pub struct WriterReport {
+    /// Every acknowledged write, key → value.
+    pub written: BTreeMap<String, String>,
+    pub failed: u64,
+    pub longest_gap: Duration,
+}
+
+impl Writer {
+    /// Writes `<prefix><n>` to `endpoints`; `tls` is `(CA bundle, client certificate, key)`.
+    pub fn start(
+        endpoints: Vec<String>,
+        tls: Option<(String, String, String)>,
+        prefix: &str,
+    ) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let prefix = prefix.to_string();
+        let task = tokio::spawn(async move {
+            let mut options = ConnectOptions::new()
+                .with_connect_timeout(Duration::from_secs(2))
+                .with_timeout(Duration::from_secs(2));
+            if let Some((ca, cert, key)) = &tls {
+                options = options.with_tls(
+                    TlsOptions::new()
+                        .ca_certificate(Certificate::from_pem(ca))
+                        .identity(Identity::from_pem(cert, key)),
+                );
+            }
+            let mut client = etcd_client::Client::connect(endpoints, Some(options))
+                .await
+                .or_panic();
+            let mut report = WriterReport {
+                written: BTreeMap::new(),
+                failed: 0,
+                longest_gap: Duration::ZERO,
+            };
+            let mut last_ok = Instant::now();
+            let mut i = 0u64;
+            while !flag.load(Ordering::Relaxed) {
+                let key = format!("{prefix}{i:06}");
+                let value = format!("v{i}");
+                match client.put(key.clone(), value.clone(), None).await {
+                    Ok(_) => {
+                        report.longest_gap = report.longest_gap.max(last_ok.elapsed());
+                        last_ok = Instant::now();
+                        report.written.insert(key, value);
+                        i += 1;
+                    }
+                    Err(_) => report.failed += 1,
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            report.longest_gap = report.longest_gap.max(last_ok.elapsed());
+            report
+        });
+        Self { stop, task }
+    }
+
+    pub async fn finish(self) -> WriterReport {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.or_panic()
+    }
+}
+
+/// Client URLs of `pods` (https).
+pub fn endpoints(ns: &str, cluster: &str, pods: &[Pod]) -> Vec<String> {
+    pods.iter()
+        .map(|p| format!("https://{}.{cluster}.{ns}.svc:2379", p.name_any()))
+        .collect()
+}
+
+/// Pod name → UID.
+pub fn uids(pods: &[Pod]) -> BTreeMap<String, String> {
+    pods.iter()
+        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
+        .collect()
+}
+
+/// Cluster Events with `reason`, oldest first, as their messages.
+pub async fn event_messages(env: &Env, ns: &str, cluster: &str, reason: &str) -> Vec<String> {
+    let mut events: Vec<Event> = Api::<Event>::namespaced(env.client(), ns)
+        .list(&ListParams::default())
+        .await
+        .or_panic()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(cluster))
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect();
+    events.sort_by_key(|e| {
+        e.event_time
+            .as_ref()
+            .map(|t| t.0)
+            .or(e.first_timestamp.as_ref().map(|t| t.0))
+    });
+    events.into_iter().filter_map(|e| e.message).collect()
+}
+
+/// The members whose Pods were restarted for a new CA bundle, by time of their `PodRestarted`
+/// Event.
+pub async fn restarts_in_order(env: &Env, ns: &str, cluster: &str) -> Vec<String> {
+    let members: Vec<String> = env
+        .members(ns, cluster)
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+    let mut events: Vec<(k8s_openapi::jiff::Timestamp, String)> =
+        Api::<Event>::namespaced(env.client(), ns)
+            .list(&ListParams::default())
+            .await
+            .or_panic()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("PodRestarted"))
+            .filter_map(|e| {
+                let member = e.involved_object.name.clone()?;
+                let at = e
+                    .event_time
+                    .as_ref()
+                    .map(|t| t.0)
+                    .or(e.first_timestamp.as_ref().map(|t| t.0))?;
+                members.contains(&member).then_some((at, member))
+            })
+            .collect();
+    events.sort();
+    events.into_iter().map(|(_, m)| m).collect()
+}
+
+/// Waits until every member Pod was replaced (none of `before`'s UIDs left), the cluster is
+/// healthy with `replicas` members and no longer Progressing. Samples the Ready Pods meanwhile:
+/// returns the fewest seen and every Progressing reason seen while it was True.
+pub async fn wait_rolled(
+    env: &Env,
+    ns: &str,
+    cluster: &str,
+    replicas: usize,
+    before: &BTreeMap<String, String>,
+    within: Duration,
+) -> (usize, BTreeSet<String>) {
+    let started = Instant::now();
+    let mut fewest_ready = usize::MAX;
+    let mut reasons = BTreeSet::new();
+    loop {
+        let pods = env.pods(ns, cluster).await;
+        let ready = pods.iter().filter(|p| crate::e2e::pod_ready(p)).count();
+        fewest_ready = fewest_ready.min(ready);
+        let c = env.cluster(ns, cluster).await;
+        let progressing = condition(&c, "Progressing");
+        if let Some((st, r, _)) = &progressing {
+            if st == "True" {
+                reasons.insert(r.clone());
+            }
+        }
+        let replaced = pods.len() == before.len()
+            && pods
+                .iter()
+                .all(|p| before.get(&p.name_any()) != p.uid().as_ref());
+        let settled = progressing.is_some_and(|(st, _, _)| st == "False");
+        if replaced && settled && crate::e2e::healthy(&c, replicas as i32) {
+            return (fewest_ready, reasons);
+        }
+        assert!(
+            started.elapsed() < within,
+            "{ns}/{cluster}: members not rolled within {within:?}: pods {:?}, conditions {:?}",
+            uids(&pods),
+            c.status.map(|s| s.conditions)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

@@ -1,0 +1,202 @@
+//! TLS material for end-to-end tests: a cluster's CAs and certificates minted the way
+//! docs/tls.md describes, the Secrets that carry them, the `spec.tls` that names them, and an
+//! etcd client dialing the Ready members over TLS.
+
+use std::time::Duration;
+
+use api::v1alpha2::{ClientTlsSpec, EtcdClusterSpec, PeerTlsSpec, SecretReference, TlsSpec};
+use certs::mint::{MintedCert, TestCa};
+use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+
+use crate::e2e::{spec, Env};
+use crate::OrPanic;
+use serde_json::json;
+
+/// The material of one cluster: a client CA (server and operator-client certificates) and a
+/// separate peer CA, with the SANs the reference's runbook lists.
+pub struct Material {
+    pub client_ca: TestCa,
+    pub server: MintedCert,
+    pub operator: MintedCert,
+    pub peer_ca: TestCa,
+    pub peer: MintedCert,
+}
+
+pub fn mint(cluster: &str, ns: &str) -> Material {
+    let client_ca = TestCa::new(&format!("{cluster} client CA")).or_panic();
+    let peer_ca = TestCa::new(&format!("{cluster} peer CA")).or_panic();
+    let (server, operator, peer) = leaves(cluster, ns, &client_ca, &peer_ca);
+    Material {
+        client_ca,
+        server,
+        operator,
+        peer_ca,
+        peer,
+    }
+}
+
+/// `(server, operator client, peer)` leaf certificates with the runbook's SANs, signed by the
+/// given client and peer CAs.
+pub fn leaves(
+    cluster: &str,
+    ns: &str,
+    client_ca: &TestCa,
+    peer_ca: &TestCa,
+) -> (MintedCert, MintedCert, MintedCert) {
+    let server = client_ca
+        .server_cert(&[
+            &format!("*.{cluster}.{ns}.svc"),
+            &format!("*.{cluster}.{ns}.svc.cluster.local"),
+            &format!("{cluster}.{ns}.svc"),
+            &format!("{cluster}.{ns}.svc.cluster.local"),
+            &format!("{cluster}-client.{ns}.svc"),
+            &format!("{cluster}-client.{ns}.svc.cluster.local"),
+            "localhost",
+            "127.0.0.1",
+        ])
+        .or_panic();
+    let operator = client_ca.client_cert("etcd-operator", &[]).or_panic();
+    let peer = peer_ca
+        .server_cert(&[
+            &format!("*.{cluster}.{ns}.svc"),
+            &format!("*.{cluster}.{ns}.svc.cluster.local"),
+        ])
+        .or_panic();
+    (server, operator, peer)
+}
+
+pub async fn create_secret(env: &Env, ns: &str, name: &str, keys: &[(&str, &str)]) {
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        string_data: Some(
+            keys.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(env.client(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .or_panic();
+}
+
+pub async fn create_server_secret(env: &Env, ns: &str, name: &str, m: &Material) {
+    create_secret(
+        env,
+        ns,
+        name,
+        &[
+            ("tls.crt", &m.server.cert_pem),
+            ("tls.key", &m.server.key_pem),
+            ("ca.crt", m.client_ca.cert_pem()),
+        ],
+    )
+    .await;
+}
+
+pub async fn create_operator_secret(env: &Env, ns: &str, name: &str, m: &Material) {
+    create_secret(
+        env,
+        ns,
+        name,
+        &[
+            ("tls.crt", &m.operator.cert_pem),
+            ("tls.key", &m.operator.key_pem),
+        ],
+    )
+    .await;
+}
+
+pub async fn create_peer_secret(env: &Env, ns: &str, name: &str, m: &Material) {
+    create_secret(
+        env,
+        ns,
+        name,
+        &[
+            ("tls.crt", &m.peer.cert_pem),
+            ("tls.key", &m.peer.key_pem),
+            ("ca.crt", m.peer_ca.cert_pem()),
+        ],
+    )
+    .await;
+}
+
+pub fn tls_spec(
+    replicas: i32,
+    server: Option<&str>,
+    operator: Option<&str>,
+    peer: Option<&str>,
+) -> EtcdClusterSpec {
+    EtcdClusterSpec {
+        tls: Some(TlsSpec {
+            client: server.map(|s| ClientTlsSpec {
+                server_secret_ref: Some(SecretReference::new(s)),
+                operator_client_secret_ref: operator.map(SecretReference::new),
+                cert_manager: None,
+            }),
+            peer: peer.map(|p| PeerTlsSpec {
+                secret_ref: Some(SecretReference::new(p)),
+                cert_manager: None,
+            }),
+        }),
+        ..spec(replicas)
+    }
+}
+
+/// An etcd client on the Ready members, `https` with the given CA and optional identity.
+pub async fn dial(
+    env: &Env,
+    ns: &str,
+    cluster: &str,
+    tls: Option<(&str, Option<(&str, &str)>)>,
+) -> etcd_client::Client {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let endpoints: Vec<String> = env
+        .ready_pods(ns, cluster)
+        .await
+        .iter()
+        .map(|p| format!("{scheme}://{}.{cluster}.{ns}.svc:2379", p.name_any()))
+        .collect();
+    assert!(!endpoints.is_empty(), "{ns}/{cluster}: no ready member");
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_timeout(Duration::from_secs(10));
+    if let Some((ca, identity)) = tls {
+        let mut config = TlsOptions::new().ca_certificate(Certificate::from_pem(ca));
+        if let Some((cert, key)) = identity {
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        options = options.with_tls(config);
+    }
+    etcd_client::Client::connect(endpoints, Some(options))
+        .await
+        .or_panic()
+}
+
+/// `(certificate, key)` PEM of a minted certificate, for [`dial`].
+pub fn pair(c: &MintedCert) -> (&str, &str) {
+    (&c.cert_pem, &c.key_pem)
+}
+
+/// Merge `keys` into a Secret (`stringData`).
+pub async fn patch_secret(env: &Env, ns: &str, name: &str, keys: &[(&str, &str)]) {
+    let data: serde_json::Map<String, serde_json::Value> = keys
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    Api::<Secret>::namespaced(env.client(), ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "stringData": data })),
+        )
+        .await
+        .or_panic();
+}

@@ -1,0 +1,369 @@
+//! End to end: certificate rotation on a running mTLS cluster from the user's own Secrets, with
+//! a writer running throughout. A new CA added to the trust bundles (`ca.crt`) restarts the
+//! members one at a time, followers first and the leader last after MoveLeader, never dropping
+//! below a majority of Ready members; leaves renewed from the new CA reach etcd with no restart;
+//! the old CA removed rolls them again. And the checks that catch a certificate that would be
+//! refused (wrong SANs, a CA that does not match) before a handshake fails, naming the Secret;
+//! a TLS cluster paused and resumed keeps every key.
+
+use std::time::{Duration, Instant};
+
+use certs::mint::TestCa;
+use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
+use kube::ResourceExt;
+use tests::e2e::{condition, env};
+use tests::rollout::{endpoints, event_messages, restarts_in_order, uids, wait_rolled, Writer};
+use tests::tls::{
+    create_operator_secret, create_peer_secret, create_secret, create_server_secret, dial, leaves,
+    mint, pair, patch_secret, tls_spec, Material,
+};
+use tests::OrPanic;
+
+const BOOT: Duration = Duration::from_secs(180);
+const ROLL: Duration = Duration::from_secs(300);
+/// The longest a writer may go without a successful write during a rollout: restarts of
+/// followers cost nothing, the leader's one election after MoveLeader (a few seconds at most
+/// on a loaded test machine).
+const LONGEST_GAP: Duration = Duration::from_secs(15);
+
+fn bundle(a: &TestCa, b: &TestCa) -> String {
+    format!("{}{}", a.cert_pem(), b.cert_pem())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_ca_rolls_the_members_one_at_a_time_and_renewed_leaves_need_no_restart() {
+    let env = env().await;
+    let ns = env.namespace("rot").await;
+    let name = "rot";
+    let m: Material = mint(name, &ns);
+    create_server_secret(env, &ns, "rot-server", &m).await;
+    create_operator_secret(env, &ns, "rot-operator", &m).await;
+    create_peer_secret(env, &ns, "rot-peer", &m).await;
+    env.create_cluster(
+        &ns,
+        name,
+        tls_spec(
+            3,
+            Some("rot-server"),
+            Some("rot-operator"),
+            Some("rot-peer"),
+        ),
+    )
+    .await;
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+    let old_ca = m.client_ca.cert_pem().to_string();
+    let mut etcd = dial(env, &ns, name, Some((&old_ca, Some(pair(&m.operator))))).await;
+    let keys = tests::e2e::put_keys(&mut etcd, "rot/", 100).await;
+    let pods = env.ready_pods(&ns, name).await;
+    let endpoints = endpoints(&ns, name, &pods);
+    let first = uids(&pods);
+
+    // 1. A new CA joins both trust bundles: every member restarts once, one at a time.
+    let new_client_ca = TestCa::new("rot client CA 2").or_panic();
+    let new_peer_ca = TestCa::new("rot peer CA 2").or_panic();
+    let client_bundle = bundle(&m.client_ca, &new_client_ca);
+    let writer = Writer::start(
+        endpoints.clone(),
+        Some((
+            client_bundle.clone(),
+            m.operator.cert_pem.clone(),
+            m.operator.key_pem.clone(),
+        )),
+        "w1/",
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    patch_secret(env, &ns, "rot-server", &[("ca.crt", &client_bundle)]).await;
+    patch_secret(
+        env,
+        &ns,
+        "rot-peer",
+        &[("ca.crt", &bundle(&m.peer_ca, &new_peer_ca))],
+    )
+    .await;
+    let (fewest_ready, reasons) = wait_rolled(env, &ns, name, 3, &first, ROLL).await;
+    let reported = reasons.contains("RollingRestart");
+    assert!(
+        fewest_ready >= 2,
+        "quorum lost: only {fewest_ready} of 3 members Ready at one point"
+    );
+    assert!(
+        reported,
+        "Progressing=True/RollingRestart was never reported"
+    );
+    // One restart per member, the member that was leader last: right after leadership moved
+    // away from it. (The cluster's own RollingRestart Events are aggregated into one series by
+    // the event recorder; the members' PodRestarted Events are one per member.)
+    assert!(
+        !event_messages(env, &ns, name, "RollingRestart")
+            .await
+            .is_empty(),
+        "no RollingRestart Event on the cluster"
+    );
+    let restarted = restarts_in_order(env, &ns, name).await;
+    assert_eq!(restarted.len(), 3, "one restart per member: {restarted:?}");
+    let moved = event_messages(env, &ns, name, "LeaderMoved").await;
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    assert!(
+        moved[0].contains(&format!("from {} ", restarted[2])),
+        "the leader restarted last: {moved:?} / {restarted:?}"
+    );
+
+    // 2. Leaves renewed from the new CAs (the bundles keep both): etcd serves them with no
+    // restart, and the operator's new client certificate is accepted.
+    let second = uids(&env.pods(&ns, name).await);
+    let (server, operator, peer) = leaves(name, &ns, &new_client_ca, &new_peer_ca);
+    for (secret, leaf) in [
+        ("rot-server", &server),
+        ("rot-peer", &peer),
+        ("rot-operator", &operator),
+    ] {
+        patch_secret(
+            env,
+            &ns,
+            secret,
+            &[("tls.crt", &leaf.cert_pem), ("tls.key", &leaf.key_pem)],
+        )
+        .await;
+    }
+    // A client trusting only the new CA reaches every member once the kubelet-style refresh
+    // has put the new files in place: the new leaf is served.
+    let new_ca = new_client_ca.cert_pem().to_string();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    for endpoint in &endpoints {
+        loop {
+            let options = ConnectOptions::new()
+                .with_connect_timeout(Duration::from_secs(2))
+                .with_timeout(Duration::from_secs(2))
+                .with_tls(
+                    TlsOptions::new()
+                        .ca_certificate(Certificate::from_pem(&new_ca))
+                        .identity(Identity::from_pem(&operator.cert_pem, &operator.key_pem)),
+                );
+            let ok = match etcd_client::Client::connect([endpoint.clone()], Some(options)).await {
+                Ok(mut c) => c.get("rot/0000", None).await.is_ok(),
+                Err(_) => false,
+            };
+            if ok {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{endpoint} does not serve the renewed certificate"
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let pods = env.pods(&ns, name).await;
+    assert_eq!(uids(&pods), second, "renewed leaves restarted a member");
+    for p in &pods {
+        let restarts: i32 = p
+            .status
+            .iter()
+            .flat_map(|s| s.container_statuses.iter().flatten())
+            .map(|c| c.restart_count)
+            .sum();
+        assert_eq!(
+            restarts,
+            0,
+            "{}: etcd restarted for renewed leaves",
+            p.name_any()
+        );
+    }
+    let first_writer = writer.finish().await;
+
+    // 3. The old CA leaves the bundles: one more roll, and only new-CA certificates work.
+    let writer = Writer::start(
+        endpoints.clone(),
+        Some((
+            new_ca.clone(),
+            operator.cert_pem.clone(),
+            operator.key_pem.clone(),
+        )),
+        "w2/",
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    patch_secret(env, &ns, "rot-server", &[("ca.crt", &new_ca)]).await;
+    patch_secret(env, &ns, "rot-peer", &[("ca.crt", new_peer_ca.cert_pem())]).await;
+    let (fewest_ready, _) = wait_rolled(env, &ns, name, 3, &second, ROLL).await;
+    assert!(
+        fewest_ready >= 2,
+        "quorum lost: only {fewest_ready} of 3 members Ready at one point"
+    );
+    let second_writer = writer.finish().await;
+    let mut etcd = dial(env, &ns, name, Some((&new_ca, Some(pair(&operator))))).await;
+    assert_eq!(
+        tests::e2e::read_keys(&mut etcd, "rot/").await,
+        keys,
+        "every key kept"
+    );
+    for (prefix, report) in [("w1/", &first_writer), ("w2/", &second_writer)] {
+        eprintln!(
+            "writer {prefix}: {} writes, {} failed, longest gap between writes {:?}",
+            report.written.len(),
+            report.failed,
+            report.longest_gap
+        );
+        assert!(!report.written.is_empty(), "writer {prefix} wrote nothing");
+        assert_eq!(
+            tests::e2e::read_keys(&mut etcd, prefix).await,
+            report.written,
+            "every acknowledged write of {prefix} kept"
+        );
+        assert!(
+            report.longest_gap < LONGEST_GAP,
+            "writer {prefix} was blocked for {:?}",
+            report.longest_gap
+        );
+    }
+    // A client certificate of the old CA is refused now.
+    let options = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(2))
+        .with_tls(
+            TlsOptions::new()
+                .ca_certificate(Certificate::from_pem(&new_ca))
+                .identity(Identity::from_pem(
+                    &m.operator.cert_pem,
+                    &m.operator.key_pem,
+                )),
+        );
+    let accepted = match etcd_client::Client::connect(endpoints.clone(), Some(options)).await {
+        Ok(mut c) => c.get("rot/0000", None).await.is_ok(),
+        Err(_) => false,
+    };
+    assert!(!accepted, "old-CA client certificate accepted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_with_wrong_sans_or_a_foreign_ca_is_named_then_a_fixed_cluster_pauses_and_resumes(
+) {
+    let env = env().await;
+    let ns = env.namespace("san").await;
+    let name = "san";
+    let m = mint(name, &ns);
+    // The peer certificate is signed by another CA than the one in its ca.crt: refused before
+    // anything is created.
+    let stranger = TestCa::new("stranger").or_panic();
+    create_server_secret(env, &ns, "san-server", &m).await;
+    create_operator_secret(env, &ns, "san-operator", &m).await;
+    create_secret(
+        env,
+        &ns,
+        "san-peer",
+        &[
+            ("tls.crt", &m.peer.cert_pem),
+            ("tls.key", &m.peer.key_pem),
+            ("ca.crt", stranger.cert_pem()),
+        ],
+    )
+    .await;
+    env.create_cluster(
+        &ns,
+        name,
+        tls_spec(
+            3,
+            Some("san-server"),
+            Some("san-operator"),
+            Some("san-peer"),
+        ),
+    )
+    .await;
+    let c = env
+        .wait_for(
+            &ns,
+            name,
+            "TLSSecretNotReady naming the peer Secret",
+            BOOT,
+            |c| {
+                condition(c, "Available").is_some_and(|(st, r, msg)| {
+                    st == "False" && r == "TLSSecretNotReady" && msg.contains("san-peer")
+                })
+            },
+        )
+        .await;
+    let (_, _, msg) = condition(&c, "Available").expect("Available condition");
+    assert!(
+        msg.contains("not signed by a CA in the trust bundle") && msg.contains("ca.crt"),
+        "{msg}"
+    );
+    assert!(
+        env.members(&ns, name).await.is_empty(),
+        "a member was created"
+    );
+
+    // The peer Secret fixed, but the server certificate names another cluster: the seed is
+    // created (its name is not known before), and the cluster then says which name the
+    // certificate does not cover instead of forming with a certificate clients refuse.
+    let other = m
+        .client_ca
+        .server_cert(&[&format!("*.other.{ns}.svc")])
+        .or_panic();
+    patch_secret(
+        env,
+        &ns,
+        "san-server",
+        &[("tls.crt", &other.cert_pem), ("tls.key", &other.key_pem)],
+    )
+    .await;
+    patch_secret(env, &ns, "san-peer", &[("ca.crt", m.peer_ca.cert_pem())]).await;
+    let c = env
+        .wait_for(
+            &ns,
+            name,
+            "TLSSecretNotReady naming the server Secret's SANs",
+            BOOT,
+            |c| {
+                condition(c, "Available").is_some_and(|(st, r, msg)| {
+                    st == "False"
+                        && r == "TLSSecretNotReady"
+                        && msg.contains("san-server")
+                        && msg.contains("not valid for")
+                })
+            },
+        )
+        .await;
+    let (_, _, msg) = condition(&c, "Available").expect("Available condition");
+    assert!(
+        msg.contains(&format!("*.san.{ns}.svc")),
+        "the fix names the SAN: {msg}"
+    );
+    assert!(
+        env.members(&ns, name).await.len() <= 1,
+        "scaled up past a refused certificate"
+    );
+
+    // Fixed: the cluster forms; then a pause and a resume keep every key.
+    patch_secret(
+        env,
+        &ns,
+        "san-server",
+        &[
+            ("tls.crt", &m.server.cert_pem),
+            ("tls.key", &m.server.key_pem),
+        ],
+    )
+    .await;
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+    let ca = m.client_ca.cert_pem().to_string();
+    let mut etcd = dial(env, &ns, name, Some((&ca, Some(pair(&m.operator))))).await;
+    let keys = tests::e2e::put_keys(&mut etcd, "san/", 50).await;
+    env.scale(&ns, name, 0).await;
+    env.wait_for(&ns, name, "paused", BOOT, |c| {
+        condition(c, "Available").is_some_and(|(st, r, _)| st == "False" && r == "Paused")
+            && condition(c, "Progressing").is_some_and(|(st, r, _)| st == "False" && r == "Paused")
+    })
+    .await;
+    assert!(
+        env.ready_pods(&ns, name).await.is_empty(),
+        "a Pod runs while paused"
+    );
+    env.scale(&ns, name, 3).await;
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+    let mut etcd = dial(env, &ns, name, Some((&ca, Some(pair(&m.operator))))).await;
+    assert_eq!(
+        tests::e2e::read_keys(&mut etcd, "san/").await,
+        keys,
+        "every key kept"
+    );
+}

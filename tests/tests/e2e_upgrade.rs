@@ -1,0 +1,233 @@
+//! End to end: rolling changes of running members with a writer running throughout. A minor
+//! version upgrade (etcd 3.5 → 3.6) of a 3-member PVC cluster restarts one member at a time,
+//! followers first and the leader last after MoveLeader, keeping the cluster ID, the member IDs
+//! and every key, until etcd's own cluster version is 3.6; then a resources change rolls the
+//! members the same way.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use api::v1alpha2::EtcdMember;
+use kube::api::{Patch, PatchParams};
+use kube::ResourceExt;
+use serde_json::json;
+use tests::e2e::{env, spec, Env};
+use tests::rollout::{event_messages, restarts_in_order, uids, wait_rolled, Writer};
+use tests::OrPanic;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const BOOT: Duration = Duration::from_secs(180);
+const ROLL: Duration = Duration::from_secs(300);
+/// The longest a writer may go without a successful write: follower restarts cost nothing, the
+/// leader's hand-over one quick election (seconds at most on a loaded test machine).
+const LONGEST_GAP: Duration = Duration::from_secs(15);
+
+/// `(member name, etcd member ID)` of every member.
+fn member_ids(members: &[EtcdMember]) -> BTreeMap<String, String> {
+    members
+        .iter()
+        .map(|m| {
+            let id = m
+                .status
+                .as_ref()
+                .and_then(|s| s.member_id.clone())
+                .unwrap_or_default();
+            (m.name_any(), id)
+        })
+        .collect()
+}
+
+/// etcd's `/version` of one member: `(server version, cluster version)`.
+async fn versions(host: &str) -> (String, String) {
+    let mut stream = tokio::net::TcpStream::connect((host, 2379))
+        .await
+        .or_panic();
+    stream
+        .write_all(format!("GET /version HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+        .await
+        .or_panic();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.or_panic();
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(body).or_panic();
+    (
+        v["etcdserver"].as_str().unwrap_or_default().to_string(),
+        v["etcdcluster"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+/// Waits until every member reports running `version` (from etcd, in its status).
+async fn wait_members_run(env: &Env, ns: &str, cluster: &str, version: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let members = env.members(ns, cluster).await;
+        let running: Vec<Option<String>> = members
+            .iter()
+            .map(|m| m.status.as_ref().and_then(|s| s.version.clone()))
+            .collect();
+        if !running.is_empty() && running.iter().all(|v| v.as_deref() == Some(version)) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "members do not all report {version}: {running:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Checks the leader restarted last: leadership moved away from the member restarted last.
+async fn leader_last(env: &Env, ns: &str, cluster: &str, restarted: &[String]) {
+    let moved = event_messages(env, ns, cluster, "LeaderMoved").await;
+    let last = restarted.last().expect("a member was restarted");
+    assert!(
+        moved.iter().any(|m| m.contains(&format!("from {last} "))),
+        "leadership was not moved off {last}, restarted last: {moved:?} / {restarted:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minor_upgrade_and_a_resources_change_roll_one_member_at_a_time_keeping_every_key() {
+    let env = env().await;
+    let ns = env.namespace("upgrade").await;
+    let name = "up";
+    env.create_cluster(
+        &ns,
+        name,
+        api::v1alpha2::EtcdClusterSpec {
+            version: "3.5.35".into(),
+            ..spec(3)
+        },
+    )
+    .await;
+    let c = env.wait_healthy(&ns, name, 3, BOOT).await;
+    let cluster_id = c.status.as_ref().and_then(|s| s.cluster_id.clone());
+    let keys = env.write_keys(&ns, name, 100).await;
+    let pods = env.ready_pods(&ns, name).await;
+    let hosts: Vec<String> = pods
+        .iter()
+        .map(|p| format!("{}.{name}.{ns}.svc", p.name_any()))
+        .collect();
+    let endpoints: Vec<String> = hosts.iter().map(|h| format!("http://{h}:2379")).collect();
+    wait_members_run(env, &ns, name, "3.5.35").await;
+    let ids = member_ids(&env.members(&ns, name).await);
+    let (_, cluster_version) = versions(&hosts[0]).await;
+    assert!(cluster_version.starts_with("3.5"), "{cluster_version}");
+
+    // 3.5 → 3.6, one member at a time, with a writer running.
+    let writer = Writer::start(endpoints.clone(), None, "w1/");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.clusters(&ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"version": "3.6.16"}})),
+        )
+        .await
+        .or_panic();
+    let before = uids(&pods);
+    let (fewest_ready, _) = wait_rolled(env, &ns, name, 3, &before, ROLL).await;
+    let upgrade = writer.finish().await;
+    assert!(
+        fewest_ready >= 2,
+        "quorum lost: only {fewest_ready} of 3 members Ready at one point"
+    );
+    wait_members_run(env, &ns, name, "3.6.16").await;
+    for p in env.pods(&ns, name).await {
+        let image = p.spec.as_ref().map(|s| s.containers[0].image.clone());
+        assert!(
+            image.flatten().is_some_and(|i| i.ends_with("3.6.16")),
+            "{} not on the new image",
+            p.name_any()
+        );
+    }
+    // etcd raises its cluster version by itself once every member runs 3.6 (the leader checks
+    // every few seconds).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for host in &hosts {
+        loop {
+            let (server, cluster) = versions(host).await;
+            assert_eq!(server, "3.6.16", "{host}");
+            if cluster.starts_with("3.6") {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{host}: cluster version still {cluster}"
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    let c = env.cluster(&ns, name).await;
+    assert_eq!(
+        c.status.as_ref().and_then(|s| s.cluster_id.clone()),
+        cluster_id,
+        "a new cluster ID"
+    );
+    assert_eq!(
+        member_ids(&env.members(&ns, name).await),
+        ids,
+        "members changed their etcd IDs"
+    );
+    let restarted = restarts_in_order(env, &ns, name).await;
+    assert_eq!(restarted.len(), 3, "one restart per member: {restarted:?}");
+    leader_last(env, &ns, name, &restarted).await;
+    env.check_keys(&ns, name, &keys).await;
+
+    // A resources change rolls them the same way.
+    let writer = Writer::start(endpoints.clone(), None, "w2/");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = uids(&env.pods(&ns, name).await);
+    env.clusters(&ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"resources": {"requests": {"memory": "64Mi"}}}})),
+        )
+        .await
+        .or_panic();
+    let (fewest_ready, _) = wait_rolled(env, &ns, name, 3, &before, ROLL).await;
+    let resources = writer.finish().await;
+    assert!(
+        fewest_ready >= 2,
+        "quorum lost: only {fewest_ready} of 3 members Ready at one point"
+    );
+    for p in env.pods(&ns, name).await {
+        let memory = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers[0].resources.clone())
+            .and_then(|r| r.requests)
+            .and_then(|r| r.get("memory").cloned());
+        assert_eq!(
+            memory.map(|q| q.0),
+            Some("64Mi".to_string()),
+            "{}",
+            p.name_any()
+        );
+    }
+    assert_eq!(member_ids(&env.members(&ns, name).await), ids);
+    env.check_keys(&ns, name, &keys).await;
+
+    let mut etcd = tests::e2e::etcd_client(&env.client(), &ns, name).await;
+    for (what, report) in [("upgrade", &upgrade), ("resources", &resources)] {
+        eprintln!(
+            "writer during the {what} rollout: {} writes, {} failed, longest gap between writes {:?}",
+            report.written.len(),
+            report.failed,
+            report.longest_gap
+        );
+        assert!(!report.written.is_empty(), "the writer wrote nothing");
+        let prefix = if what == "upgrade" { "w1/" } else { "w2/" };
+        assert_eq!(
+            tests::e2e::read_keys(&mut etcd, prefix).await,
+            report.written,
+            "every acknowledged write kept"
+        );
+        assert!(
+            report.longest_gap < LONGEST_GAP,
+            "the writer was blocked for {:?} during the {what} rollout",
+            report.longest_gap
+        );
+    }
+}
