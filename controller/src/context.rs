@@ -140,6 +140,21 @@ impl Context {
         action: &str,
         note: String,
     ) {
+        self.event_related(obj, None, warning, reason, action, note)
+            .await
+    }
+
+    /// [`Context::event`] naming a second object (`related`): Events with the same reason and
+    /// action on one object are kept apart per related object instead of folded into a series.
+    pub async fn event_related<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        related: Option<k8s_openapi::api::core::v1::ObjectReference>,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
         let event = Event {
             type_: if warning {
                 EventType::Warning
@@ -149,7 +164,7 @@ impl Context {
             reason: reason.to_string(),
             note: Some(note),
             action: action.to_string(),
-            secondary: None,
+            secondary: related,
         };
         if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
             tracing::warn!(error = %e, reason, "could not publish event");

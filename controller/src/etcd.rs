@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Certificate, Client, ConnectOptions, GetOptions, Identity, MemberAddOptions, TlsOptions,
+    AlarmAction, AlarmOptions, AlarmType, Certificate, Client, ConnectOptions, GetOptions,
+    Identity, MemberAddOptions, TlsOptions,
 };
 
 use crate::auth::{Credentials, ROOT, ROOT_ROLE};
@@ -141,12 +142,24 @@ impl Etcd {
         creds: Option<&Credentials>,
         metrics: Metrics,
     ) -> Result<Self, EtcdError> {
+        Self::connect_with_timeout(endpoints, tls, creds, metrics, CALL_TIMEOUT).await
+    }
+
+    /// [`Etcd::connect`] with another bound on each call (a defragmentation takes longer than
+    /// a membership call).
+    pub async fn connect_with_timeout(
+        endpoints: &[String],
+        tls: Option<&ClientTls>,
+        creds: Option<&Credentials>,
+        metrics: Metrics,
+        call_timeout: Duration,
+    ) -> Result<Self, EtcdError> {
         if endpoints.is_empty() {
             return Err(EtcdError::NoEndpoints);
         }
         let mut options = ConnectOptions::new()
             .with_connect_timeout(CONNECT_TIMEOUT)
-            .with_timeout(CALL_TIMEOUT);
+            .with_timeout(call_timeout);
         if let Some(tls) = tls {
             let mut config = TlsOptions::new().ca_certificate(Certificate::from_pem(&tls.ca_pem));
             if let Some((cert, key)) = &tls.identity {
@@ -337,6 +350,97 @@ impl Etcd {
             "UserChangePassword",
             "user_change_password",
             auth.user_change_password(ROOT, creds.password.clone()),
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
+/// What one member reports about itself (the Maintenance `Status` call).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberStatus {
+    pub member_id: u64,
+    /// The leader this member follows (0: none).
+    pub leader: u64,
+    pub db_size: i64,
+    /// `dbSizeInUse`: the part of `db_size` holding live data.
+    pub db_size_in_use: i64,
+    pub raft_index: u64,
+    pub raft_applied_index: u64,
+    pub is_learner: bool,
+    /// Errors the member reports about itself (alarms among them).
+    pub errors: Vec<String>,
+}
+
+/// An alarm etcd has raised on a member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Alarm {
+    /// The backend reached its quota: etcd refuses writes until the alarm is disarmed.
+    NoSpace,
+    /// The consistency checker found the member's data diverged.
+    Corrupt,
+}
+
+/// Maintenance calls on the member(s) this client is connected to: dial one endpoint to address
+/// one member.
+impl Etcd {
+    pub async fn member_status(&mut self) -> Result<MemberStatus, EtcdError> {
+        let mut client = self.client.clone();
+        let res = self.call("Status", "status", client.status()).await?;
+        Ok(MemberStatus {
+            member_id: res
+                .header()
+                .ok_or(EtcdError::NoHeader("Status"))?
+                .member_id(),
+            leader: res.leader(),
+            db_size: res.db_size(),
+            db_size_in_use: res.raft_used_db_size(),
+            raft_index: res.raft_index(),
+            raft_applied_index: res.raft_applied_index(),
+            is_learner: res.is_learner(),
+            errors: res.errors().to_vec(),
+        })
+    }
+
+    /// Defragment the member this client is connected to.
+    pub async fn defragment(&mut self) -> Result<(), EtcdError> {
+        let mut client = self.client.clone();
+        self.call("Defragment", "defragment", client.defragment())
+            .await
+            .map(|_| ())
+    }
+
+    /// The cluster's raised alarms: `(member ID, alarm)`.
+    pub async fn alarms(&mut self) -> Result<Vec<(u64, Alarm)>, EtcdError> {
+        let mut client = self.client.clone();
+        let res = self
+            .call(
+                "AlarmList",
+                "alarm_list",
+                client.alarm(AlarmAction::Get, AlarmType::None, None),
+            )
+            .await?;
+        Ok(res
+            .alarms()
+            .iter()
+            .filter_map(|a| match a.alarm() {
+                AlarmType::Nospace => Some((a.member_id(), Alarm::NoSpace)),
+                AlarmType::Corrupt => Some((a.member_id(), Alarm::Corrupt)),
+                AlarmType::None => None,
+            })
+            .collect())
+    }
+
+    /// Disarm the NOSPACE alarm raised for `member_id` (etcd keeps refusing writes until it is
+    /// disarmed, even after space was freed).
+    pub async fn disarm_nospace(&mut self, member_id: u64) -> Result<(), EtcdError> {
+        let mut client = self.client.clone();
+        let mut options = AlarmOptions::new();
+        options.with_member(member_id);
+        self.call(
+            "AlarmDisarm",
+            "alarm_disarm",
+            client.alarm(AlarmAction::Deactivate, AlarmType::Nospace, Some(options)),
         )
         .await
         .map(|_| ())

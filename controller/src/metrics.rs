@@ -34,6 +34,11 @@ struct ClusterLabel {
     cluster: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: String,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     inner: Arc<Inner>,
@@ -48,6 +53,11 @@ struct Inner {
     ready_members: Family<ClusterLabel, Gauge>,
     voters: Family<ClusterLabel, Gauge>,
     learners: Family<ClusterLabel, Gauge>,
+    defrag_runs: Family<OutcomeLabel, Counter>,
+    defrag_run_seconds: Histogram,
+    defrag_members: Family<OutcomeLabel, Counter>,
+    defrag_member_seconds: Histogram,
+    defrag_reclaimed_bytes: Counter,
 }
 
 impl Default for Metrics {
@@ -101,8 +111,43 @@ impl Metrics {
             "Learners etcd lists for an EtcdCluster",
             learners.clone(),
         );
+        let defrag_runs = Family::<OutcomeLabel, Counter>::default();
+        let defrag_run_seconds = Histogram::new(exponential_buckets(0.5, 2.0, 14));
+        let defrag_members = Family::<OutcomeLabel, Counter>::default();
+        let defrag_member_seconds = Histogram::new(exponential_buckets(0.05, 2.0, 14));
+        let defrag_reclaimed_bytes = Counter::default();
+        registry.register(
+            "defrag_runs",
+            "EtcdDefrag runs finished, by outcome (Complete, Failed)",
+            defrag_runs.clone(),
+        );
+        registry.register(
+            "defrag_run_duration_seconds",
+            "Time from an EtcdDefrag run's start to its end",
+            defrag_run_seconds.clone(),
+        );
+        registry.register(
+            "defrag_members",
+            "Members processed by EtcdDefrag runs, by outcome (Defragmented, Skipped, Failed)",
+            defrag_members.clone(),
+        );
+        registry.register(
+            "defrag_member_duration_seconds",
+            "Time one member's defragmentation took",
+            defrag_member_seconds.clone(),
+        );
+        registry.register(
+            "defrag_reclaimed_bytes",
+            "Backend bytes reclaimed by defragmentation",
+            defrag_reclaimed_bytes.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
+                defrag_runs,
+                defrag_run_seconds,
+                defrag_members,
+                defrag_member_seconds,
+                defrag_reclaimed_bytes,
                 registry,
                 reconciles,
                 reconcile_seconds,
@@ -166,6 +211,36 @@ impl Metrics {
         }
     }
 
+    /// One member of a defrag run processed: its outcome, the bytes it gave back and how long
+    /// the defragmentation took (`None`: it was skipped).
+    pub fn count_defrag_member(&self, outcome: &str, reclaimed: i64, took: Option<Duration>) {
+        self.inner
+            .defrag_members
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_string(),
+            })
+            .inc();
+        self.inner
+            .defrag_reclaimed_bytes
+            .inc_by(u64::try_from(reclaimed).unwrap_or(0));
+        if let Some(took) = took {
+            self.inner.defrag_member_seconds.observe(took.as_secs_f64());
+        }
+    }
+
+    /// A defrag run finished.
+    pub fn count_defrag_run(&self, outcome: &str, took: Option<Duration>) {
+        self.inner
+            .defrag_runs
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_string(),
+            })
+            .inc();
+        if let Some(took) = took {
+            self.inner.defrag_run_seconds.observe(took.as_secs_f64());
+        }
+    }
+
     /// Drop a deleted cluster's gauges.
     pub fn forget_cluster(&self, namespace: &str, cluster: &str) {
         let label = ClusterLabel {
@@ -216,5 +291,25 @@ mod tests {
         );
         m.forget_cluster("ns", "c");
         assert!(!m.render().contains("cluster=\"c\""));
+        m.count_defrag_member("Defragmented", 4096, Some(Duration::from_millis(20)));
+        m.count_defrag_member("Skipped", 0, None);
+        m.count_defrag_run("Complete", Some(Duration::from_secs(3)));
+        let text = m.render();
+        assert!(
+            text.contains("etcd_operator_defrag_reclaimed_bytes_total 4096"),
+            "{text}"
+        );
+        assert!(
+            text.contains("etcd_operator_defrag_members_total{outcome=\"Skipped\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("etcd_operator_defrag_runs_total{outcome=\"Complete\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("etcd_operator_defrag_member_duration_seconds_count 1"),
+            "{text}"
+        );
     }
 }

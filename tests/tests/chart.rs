@@ -196,6 +196,28 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
             "update",
             Watched,
         ),
+        // run.rs watches EtcdDefrags; defrag/mod.rs get_opt, list, patch_status and the
+        // delete after ttlSecondsAfterFinished.
+        ("etcd-operator.cozystack.io", "etcddefrags", "get", Watched),
+        ("etcd-operator.cozystack.io", "etcddefrags", "list", Watched),
+        (
+            "etcd-operator.cozystack.io",
+            "etcddefrags",
+            "watch",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcddefrags",
+            "delete",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcddefrags/status",
+            "patch",
+            Watched,
+        ),
         // run.rs owns(Job); snapshot/mod.rs get_opt and create of `<snapshot>-snapshot`.
         ("batch", "jobs", "get", Watched),
         ("batch", "jobs", "list", Watched),
@@ -1165,6 +1187,8 @@ const MUST_NOT: &[(&str, &str, &str)] = &[
     ("create", "cert-manager.io", "certificaterequests"),
     ("delete", "batch", "jobs"),
     ("update", "etcd-operator.cozystack.io", "etcdsnapshots"),
+    ("update", "etcd-operator.cozystack.io", "etcddefrags"),
+    ("create", "etcd-operator.cozystack.io", "etcddefrags"),
     ("create", "rbac.authorization.k8s.io", "clusterroles"),
     ("create", "rbac.authorization.k8s.io", "rolebindings"),
     ("update", "etcd-operator.cozystack.io", "etcdclusters"),

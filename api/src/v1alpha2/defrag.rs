@@ -1,6 +1,6 @@
 //! `EtcdDefrag`: a one-shot, run-to-completion request to defragment one cluster's members,
-//! modelled on `EtcdSnapshot` (the spec is immutable, terminal phases are sticky). The API only:
-//! this operator version has no controller for it yet.
+//! modelled on `EtcdSnapshot` (the spec is immutable, terminal phases are sticky). The
+//! controller is `controller::defrag`; docs/defrag.md describes the behaviour.
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};

@@ -1,6 +1,7 @@
 //! The EtcdCluster reconciler: `plan` decides, `status` renders conditions; the I/O shell lives
-//! in `reconcile`.
+//! in `reconcile`; `alarms` turns etcd's alarms into a condition.
 
+pub mod alarms;
 pub mod plan;
 pub mod reconcile;
 pub mod status;

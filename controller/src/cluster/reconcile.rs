@@ -24,7 +24,7 @@ use serde_json::json;
 use super::plan::{
     self, Action, AuthProblem, DeleteReason, EtcdView, MemberView, Observed, Phase, Plan,
 };
-use super::status;
+use super::{alarms, status};
 use crate::auth::{self, Credentials};
 use crate::builders::{pdb, pod::INITIAL_CLUSTER_STATE_ANNOTATION, pod::STATE_EXISTING, service};
 use crate::context::{Context, FIELD_MANAGER};
@@ -161,6 +161,36 @@ fn voter_endpoints(
         })
         .map(|(m, _)| {
             naming::client_url(&m.name_any(), &naming::member_service(m), &ns, client_tls)
+        })
+        .collect()
+}
+
+/// How long a reconcile tries to read the alarms from voters whose Pods are not Ready.
+const UNREADY_ALARM_READ: Duration = Duration::from_secs(2);
+
+/// Client URLs of voters whose Pod runs but is not Ready (etcd fails its /health while an
+/// alarm is raised): where the alarms can still be read.
+fn unready_voter_endpoints(
+    cluster: &EtcdCluster,
+    members: &[EtcdMember],
+    views: &[MemberView],
+) -> Vec<String> {
+    let ns = cluster.namespace().unwrap_or_default();
+    members
+        .iter()
+        .zip(views)
+        .filter(|(m, v)| {
+            v.pod.as_ref().is_some_and(|p| !p.ready)
+                && !v.deleting
+                && m.status.as_ref().is_some_and(|s| s.is_voter)
+        })
+        .map(|(m, _)| {
+            naming::client_url(
+                &m.name_any(),
+                &naming::member_service(m),
+                &ns,
+                cluster.spec.client_tls(),
+            )
         })
         .collect()
 }
@@ -767,6 +797,30 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     ctx.metrics
         .record_cluster(&ns, &name, i64::from(plan.facts.ready_members), etcd_counts);
     let mut new_status = status::render(cluster, &plan, latched, Timestamp::now());
+    // A raised alarm fails every member's /health, so no Pod is Ready and `etcd` is None:
+    // the alarms are then read from the voters' Pods directly.
+    // Bounded: Pods that are not Ready because they are down must not slow the reconcile.
+    if let Some(client) = etcd.as_mut() {
+        show_alarms(cluster, ctx, client, &members, &mut new_status).await;
+    } else if formed && !(auth_on && auth_wanted && creds.is_none()) {
+        let urls = unready_voter_endpoints(cluster, &members, &views);
+        if !urls.is_empty() {
+            let read = async {
+                let metrics = ctx.metrics.clone();
+                if let Ok(mut client) =
+                    Etcd::connect(&urls, client_tls.as_ref(), dial_creds, metrics).await
+                {
+                    show_alarms(cluster, ctx, &mut client, &members, &mut new_status).await;
+                }
+            };
+            if tokio::time::timeout(UNREADY_ALARM_READ, read)
+                .await
+                .is_err()
+            {
+                tracing::debug!(cluster = %name, "no unready voter answered the alarm list");
+            }
+        }
+    }
     if auth_wanted && !auth_on && ready_to_enable_auth(&plan) {
         if let (Some(client), Some(creds)) = (etcd.as_mut(), creds.as_ref()) {
             enable_auth(cluster, ctx, client, creds).await?;
@@ -852,6 +906,53 @@ async fn list_members(
         Err(e) => {
             ctx.forget_etcd(key);
             Err(e)
+        }
+    }
+}
+
+/// etcd's NOSPACE and CORRUPT alarms as the `Alarm` condition, with an Event when one is
+/// raised. A failed alarm read leaves the condition as it was.
+async fn show_alarms(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    client: &mut Etcd,
+    members: &[EtcdMember],
+    new_status: &mut api::v1alpha2::EtcdClusterStatus,
+) {
+    let alarms = match client.alarms().await {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::debug!(cluster = %cluster.name_any(), error = %e, "could not list etcd alarms");
+            return;
+        }
+    };
+    let names = members
+        .iter()
+        .filter_map(|m| {
+            let id = m.status.as_ref()?.member_id.as_deref()?;
+            Some((crate::etcd::parse_id(id)?, m.name_any()))
+        })
+        .collect();
+    let was = new_status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == alarms::ALARM)
+        .map(|c| c.reason.clone());
+    alarms::set_alarm_condition(
+        &mut new_status.conditions,
+        &alarms,
+        &names,
+        cluster.metadata.generation,
+        Timestamp::now(),
+    );
+    if let Some(c) = new_status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == alarms::ALARM && c.status == "True")
+    {
+        if was.as_deref() != Some(c.reason.as_str()) {
+            ctx.event(cluster, true, "EtcdAlarm", "AlarmList", c.message.clone())
+                .await;
         }
     }
 }

@@ -1,0 +1,117 @@
+//! The `Alarm` condition of an EtcdCluster: the NOSPACE and CORRUPT alarms etcd has raised, by
+//! member, with what to do about them. Pure. The condition appears with the first alarm and then
+//! stays, `False`/`NoAlarm` once etcd lists none.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::conditions::set_condition;
+use crate::etcd::{format_id, Alarm};
+
+/// The condition type.
+pub const ALARM: &str = "Alarm";
+pub const NO_SPACE: &str = "NoSpace";
+pub const CORRUPT: &str = "Corrupt";
+pub const NO_ALARM: &str = "NoAlarm";
+
+/// Set the `Alarm` condition from etcd's alarm list; `names` maps member IDs to EtcdMember
+/// names. CORRUPT wins over NOSPACE (it is the one that needs a member replaced).
+pub fn set_alarm_condition(
+    conditions: &mut Vec<Condition>,
+    alarms: &[(u64, Alarm)],
+    names: &BTreeMap<u64, String>,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let who = |kind: Alarm| {
+        alarms
+            .iter()
+            .filter(|(_, a)| *a == kind)
+            .map(|(id, _)| {
+                names
+                    .get(id)
+                    .cloned()
+                    .unwrap_or_else(|| format!("member {}", format_id(*id)))
+            })
+            .collect::<Vec<_>>()
+    };
+    let (corrupt, nospace) = (who(Alarm::Corrupt), who(Alarm::NoSpace));
+    let (status, reason, message) = if !corrupt.is_empty() {
+        (
+            true,
+            CORRUPT,
+            format!(
+                "etcd raised a CORRUPT alarm for {}: that member's data diverged from the others. \
+                 Delete the EtcdMember so the operator replaces it with a fresh copy, then disarm \
+                 the alarm (etcdctl alarm disarm); do not defragment or snapshot it",
+                corrupt.join(", ")
+            ),
+        )
+    } else if !nospace.is_empty() {
+        (
+            true,
+            NO_SPACE,
+            format!(
+                "etcd raised a NOSPACE alarm for {}: the backend reached its quota \
+                 (spec.options.quotaBackendBytes, default 2GiB) and etcd refuses writes. Delete \
+                 data you do not need, compact, then create an EtcdDefrag (it disarms the alarm \
+                 once every member is below the quota); or raise quotaBackendBytes",
+                nospace.join(", ")
+            ),
+        )
+    } else if conditions.iter().any(|c| c.type_ == ALARM) {
+        (false, NO_ALARM, "etcd lists no alarm".to_string())
+    } else {
+        return;
+    };
+    set_condition(conditions, ALARM, status, reason, message, generation, now);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> BTreeMap<u64, String> {
+        BTreeMap::from([(1, "c-0".to_string()), (2, "c-1".to_string())])
+    }
+
+    fn alarm(conditions: &[Condition]) -> Option<(String, String, String)> {
+        conditions
+            .iter()
+            .find(|c| c.type_ == ALARM)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    }
+
+    #[test]
+    fn no_alarm_adds_no_condition_to_a_cluster_that_never_had_one() {
+        let mut c = Vec::new();
+        set_alarm_condition(&mut c, &[], &names(), None, Timestamp::now());
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn nospace_names_the_members_and_the_remedy_then_clears() {
+        let mut c = Vec::new();
+        let alarms = [(1, Alarm::NoSpace), (2, Alarm::NoSpace)];
+        set_alarm_condition(&mut c, &alarms, &names(), Some(1), Timestamp::now());
+        let (status, reason, message) = alarm(&c).unwrap();
+        assert_eq!((status.as_str(), reason.as_str()), ("True", NO_SPACE));
+        assert!(message.contains("c-0, c-1"), "{message}");
+        assert!(message.contains("EtcdDefrag"), "{message}");
+        set_alarm_condition(&mut c, &[], &names(), Some(1), Timestamp::now());
+        let (status, reason, _) = alarm(&c).unwrap();
+        assert_eq!((status.as_str(), reason.as_str()), ("False", NO_ALARM));
+    }
+
+    #[test]
+    fn corrupt_wins_and_an_unknown_member_is_named_by_id() {
+        let mut c = Vec::new();
+        let alarms = [(1, Alarm::NoSpace), (0xab, Alarm::Corrupt)];
+        set_alarm_condition(&mut c, &alarms, &names(), None, Timestamp::now());
+        let (_, reason, message) = alarm(&c).unwrap();
+        assert_eq!(reason, CORRUPT);
+        assert!(message.contains("member 00000000000000ab"), "{message}");
+    }
+}

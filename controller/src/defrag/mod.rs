@@ -1,0 +1,727 @@
+//! The EtcdDefrag controller: a one-shot run that defragments one cluster's members, one member
+//! per reconcile, followers before the leader, only while the whole cluster is healthy
+//! (`Pending` with the reason otherwise). Phases go `Pending` → `Running` → `Complete` |
+//! `Failed`; terminal phases never change and a finished run is never repeated. At most one
+//! run per cluster is `Running`; after a run that brought every member below the backend quota,
+//! a raised NOSPACE alarm is disarmed. `ttlSecondsAfterFinished` deletes a finished run.
+
+pub mod plan;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use api::quantity::format_bytes;
+use api::v1alpha2::{
+    DefragMemberStatus, DefragOutcome, DefragPhase, EtcdCluster, EtcdDefrag, EtcdDefragStatus,
+    EtcdMember,
+};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action as Requeue;
+use kube::{Api, Resource, ResourceExt};
+
+use crate::auth::{self, Credentials};
+use crate::conditions::set_condition;
+use crate::context::Context;
+use crate::etcd::{format_id, Alarm, Etcd, MemberStatus};
+use crate::tls::ClientTls;
+use crate::{naming, Error};
+use plan::{Gate, MemberObservation};
+
+/// The `Ready` condition of an EtcdDefrag: True once Complete; its reason says what the run
+/// waits for or did.
+pub const READY: &str = "Ready";
+/// Bound on each member call of a run (`Status`, `Defragment`, `AlarmDisarm`).
+pub const MEMBER_RPC_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bound on a member's `Status` answer while checking health.
+pub const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
+/// A run still Running this long after it started fails with `DeadlineExceeded`.
+pub const ACTIVE_DEADLINE: Duration = Duration::from_secs(30 * 60);
+/// Attempts of a member's `Defragment` before the member counts as failed.
+pub const DEFRAG_ATTEMPTS: u32 = 3;
+const RETRY_PAUSE: Duration = Duration::from_secs(2);
+/// How often a waiting run looks again.
+const RECHECK: Duration = Duration::from_secs(5);
+
+pub mod reason {
+    pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
+    pub const CLUSTER_UNHEALTHY: &str = "ClusterUnhealthy";
+    pub const WAITING_FOR_RUN: &str = "WaitingForRun";
+    pub const CREDENTIALS_NOT_READY: &str = "CredentialsNotReady";
+    pub const RUNNING: &str = "Running";
+    pub const COMPLETE: &str = "Complete";
+    pub const MEMBERS_FAILED: &str = "MembersFailed";
+    pub const LEADER_FAILED: &str = "LeaderFailed";
+    pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+}
+
+pub async fn reconcile(defrag: Arc<EtcdDefrag>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let started = Instant::now();
+    let res = reconcile_inner(&defrag, &ctx).await;
+    ctx.metrics
+        .observe_reconcile("etcddefrag", started.elapsed());
+    res
+}
+
+pub fn error_policy(_defrag: Arc<EtcdDefrag>, error: &Error, ctx: Arc<Context>) -> Requeue {
+    ctx.metrics.count_error("etcddefrag", error.metric_label());
+    tracing::warn!(error = %error, "defrag reconcile failed");
+    Requeue::requeue(RECHECK)
+}
+
+fn phase(d: &EtcdDefrag) -> DefragPhase {
+    d.status.as_ref().and_then(|s| s.phase).unwrap_or_default()
+}
+
+/// What a step changes: the new phase and the `Ready` condition.
+struct Outcome {
+    phase: DefragPhase,
+    reason: &'static str,
+    message: String,
+}
+
+fn render(defrag: &EtcdDefrag, status: &mut EtcdDefragStatus, o: &Outcome, now: Timestamp) {
+    let generation = defrag.metadata.generation;
+    status.observed_generation = generation;
+    set_condition(
+        &mut status.conditions,
+        READY,
+        o.phase == DefragPhase::Complete,
+        o.reason,
+        o.message.clone(),
+        generation,
+        now,
+    );
+    if o.phase != DefragPhase::Pending && status.started_at.is_none() {
+        status.started_at = Some(Time(now));
+    }
+    if o.phase.is_terminal() {
+        status.completed_at = Some(Time(now));
+    }
+    status.defragmented = Some(
+        status
+            .members
+            .iter()
+            .filter(|m| m.outcome == Some(DefragOutcome::Defragmented))
+            .count() as i32,
+    );
+    status.phase = Some(o.phase);
+}
+
+async fn write(api: &Api<EtcdDefrag>, name: &str, status: &EtcdDefragStatus) -> Result<(), Error> {
+    let patch = serde_json::json!({ "status": status });
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Delete a finished run once its TTL has passed; otherwise wake when it does.
+async fn expire(
+    api: &Api<EtcdDefrag>,
+    defrag: &EtcdDefrag,
+    now: Timestamp,
+) -> Result<Requeue, Error> {
+    let (Some(ttl), Some(done)) = (
+        defrag.spec.ttl_seconds_after_finished,
+        defrag.status.as_ref().and_then(|s| s.completed_at.as_ref()),
+    ) else {
+        return Ok(Requeue::await_change());
+    };
+    let elapsed = Duration::try_from(now.duration_since(done.0)).unwrap_or_default();
+    let ttl = Duration::from_secs(u64::try_from(ttl).unwrap_or(0));
+    if elapsed >= ttl {
+        match api
+            .delete(&defrag.name_any(), &DeleteParams::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(defrag = %defrag.name_any(), "deleted finished EtcdDefrag after ttlSecondsAfterFinished");
+        return Ok(Requeue::await_change());
+    }
+    Ok(Requeue::requeue(ttl - elapsed + Duration::from_millis(200)))
+}
+
+/// The cluster's client TLS and root credentials, or why they cannot be used yet.
+async fn access(
+    ctx: &Context,
+    ns: &str,
+    cluster: &EtcdCluster,
+) -> Result<Result<(Option<ClientTls>, Option<Credentials>), String>, Error> {
+    let name = cluster.name_any();
+    let tls = match crate::tls::load(&ctx.client, ns, &name, cluster.spec.tls.as_ref()).await {
+        Ok(tls) => tls,
+        Err(e) if e.is_user_fixable() => return Ok(Err(e.to_string())),
+        Err(e) => return Err(e.into()),
+    };
+    let creds = if auth::wanted(cluster.spec.auth.as_ref()) && auth::latched(cluster) {
+        match auth::load(&ctx.client, ns, cluster.spec.auth.as_ref()).await {
+            Ok(c) => c,
+            Err(e) if e.is_user_fixable() => return Ok(Err(e.to_string())),
+            Err(e) => return Err(e.into()),
+        }
+    } else {
+        None
+    };
+    Ok(Ok((tls, creds)))
+}
+
+/// A member's client URL with the connection to use for it.
+struct Member {
+    url: String,
+}
+
+/// The cluster's running members (added to etcd, not dormant, not being deleted) with their
+/// Pods' readiness and their own `Status`; the alarms etcd lists.
+async fn observe(
+    ctx: &Context,
+    ns: &str,
+    cluster: &EtcdCluster,
+    tls: Option<&ClientTls>,
+    creds: Option<&Credentials>,
+) -> Result<(Vec<MemberObservation>, Vec<Member>, Vec<(u64, Alarm)>), Error> {
+    let name = cluster.name_any();
+    let uid = cluster.uid().unwrap_or_default();
+    let selector = ListParams::default().labels(&api::labels::cluster_selector(&name));
+    let members: Vec<EtcdMember> = Api::<EtcdMember>::namespaced(ctx.client.clone(), ns)
+        .list(&selector)
+        .await?
+        .items
+        .into_iter()
+        .filter(|m| crate::controller_uid(m).as_deref() == Some(uid.as_str()))
+        .filter(|m| !m.spec.dormant && !m.spec.initial_cluster.is_empty())
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .collect();
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .list(&selector)
+        .await?
+        .items;
+    let mut observed = Vec::new();
+    let mut conns = Vec::new();
+    let mut alarms = None;
+    for m in &members {
+        let member = m.name_any();
+        let pod = pods.iter().find(|p| {
+            p.name_any() == member
+                && p.metadata.deletion_timestamp.is_none()
+                && crate::controller_uid(*p) == m.uid()
+        });
+        let ready = pod.is_some_and(|p| crate::pods::pod_view(p).ready);
+        let url = naming::client_url(
+            &member,
+            &naming::member_service(m),
+            ns,
+            cluster.spec.client_tls(),
+        );
+        // A running Pod that is not Ready is asked too: a raised alarm fails etcd's /health.
+        let status = if pod.is_some() {
+            match Etcd::connect_with_timeout(
+                std::slice::from_ref(&url),
+                tls,
+                creds,
+                ctx.metrics.clone(),
+                STATUS_TIMEOUT,
+            )
+            .await
+            {
+                Ok(mut client) => {
+                    let status = client.member_status().await.map_err(|e| e.to_string());
+                    if alarms.is_none() && status.is_ok() {
+                        alarms = client.alarms().await.ok();
+                    }
+                    status
+                }
+                Err(e) => Err(e.stable_message()),
+            }
+        } else {
+            Err("it has no running Pod".to_string())
+        };
+        observed.push(MemberObservation {
+            name: member,
+            ready,
+            status,
+        });
+        conns.push(Member { url });
+    }
+    Ok((observed, conns, alarms.unwrap_or_default()))
+}
+
+async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, Error> {
+    let ns = defrag.namespace().ok_or(Error::NoNamespace)?;
+    let name = defrag.name_any();
+    let api: Api<EtcdDefrag> = Api::namespaced(ctx.client.clone(), &ns);
+    // The cache may lag behind our own status writes: decide from the stored object.
+    let Some(defrag) = api.get_opt(&name).await? else {
+        return Ok(Requeue::await_change());
+    };
+    let now = Timestamp::now();
+    if phase(&defrag).is_terminal() {
+        return expire(&api, &defrag, now).await;
+    }
+    if defrag.metadata.deletion_timestamp.is_some() {
+        return Ok(Requeue::await_change());
+    }
+    let mut status = defrag.status.clone().unwrap_or_default();
+    let running = phase(&defrag) == DefragPhase::Running;
+    let cluster_name = defrag.spec.cluster_ref.name.clone();
+
+    // A run that has been going too long stops, wherever it is.
+    if let Some(started) = status.started_at.as_ref().filter(|_| running) {
+        let age = Duration::try_from(now.duration_since(started.0)).unwrap_or_default();
+        if age >= ACTIVE_DEADLINE {
+            let o = Outcome {
+                phase: DefragPhase::Failed,
+                reason: reason::DEADLINE_EXCEEDED,
+                message: format!(
+                    "the run did not finish within {}s of starting; create a new EtcdDefrag to \
+                     process the remaining members",
+                    ACTIVE_DEADLINE.as_secs()
+                ),
+            };
+            return finish(ctx, &api, &defrag, &mut status, &o, now).await;
+        }
+    }
+
+    let wait = |reason: &'static str, message: String| Outcome {
+        phase: if running {
+            DefragPhase::Running
+        } else {
+            DefragPhase::Pending
+        },
+        reason,
+        message,
+    };
+    let Some(cluster) = Api::<EtcdCluster>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(&cluster_name)
+        .await?
+    else {
+        let o = wait(
+            reason::CLUSTER_NOT_FOUND,
+            format!(
+                "EtcdCluster {cluster_name} (spec.clusterRef.name) does not exist in this namespace"
+            ),
+        );
+        return step(&api, &defrag, &mut status, &o, now, RECHECK).await;
+    };
+
+    if !running {
+        let runs = api.list(&ListParams::default()).await?.items;
+        if let Some(first) = plan::blocking_run(&defrag, &runs) {
+            let o = wait(
+                reason::WAITING_FOR_RUN,
+                format!(
+                    "EtcdDefrag {first} of cluster {cluster_name} goes first; runs of one cluster \
+                     never overlap"
+                ),
+            );
+            return step(&api, &defrag, &mut status, &o, now, RECHECK).await;
+        }
+    }
+
+    let (tls, creds) = match access(ctx, &ns, &cluster).await? {
+        Ok(a) => a,
+        Err(why) => {
+            let o = wait(reason::CREDENTIALS_NOT_READY, why);
+            return step(&api, &defrag, &mut status, &o, now, RECHECK).await;
+        }
+    };
+    let (members, conns, alarms) =
+        observe(ctx, &ns, &cluster, tls.as_ref(), creds.as_ref()).await?;
+    if let Some(why) = plan::unhealthy(cluster.spec.replicas, &members, &alarms) {
+        let o = wait(
+            reason::CLUSTER_UNHEALTHY,
+            format!("waiting for cluster {cluster_name} to be healthy: {why}"),
+        );
+        return step(&api, &defrag, &mut status, &o, now, RECHECK).await;
+    }
+    if !running {
+        let o = Outcome {
+            phase: DefragPhase::Running,
+            reason: reason::RUNNING,
+            message: format!(
+                "defragmenting the {} member(s) of cluster {cluster_name}, followers first",
+                members.len()
+            ),
+        };
+        tracing::info!(defrag = %name, namespace = %ns, cluster = %cluster_name, "defrag run started");
+        ctx.event(
+            &defrag,
+            false,
+            "DefragStarted",
+            "Defragment",
+            format!("started defragmenting cluster {cluster_name}"),
+        )
+        .await;
+        return step(&api, &defrag, &mut status, &o, now, Duration::ZERO).await;
+    }
+
+    let done: BTreeSet<String> = status
+        .members
+        .iter()
+        .filter(|m| m.outcome.is_some())
+        .map(|m| m.name.clone())
+        .collect();
+    let Some((member, role)) = plan::next_member(&members, &done) else {
+        return complete(
+            ctx,
+            &api,
+            &defrag,
+            &cluster,
+            &mut status,
+            &members,
+            &conns,
+            &alarms,
+            tls.as_ref(),
+            creds.as_ref(),
+            now,
+        )
+        .await;
+    };
+    let Ok(before) = member.status.clone() else {
+        return Ok(Requeue::requeue(RECHECK));
+    };
+    let quota = plan::quota(
+        cluster
+            .spec
+            .options
+            .as_ref()
+            .and_then(|o| o.quota_backend_bytes),
+    );
+    let rule = defrag.spec.rule();
+    let url = members
+        .iter()
+        .zip(&conns)
+        .find(|(m, _)| m.name == member.name)
+        .map(|(_, c)| c.url.clone())
+        .unwrap_or_default();
+    let mut entry = DefragMemberStatus {
+        name: member.name.clone(),
+        role: Some(role.to_string()),
+        db_size_before: Some(before.db_size),
+        ..Default::default()
+    };
+    match plan::gate(&rule, before.db_size, before.db_size_in_use, quota) {
+        Gate::Skip(why) => {
+            entry.outcome = Some(DefragOutcome::Skipped);
+            entry.reason = Some(why);
+            ctx.metrics.count_defrag_member("Skipped", 0, None);
+        }
+        Gate::Defragment(why) => {
+            let took = Instant::now();
+            match defragment(ctx, &url, tls.as_ref(), creds.as_ref()).await {
+                Ok(after) => {
+                    let reclaimed = (before.db_size - after.db_size).max(0);
+                    entry.outcome = Some(DefragOutcome::Defragmented);
+                    entry.reason = Some(why);
+                    entry.db_size_after = Some(after.db_size);
+                    entry.reclaimed_bytes = Some(reclaimed);
+                    ctx.metrics.count_defrag_member(
+                        "Defragmented",
+                        reclaimed,
+                        Some(took.elapsed()),
+                    );
+                    tracing::info!(defrag = %name, member = %member.name, role, reclaimed, "defragmented member");
+                    ctx.event_related(
+                        &defrag,
+                        Some(member_ref(&ns, &member.name)),
+                        false,
+                        "MemberDefragmented",
+                        "Defragment",
+                        format!(
+                            "defragmented {role} {}: dbSize {} -> {}, reclaimed {}",
+                            member.name,
+                            format_bytes(before.db_size),
+                            format_bytes(after.db_size),
+                            format_bytes(reclaimed)
+                        ),
+                    )
+                    .await;
+                }
+                Err(e) => {
+                    entry.outcome = Some(DefragOutcome::Failed);
+                    entry.reason = Some(format!(
+                        "defragment failed {DEFRAG_ATTEMPTS} times; last error: {e}"
+                    ));
+                    ctx.metrics
+                        .count_defrag_member("Failed", 0, Some(took.elapsed()));
+                    ctx.event_related(
+                        &defrag,
+                        Some(member_ref(&ns, &member.name)),
+                        true,
+                        "MemberDefragFailed",
+                        "Defragment",
+                        format!("defragmenting {role} {} failed: {e}", member.name),
+                    )
+                    .await;
+                }
+            }
+        }
+    }
+    entry.finished_at = Some(Time(Timestamp::now()));
+    let failed_leader = role == plan::LEADER && entry.outcome == Some(DefragOutcome::Failed);
+    let message = format!(
+        "member {} ({role}): {}",
+        entry.name,
+        entry.reason.clone().unwrap_or_default()
+    );
+    status.members.retain(|m| m.name != entry.name);
+    status.members.push(entry);
+    if failed_leader {
+        let o = Outcome {
+            phase: DefragPhase::Failed,
+            reason: reason::LEADER_FAILED,
+            message: format!("the leader could not be defragmented, so the run fails: {message}"),
+        };
+        return finish(ctx, &api, &defrag, &mut status, &o, Timestamp::now()).await;
+    }
+    let o = Outcome {
+        phase: DefragPhase::Running,
+        reason: reason::RUNNING,
+        message,
+    };
+    step(
+        &api,
+        &defrag,
+        &mut status,
+        &o,
+        Timestamp::now(),
+        Duration::ZERO,
+    )
+    .await
+}
+
+/// The EtcdMember a per-member Event relates to.
+fn member_ref(ns: &str, name: &str) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(EtcdMember::api_version(&()).into_owned()),
+        kind: Some(EtcdMember::kind(&()).into_owned()),
+        namespace: Some(ns.to_string()),
+        name: Some(name.to_string()),
+        ..Default::default()
+    }
+}
+
+/// Write the status after a non-terminal step and look again after `again` (at once for zero).
+async fn step(
+    api: &Api<EtcdDefrag>,
+    defrag: &EtcdDefrag,
+    status: &mut EtcdDefragStatus,
+    o: &Outcome,
+    now: Timestamp,
+    again: Duration,
+) -> Result<Requeue, Error> {
+    let before = status.clone();
+    render(defrag, status, o, now);
+    if defrag.status.as_ref() != Some(status) || before != *status {
+        write(api, &defrag.name_any(), status).await?;
+    }
+    Ok(if again.is_zero() {
+        Requeue::requeue(Duration::from_millis(100))
+    } else {
+        Requeue::requeue(again)
+    })
+}
+
+/// Write a terminal status, count the run and announce it.
+async fn finish(
+    ctx: &Context,
+    api: &Api<EtcdDefrag>,
+    defrag: &EtcdDefrag,
+    status: &mut EtcdDefragStatus,
+    o: &Outcome,
+    now: Timestamp,
+) -> Result<Requeue, Error> {
+    render(defrag, status, o, now);
+    write(api, &defrag.name_any(), status).await?;
+    let outcome = if o.phase == DefragPhase::Complete {
+        "Complete"
+    } else {
+        "Failed"
+    };
+    let took = status
+        .started_at
+        .as_ref()
+        .and_then(|s| Duration::try_from(now.duration_since(s.0)).ok());
+    ctx.metrics.count_defrag_run(outcome, took);
+    ctx.event(
+        defrag,
+        o.phase != DefragPhase::Complete,
+        if o.phase == DefragPhase::Complete {
+            "DefragComplete"
+        } else {
+            "DefragFailed"
+        },
+        "Defragment",
+        o.message.clone(),
+    )
+    .await;
+    match defrag.spec.ttl_seconds_after_finished {
+        Some(ttl) => Ok(Requeue::requeue(Duration::from_secs(
+            u64::try_from(ttl).unwrap_or(0),
+        ))),
+        None => Ok(Requeue::await_change()),
+    }
+}
+
+/// Every member is processed: disarm NOSPACE when every member is below the quota now, then
+/// end the run (Failed when a member failed).
+#[allow(clippy::too_many_arguments)]
+async fn complete(
+    ctx: &Context,
+    api: &Api<EtcdDefrag>,
+    defrag: &EtcdDefrag,
+    cluster: &EtcdCluster,
+    status: &mut EtcdDefragStatus,
+    members: &[MemberObservation],
+    conns: &[Member],
+    alarms: &[(u64, Alarm)],
+    tls: Option<&ClientTls>,
+    creds: Option<&Credentials>,
+    now: Timestamp,
+) -> Result<Requeue, Error> {
+    let quota = plan::quota(
+        cluster
+            .spec
+            .options
+            .as_ref()
+            .and_then(|o| o.quota_backend_bytes),
+    );
+    let nospace: Vec<u64> = alarms
+        .iter()
+        .filter(|(_, a)| *a == Alarm::NoSpace)
+        .map(|(id, _)| *id)
+        .collect();
+    let below_quota = members
+        .iter()
+        .all(|m| m.status.as_ref().is_ok_and(|s| s.db_size < quota));
+    let mut note = String::new();
+    if !nospace.is_empty() {
+        if below_quota {
+            let Some(url) = conns.first().map(|c| c.url.clone()) else {
+                return Ok(Requeue::requeue(RECHECK));
+            };
+            let mut client = Etcd::connect_with_timeout(
+                &[url],
+                tls,
+                creds,
+                ctx.metrics.clone(),
+                MEMBER_RPC_TIMEOUT,
+            )
+            .await?;
+            for id in &nospace {
+                client.disarm_nospace(*id).await?;
+            }
+            let ids: Vec<String> = nospace.iter().map(|id| format_id(*id)).collect();
+            note = format!(
+                "; disarmed the NOSPACE alarm ({}), writes are accepted again",
+                ids.join(", ")
+            );
+            tracing::info!(cluster = %cluster.name_any(), "disarmed NOSPACE after defragmentation");
+            let message = format!(
+                "every member's dbSize is below the {} quota after EtcdDefrag {}: disarmed the \
+                 NOSPACE alarm ({}); etcd accepts writes again",
+                format_bytes(quota),
+                defrag.name_any(),
+                ids.join(", ")
+            );
+            ctx.event(
+                cluster,
+                false,
+                "AlarmDisarmed",
+                "AlarmDisarm",
+                message.clone(),
+            )
+            .await;
+            ctx.event(defrag, false, "AlarmDisarmed", "AlarmDisarm", message)
+                .await;
+        } else {
+            note = format!(
+                "; the NOSPACE alarm stays raised: a member's dbSize is still at or above the {} \
+                 quota (delete data and compact, or raise spec.options.quotaBackendBytes)",
+                format_bytes(quota)
+            );
+        }
+    }
+    let failed: Vec<String> = status
+        .members
+        .iter()
+        .filter(|m| m.outcome == Some(DefragOutcome::Failed))
+        .map(|m| m.name.clone())
+        .collect();
+    let defragmented = status
+        .members
+        .iter()
+        .filter(|m| m.outcome == Some(DefragOutcome::Defragmented))
+        .count();
+    let reclaimed: i64 = status
+        .members
+        .iter()
+        .filter_map(|m| m.reclaimed_bytes)
+        .sum();
+    let o = if failed.is_empty() {
+        Outcome {
+            phase: DefragPhase::Complete,
+            reason: reason::COMPLETE,
+            message: format!(
+                "defragmented {defragmented} of {} member(s), reclaimed {}{note}",
+                status.members.len(),
+                format_bytes(reclaimed)
+            ),
+        }
+    } else {
+        Outcome {
+            phase: DefragPhase::Failed,
+            reason: reason::MEMBERS_FAILED,
+            message: format!(
+                "defragmenting {} failed (see status.members); reclaimed {}{note}",
+                failed.join(", "),
+                format_bytes(reclaimed)
+            ),
+        }
+    };
+    finish(ctx, api, defrag, status, &o, now).await
+}
+
+/// Defragment the member at `url` (with bounded retries) and return its status afterwards.
+async fn defragment(
+    ctx: &Context,
+    url: &str,
+    tls: Option<&ClientTls>,
+    creds: Option<&Credentials>,
+) -> Result<MemberStatus, String> {
+    let mut last = String::new();
+    for attempt in 1..=DEFRAG_ATTEMPTS {
+        if attempt > 1 {
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+        let mut client = match Etcd::connect_with_timeout(
+            &[url.to_string()],
+            tls,
+            creds,
+            ctx.metrics.clone(),
+            MEMBER_RPC_TIMEOUT,
+        )
+        .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                last = e.stable_message();
+                continue;
+            }
+        };
+        if let Err(e) = client.defragment().await {
+            last = e.to_string();
+            continue;
+        }
+        match client.member_status().await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e.to_string(),
+        }
+    }
+    Err(last)
+}

@@ -1,0 +1,231 @@
+//! The pure decisions of an EtcdDefrag run: whether the cluster is healthy enough to touch, which
+//! run of a cluster goes first, which member is next (followers before the leader) and whether a
+//! member passes the rule's gate.
+
+use std::collections::BTreeSet;
+
+use api::quantity::{format_bytes, to_bytes};
+use api::v1alpha2::{DefragPhase, DefragRule, EtcdDefrag};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use crate::etcd::{format_id, Alarm, MemberStatus};
+
+/// etcd's backend quota when `--quota-backend-bytes` is unset or 0.
+pub const DEFAULT_QUOTA_BYTES: i64 = 2 * 1024 * 1024 * 1024;
+/// How far a member's applied raft index may trail the highest raft index among the members
+/// before it counts as lagging.
+pub const MAX_RAFT_LAG: u64 = 1000;
+
+pub const LEADER: &str = "leader";
+pub const FOLLOWER: &str = "follower";
+
+/// One member as observed before a step: its Pod's readiness and its own `Status` answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberObservation {
+    /// The EtcdMember's name.
+    pub name: String,
+    pub ready: bool,
+    /// The member's `Status`, or why it did not answer.
+    pub status: Result<MemberStatus, String>,
+}
+
+/// Why the cluster cannot be defragmented now, or `None` when it can: every member is Ready,
+/// answers `Status`, follows the same live leader, is a voter, does not lag, and no alarm
+/// other than NOSPACE is raised (a defragmentation is how NOSPACE is cleared; with NOSPACE
+/// raised, Pods are not Ready, as etcd fails /health, and readiness is not required).
+pub fn unhealthy(
+    replicas: i32,
+    members: &[MemberObservation],
+    alarms: &[(u64, Alarm)],
+) -> Option<String> {
+    if replicas == 0 {
+        return Some("the cluster is paused (spec.replicas=0)".into());
+    }
+    if (members.len() as i64) < i64::from(replicas) {
+        return Some(format!(
+            "the cluster has {} of its {replicas} members",
+            members.len()
+        ));
+    }
+    // etcd fails /health (the readiness probe) while an alarm is raised: with NOSPACE, a member
+    // that answers Status below counts as healthy.
+    let nospace = alarms.iter().any(|(_, a)| *a == Alarm::NoSpace);
+    if let Some(m) = members.iter().find(|m| !m.ready && !nospace) {
+        return Some(format!("member {} is not Ready", m.name));
+    }
+    let mut statuses = Vec::with_capacity(members.len());
+    for m in members {
+        match &m.status {
+            Err(e) => return Some(format!("member {} does not answer status: {e}", m.name)),
+            Ok(s) if s.is_learner => {
+                return Some(format!(
+                    "member {} is a learner (the membership is changing)",
+                    m.name
+                ))
+            }
+            Ok(s) => statuses.push((m.name.as_str(), s)),
+        }
+    }
+    let leaders: BTreeSet<u64> = statuses.iter().map(|(_, s)| s.leader).collect();
+    if leaders.contains(&0) || leaders.len() != 1 {
+        return Some(format!(
+            "the members do not agree on a leader ({})",
+            statuses
+                .iter()
+                .map(|(n, s)| format!("{n} follows {}", format_id(s.leader)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if let Some(&leader) = leaders.iter().next() {
+        if !statuses.iter().any(|(_, s)| s.member_id == leader) {
+            return Some(format!(
+                "the leader {} is not one of the cluster's members",
+                format_id(leader)
+            ));
+        }
+    }
+    let top = statuses
+        .iter()
+        .map(|(_, s)| s.raft_index)
+        .max()
+        .unwrap_or(0);
+    if let Some((n, s)) = statuses
+        .iter()
+        .find(|(_, s)| top.saturating_sub(s.raft_applied_index) > MAX_RAFT_LAG)
+    {
+        return Some(format!(
+            "member {n} lags: applied raft index {} against {top} (more than {MAX_RAFT_LAG} behind)",
+            s.raft_applied_index
+        ));
+    }
+    if let Some((id, _)) = alarms.iter().find(|(_, a)| *a == Alarm::Corrupt) {
+        return Some(format!(
+            "etcd raised a CORRUPT alarm for member {}: its data diverged; replace that member \
+             instead of defragmenting",
+            format_id(*id)
+        ));
+    }
+    None
+}
+
+/// The member to process next: a follower not yet processed (by name), and the leader only
+/// when every follower is done. `None` when all are done.
+pub fn next_member<'a>(
+    members: &'a [MemberObservation],
+    done: &BTreeSet<String>,
+) -> Option<(&'a MemberObservation, &'static str)> {
+    let leader = members
+        .iter()
+        .filter_map(|m| m.status.as_ref().ok())
+        .map(|s| s.leader)
+        .next()
+        .unwrap_or(0);
+    let is_leader = |m: &MemberObservation| m.status.as_ref().is_ok_and(|s| s.member_id == leader);
+    let mut left: Vec<&MemberObservation> =
+        members.iter().filter(|m| !done.contains(&m.name)).collect();
+    left.sort_by(|a, b| is_leader(a).cmp(&is_leader(b)).then(a.name.cmp(&b.name)));
+    left.first()
+        .map(|m| (*m, if is_leader(m) { LEADER } else { FOLLOWER }))
+}
+
+/// Whether a member passes the gate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Defragment it; the text says why.
+    Defragment(String),
+    /// Skip it; the text says why.
+    Skip(String),
+}
+
+/// The rule's gate for a member of `db_size` bytes, `in_use` of them live, under a backend
+/// quota of `quota` bytes.
+pub fn gate(rule: &DefragRule, db_size: i64, in_use: i64, quota: i64) -> Gate {
+    if rule.is_all() {
+        return Gate::Defragment("spec.rule.all is true".into());
+    }
+    let reclaimable = (db_size - in_use).max(0);
+    // The CRD and the webhook validate both quantities; an unparsable one falls back to its
+    // default rather than defragmenting unconditionally.
+    let free = to_bytes(&rule.free_space_above())
+        .or_else(|| to_bytes(&DefragRule::default().free_space_above()))
+        .unwrap_or(i64::MAX);
+    let min = to_bytes(&rule.min_reclaim())
+        .or_else(|| to_bytes(&DefragRule::default().min_reclaim()))
+        .unwrap_or(i64::MAX);
+    let r = format_bytes(reclaimable);
+    if reclaimable > free {
+        return Gate::Defragment(format!(
+            "{r} reclaimable exceeds freeSpaceAbove {}",
+            format_bytes(free)
+        ));
+    }
+    if let Some(percent) = rule.quota_usage_above.as_deref().and_then(parse_percent) {
+        let over = i128::from(db_size) * 100 > i128::from(quota) * i128::from(percent);
+        if over && reclaimable > min {
+            return Gate::Defragment(format!(
+                "dbSize {} is above {percent}% of the {} quota and {r} reclaimable exceeds \
+                 minReclaim {}",
+                format_bytes(db_size),
+                format_bytes(quota),
+                format_bytes(min)
+            ));
+        }
+        if over {
+            return Gate::Skip(format!(
+                "{r} reclaimable is not above minReclaim {}",
+                format_bytes(min)
+            ));
+        }
+    }
+    Gate::Skip(format!(
+        "{r} reclaimable is not above freeSpaceAbove {}",
+        format_bytes(free)
+    ))
+}
+
+/// `80%` → 80.
+fn parse_percent(p: &str) -> Option<u32> {
+    p.strip_suffix('%')?
+        .parse::<u32>()
+        .ok()
+        .filter(|p| (1..=100).contains(p))
+}
+
+/// The backend quota of a cluster with `--quota-backend-bytes` set to `configured`.
+pub fn quota(configured: Option<i64>) -> i64 {
+    configured.filter(|q| *q > 0).unwrap_or(DEFAULT_QUOTA_BYTES)
+}
+
+/// The run of the same cluster that goes before `this`, if any: unfinished runs take turns, a
+/// Running one first, then by creation time and name.
+pub fn blocking_run(this: &EtcdDefrag, runs: &[EtcdDefrag]) -> Option<String> {
+    let key = |d: &EtcdDefrag| {
+        let phase = d.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
+        (
+            phase != DefragPhase::Running,
+            d.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0)
+                .unwrap_or(Timestamp::MAX),
+            d.name_any(),
+        )
+    };
+    runs.iter()
+        .filter(|d| d.spec.cluster_ref.name == this.spec.cluster_ref.name)
+        .filter(|d| d.metadata.deletion_timestamp.is_none())
+        .filter(|d| {
+            !d.status
+                .as_ref()
+                .and_then(|s| s.phase)
+                .is_some_and(DefragPhase::is_terminal)
+        })
+        .min_by_key(|d| key(d))
+        .map(|d| d.name_any())
+        .filter(|first| *first != this.name_any())
+}
+
+#[cfg(test)]
+mod tests;
