@@ -200,3 +200,44 @@ pub async fn patch_secret(env: &Env, ns: &str, name: &str, keys: &[(&str, &str)]
         .await
         .or_panic();
 }
+
+/// The leaf certificate (DER) a TLS listener at `host:port` presents to a client trusting
+/// `ca_pem` and presenting `identity`.
+pub async fn served_certificate(
+    host: &str,
+    port: u16,
+    ca_pem: &str,
+    identity: (&str, &str),
+) -> Result<Vec<u8>, String> {
+    let config = certs::client::client_config_from_pem(
+        ca_pem.as_bytes(),
+        Some((identity.0.as_bytes(), identity.1.as_bytes())),
+        "test client",
+    )
+    .map_err(|e| e.to_string())?;
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| format!("connect {host}:{port}: {e}"))?;
+    let name =
+        rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| e.to_string())?;
+    let tls = tokio::time::timeout(Duration::from_secs(5), connector.connect(name, tcp))
+        .await
+        .map_err(|_| format!("TLS handshake with {host}:{port} timed out"))?
+        .map_err(|e| format!("TLS handshake with {host}:{port}: {e}"))?;
+    let (_, session) = tls.get_ref();
+    session
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.to_vec())
+        .ok_or_else(|| format!("{host}:{port} presented no certificate"))
+}
+
+/// The DER of the first certificate in `pem`.
+pub fn der_of(pem: &str) -> Vec<u8> {
+    certs::pem::parse_certificates(pem.as_bytes(), std::path::Path::new("test"))
+        .or_panic()
+        .first()
+        .map(|c| c.to_vec())
+        .unwrap_or_default()
+}

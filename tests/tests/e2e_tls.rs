@@ -18,10 +18,12 @@ use serde_json::json;
 use tests::e2e::{condition, env, spec, Env};
 use tests::env::{cert_manager, CertManager, ControlPlane};
 use tests::operator::Operator;
+use tests::rollout::{endpoints, uids, Writer};
 use tests::tls::{
     create_operator_secret, create_peer_secret, create_secret, create_server_secret, dial, mint,
     pair, tls_spec,
 };
+use tests::tls::{der_of, served_certificate};
 use tests::OrPanic;
 use tokio::sync::OnceCell;
 
@@ -595,6 +597,79 @@ async fn cert_manager_mtls_cluster_gets_its_certificates_serves_only_tls_clients
     env.wait_healthy(&ns, name, 3, BOOT).await;
     assert_eq!(member_list_over_mtls(env, &ns, name).await.len(), 3);
     check_keys(&mut dial(env, &ns, name, Some((&ca, op))).await, &keys).await;
+
+    // cert-manager renews the server and peer leaves (a manual trigger, as `cmctl renew` does):
+    // every member serves the new server certificate with no restart and no failed request.
+    let pods = env.ready_pods(&ns, name).await;
+    let before = uids(&pods);
+    let old_server = secret_key(env, &ns, "cm-server-tls", "tls.crt").await;
+    let writer = Writer::start(
+        endpoints(&ns, name, &pods),
+        Some((ca.clone(), op_crt.clone(), op_key.clone())),
+        "renew/",
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for certificate in ["cm-server", "cm-peer"] {
+        renew(env, &ns, certificate).await;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let new_server = loop {
+        let now = secret_key(env, &ns, "cm-server-tls", "tls.crt").await;
+        if now != old_server {
+            break now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "cert-manager did not renew cm-server"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    for p in &pods {
+        let host = format!("{}.{name}.{ns}.svc", p.name_any());
+        loop {
+            let served = served_certificate(&host, 2379, &ca, (&op_crt, &op_key)).await;
+            if served.as_ref().is_ok_and(|der| *der == der_of(&new_server)) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{host} does not serve the renewed certificate: {served:?}"
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    let report = writer.finish().await;
+    assert_eq!(
+        uids(&env.pods(&ns, name).await),
+        before,
+        "a member restarted"
+    );
+    assert_eq!(
+        report.failed, 0,
+        "requests failed during the renewal: {report:?}"
+    );
+    assert!(!report.written.is_empty());
+    check_keys(&mut dial(env, &ns, name, Some((&ca, op))).await, &keys).await;
+}
+
+/// Ask cert-manager to re-issue `certificate` now: the `Issuing` condition `cmctl renew` sets.
+async fn renew(env: &Env, ns: &str, certificate: &str) {
+    let api = cm_api(env, ns, "Certificate");
+    let mut cert = api.get_status(certificate).await.or_panic();
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let mut conditions = cert.data["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    conditions.retain(|c| c["type"] != "Issuing");
+    conditions.push(json!({
+        "type": "Issuing", "status": "True", "reason": "ManuallyTriggered",
+        "message": "renewal requested by the test", "lastTransitionTime": now,
+    }));
+    cert.data["status"]["conditions"] = json!(conditions);
+    api.replace_status(certificate, &PostParams::default(), &cert)
+        .await
+        .or_panic();
 }
 
 /// A control plane without cert-manager: the cluster is held with `CertManagerNotInstalled` and

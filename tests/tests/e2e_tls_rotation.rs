@@ -108,9 +108,21 @@ async fn a_new_ca_rolls_the_members_one_at_a_time_and_renewed_leaves_need_no_res
         "the leader restarted last: {moved:?} / {restarted:?}"
     );
 
+    let first_writer = writer.finish().await;
+
     // 2. Leaves renewed from the new CAs (the bundles keep both): etcd serves them with no
-    // restart, and the operator's new client certificate is accepted.
+    // restart and no failed request, and the operator's new client certificate is accepted.
     let second = uids(&env.pods(&ns, name).await);
+    let writer = Writer::start(
+        endpoints.clone(),
+        Some((
+            client_bundle.clone(),
+            m.operator.cert_pem.clone(),
+            m.operator.key_pem.clone(),
+        )),
+        "wr/",
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let (server, operator, peer) = leaves(name, &ns, &new_client_ca, &new_peer_ca);
     for (secret, leaf) in [
         ("rot-server", &server),
@@ -170,7 +182,11 @@ async fn a_new_ca_rolls_the_members_one_at_a_time_and_renewed_leaves_need_no_res
             p.name_any()
         );
     }
-    let first_writer = writer.finish().await;
+    let renewal_writer = writer.finish().await;
+    assert_eq!(
+        renewal_writer.failed, 0,
+        "requests failed while the leaves were renewed: {renewal_writer:?}"
+    );
 
     // 3. The old CA leaves the bundles: one more roll, and only new-CA certificates work.
     let writer = Writer::start(
@@ -197,7 +213,11 @@ async fn a_new_ca_rolls_the_members_one_at_a_time_and_renewed_leaves_need_no_res
         keys,
         "every key kept"
     );
-    for (prefix, report) in [("w1/", &first_writer), ("w2/", &second_writer)] {
+    for (prefix, report) in [
+        ("w1/", &first_writer),
+        ("wr/", &renewal_writer),
+        ("w2/", &second_writer),
+    ] {
         eprintln!(
             "writer {prefix}: {} writes, {} failed, longest gap between writes {:?}",
             report.written.len(),
