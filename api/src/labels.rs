@@ -84,6 +84,11 @@ pub const TRUST_BUNDLE_ANNOTATION: &str = "etcd-operator.cozystack.io/trust-bund
 /// operator, or adopted) is given its member's hash without a restart.
 pub const TEMPLATE_HASH_ANNOTATION: &str = "etcd-operator.cozystack.io/template-hash";
 
+/// On an EtcdCluster, `"true"` holds rolling restarts (a version, template or CA-bundle rollout)
+/// after the member in progress: no further member is restarted until it is removed.
+/// Membership changes and self-heal go on.
+pub const ROLLOUT_PAUSED_ANNOTATION: &str = "etcd-operator.cozystack.io/rollout-paused";
+
 /// Whether [`PEER_AUTO_TLS_ANNOTATION`] is `"true"`.
 pub fn peer_auto_tls(annotations: &BTreeMap<String, String>) -> bool {
     annotations

@@ -174,16 +174,41 @@ async fn a_minor_upgrade_and_a_resources_change_roll_one_member_at_a_time_keepin
     leader_last(env, &ns, name, &restarted).await;
     env.check_keys(&ns, name, &keys).await;
 
-    // A resources change rolls them the same way.
+    // A resources change rolls them the same way; paused first, it restarts nothing until the
+    // pause is lifted.
     let writer = Writer::start(endpoints.clone(), None, "w2/");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = uids(&env.pods(&ns, name).await);
+    let paused = |on: bool| {
+        json!({"metadata": {"annotations": {
+            "etcd-operator.cozystack.io/rollout-paused": if on { json!("true") } else { json!(null) }
+        }}})
+    };
+    env.clusters(&ns)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&paused(true)))
+        .await
+        .or_panic();
     env.clusters(&ns)
         .patch(
             name,
             &PatchParams::default(),
             &Patch::Merge(&json!({"spec": {"resources": {"requests": {"memory": "64Mi"}}}})),
         )
+        .await
+        .or_panic();
+    env.wait_for(&ns, name, "the paused rollout reported", BOOT, |c| {
+        tests::e2e::condition(c, "Progressing")
+            .is_some_and(|(st, _, msg)| st == "True" && msg.contains("paused by"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        uids(&env.pods(&ns, name).await),
+        before,
+        "a member restarted while the rollout was paused"
+    );
+    env.clusters(&ns)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&paused(false)))
         .await
         .or_panic();
     let (fewest_ready, _) = wait_rolled(env, &ns, name, 3, &before, ROLL).await;

@@ -293,6 +293,8 @@ pub struct Facts {
     /// Members run another template than the locked target (a version upgrade, new resources,
     /// options, ...): `(done, total)`.
     pub template_rollout: Option<(i32, i32)>,
+    /// A rollout is held by [`api::labels::ROLLOUT_PAUSED_ANNOTATION`].
+    pub rollout_paused: bool,
 }
 
 /// Parts of the v1alpha2 API that this operator version accepts (they are valid, and
@@ -639,6 +641,11 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         .map(|m| api::labels::pvc_name(&m.name));
     facts.trust_rollout = trust_rollout(o.trust_bundle.as_deref(), &live_members);
     facts.template_rollout = template_rollout(&observed, &live_members);
+    facts.rollout_paused = (facts.trust_rollout.is_some() || facts.template_rollout.is_some())
+        && cluster
+            .annotations()
+            .get(api::labels::ROLLOUT_PAUSED_ANNOTATION)
+            .is_some_and(|v| v == "true");
 
     // While cert-manager is missing or has not issued the Secrets yet, nothing is attempted:
     // the deadline must not run out before the first member could be created (cert-manager
@@ -1079,6 +1086,18 @@ fn plan_rollout(
     let stale: Vec<&&MemberView> = live.iter().filter(|m| !told(m)).collect();
     if stale.is_empty() {
         return None;
+    }
+    if o.cluster
+        .annotations()
+        .get(api::labels::ROLLOUT_PAUSED_ANNOTATION)
+        .is_some_and(|v| v == "true")
+    {
+        return Some(Action::Wait(format!(
+            "the rollout is paused ({}=true): {} member(s) still run the old CA bundle or spec; \
+             remove the annotation to go on",
+            api::labels::ROLLOUT_PAUSED_ANNOTATION,
+            stale.len()
+        )));
     }
     let whole = live.len() == want_replicas
         && live.iter().all(|m| is_ready(m))

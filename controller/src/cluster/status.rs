@@ -246,7 +246,15 @@ pub fn render(
                     "the CA bundle (ca.crt) of the TLS Secrets changed and etcd loads it only at \
                      start-up: restarting the members one at a time, followers first and the \
                      leader last after moving leadership; {done} of {total} members run the new \
-                     bundle"
+                     bundle{}",
+                    if facts.rollout_paused {
+                        format!(
+                            "; paused by {}=true",
+                            api::labels::ROLLOUT_PAUSED_ANNOTATION
+                        )
+                    } else {
+                        String::new()
+                    }
                 ),
             )
         }
@@ -298,12 +306,21 @@ pub fn render(
                     if facts.formed
                         && plan.observed.replicas as usize == facts.live_members as usize =>
                 {
+                    let paused = if facts.rollout_paused {
+                        format!(
+                            "; paused by {}=true: no further member is restarted until it is \
+                             removed",
+                            api::labels::ROLLOUT_PAUSED_ANNOTATION
+                        )
+                    } else {
+                        String::new()
+                    };
                     format!(
-                    "rolling the members to the new spec (version {}) one at a time, followers \
-                     first and the leader last after moving leadership: {done} of {total} \
-                     members updated",
-                    plan.observed.version
-                )
+                        "rolling the members to the new spec (version {}) one at a time, \
+                         followers first and the leader last after moving leadership: {done} of \
+                         {total} members updated{paused}",
+                        plan.observed.version
+                    )
                 }
                 _ => format!(
                     "reconciling towards {} members of version {} ({} ready)",

@@ -1678,3 +1678,56 @@ fn a_new_member_without_a_pod_yet_is_not_taken_for_a_restart() {
         p.action
     );
 }
+
+#[test]
+fn a_paused_rollout_restarts_no_further_member_until_resumed() {
+    let mut c = cluster(3, locked(3, Some(0xabc), None));
+    c.spec.version = "3.6.12".into();
+    c.metadata.annotations = Some(
+        [(
+            api::labels::ROLLOUT_PAUSED_ANNOTATION.to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+    );
+    let members = vec![m("c-a", 1), m("c-b", 2), m("c-c", 3)];
+    let view = etcd(vec![
+        e(1, "c-a", false),
+        e(2, "c-b", false),
+        e(3, "c-c", false),
+    ]);
+    let run_with = |c: &EtcdCluster| {
+        plan(&Observed {
+            cluster: c,
+            members: members.clone(),
+            etcd: view.clone(),
+            now: ts(100),
+            cert_manager_missing: false,
+            tls_secret_problem: None,
+            waiting_for_certificate: false,
+            auth_problem: None,
+            trust_bundle: None,
+            leader: Some(1),
+        })
+    };
+    let p = run_with(&c);
+    assert!(
+        matches!(&p.action, Action::Wait(w) if w.contains("paused")),
+        "{:?}",
+        p.action
+    );
+    assert!(p.facts.rollout_paused);
+    let s = crate::cluster::status::render(&c, &p, None, ts(100));
+    let progressing = s
+        .conditions
+        .iter()
+        .find(|x| x.type_ == api::conditions::cluster::PROGRESSING)
+        .unwrap();
+    assert!(
+        progressing.message.contains("paused by"),
+        "{}",
+        progressing.message
+    );
+    c.metadata.annotations = None;
+    assert!(matches!(run_with(&c).action, Action::RollMember { .. }));
+}
