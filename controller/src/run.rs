@@ -2,7 +2,8 @@
 //! to the cluster, its EtcdMembers, Services and PDB, its member Pods, the TLS Secrets it
 //! references (the user's or cert-manager's; watched as metadata only) and, when cert-manager is
 //! installed at start-up, its Certificates; EtcdMember reconciles on changes to the member and
-//! its Pod and PVC; EtcdSnapshot on changes to the snapshot and its Job.
+//! its Pod and PVC; EtcdSnapshot on changes to the snapshot and its Job; EtcdSnapshotSchedule on
+//! changes to the schedule and its snapshots, and at its next fire time.
 //!
 //! EtcdClusters and EtcdMembers are watched as [`Lenient`] objects: one stored object the
 //! operator cannot decode is reported and skipped (see [`crate::lenient`]) instead of failing
@@ -11,7 +12,7 @@
 use std::sync::Arc;
 
 use api::labels;
-use api::v1alpha2::{EtcdCluster, EtcdMember, EtcdSnapshot, TlsSecrets};
+use api::v1alpha2::{EtcdCluster, EtcdMember, EtcdSnapshot, EtcdSnapshotSchedule, TlsSecrets};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
@@ -23,7 +24,7 @@ use kube::{Api, ResourceExt};
 
 use crate::context::Context;
 use crate::lenient::{self, Lenient};
-use crate::{cluster, member, snapshot};
+use crate::{cluster, member, schedule, snapshot};
 
 fn api<K>(ctx: &Context, namespace: Option<&str>) -> Api<K>
 where
@@ -148,11 +149,11 @@ pub async fn run(
         watcher::Config::default(),
     )
     .owns(api::<Job>(&ctx, ns), watcher::Config::default())
-    .graceful_shutdown_on(stopped(stop_rx))
+    .graceful_shutdown_on(stopped(stop_rx.clone()))
     .run(
         |object, ctx| lenient::reconcile_or_report(object, ctx, snapshot::reconcile),
         |object, error, ctx| lenient::error_policy(object, error, ctx, snapshot::error_policy),
-        ctx,
+        ctx.clone(),
     )
     .for_each(|res| async move {
         if let Err(e) = res {
@@ -160,7 +161,25 @@ pub async fn run(
         }
     });
 
-    tokio::join!(clusters, members, snapshots);
+    // EtcdSnapshotSchedules: the snapshots they own (a snapshot finishing allows a run skipped by
+    // Forbid and feeds retention); otherwise each wakes itself at its next fire time.
+    let schedules = Controller::new(
+        api::<EtcdSnapshotSchedule>(&ctx, ns),
+        watcher::Config::default(),
+    )
+    .owns(
+        api::<EtcdSnapshot>(&ctx, ns),
+        watcher::Config::default().labels(labels::SCHEDULE),
+    )
+    .graceful_shutdown_on(stopped(stop_rx))
+    .run(schedule::reconcile, schedule::error_policy, ctx)
+    .for_each(|res| async move {
+        if let Err(e) = res {
+            tracing::debug!(error = %e, "schedule controller event");
+        }
+    });
+
+    tokio::join!(clusters, members, snapshots, schedules);
 }
 
 /// The clusters (in the watch cache) whose `spec.tls` names `secret`, by its name in their
