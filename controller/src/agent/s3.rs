@@ -73,7 +73,11 @@ impl S3 {
 
     /// Build the client from the flags and the given credentials (the schedule controller
     /// reads them from the destination's Secret).
-    pub fn with_credentials(args: &S3Args, access: String, secret: String) -> Result<Self, Failure> {
+    pub fn with_credentials(
+        args: &S3Args,
+        access: String,
+        secret: String,
+    ) -> Result<Self, Failure> {
         if let Some(ep) = &args.s3_endpoint {
             if !(ep.starts_with("http://") || ep.starts_with("https://")) {
                 return Err(Failure::permanent(format!(

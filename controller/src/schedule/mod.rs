@@ -46,10 +46,7 @@ fn to_time(t: DateTime<Utc>) -> Time {
 }
 
 /// The snapshots of `schedule` among `all`: labelled with its name and owned by it.
-fn owned_by<'a>(
-    schedule: &EtcdSnapshotSchedule,
-    all: &'a [EtcdSnapshot],
-) -> Vec<&'a EtcdSnapshot> {
+fn owned_by<'a>(schedule: &EtcdSnapshotSchedule, all: &'a [EtcdSnapshot]) -> Vec<&'a EtcdSnapshot> {
     let uid = schedule.uid();
     all.iter()
         .filter(|s| {
@@ -68,10 +65,7 @@ fn finished(s: &EtcdSnapshot) -> bool {
 }
 
 /// The EtcdSnapshot a run at `at` creates.
-fn new_snapshot(
-    schedule: &EtcdSnapshotSchedule,
-    at: DateTime<Utc>,
-) -> Result<EtcdSnapshot, Error> {
+fn new_snapshot(schedule: &EtcdSnapshotSchedule, at: DateTime<Utc>) -> Result<EtcdSnapshot, Error> {
     let name = schedule.name_any();
     let uid = schedule.uid().ok_or(Error::NoUid)?;
     let template = &schedule.spec.snapshot_template;
@@ -126,7 +120,13 @@ pub async fn reconcile(
     let cron = match parsed {
         Ok(c) => c,
         Err(e) => {
-            set_ready(&schedule, &mut status, false, "InvalidSchedule", e.to_string());
+            set_ready(
+                &schedule,
+                &mut status,
+                false,
+                "InvalidSchedule",
+                e.to_string(),
+            );
             ctx.event(&schedule, true, "InvalidSchedule", "Parse", e.to_string())
                 .await;
             write(&schedules, &schedule, &status).await?;
@@ -138,10 +138,7 @@ pub async fn reconcile(
         .list(&ListParams::default().labels(&format!("{}={name}", labels::SCHEDULE)))
         .await?
         .items;
-    let mut mine: Vec<EtcdSnapshot> = owned_by(&schedule, &listed)
-        .into_iter()
-        .cloned()
-        .collect();
+    let mut mine: Vec<EtcdSnapshot> = owned_by(&schedule, &listed).into_iter().cloned().collect();
 
     if !schedule.spec.suspended() {
         let since = status
@@ -150,12 +147,7 @@ pub async fn reconcile(
             .or(schedule.metadata.creation_timestamp.as_ref())
             .map(to_chrono)
             .unwrap_or(now);
-        match plan::due(
-            &cron,
-            since,
-            now,
-            schedule.spec.starting_deadline_seconds,
-        ) {
+        match plan::due(&cron, since, now, schedule.spec.starting_deadline_seconds) {
             Due::Nothing => {}
             Due::Missed(t) => {
                 status.last_schedule_time = Some(to_time(t));
@@ -238,7 +230,10 @@ pub async fn reconcile(
         status.last_successful_time = Some(t);
     }
     let (reason, message) = if schedule.spec.suspended() {
-        ("Suspended", "spec.suspend is true: no new snapshots".to_string())
+        (
+            "Suspended",
+            "spec.suspend is true: no new snapshots".to_string(),
+        )
     } else {
         (
             "Scheduled",
@@ -291,7 +286,12 @@ async fn prune(
             finished: finished(s),
         })
         .collect();
-    for gone in plan::prune(&owned, retention.keep_last, retention.max_age_seconds(), now) {
+    for gone in plan::prune(
+        &owned,
+        retention.keep_last,
+        retention.max_age_seconds(),
+        now,
+    ) {
         let Some(snapshot) = mine.iter().find(|s| s.name_any() == gone) else {
             continue;
         };
@@ -388,8 +388,12 @@ async fn s3_client(ctx: &Context, ns: &str, s3: &S3Location) -> Result<S3, Strin
         s3_force_path_style: s3.force_path_style.unwrap_or(false),
         s3_ca_file: None,
     };
-    S3::with_credentials(&args, key("AWS_ACCESS_KEY_ID")?, key("AWS_SECRET_ACCESS_KEY")?)
-        .map_err(|f| f.message)
+    S3::with_credentials(
+        &args,
+        key("AWS_ACCESS_KEY_ID")?,
+        key("AWS_SECRET_ACCESS_KEY")?,
+    )
+    .map_err(|f| f.message)
 }
 
 fn set_ready(

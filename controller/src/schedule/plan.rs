@@ -29,11 +29,9 @@ pub enum ScheduleError {
 
 impl Schedule {
     pub fn parse(expression: &str, time_zone: &str) -> Result<Self, ScheduleError> {
-        let tz: Tz = time_zone
-            .parse()
-            .map_err(|_| ScheduleError::TimeZone {
-                value: time_zone.to_string(),
-            })?;
+        let tz: Tz = time_zone.parse().map_err(|_| ScheduleError::TimeZone {
+            value: time_zone.to_string(),
+        })?;
         let trimmed = expression.trim();
         let cron_err = |reason: String| ScheduleError::Cron {
             value: expression.to_string(),
@@ -182,7 +180,10 @@ mod tests {
             assert!(e.to_string().contains("spec.schedule"), "{e}");
         }
         let e = Schedule::parse("* * * * *", "Mars/Olympus").unwrap_err();
-        assert!(e.to_string().contains("spec.timeZone \"Mars/Olympus\""), "{e}");
+        assert!(
+            e.to_string().contains("spec.timeZone \"Mars/Olympus\""),
+            "{e}"
+        );
     }
 
     #[test]
