@@ -184,7 +184,7 @@ pub async fn reconcile(
                             )
                             .await;
                         }
-                        mine.retain(|s| finished(s));
+                        mine.retain(finished);
                         true
                     }
                 };
