@@ -5,7 +5,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
-use crate::v1alpha2::{EtcdCluster, EtcdDefrag, EtcdMember, EtcdSnapshot};
+use crate::v1alpha2::{EtcdCluster, EtcdDefrag, EtcdMember, EtcdSnapshot, EtcdSnapshotSchedule};
 
 /// The bound of an `int64` field without one of its own: 2^53 - 1, the largest integer that a
 /// JSON reader holding numbers as doubles (and the schema's own `maximum`, a double) keeps
@@ -19,6 +19,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         EtcdMember::crd(),
         EtcdSnapshot::crd(),
         EtcdDefrag::crd(),
+        EtcdSnapshotSchedule::crd(),
     ];
     for crd in &mut crds {
         for version in &mut crd.spec.versions {

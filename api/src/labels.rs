@@ -8,6 +8,9 @@ pub const ROLE: &str = "etcd-operator.cozystack.io/role";
 pub const ROLE_VOTER: &str = "voter";
 pub const MEMBER_CLEANUP_FINALIZER: &str = "etcd-operator.cozystack.io/member-cleanup";
 
+/// On the EtcdSnapshots an EtcdSnapshotSchedule creates: the schedule's name.
+pub const SCHEDULE: &str = "etcd-operator.cozystack.io/schedule";
+
 pub const APP_NAME: &str = "app.kubernetes.io/name";
 pub const APP_INSTANCE: &str = "app.kubernetes.io/instance";
 pub const APP_MANAGED_BY: &str = "app.kubernetes.io/managed-by";

@@ -19,6 +19,7 @@ pub mod migrate;
 pub mod naming;
 pub mod pods;
 pub mod run;
+pub mod schedule;
 pub mod snapshot;
 pub mod template;
 pub mod tls;

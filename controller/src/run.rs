@@ -2,7 +2,8 @@
 //! to the cluster, its EtcdMembers, Services and PDB, its member Pods, the TLS Secrets it
 //! references (the user's or cert-manager's; watched as metadata only) and, when cert-manager is
 //! installed at start-up, its Certificates; EtcdMember reconciles on changes to the member and
-//! its Pod and PVC; EtcdSnapshot on changes to the snapshot and its Job; EtcdDefrag on changes
+//! its Pod and PVC; EtcdSnapshot on changes to the snapshot and its Job; EtcdSnapshotSchedule on
+//! changes to the schedule and its snapshots, and at its next fire time; EtcdDefrag on changes
 //! to the run and on its own timer while it waits or runs.
 //!
 //! EtcdClusters and EtcdMembers are watched as [`Lenient`] objects: one stored object the
@@ -12,7 +13,9 @@
 use std::sync::Arc;
 
 use api::labels;
-use api::v1alpha2::{EtcdCluster, EtcdDefrag, EtcdMember, EtcdSnapshot, TlsSecrets};
+use api::v1alpha2::{
+    EtcdCluster, EtcdDefrag, EtcdMember, EtcdSnapshot, EtcdSnapshotSchedule, TlsSecrets,
+};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
@@ -24,7 +27,7 @@ use kube::{Api, ResourceExt};
 
 use crate::context::Context;
 use crate::lenient::{self, Lenient};
-use crate::{cluster, defrag, member, snapshot};
+use crate::{cluster, defrag, member, schedule, snapshot};
 
 fn api<K>(ctx: &Context, namespace: Option<&str>) -> Api<K>
 where
@@ -166,11 +169,11 @@ pub async fn run(
         api::<Lenient<EtcdDefrag>>(&ctx, ns),
         watcher::Config::default(),
     )
-    .graceful_shutdown_on(stopped(stop_rx))
+    .graceful_shutdown_on(stopped(stop_rx.clone()))
     .run(
         |object, ctx| lenient::reconcile_or_report(object, ctx, defrag::reconcile),
         |object, error, ctx| lenient::error_policy(object, error, ctx, defrag::error_policy),
-        ctx,
+        ctx.clone(),
     )
     .for_each(|res| async move {
         if let Err(e) = res {
@@ -178,7 +181,25 @@ pub async fn run(
         }
     });
 
-    tokio::join!(clusters, members, snapshots, defrags);
+    // EtcdSnapshotSchedules: the snapshots they own (a snapshot finishing allows a run skipped by
+    // Forbid and feeds retention); otherwise each wakes itself at its next fire time.
+    let schedules = Controller::new(
+        api::<EtcdSnapshotSchedule>(&ctx, ns),
+        watcher::Config::default(),
+    )
+    .owns(
+        api::<EtcdSnapshot>(&ctx, ns),
+        watcher::Config::default().labels(labels::SCHEDULE),
+    )
+    .graceful_shutdown_on(stopped(stop_rx))
+    .run(schedule::reconcile, schedule::error_policy, ctx)
+    .for_each(|res| async move {
+        if let Err(e) = res {
+            tracing::debug!(error = %e, "schedule controller event");
+        }
+    });
+
+    tokio::join!(clusters, members, snapshots, defrags, schedules);
 }
 
 /// The clusters (in the watch cache) whose `spec.tls` names `secret`, by its name in their

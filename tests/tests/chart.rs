@@ -218,6 +218,50 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
             "patch",
             Watched,
         ),
+        // run.rs watches EtcdSnapshotSchedules; schedule/mod.rs get_opt, patch_status, creates
+        // and deletes their EtcdSnapshots (owner reference: update on finalizers).
+        (
+            "etcd-operator.cozystack.io",
+            "etcdsnapshotschedules",
+            "get",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcdsnapshotschedules",
+            "list",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcdsnapshotschedules",
+            "watch",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcdsnapshotschedules/status",
+            "patch",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcdsnapshotschedules/finalizers",
+            "update",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcdsnapshots",
+            "create",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcdsnapshots",
+            "delete",
+            Watched,
+        ),
         // run.rs owns(Job); snapshot/mod.rs get_opt and create of `<snapshot>-snapshot`.
         ("batch", "jobs", "get", Watched),
         ("batch", "jobs", "list", Watched),

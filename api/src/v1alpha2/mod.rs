@@ -8,12 +8,14 @@ mod cluster;
 mod common;
 mod defrag;
 mod member;
+mod schedule;
 mod snapshot;
 
 pub use cluster::*;
 pub use common::*;
 pub use defrag::*;
 pub use member::*;
+pub use schedule::*;
 pub use snapshot::*;
 
 pub const GROUP: &str = "etcd-operator.cozystack.io";

@@ -68,6 +68,16 @@ impl S3 {
     pub fn new(args: &S3Args) -> Result<Self, Failure> {
         let access = env_nonempty("AWS_ACCESS_KEY_ID")?;
         let secret = env_nonempty("AWS_SECRET_ACCESS_KEY")?;
+        Self::with_credentials(args, access, secret)
+    }
+
+    /// Build the client from the flags and the given credentials (the schedule controller
+    /// reads them from the destination's Secret).
+    pub fn with_credentials(
+        args: &S3Args,
+        access: String,
+        secret: String,
+    ) -> Result<Self, Failure> {
         if let Some(ep) = &args.s3_endpoint {
             if !(ep.starts_with("http://") || ep.starts_with("https://")) {
                 return Err(Failure::permanent(format!(
@@ -120,6 +130,25 @@ impl S3 {
                 .clone()
                 .unwrap_or_else(|| format!("AWS S3 ({})", args.s3_region)),
         })
+    }
+
+    /// Delete the object (retention); a missing object is not an error.
+    pub async fn delete(&self, at: &Location) -> Result<(), Failure> {
+        self.client
+            .delete_object()
+            .bucket(&at.bucket)
+            .key(&at.key)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                Failure::transient(format!(
+                    "deleting {} at {}: {}",
+                    at.uri(),
+                    self.endpoint,
+                    e.message().unwrap_or("request failed")
+                ))
+            })
     }
 
     /// The overwrite guard: a missing object may be written, an object stamped with `uid` may be

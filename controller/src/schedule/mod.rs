@@ -1,0 +1,461 @@
+//! The EtcdSnapshotSchedule controller: creates an EtcdSnapshot `<schedule>-<unix minutes>` at
+//! each fire time of the cron schedule (owned by the schedule, labelled with its name), honours
+//! the concurrency policy and the starting deadline, prunes the finished snapshots it created
+//! by the retention policy (the EtcdSnapshot and its S3 object), and requeues itself at the
+//! next fire time. The decisions are in [`plan`].
+
+pub mod plan;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::labels;
+use api::v1alpha2::{
+    ConcurrencyPolicy, EtcdSnapshot, EtcdSnapshotSchedule, EtcdSnapshotScheduleStatus,
+    EtcdSnapshotSpec, LocalReference, S3Location,
+};
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action as Requeue;
+use kube::{Api, Resource, ResourceExt};
+
+use crate::agent::s3::{Location, S3};
+use crate::agent::S3Args;
+use crate::conditions::set_condition;
+use crate::context::Context;
+use crate::Error;
+
+use plan::{Due, Owned, Schedule};
+
+/// The `Ready` condition: the schedule parses and is being followed.
+pub const READY: &str = "Ready";
+/// How often a schedule with unfinished snapshots looks again (their end may allow a run
+/// skipped by `Forbid`, and retention counts finished snapshots only).
+const ACTIVE_RECHECK: Duration = Duration::from_secs(15);
+
+fn to_chrono(t: &Time) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.0.as_second(), 0).unwrap_or_default()
+}
+
+fn to_time(t: DateTime<Utc>) -> Time {
+    Time(Timestamp::from_second(t.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+/// The snapshots of `schedule` among `all`: labelled with its name and owned by it.
+fn owned_by<'a>(schedule: &EtcdSnapshotSchedule, all: &'a [EtcdSnapshot]) -> Vec<&'a EtcdSnapshot> {
+    let uid = schedule.uid();
+    all.iter()
+        .filter(|s| {
+            s.owner_references()
+                .iter()
+                .any(|o| Some(&o.uid) == uid.as_ref() && o.kind == "EtcdSnapshotSchedule")
+        })
+        .collect()
+}
+
+fn finished(s: &EtcdSnapshot) -> bool {
+    s.status
+        .as_ref()
+        .and_then(|st| st.phase)
+        .is_some_and(|p| p.is_terminal())
+}
+
+/// The EtcdSnapshot a run at `at` creates.
+fn new_snapshot(schedule: &EtcdSnapshotSchedule, at: DateTime<Utc>) -> Result<EtcdSnapshot, Error> {
+    let name = schedule.name_any();
+    let uid = schedule.uid().ok_or(Error::NoUid)?;
+    let template = &schedule.spec.snapshot_template;
+    let user = template.metadata.as_ref();
+    let mut operator = labels::cluster_labels(&schedule.spec.cluster_ref.name);
+    operator.insert(labels::SCHEDULE.to_string(), name.clone());
+    let owner = OwnerReference {
+        api_version: EtcdSnapshotSchedule::api_version(&()).to_string(),
+        kind: EtcdSnapshotSchedule::kind(&()).to_string(),
+        name: name.clone(),
+        uid,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    };
+    let annotations: BTreeMap<String, String> =
+        labels::merge_user_metadata(BTreeMap::new(), user.map(|m| &m.annotations));
+    Ok(EtcdSnapshot {
+        metadata: ObjectMeta {
+            name: Some(plan::snapshot_name(&name, at)),
+            namespace: schedule.namespace(),
+            labels: Some(labels::merge_user_metadata(
+                operator,
+                user.map(|m| &m.labels),
+            )),
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec: EtcdSnapshotSpec {
+            cluster_ref: schedule.spec.cluster_ref.clone(),
+            destination: template.destination.clone(),
+        },
+        status: None,
+    })
+}
+
+pub async fn reconcile(
+    schedule: Arc<EtcdSnapshotSchedule>,
+    ctx: Arc<Context>,
+) -> Result<Requeue, Error> {
+    let ns = schedule.namespace().ok_or(Error::NoNamespace)?;
+    let name = schedule.name_any();
+    let schedules: Api<EtcdSnapshotSchedule> = Api::namespaced(ctx.client.clone(), &ns);
+    let snapshots: Api<EtcdSnapshot> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(schedule) = schedules.get_opt(&name).await? else {
+        return Ok(Requeue::await_change());
+    };
+    let now = Utc::now();
+    let mut status = schedule.status.clone().unwrap_or_default();
+    status.observed_generation = schedule.metadata.generation;
+    let parsed = Schedule::parse(&schedule.spec.schedule, schedule.spec.time_zone_name());
+    let cron = match parsed {
+        Ok(c) => c,
+        Err(e) => {
+            set_ready(
+                &schedule,
+                &mut status,
+                false,
+                "InvalidSchedule",
+                e.to_string(),
+            );
+            ctx.event(&schedule, true, "InvalidSchedule", "Parse", e.to_string())
+                .await;
+            write(&schedules, &schedule, &status).await?;
+            return Ok(Requeue::await_change());
+        }
+    };
+
+    let listed = snapshots
+        .list(&ListParams::default().labels(&format!("{}={name}", labels::SCHEDULE)))
+        .await?
+        .items;
+    let mut mine: Vec<EtcdSnapshot> = owned_by(&schedule, &listed).into_iter().cloned().collect();
+
+    if !schedule.spec.suspended() {
+        let since = status
+            .last_schedule_time
+            .as_ref()
+            .or(schedule.metadata.creation_timestamp.as_ref())
+            .map(to_chrono)
+            .unwrap_or(now);
+        match plan::due(&cron, since, now, schedule.spec.starting_deadline_seconds) {
+            Due::Nothing => {}
+            Due::Missed(t) => {
+                status.last_schedule_time = Some(to_time(t));
+                ctx.event(
+                    &schedule,
+                    true,
+                    "MissedSchedule",
+                    "Skip",
+                    format!(
+                        "the run at {t} is past spec.startingDeadlineSeconds ({}s); skipped",
+                        schedule.spec.starting_deadline_seconds.unwrap_or_default()
+                    ),
+                )
+                .await;
+            }
+            Due::Run(t) => {
+                let active: Vec<String> = mine
+                    .iter()
+                    .filter(|s| !finished(s))
+                    .map(|s| s.name_any())
+                    .collect();
+                let run = match schedule.spec.concurrency() {
+                    ConcurrencyPolicy::Allow => true,
+                    ConcurrencyPolicy::Forbid => active.is_empty(),
+                    ConcurrencyPolicy::Replace => {
+                        for a in &active {
+                            delete_snapshot(&snapshots, a).await?;
+                            ctx.event(
+                                &schedule,
+                                false,
+                                "SnapshotReplaced",
+                                "Delete",
+                                format!("deleted unfinished EtcdSnapshot {a} (concurrencyPolicy Replace)"),
+                            )
+                            .await;
+                        }
+                        mine.retain(finished);
+                        true
+                    }
+                };
+                if run {
+                    let snapshot = new_snapshot(&schedule, t)?;
+                    let sname = snapshot.name_any();
+                    match snapshots.create(&PostParams::default(), &snapshot).await {
+                        Ok(created) => {
+                            mine.push(created);
+                            ctx.event(
+                                &schedule,
+                                false,
+                                "SnapshotCreated",
+                                "Create",
+                                format!("created EtcdSnapshot {sname} for the run at {t}"),
+                            )
+                            .await;
+                        }
+                        Err(kube::Error::Api(e)) if e.code == 409 => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    status.last_schedule_time = Some(to_time(t));
+                }
+            }
+        }
+    }
+
+    prune(&schedule, &ctx, &snapshots, &mut mine, now).await?;
+
+    status.active = mine
+        .iter()
+        .filter(|s| !finished(s))
+        .map(|s| LocalReference { name: s.name_any() })
+        .collect();
+    status.active.sort_by(|a, b| a.name.cmp(&b.name));
+    if let Some(t) = mine
+        .iter()
+        .filter_map(|s| s.status.as_ref())
+        .filter(|s| s.phase == Some(api::v1alpha2::SnapshotPhase::Complete))
+        .filter_map(|s| s.completion_time.clone())
+        .max_by_key(|t| t.0)
+    {
+        status.last_successful_time = Some(t);
+    }
+    let (reason, message) = if schedule.spec.suspended() {
+        (
+            "Suspended",
+            "spec.suspend is true: no new snapshots".to_string(),
+        )
+    } else {
+        (
+            "Scheduled",
+            match cron.next_after(now) {
+                Some(next) => format!("next run at {next}"),
+                None => "the schedule has no future run".to_string(),
+            },
+        )
+    };
+    set_ready(&schedule, &mut status, true, reason, message);
+    if schedule.status.as_ref() != Some(&status) {
+        write(&schedules, &schedule, &status).await?;
+    }
+
+    let mut wait = match cron.next_after(now) {
+        Some(next) if !schedule.spec.suspended() => (next - now)
+            .to_std()
+            .unwrap_or(Duration::from_secs(1))
+            .max(Duration::from_secs(1)),
+        _ => Duration::from_secs(3600),
+    };
+    if !status.active.is_empty() {
+        wait = wait.min(ACTIVE_RECHECK);
+    }
+    Ok(Requeue::requeue(wait))
+}
+
+/// Retention: delete the finished snapshots the policy drops, oldest first, each with its
+/// stored object.
+async fn prune(
+    schedule: &EtcdSnapshotSchedule,
+    ctx: &Context,
+    snapshots: &Api<EtcdSnapshot>,
+    mine: &mut Vec<EtcdSnapshot>,
+    now: DateTime<Utc>,
+) -> Result<(), Error> {
+    let Some(retention) = &schedule.spec.retention else {
+        return Ok(());
+    };
+    let owned: Vec<Owned> = mine
+        .iter()
+        .map(|s| Owned {
+            name: s.name_any(),
+            created: s
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(to_chrono)
+                .unwrap_or(now),
+            finished: finished(s),
+        })
+        .collect();
+    for gone in plan::prune(
+        &owned,
+        retention.keep_last,
+        retention.max_age_seconds(),
+        now,
+    ) {
+        let Some(snapshot) = mine.iter().find(|s| s.name_any() == gone) else {
+            continue;
+        };
+        let stored = match delete_stored(ctx, snapshot).await {
+            Ok(what) => what,
+            Err(message) => {
+                // The object stays (and is retried next time) rather than losing track of the
+                // stored file.
+                ctx.event(schedule, true, "PruneFailed", "Prune", message)
+                    .await;
+                continue;
+            }
+        };
+        delete_snapshot(snapshots, &gone).await?;
+        tracing::info!(schedule = %schedule.name_any(), snapshot = %gone, "pruned snapshot");
+        ctx.event(
+            schedule,
+            false,
+            "SnapshotPruned",
+            "Prune",
+            format!("deleted EtcdSnapshot {gone} ({stored}) by spec.retention"),
+        )
+        .await;
+        mine.retain(|s| s.name_any() != gone);
+    }
+    Ok(())
+}
+
+async fn delete_snapshot(api: &Api<EtcdSnapshot>, name: &str) -> Result<(), Error> {
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Delete what `snapshot` stored: its S3 object. A PVC file is left in place (see
+/// docs/snapshots.md). Returns what was done, for the event.
+async fn delete_stored(ctx: &Context, snapshot: &EtcdSnapshot) -> Result<String, String> {
+    let Some(uri) = snapshot
+        .status
+        .as_ref()
+        .and_then(|s| s.artifact.as_ref())
+        .map(|a| a.uri.clone())
+    else {
+        return Ok("nothing stored".to_string());
+    };
+    let Some(s3) = &snapshot.spec.destination.s3 else {
+        return Ok(format!("{uri} left on the volume"));
+    };
+    let Some(at) = parse_s3_uri(&uri) else {
+        return Err(format!(
+            "EtcdSnapshot {} has artifact uri {uri:?}, not s3://<bucket>/<key>; delete the object by hand and then the EtcdSnapshot",
+            snapshot.name_any()
+        ));
+    };
+    let ns = snapshot.namespace().unwrap_or_default();
+    let client = s3_client(ctx, &ns, s3).await?;
+    client.delete(&at).await.map_err(|f| f.message)?;
+    Ok(format!("deleted {uri}"))
+}
+
+fn parse_s3_uri(uri: &str) -> Option<Location> {
+    let (bucket, key) = uri.strip_prefix("s3://")?.split_once('/')?;
+    (!bucket.is_empty() && !key.is_empty()).then(|| Location {
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+    })
+}
+
+/// An S3 client for `s3`, with the credentials of its Secret.
+async fn s3_client(ctx: &Context, ns: &str, s3: &S3Location) -> Result<S3, String> {
+    let Some(secret_ref) = &s3.credentials_secret_ref else {
+        return Err(
+            "the destination has no credentialsSecretRef: the operator cannot delete the object; set snapshotTemplate.destination.s3.credentialsSecretRef".to_string(),
+        );
+    };
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .get(&secret_ref.name)
+        .await
+        .map_err(|e| format!("reading Secret {ns}/{}: {e}", secret_ref.name))?;
+    let data = secret.data.unwrap_or_default();
+    let key = |k: &str| {
+        data.get(k)
+            .map(|v| String::from_utf8_lossy(&v.0).to_string())
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| format!("Secret {ns}/{} has no {k}", secret_ref.name))
+    };
+    let args = S3Args {
+        s3_bucket: Some(s3.bucket.clone()),
+        s3_key: None,
+        s3_endpoint: s3.endpoint.clone(),
+        s3_region: s3.region.clone().unwrap_or_else(|| "us-east-1".to_string()),
+        s3_force_path_style: s3.force_path_style.unwrap_or(false),
+        s3_ca_file: None,
+    };
+    S3::with_credentials(
+        &args,
+        key("AWS_ACCESS_KEY_ID")?,
+        key("AWS_SECRET_ACCESS_KEY")?,
+    )
+    .map_err(|f| f.message)
+}
+
+fn set_ready(
+    schedule: &EtcdSnapshotSchedule,
+    status: &mut EtcdSnapshotScheduleStatus,
+    ok: bool,
+    reason: &str,
+    message: String,
+) {
+    set_condition(
+        &mut status.conditions,
+        READY,
+        ok,
+        reason,
+        message,
+        schedule.metadata.generation,
+        Timestamp::now(),
+    );
+}
+
+async fn write(
+    api: &Api<EtcdSnapshotSchedule>,
+    schedule: &EtcdSnapshotSchedule,
+    status: &EtcdSnapshotScheduleStatus,
+) -> Result<(), Error> {
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": schedule.resource_version()},
+        "status": crate::cluster::reconcile::status_merge_patch(schedule.status.as_ref(), status)?,
+    });
+    api.patch_status(
+        &schedule.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+pub fn error_policy(
+    _schedule: Arc<EtcdSnapshotSchedule>,
+    error: &Error,
+    _ctx: Arc<Context>,
+) -> Requeue {
+    tracing::warn!(%error, "EtcdSnapshotSchedule reconcile failed");
+    Requeue::requeue(Duration::from_secs(10))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s3_uris_split_into_bucket_and_key() {
+        assert_eq!(
+            parse_s3_uri("s3://b/p/x.db"),
+            Some(Location {
+                bucket: "b".into(),
+                key: "p/x.db".into()
+            })
+        );
+        for bad in ["pvc://c/x.db", "s3://b", "s3:///k", "s3://b/"] {
+            assert_eq!(parse_s3_uri(bad), None, "{bad}");
+        }
+    }
+}
