@@ -923,7 +923,7 @@ async fn kube_rbac_proxy_is_rejected_with_where_metrics_are_and_how_to_protect_t
 async fn service_monitor_and_namespace_are_rendered_on_request() {
     let r = render(&[]).await;
     assert!(r.all("ServiceMonitor").is_empty() && r.all("Namespace").is_empty());
-    assert_eq!(r.all("CustomResourceDefinition").len(), 4);
+    assert_eq!(r.all("CustomResourceDefinition").len(), 5);
     let r = render(&[
         "--set",
         "metrics.serviceMonitor.enabled=true",
