@@ -263,12 +263,19 @@ async fn auth_cluster_refuses_anonymous_clients_scales_as_root_and_rotates_its_p
     assert!(tests::e2e::healthy(&env.cluster(&ns, name).await, 3));
 
     // A password etcd does not have, with no recorded password that logs in: the condition
-    // names the Secret; putting the right one back recovers.
+    // names the Secret; putting the right one back recovers. etcd's password is changed behind
+    // the operator's back, after the record is gone: the Secret's password and any record the
+    // operator writes meanwhile (it records a password that works) are both refused then.
     Api::<Secret>::namespaced(env.client(), &ns)
         .delete("au-auth-applied", &DeleteParams::default())
         .await
         .or_panic();
-    set_password(env, &ns, "au-root", "not-etcds").await;
+    let mut root = dial(env, &ns, name, &ca, Some("second-pw"))
+        .await
+        .or_panic();
+    root.user_change_password("root", "etcds-own")
+        .await
+        .or_panic();
     let c = env
         .wait_for(&ns, name, "AuthCredentialsRejected", SECRET_PICKUP, |c| {
             condition(c, "Available")
@@ -282,9 +289,9 @@ async fn auth_cluster_refuses_anonymous_clients_scales_as_root_and_rotates_its_p
         (st.as_str(), reason.as_str()),
         ("True", "AuthCredentialsRejected")
     );
-    set_password(env, &ns, "au-root", "second-pw").await;
+    set_password(env, &ns, "au-root", "etcds-own").await;
     env.wait_healthy(&ns, name, 3, SECRET_PICKUP).await;
-    assert_eq!(read_as_root(env, &ns, name, &ca, "second-pw").await, keys);
+    assert_eq!(read_as_root(env, &ns, name, &ca, "etcds-own").await, keys);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
