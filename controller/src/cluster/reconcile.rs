@@ -420,6 +420,9 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
                 pods.get(&m.name_any())
                     .and_then(crate::pods::restore_failure)
             });
+        if plan.facts.restore_failure.is_none() {
+            plan.facts.restore_failure = missing_restore_claim(cluster, ctx, &ns).await?;
+        }
     }
     tracing::debug!(cluster = %name, namespace = %ns, action = ?plan.action, phase = ?plan.phase, "planned");
 
@@ -1267,6 +1270,40 @@ async fn create_member(
 /// A member runs peer auto-TLS but the cluster's [`labels::PEER_AUTO_TLS_ANNOTATION`] is gone
 /// (removed by hand): without it every peer URL would be computed as `http://`, which etcd does
 /// not list, and new members could not join.
+/// A restore from a PVC that does not exist leaves the seed Pod unschedulable with nothing on the
+/// cluster to say why: name the claim, so the message reads like any other restore failure.
+async fn missing_restore_claim(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    ns: &str,
+) -> Result<Option<String>, Error> {
+    let Some(pvc) = cluster
+        .spec
+        .bootstrap
+        .as_ref()
+        .and_then(|b| b.restore.as_ref())
+        .and_then(|r| r.source.pvc.as_ref())
+    else {
+        return Ok(None);
+    };
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
+    Ok(claims.get_opt(&pvc.claim_name).await?.is_none().then(|| {
+        missing_claim_message(
+            &pvc.claim_name,
+            ns,
+            pvc.sub_path.as_deref().unwrap_or_default(),
+        )
+    }))
+}
+
+fn missing_claim_message(claim: &str, ns: &str, sub_path: &str) -> String {
+    format!(
+        "spec.bootstrap.restore.source.pvc.claimName: PersistentVolumeClaim {claim:?} does not \
+         exist in namespace {ns:?}; create it holding the snapshot at subPath {sub_path:?} (the \
+         seed waits for it), or recreate the cluster naming a claim that exists"
+    )
+}
+
 fn needs_peer_auto_tls_restored(cluster: &EtcdCluster, members: &[EtcdMember]) -> bool {
     !cluster.peer_https()
         && members
