@@ -117,8 +117,17 @@ pub async fn remote_command(ws: Ws, session: Session) {
         .await;
     drop(out_tx);
     let _ = writer.await;
-    reader.abort();
+    // Read on until the client's Close (or a short while): dropping the socket with its data
+    // unread makes the kernel answer with a reset, which can discard the status just sent
+    // before the client has read it (`kubectl attach -i` then loses its error message).
+    let abort = reader.abort_handle();
+    if tokio::time::timeout(CLOSE_GRACE, reader).await.is_err() {
+        abort.abort();
+    }
 }
+
+/// How long a finished session waits for the client's Close before dropping the connection.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The byte stream a `SPDY/3.1+...` tunnel carries, as one end of an in-memory pipe.
 pub fn tunnel(ws: Ws) -> DuplexStream {
