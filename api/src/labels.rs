@@ -81,6 +81,13 @@ pub const PEER_AUTO_TLS_ANNOTATION: &str = "etcd-operator.cozystack.io/peer-auto
 /// change, and the member controller restarts a Pod whose value differs from its member's.
 pub const TRUST_BUNDLE_ANNOTATION: &str = "etcd-operator.cozystack.io/trust-bundle";
 
+/// On an EtcdMember and its Pod: the image repository of the member's etcd container (the
+/// operator's `--etcd-image-repository` when the member was created or last rolled). The cluster
+/// controller sets a new value on one member at a time when the flag changes, and the member
+/// controller restarts a Pod whose value differs from its member's. Members from before the
+/// operator recorded it are given the current flag without a restart.
+pub const IMAGE_REPOSITORY_ANNOTATION: &str = "etcd-operator.cozystack.io/etcd-image-repository";
+
 /// On a member Pod: the hash of the member template it was built from (version, resources,
 /// options, affinity, topology spread, pull secrets, additional metadata). The member controller
 /// restarts a Pod whose hash differs from its member's; a Pod without one (created by an older

@@ -40,6 +40,10 @@ pub fn pod_view(pod: &Pod) -> PodView {
             .annotations()
             .get(api::labels::TEMPLATE_HASH_ANNOTATION)
             .cloned(),
+        image_repository: pod
+            .annotations()
+            .get(api::labels::IMAGE_REPOSITORY_ANNOTATION)
+            .cloned(),
     }
 }
 

@@ -1295,5 +1295,60 @@ async fn image_repository_options_metadata_and_scheduling_reach_every_member() {
             Some("platform")
         );
     }
+
+    // A registry move: the operator restarted with another --etcd-image-repository rolls the
+    // members onto it one at a time on the same version (followers first, the leader last),
+    // with a writer running and every key kept.
+    let keys = env.write_keys(&ns, name, 50).await;
+    let endpoints: Vec<String> = pods
+        .iter()
+        .map(|p| format!("http://{}.{name}.{ns}.svc:2379", p.name_any()))
+        .collect();
+    let before = tests::rollout::uids(&pods);
+    let mut s = s;
+    s.operator.kill();
+    let writer = tests::rollout::Writer::start(endpoints, None, "registry/");
+    let operator = Operator::start_with(env.cp, &ns, Some(&ns), &[])
+        .await
+        .or_panic();
+    s.logs.push(operator.log());
+    s.operator = operator;
+    let (fewest_ready, reasons) =
+        tests::rollout::wait_rolled(env, &ns, name, 3, &before, Duration::from_secs(300)).await;
+    let report = writer.finish().await;
+    assert!(
+        fewest_ready >= 2,
+        "quorum lost: only {fewest_ready} of 3 Ready"
+    );
+    assert!(reasons.contains("RollingRestart"), "{reasons:?}");
+    for pod in env.pods(&ns, name).await {
+        let p = serde_json::to_value(&pod).or_panic();
+        assert_eq!(
+            p["spec"]["containers"][0]["image"],
+            "quay.io/coreos/etcd:v3.6.16",
+            "{}",
+            pod.name_any()
+        );
+    }
+    let restarted = tests::rollout::restarts_in_order(env, &ns, name).await;
+    assert_eq!(restarted.len(), 3, "one restart per member: {restarted:?}");
+    let moved = tests::rollout::event_messages(env, &ns, name, "LeaderMoved").await;
+    let last = restarted.last().expect("a member was restarted");
+    assert!(
+        moved.iter().any(|m| m.contains(&format!("from {last} "))),
+        "the member restarted last, {last}, had leadership moved off it first: {moved:?}"
+    );
+    env.check_keys(&ns, name, &keys).await;
+    let mut etcd = tests::e2e::etcd_client(&env.client(), &ns, name).await;
+    let stored = tests::e2e::read_keys(&mut etcd, "registry/").await;
+    for (k, v) in &report.written {
+        assert_eq!(stored.get(k), Some(v), "acknowledged write {k} lost");
+    }
+    eprintln!(
+        "registry move: {} writes, {} failed, longest gap {:?}",
+        report.written.len(),
+        report.failed,
+        report.longest_gap
+    );
     s.finish(name).await;
 }

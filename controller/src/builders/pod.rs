@@ -49,6 +49,17 @@ pub struct PodParams<'a> {
     pub operator_image: Option<&'a str>,
 }
 
+/// The etcd image repository `member` runs: the one recorded on it by the cluster controller
+/// ([`labels::IMAGE_REPOSITORY_ANNOTATION`]), else the operator's `--etcd-image-repository`.
+pub fn image_repository<'a>(member: &'a EtcdMember, flag: &'a str) -> &'a str {
+    member
+        .annotations()
+        .get(labels::IMAGE_REPOSITORY_ANNOTATION)
+        .map(String::as_str)
+        .filter(|r| !r.is_empty())
+        .unwrap_or(flag)
+}
+
 pub fn etcd_image(repository: &str, version: &str) -> String {
     format!("{repository}:v{version}")
 }
@@ -250,6 +261,11 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
         labels::TEMPLATE_HASH_ANNOTATION.to_string(),
         crate::template::hash(spec),
     );
+    let repository = image_repository(member, params.etcd_image_repository);
+    annotations.insert(
+        labels::IMAGE_REPOSITORY_ANNOTATION.to_string(),
+        repository.to_string(),
+    );
 
     let data_volume = if spec.storage.is_memory() {
         Volume {
@@ -282,7 +298,7 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
         mounts.push(mount("peer-tls", PEER_TLS_DIR, true));
     }
 
-    let image = etcd_image(params.etcd_image_repository, &spec.version);
+    let image = etcd_image(repository, &spec.version);
     let security_context = SecurityContext {
         allow_privilege_escalation: Some(false),
         capabilities: Some(k8s_openapi::api::core::v1::Capabilities {

@@ -46,6 +46,9 @@ pub struct MemberView {
     pub trust_bundle: Option<String>,
     /// [`crate::template::hash`] of the member's spec: the template its Pod is to run.
     pub template_hash: String,
+    /// [`api::labels::IMAGE_REPOSITORY_ANNOTATION`] on the EtcdMember: the etcd image repository
+    /// its Pod is to run. `None` on a member created before the operator recorded it.
+    pub image_repository: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -63,6 +66,8 @@ pub struct PodView {
     pub trust_bundle: Option<String>,
     /// [`api::labels::TEMPLATE_HASH_ANNOTATION`] on the Pod: the template it was built from.
     pub template_hash: Option<String>,
+    /// [`api::labels::IMAGE_REPOSITORY_ANNOTATION`] on the Pod: the repository it runs.
+    pub image_repository: Option<String>,
 }
 
 /// A member of the etcd cluster as `MemberList` reports it.
@@ -116,6 +121,9 @@ pub struct Observed<'a> {
     pub trust_bundle: Option<String>,
     /// etcd's leader (member ID), when asked: only while members are to be restarted.
     pub leader: Option<u64>,
+    /// The operator's `--etcd-image-repository`: what every member is to run. `None` leaves
+    /// the repositories as they are (tests of other behaviour).
+    pub image_repository: Option<String>,
 }
 
 /// Why the operator cannot act on a cluster for root-auth reasons; no membership change is made
@@ -179,6 +187,12 @@ pub enum Action {
         member: String,
         trust_bundle: String,
     },
+    /// Record the operator's etcd image repository on a member (and its Pod) that never recorded
+    /// one: it was created before the operator tracked it (or adopted), and is taken to run it.
+    RecordImageRepository {
+        member: String,
+        repository: String,
+    },
     /// Record on a member's Pod the template hash of its member (a Pod created by an older
     /// operator version, or adopted): it runs that template, and is not restarted for lack of a
     /// record.
@@ -195,6 +209,8 @@ pub enum Action {
         trust_bundle: Option<String>,
         /// The member's template differs from the target's: patch it.
         template: bool,
+        /// The etcd image repository to record, when it changes.
+        image_repository: Option<String>,
         /// The last member to restart: the leader, after leadership was moved away from it.
         last: bool,
     },
@@ -293,6 +309,8 @@ pub struct Facts {
     /// Members run another template than the locked target (a version upgrade, new resources,
     /// options, ...): `(done, total)`.
     pub template_rollout: Option<(i32, i32)>,
+    /// Members run another etcd image repository than the operator's flag: `(done, total)`.
+    pub image_rollout: Option<(i32, i32)>,
     /// A rollout is held by [`api::labels::ROLLOUT_PAUSED_ANNOTATION`].
     pub rollout_paused: bool,
 }
@@ -641,7 +659,10 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         .map(|m| api::labels::pvc_name(&m.name));
     facts.trust_rollout = trust_rollout(o.trust_bundle.as_deref(), &live_members);
     facts.template_rollout = template_rollout(&observed, &live_members);
-    facts.rollout_paused = (facts.trust_rollout.is_some() || facts.template_rollout.is_some())
+    facts.image_rollout = image_rollout(o.image_repository.as_deref(), &live_members);
+    facts.rollout_paused = (facts.trust_rollout.is_some()
+        || facts.template_rollout.is_some()
+        || facts.image_rollout.is_some())
         && cluster
             .annotations()
             .get(api::labels::ROLLOUT_PAUSED_ANNOTATION)
@@ -1025,6 +1046,30 @@ fn trust_rollout(want: Option<&str>, live: &[&MemberView]) -> Option<(i32, i32)>
     (done < total).then_some((done, total))
 }
 
+/// `m`'s Pod records another image repository than its member's (a Pod without a record runs
+/// its member's).
+fn pod_behind_repository(m: &MemberView) -> bool {
+    m.pod
+        .as_ref()
+        .and_then(|p| p.image_repository.as_ref())
+        .is_some_and(|r| Some(r) != m.image_repository.as_ref())
+}
+
+/// `(members running the image repository `want`, members)` while some do not; members that
+/// never recorded one are taken to run it (see [`Action::RecordImageRepository`]).
+fn image_rollout(want: Option<&str>, live: &[&MemberView]) -> Option<(i32, i32)> {
+    let want = want?;
+    let done = live
+        .iter()
+        .filter(|m| {
+            m.image_repository.is_none()
+                || (m.image_repository.as_deref() == Some(want) && !pod_behind_repository(m))
+        })
+        .count() as i32;
+    let total = live.len() as i32;
+    (done < total).then_some((done, total))
+}
+
 /// `(members running the target's template, members)` while some do not.
 fn template_rollout(target: &ObservedSpec, live: &[&MemberView]) -> Option<(i32, i32)> {
     if target.replicas == 0 {
@@ -1063,6 +1108,15 @@ fn plan_rollout(
             });
         }
     }
+    let repository = o.image_repository.as_deref();
+    if let Some(want) = repository {
+        if let Some(m) = live.iter().find(|m| m.image_repository.is_none()) {
+            return Some(Action::RecordImageRepository {
+                member: m.name.clone(),
+                repository: want.to_string(),
+            });
+        }
+    }
     if let Some(m) = live
         .iter()
         .find(|m| m.pod.as_ref().is_some_and(|p| p.template_hash.is_none()))
@@ -1073,13 +1127,16 @@ fn plan_rollout(
         });
     }
     let told = |m: &MemberView| {
-        m.template_hash == template && trust.is_none_or(|t| m.trust_bundle.as_deref() == Some(t))
+        m.template_hash == template
+            && trust.is_none_or(|t| m.trust_bundle.as_deref() == Some(t))
+            && repository.is_none_or(|r| m.image_repository.as_deref() == Some(r))
     };
-    let pod_behind =
-        |m: &MemberView| pod_behind_template(m) || trust.is_some_and(|t| pod_stale(m, t));
+    let pod_behind = |m: &MemberView| {
+        pod_behind_template(m) || trust.is_some_and(|t| pod_stale(m, t)) || pod_behind_repository(m)
+    };
     if let Some(m) = live.iter().find(|m| told(m) && pod_behind(m) && !m.memory) {
         return Some(Action::Wait(format!(
-            "restarting member {} to run the new CA bundle or spec",
+            "restarting member {} to run the new CA bundle, spec or etcd image",
             m.name
         )));
     }
@@ -1093,8 +1150,8 @@ fn plan_rollout(
         .is_some_and(|v| v == "true")
     {
         return Some(Action::Wait(format!(
-            "the rollout is paused ({}=true): {} member(s) still run the old CA bundle or spec; \
-             remove the annotation to go on",
+            "the rollout is paused ({}=true): {} member(s) still run the old CA bundle, spec or \
+             etcd image; remove the annotation to go on",
             api::labels::ROLLOUT_PAUSED_ANNOTATION,
             stale.len()
         )));
@@ -1105,8 +1162,8 @@ fn plan_rollout(
         && etcd_members.iter().all(|e| !e.is_learner);
     if !whole {
         return Some(Action::Wait(format!(
-            "{} member(s) still run the old CA bundle or spec; the next restart waits until every \
-             member is a Ready voter",
+            "{} member(s) still run the old CA bundle, spec or etcd image; the next restart \
+             waits until every member is a Ready voter",
             stale.len()
         )));
     }
@@ -1151,6 +1208,9 @@ fn plan_rollout(
             .filter(|t| next.trust_bundle.as_deref() != Some(*t))
             .map(str::to_string),
         template: next.template_hash != template,
+        image_repository: repository
+            .filter(|r| next.image_repository.as_deref() != Some(*r))
+            .map(str::to_string),
         last: stale.len() == 1,
     })
 }

@@ -137,6 +137,10 @@ fn member_view(
             .get(api::labels::TRUST_BUNDLE_ANNOTATION)
             .cloned(),
         template_hash: crate::template::hash(&m.spec),
+        image_repository: m
+            .annotations()
+            .get(api::labels::IMAGE_REPOSITORY_ANNOTATION)
+            .cloned(),
         name,
     }
 }
@@ -377,10 +381,12 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         .as_ref()
         .and_then(|s| s.observed.as_ref())
         .map(crate::template::target_hash);
+    let repository = &ctx.config.etcd_image_repository;
     let may_roll = views.iter().any(|v| {
         trust_bundle
             .as_ref()
             .is_some_and(|want| v.trust_bundle.as_ref().is_some_and(|t| t != want))
+            || v.image_repository.as_ref().is_some_and(|r| r != repository)
             || v.template_hash != spec_template
             || latched_template
                 .as_ref()
@@ -409,6 +415,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         auth_problem,
         trust_bundle: trust_bundle.clone(),
         leader,
+        image_repository: Some(repository.clone()),
     });
     if !formed {
         // A seed restoring a snapshot whose restore init container failed: its message goes on
@@ -656,18 +663,29 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
             member,
             trust_bundle,
         } => {
-            // The Pod first: a crash in between leaves a member without a record, which records
-            // again; the other order would leave a Pod the member controller restarts.
-            let patch = json!({"metadata": {"annotations": {labels::TRUST_BUNDLE_ANNOTATION: trust_bundle}}});
-            if pods.contains_key(member) {
-                pods_api
-                    .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?;
-            }
-            members_api
-                .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
+            let annotation = (labels::TRUST_BUNDLE_ANNOTATION, trust_bundle.as_str());
+            record_on_pod_then_member(
+                &pods_api,
+                &members_api,
+                pods.contains_key(member),
+                member,
+                annotation,
+            )
+            .await?;
             tracing::info!(cluster = %name, member = %member, trust_bundle = %trust_bundle, "recorded the CA bundle a member runs with");
+            requeue = Requeue::requeue(Duration::from_millis(200));
+        }
+        Action::RecordImageRepository { member, repository } => {
+            let annotation = (labels::IMAGE_REPOSITORY_ANNOTATION, repository.as_str());
+            record_on_pod_then_member(
+                &pods_api,
+                &members_api,
+                pods.contains_key(member),
+                member,
+                annotation,
+            )
+            .await?;
+            tracing::info!(cluster = %name, member = %member, repository = %repository, "recorded the etcd image repository a member runs");
             requeue = Requeue::requeue(Duration::from_millis(200));
         }
         Action::RecordTemplateHash {
@@ -685,6 +703,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
             member,
             trust_bundle,
             template,
+            image_repository,
             last,
         } => {
             // One patch: the member controller sees the new bundle and template together and
@@ -694,9 +713,18 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
             } else {
                 json!({})
             };
+            let mut annotations = serde_json::Map::new();
             if let Some(trust) = trust_bundle {
-                patch["metadata"] =
-                    json!({"annotations": {labels::TRUST_BUNDLE_ANNOTATION: trust}});
+                annotations.insert(labels::TRUST_BUNDLE_ANNOTATION.into(), json!(trust));
+            }
+            if let Some(repository) = image_repository {
+                annotations.insert(
+                    labels::IMAGE_REPOSITORY_ANNOTATION.into(),
+                    json!(repository),
+                );
+            }
+            if !annotations.is_empty() {
+                patch["metadata"] = json!({ "annotations": annotations });
             }
             members_api
                 .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
@@ -706,19 +734,25 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
             } else {
                 "a follower"
             };
-            let what = match (trust_bundle.is_some(), *template) {
-                (true, true) => format!(
-                    "the new CA bundle and version {} of the spec",
-                    plan.observed.version
-                ),
-                (true, false) => "the new CA bundle".to_string(),
-                _ => format!("the new spec (version {})", plan.observed.version),
-            };
+            let mut parts = Vec::new();
+            if trust_bundle.is_some() {
+                parts.push("the new CA bundle".to_string());
+            }
+            if *template {
+                parts.push(format!("the new spec (version {})", plan.observed.version));
+            }
+            if let Some(repository) = image_repository {
+                parts.push(format!("the etcd image repository {repository}"));
+            }
+            let what = parts.join(" and ");
             let (done, total) = if *template {
-                plan.facts.template_rollout.unwrap_or_default()
+                plan.facts.template_rollout
+            } else if trust_bundle.is_some() {
+                plan.facts.trust_rollout
             } else {
-                plan.facts.trust_rollout.unwrap_or_default()
-            };
+                plan.facts.image_rollout
+            }
+            .unwrap_or_default();
             tracing::info!(cluster = %name, member = %member, done, total, "restarting member for {what}");
             ctx.event(
                 cluster,
@@ -843,6 +877,28 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
 /// seed that cannot be reached yet every [`SEED_RECHECK`]; and, whatever else, at the progress
 /// deadline, so that it expires on time even when nothing else changes (a seed Pod stuck
 /// Pending sends no event).
+/// Record what a member's running Pod already runs with (an annotation) on the Pod, then on the
+/// member. The Pod first: a crash in between leaves a member without a record, which records
+/// again; the other order would leave a Pod the member controller restarts.
+async fn record_on_pod_then_member(
+    pods_api: &Api<Pod>,
+    members_api: &Api<EtcdMember>,
+    has_pod: bool,
+    member: &str,
+    (key, value): (&str, &str),
+) -> Result<(), Error> {
+    let patch = json!({"metadata": {"annotations": {key: value}}});
+    if has_pod {
+        pods_api
+            .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    members_api
+        .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
 fn next_check(plan: &Plan, now: Timestamp) -> Requeue {
     let formed = plan.facts.formed;
     let mut after = match plan.phase {
@@ -1239,6 +1295,10 @@ async fn create_member(
                 trust_bundle
                     .map(|t| (labels::TRUST_BUNDLE_ANNOTATION.to_string(), t.to_string()))
                     .into_iter()
+                    .chain([(
+                        labels::IMAGE_REPOSITORY_ANNOTATION.to_string(),
+                        ctx.config.etcd_image_repository.clone(),
+                    )])
                     .collect(),
                 target.additional_metadata.as_ref().map(|m| &m.annotations),
             ))

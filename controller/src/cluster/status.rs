@@ -258,6 +258,29 @@ pub fn render(
                 ),
             )
         }
+        Phase::Reconciled | Phase::Progressing
+            if target > 0 && plan.progress_deadline.is_none() && facts.image_rollout.is_some() =>
+        {
+            let (done, total) = facts.image_rollout.unwrap_or_default();
+            set(
+                ctype::PROGRESSING,
+                true,
+                reason::ROLLING_RESTART,
+                format!(
+                    "the operator's --etcd-image-repository changed: restarting the members one \
+                     at a time on the same version, followers first and the leader last after \
+                     moving leadership; {done} of {total} members run the new image{}",
+                    if facts.rollout_paused {
+                        format!(
+                            "; paused by {}=true",
+                            api::labels::ROLLOUT_PAUSED_ANNOTATION
+                        )
+                    } else {
+                        String::new()
+                    }
+                ),
+            )
+        }
         Phase::Reconciled if target == 0 => set(
             ctype::PROGRESSING,
             false,

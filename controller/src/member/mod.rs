@@ -327,6 +327,16 @@ fn restart_for(member: &EtcdMember, pod: &Pod) -> Option<&'static str> {
             return Some("the new CA bundle");
         }
     }
+    if let (Some(want), Some(runs)) = (
+        member
+            .annotations()
+            .get(labels::IMAGE_REPOSITORY_ANNOTATION),
+        recorded(labels::IMAGE_REPOSITORY_ANNOTATION),
+    ) {
+        if want != runs {
+            return Some("the new etcd image repository");
+        }
+    }
     recorded(labels::TEMPLATE_HASH_ANNOTATION)
         .is_some_and(|h| *h != crate::template::hash(&member.spec))
         .then_some("the member's new spec (version, resources or options)")
@@ -584,4 +594,36 @@ async fn remove_from_etcd(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn annotated<K: kube::Resource>(mut k: K, pairs: &[(&str, &str)]) -> K {
+        k.meta_mut().annotations = Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        k
+    }
+
+    #[test]
+    fn a_pod_is_restarted_for_another_image_repository_only_when_both_record_one() {
+        let key = labels::IMAGE_REPOSITORY_ANNOTATION;
+        let blank = || crate::builders::tests::member("c-a", "c", "ns");
+        let member = annotated(blank(), &[(key, "mirror.example/etcd")]);
+        let old = annotated(Pod::default(), &[(key, "quay.io/coreos/etcd")]);
+        assert_eq!(
+            restart_for(&member, &old),
+            Some("the new etcd image repository")
+        );
+        let same = annotated(Pod::default(), &[(key, "mirror.example/etcd")]);
+        assert_eq!(restart_for(&member, &same), None);
+        // A Pod without a record (an older operator's) and a member without one: no restart.
+        assert_eq!(restart_for(&member, &annotated(Pod::default(), &[])), None);
+        assert_eq!(restart_for(&annotated(blank(), &[]), &old), None);
+    }
 }

@@ -65,6 +65,7 @@ fn m(name: &str, created: i64) -> MemberView {
         data_lost: false,
         trust_bundle: None,
         template_hash: template(),
+        image_repository: None,
     }
 }
 
@@ -79,6 +80,7 @@ fn crash_looping_pod(name: &str) -> PodView {
         last_exit: Some(ts(40)),
         trust_bundle: None,
         template_hash: None,
+        image_repository: None,
     }
 }
 
@@ -114,6 +116,7 @@ fn run(c: &EtcdCluster, members: Vec<MemberView>, etcd: EtcdView) -> Plan {
         auth_problem: None,
         trust_bundle: None,
         leader: None,
+        image_repository: None,
     })
 }
 
@@ -600,6 +603,7 @@ fn cert_manager_tls_waits_for_cert_manager_and_for_its_secrets_before_the_seed()
         auth_problem: None,
         trust_bundle: None,
         leader: None,
+        image_repository: None,
     };
     let p = plan(&observed(false, None));
     assert!(p.facts.unsupported.is_empty(), "{:?}", p.facts.unsupported);
@@ -654,6 +658,7 @@ fn byo_secret_tls_bootstraps_and_a_missing_secret_holds_the_seed_with_its_name()
         auth_problem: None,
         trust_bundle: None,
         leader: None,
+        image_repository: None,
     });
     assert!(
         matches!(&p.action, Action::Wait(w) if w.contains("c-peer-tls")),
@@ -682,6 +687,7 @@ fn an_auth_problem_holds_every_membership_change_and_names_its_reason() {
         auth_problem,
         trust_bundle: None,
         leader: None,
+        image_repository: None,
     };
     let p = plan(&observed(Some(problem.clone())));
     assert!(
@@ -1000,6 +1006,7 @@ fn version_edit_rolls_the_members_one_at_a_time_the_leader_last() {
         auth_problem: None,
         trust_bundle: None,
         leader: Some(leader),
+        image_repository: None,
     };
     let p = plan(&observed(members.clone(), 1));
     assert_eq!(p.observed.version, "3.6.12");
@@ -1013,7 +1020,8 @@ fn version_edit_rolls_the_members_one_at_a_time_the_leader_last() {
             member: "c-b".into(),
             trust_bundle: None,
             template: true,
-            last: false
+            last: false,
+            image_repository: None,
         }
     );
     let s = crate::cluster::status::render(&c, &p, None, ts(100));
@@ -1063,7 +1071,8 @@ fn version_edit_rolls_the_members_one_at_a_time_the_leader_last() {
             member: "c-a".into(),
             trust_bundle: None,
             template: true,
-            last: true
+            last: true,
+            image_repository: None,
         }
     );
 }
@@ -1269,6 +1278,7 @@ fn the_progress_deadline_does_not_run_out_while_cert_manager_holds_the_seed() {
             auth_problem: None,
             trust_bundle: None,
             leader: None,
+            image_repository: None,
         })
     };
     for (missing, waiting) in [(true, false), (false, true)] {
@@ -1450,6 +1460,7 @@ fn plan_trust(
         auth_problem: None,
         trust_bundle: Some(want.into()),
         leader: Some(leader),
+        image_repository: None,
     })
 }
 
@@ -1509,7 +1520,8 @@ fn a_new_ca_bundle_restarts_followers_first_one_at_a_time() {
             member: "c-a".into(),
             trust_bundle: Some("new".into()),
             template: false,
-            last: false
+            last: false,
+            image_repository: None,
         }
     );
     assert_eq!(p.facts.trust_rollout, Some((0, 3)));
@@ -1538,7 +1550,8 @@ fn a_new_ca_bundle_restarts_followers_first_one_at_a_time() {
             member: "c-c".into(),
             trust_bundle: Some("new".into()),
             template: false,
-            last: false
+            last: false,
+            image_repository: None,
         }
     );
     assert_eq!(p.facts.trust_rollout, Some((1, 3)));
@@ -1573,7 +1586,8 @@ fn the_leader_goes_last_after_leadership_moved_to_an_updated_member() {
             member: "c-a".into(),
             trust_bundle: Some("new".into()),
             template: false,
-            last: true
+            last: true,
+            image_repository: None,
         }
     );
 }
@@ -1708,6 +1722,7 @@ fn a_paused_rollout_restarts_no_further_member_until_resumed() {
             auth_problem: None,
             trust_bundle: None,
             leader: Some(1),
+            image_repository: None,
         })
     };
     let p = run_with(&c);
@@ -1730,4 +1745,147 @@ fn a_paused_rollout_restarts_no_further_member_until_resumed() {
     );
     c.metadata.annotations = None;
     assert!(matches!(run_with(&c).action, Action::RollMember { .. }));
+}
+
+/// A whole 3-member cluster (ids 1, 2, 3 for c-a, c-b, c-c) whose members record the image
+/// repository `members[i]` and whose Pods run `pods[i]`, planned with the operator's flag `want`.
+fn repository_run(
+    members: [Option<&str>; 3],
+    pods: [Option<&str>; 3],
+    want: &str,
+    leader: u64,
+) -> Plan {
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let views = ["c-a", "c-b", "c-c"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut v = m(name, i as i64);
+            v.image_repository = members[i].map(str::to_string);
+            if let Some(p) = v.pod.as_mut() {
+                p.image_repository = pods[i].map(str::to_string);
+            }
+            v
+        })
+        .collect();
+    let etcd = etcd(vec![
+        e(1, "c-a", false),
+        e(2, "c-b", false),
+        e(3, "c-c", false),
+    ]);
+    plan(&Observed {
+        cluster: &c,
+        members: views,
+        etcd,
+        now: ts(100),
+        cert_manager_missing: false,
+        tls_secret_problem: None,
+        waiting_for_certificate: false,
+        auth_problem: None,
+        trust_bundle: None,
+        leader: Some(leader),
+        image_repository: Some(want.into()),
+    })
+}
+
+#[test]
+fn members_without_a_recorded_image_repository_record_the_flag_without_a_restart() {
+    let p = repository_run(
+        [None, Some("new"), None],
+        [None, Some("new"), None],
+        "new",
+        1,
+    );
+    assert_eq!(
+        p.action,
+        Action::RecordImageRepository {
+            member: "c-a".into(),
+            repository: "new".into()
+        }
+    );
+    assert_eq!(p.facts.image_rollout, None);
+    let p = repository_run([Some("new"); 3], [Some("new"); 3], "new", 1);
+    assert_eq!(p.action, Action::None);
+    assert_eq!(p.phase, Phase::Reconciled);
+}
+
+#[test]
+fn a_new_image_repository_rolls_followers_one_at_a_time_and_the_leader_last() {
+    // c-a leads: c-b first, with only the repository to change.
+    let p = repository_run([Some("old"); 3], [Some("old"); 3], "new", 1);
+    assert_eq!(
+        p.action,
+        Action::RollMember {
+            member: "c-b".into(),
+            trust_bundle: None,
+            template: false,
+            image_repository: Some("new".into()),
+            last: false,
+        }
+    );
+    assert_eq!(p.facts.image_rollout, Some((0, 3)));
+    // c-b is told, its Pod still runs the old image: nothing else is restarted meanwhile.
+    let p = repository_run(
+        [Some("old"), Some("new"), Some("old")],
+        [Some("old"), Some("old"), Some("old")],
+        "new",
+        1,
+    );
+    assert!(
+        matches!(&p.action, Action::Wait(w) if w.contains("restarting member c-b")),
+        "{:?}",
+        p.action
+    );
+    // Followers done: leadership moves to an updated member before the leader's turn.
+    let p = repository_run(
+        [Some("old"), Some("new"), Some("new")],
+        [Some("old"), Some("new"), Some("new")],
+        "new",
+        1,
+    );
+    assert_eq!(
+        p.action,
+        Action::MoveLeader {
+            from: "c-a".into(),
+            to: "c-b".into(),
+            to_id: 2
+        }
+    );
+    assert_eq!(p.facts.image_rollout, Some((2, 3)));
+    // A paused rollout restarts nobody.
+    let mut c = cluster(3, locked(3, Some(0xabc), None));
+    c.metadata.annotations = Some(
+        [(
+            api::labels::ROLLOUT_PAUSED_ANNOTATION.to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+    );
+    let mut views = vec![m("c-a", 0), m("c-b", 1), m("c-c", 2)];
+    for v in &mut views {
+        v.image_repository = Some("old".into());
+    }
+    let p = plan(&Observed {
+        cluster: &c,
+        members: views,
+        etcd: etcd(vec![
+            e(1, "c-a", false),
+            e(2, "c-b", false),
+            e(3, "c-c", false),
+        ]),
+        now: ts(100),
+        cert_manager_missing: false,
+        tls_secret_problem: None,
+        waiting_for_certificate: false,
+        auth_problem: None,
+        trust_bundle: None,
+        leader: Some(1),
+        image_repository: Some("new".into()),
+    });
+    assert!(
+        matches!(&p.action, Action::Wait(w) if w.contains("paused")),
+        "{:?}",
+        p.action
+    );
+    assert!(p.facts.rollout_paused);
 }
