@@ -5,7 +5,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
-use crate::v1alpha2::{EtcdCluster, EtcdDefrag, EtcdMember, EtcdSnapshot, EtcdSnapshotSchedule};
+use crate::v1alpha2::{
+    EtcdCluster, EtcdDefrag, EtcdDefragPolicy, EtcdMember, EtcdSnapshot, EtcdSnapshotSchedule,
+};
 
 /// The bound of an `int64` field without one of its own: 2^53 - 1, the largest integer that a
 /// JSON reader holding numbers as doubles (and the schema's own `maximum`, a double) keeps
@@ -20,6 +22,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         EtcdSnapshot::crd(),
         EtcdDefrag::crd(),
         EtcdSnapshotSchedule::crd(),
+        EtcdDefragPolicy::crd(),
     ];
     for crd in &mut crds {
         for version in &mut crd.spec.versions {

@@ -10,6 +10,8 @@ pub const MEMBER_CLEANUP_FINALIZER: &str = "etcd-operator.cozystack.io/member-cl
 
 /// On the EtcdSnapshots an EtcdSnapshotSchedule creates: the schedule's name.
 pub const SCHEDULE: &str = "etcd-operator.cozystack.io/schedule";
+/// On the EtcdDefrags an EtcdDefragPolicy creates: the policy's name.
+pub const DEFRAG_POLICY: &str = "etcd-operator.cozystack.io/defrag-policy";
 
 pub const APP_NAME: &str = "app.kubernetes.io/name";
 pub const APP_INSTANCE: &str = "app.kubernetes.io/instance";

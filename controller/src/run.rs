@@ -4,7 +4,8 @@
 //! installed at start-up, its Certificates; EtcdMember reconciles on changes to the member and
 //! its Pod and PVC; EtcdSnapshot on changes to the snapshot and its Job; EtcdSnapshotSchedule on
 //! changes to the schedule and its snapshots, and at its next fire time; EtcdDefrag on changes
-//! to the run and on its own timer while it waits or runs.
+//! to the run and on its own timer while it waits or runs; EtcdDefragPolicy on changes to the
+//! policy and its runs, and at its next fire time or check.
 //!
 //! EtcdClusters and EtcdMembers are watched as [`Lenient`] objects: one stored object the
 //! operator cannot decode is reported and skipped (see [`crate::lenient`]) instead of failing
@@ -14,7 +15,8 @@ use std::sync::Arc;
 
 use api::labels;
 use api::v1alpha2::{
-    EtcdCluster, EtcdDefrag, EtcdMember, EtcdSnapshot, EtcdSnapshotSchedule, TlsSecrets,
+    EtcdCluster, EtcdDefrag, EtcdDefragPolicy, EtcdMember, EtcdSnapshot, EtcdSnapshotSchedule,
+    TlsSecrets,
 };
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -191,15 +193,33 @@ pub async fn run(
         api::<EtcdSnapshot>(&ctx, ns),
         watcher::Config::default().labels(labels::SCHEDULE),
     )
-    .graceful_shutdown_on(stopped(stop_rx))
-    .run(schedule::reconcile, schedule::error_policy, ctx)
+    .graceful_shutdown_on(stopped(stop_rx.clone()))
+    .run(schedule::reconcile, schedule::error_policy, ctx.clone())
     .for_each(|res| async move {
         if let Err(e) = res {
             tracing::debug!(error = %e, "schedule controller event");
         }
     });
 
-    tokio::join!(clusters, members, snapshots, defrags, schedules);
+    // EtcdDefragPolicies: the runs they own (a run finishing feeds the history and allows the
+    // next); otherwise each wakes itself at its next fire time or check.
+    let policies = Controller::new(
+        api::<EtcdDefragPolicy>(&ctx, ns),
+        watcher::Config::default(),
+    )
+    .owns(
+        api::<EtcdDefrag>(&ctx, ns),
+        watcher::Config::default().labels(defrag::policy::POLICY_LABEL),
+    )
+    .graceful_shutdown_on(stopped(stop_rx))
+    .run(defrag::policy::reconcile, defrag::policy::error_policy, ctx)
+    .for_each(|res| async move {
+        if let Err(e) = res {
+            tracing::debug!(error = %e, "defrag policy controller event");
+        }
+    });
+
+    tokio::join!(clusters, members, snapshots, defrags, schedules, policies);
 }
 
 /// The clusters (in the watch cache) whose `spec.tls` names `secret`, by its name in their

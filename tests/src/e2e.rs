@@ -382,3 +382,37 @@ pub fn spec(replicas: i32) -> EtcdClusterSpec {
         ..Default::default()
     }
 }
+
+/// Write `count` values of `size` bytes under `prefix`, then delete them and compact away every
+/// old revision: the backend keeps its size but little of it is in use.
+pub async fn churn(etcd: &mut etcd_client::Client, prefix: &str, count: usize, size: usize) {
+    let value = vec![b'x'; size];
+    for i in 0..count {
+        etcd.put(format!("{prefix}{i:05}"), value.clone(), None)
+            .await
+            .or_panic();
+    }
+    free(etcd, prefix).await;
+    // etcd updates dbSizeInUse when its backend commits (every 100ms while writes come in): one
+    // more write makes every member count the freed pages.
+    etcd.put(format!("{prefix}done"), "", None).await.or_panic();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+/// Delete everything under `prefix` and compact physically up to that revision.
+pub async fn free(etcd: &mut etcd_client::Client, prefix: &str) {
+    let deleted = etcd
+        .delete(
+            prefix,
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .or_panic();
+    let revision = deleted.header().map(|h| h.revision()).unwrap_or_default();
+    etcd.compact(
+        revision,
+        Some(etcd_client::CompactionOptions::new().with_physical()),
+    )
+    .await
+    .or_panic();
+}

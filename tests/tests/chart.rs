@@ -218,6 +218,44 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
             "patch",
             Watched,
         ),
+        // run.rs watches EtcdDefragPolicies; defrag/policy.rs get_opt, patch_status, creates
+        // their EtcdDefrags (owner reference: update on finalizers) and deletes old ones.
+        (
+            "etcd-operator.cozystack.io",
+            "etcddefragpolicies",
+            "get",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcddefragpolicies",
+            "list",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcddefragpolicies",
+            "watch",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcddefragpolicies/status",
+            "patch",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcddefragpolicies/finalizers",
+            "update",
+            Watched,
+        ),
+        (
+            "etcd-operator.cozystack.io",
+            "etcddefrags",
+            "create",
+            Watched,
+        ),
         // run.rs watches EtcdSnapshotSchedules; schedule/mod.rs get_opt, patch_status, creates
         // and deletes their EtcdSnapshots (owner reference: update on finalizers).
         (
@@ -923,7 +961,7 @@ async fn kube_rbac_proxy_is_rejected_with_where_metrics_are_and_how_to_protect_t
 async fn service_monitor_and_namespace_are_rendered_on_request() {
     let r = render(&[]).await;
     assert!(r.all("ServiceMonitor").is_empty() && r.all("Namespace").is_empty());
-    assert_eq!(r.all("CustomResourceDefinition").len(), 5);
+    assert_eq!(r.all("CustomResourceDefinition").len(), 6);
     let r = render(&[
         "--set",
         "metrics.serviceMonitor.enabled=true",
@@ -1232,7 +1270,7 @@ const MUST_NOT: &[(&str, &str, &str)] = &[
     ("delete", "batch", "jobs"),
     ("update", "etcd-operator.cozystack.io", "etcdsnapshots"),
     ("update", "etcd-operator.cozystack.io", "etcddefrags"),
-    ("create", "etcd-operator.cozystack.io", "etcddefrags"),
+    ("delete", "etcd-operator.cozystack.io", "etcddefragpolicies"),
     ("create", "rbac.authorization.k8s.io", "clusterroles"),
     ("create", "rbac.authorization.k8s.io", "rolebindings"),
     ("update", "etcd-operator.cozystack.io", "etcdclusters"),

@@ -3,18 +3,21 @@
 //! is stopped and while another run of the same cluster goes first; the default gate skips
 //! members with little to reclaim; a NOSPACE alarm shows on the cluster and a defrag that
 //! brings the members below the quota disarms it, after which writes are accepted again.
+//! EtcdDefragPolicies create runs: at once when a check finds a member the rule selects (none
+//! when it finds nothing), and on a cron schedule, keeping only the newest runs.
 
 use std::time::Duration;
 
+use api::labels::DEFRAG_POLICY as POLICY_LABEL;
 use api::v1alpha2::{
-    DefragOutcome, DefragPhase, DefragRule, EtcdDefrag, EtcdDefragSpec, EtcdOptions, LocalReference,
+    DefragOutcome, DefragPhase, DefragRule, EtcdDefrag, EtcdDefragPolicy, EtcdDefragSpec,
+    EtcdOptions, LocalReference,
 };
-use etcd_client::{CompactionOptions, DeleteOptions};
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
-use tests::e2e::{condition, env, spec, Env};
+use tests::e2e::{churn, condition, env, free, spec, Env};
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(180);
@@ -86,33 +89,6 @@ fn terminal(d: &EtcdDefrag) -> bool {
         .as_ref()
         .and_then(|s| s.phase)
         .is_some_and(DefragPhase::is_terminal)
-}
-
-/// Write `count` values of `size` bytes under `prefix`, then delete them and compact away every
-/// old revision: the backend keeps its size but little of it is in use.
-async fn churn(etcd: &mut etcd_client::Client, prefix: &str, count: usize, size: usize) {
-    let value = vec![b'x'; size];
-    for i in 0..count {
-        etcd.put(format!("{prefix}{i:05}"), value.clone(), None)
-            .await
-            .or_panic();
-    }
-    free(etcd, prefix).await;
-    // etcd updates dbSizeInUse when its backend commits (every 100ms while writes come in): one
-    // more write makes every member count the freed pages.
-    etcd.put(format!("{prefix}done"), "", None).await.or_panic();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-}
-
-async fn free(etcd: &mut etcd_client::Client, prefix: &str) {
-    let deleted = etcd
-        .delete(prefix, Some(DeleteOptions::new().with_prefix()))
-        .await
-        .or_panic();
-    let revision = deleted.header().map(|h| h.revision()).unwrap_or_default();
-    etcd.compact(revision, Some(CompactionOptions::new().with_physical()))
-        .await
-        .or_panic();
 }
 
 async fn events(env: &Env, ns: &str, object: &str) -> Vec<(String, String)> {
@@ -370,4 +346,182 @@ async fn nospace_alarm_shows_on_the_cluster_and_a_defrag_below_the_quota_disarms
         condition(c, "Alarm").is_some_and(|(s, r, _)| s == "False" && r == "NoAlarm")
     })
     .await;
+}
+
+/// The runs `policy` created: labelled with its name.
+async fn policy_runs(env: &Env, ns: &str, policy: &str) -> Vec<EtcdDefrag> {
+    Api::<EtcdDefrag>::namespaced(env.client(), ns)
+        .list(&ListParams::default().labels(&format!("{POLICY_LABEL}={policy}")))
+        .await
+        .or_panic()
+        .items
+}
+
+async fn create_policy(env: &Env, ns: &str, name: &str, spec: serde_json::Value) {
+    let policy: EtcdDefragPolicy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "etcd-operator.cozystack.io/v1alpha2", "kind": "EtcdDefragPolicy",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .or_panic();
+    Api::<EtcdDefragPolicy>::namespaced(env.client(), ns)
+        .create(&PostParams::default(), &policy)
+        .await
+        .or_panic();
+}
+
+async fn wait_policy(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    what: &str,
+    done: impl Fn(&EtcdDefragPolicy) -> bool,
+) -> EtcdDefragPolicy {
+    let api = Api::<EtcdDefragPolicy>::namespaced(env.client(), ns);
+    tests::harness::eventually(what, Duration::from_secs(180), || async {
+        let p = api.get(name).await.map_err(|e| e.to_string())?;
+        if done(&p) {
+            Ok(p)
+        } else {
+            Err(format!("{:?}", p.status))
+        }
+    })
+    .await
+}
+
+fn ready_message(p: &EtcdDefragPolicy) -> String {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defrag_policies_create_runs_on_their_schedule_and_when_a_check_finds_space() {
+    let env = env().await;
+    let ns = env.namespace("defrag-policy").await;
+    let name = "dp";
+    env.create_cluster(&ns, name, spec(3)).await;
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+    let mut etcd = env.etcd_client(&ns, name).await;
+
+    // Every minute, unconditionally, keeping one Complete run: the first fire comes within a
+    // minute; the rest of the test runs meanwhile.
+    create_policy(
+        env,
+        &ns,
+        "every-minute",
+        serde_json::json!({
+            "clusterRef": {"name": name}, "schedule": "* * * * *",
+            "rule": {"all": true}, "successfulRunsHistoryLimit": 1,
+        }),
+    )
+    .await;
+
+    // A check with a threshold no member reaches: checked at once, no run.
+    create_policy(
+        env,
+        &ns,
+        "quiet",
+        serde_json::json!({
+            "clusterRef": {"name": name}, "checkInterval": "1h",
+            "rule": {"freeSpaceAbove": "1Gi"},
+        }),
+    )
+    .await;
+    let quiet = wait_policy(env, &ns, "quiet", "the quiet policy checked", |p| {
+        ready_message(p).contains("found no member")
+    })
+    .await;
+    assert!(quiet.status.and_then(|s| s.last_check_time).is_some());
+    assert!(policy_runs(env, &ns, "quiet").await.is_empty());
+
+    // ~12 MiB freed; a check whose rule takes 4 MiB reclaimable creates a run at once, which
+    // reclaims it.
+    churn(&mut etcd, "churn/", 192, 64 * KIB).await;
+    create_policy(
+        env,
+        &ns,
+        "on-check",
+        serde_json::json!({
+            "clusterRef": {"name": name}, "checkInterval": "1h",
+            "rule": {"freeSpaceAbove": "4Mi", "minReclaim": "1Mi"},
+        }),
+    )
+    .await;
+    let checked = wait_policy(env, &ns, "on-check", "the check found a member", |p| {
+        ready_message(p).contains("worth a defrag")
+    })
+    .await;
+    let runs = policy_runs(env, &ns, "on-check").await;
+    assert_eq!(runs.len(), 1, "one run per finding: {runs:?}");
+    let run = runs[0].name_any();
+    assert_eq!(
+        runs[0]
+            .spec
+            .rule
+            .as_ref()
+            .and_then(|r| r.free_space_above.clone()),
+        Some(Quantity("4Mi".into())),
+        "the run carries the policy's rule"
+    );
+    let done = wait_defrag(env, &ns, &run, "the policy's run finishes", RUN, terminal).await;
+    let status = done.status.unwrap_or_default();
+    assert_eq!(status.phase, Some(DefragPhase::Complete));
+    assert!(
+        status
+            .members
+            .iter()
+            .any(|m| m.outcome == Some(DefragOutcome::Defragmented)
+                && m.db_size_after.unwrap_or(0) + 4 * 1024 * 1024 < m.db_size_before.unwrap_or(0)),
+        "{:?}",
+        status.members
+    );
+    assert!(events(env, &ns, "on-check")
+        .await
+        .iter()
+        .any(|(r, m)| r == "DefragCreated" && m.contains(&run)));
+    assert!(checked.status.and_then(|s| s.last_run_time).is_some());
+
+    // The schedule: runs created a minute apart, each older one deleted once a newer one is
+    // Complete (history limit 1). Events of one reason are aggregated, so the runs are counted
+    // by the names seen.
+    let seen = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    tests::harness::eventually(
+        "two scheduled runs, one kept",
+        Duration::from_secs(200),
+        || async {
+            let runs = policy_runs(env, &ns, "every-minute").await;
+            let phases: Vec<(String, Option<DefragPhase>)> = runs
+                .iter()
+                .map(|d| (d.name_any(), d.status.as_ref().and_then(|s| s.phase)))
+                .collect();
+            let n = {
+                let mut seen = seen.lock().or_panic();
+                seen.extend(phases.iter().map(|(n, _)| n.clone()));
+                seen.len()
+            };
+            let complete = phases
+                .iter()
+                .filter(|(_, p)| *p == Some(DefragPhase::Complete))
+                .count();
+            if n >= 2 && runs.len() == 1 && complete == 1 {
+                Ok(())
+            } else {
+                Err(format!("{n} seen, runs now {phases:?}"))
+            }
+        },
+    )
+    .await;
+    let p = wait_policy(env, &ns, "every-minute", "status of the schedule", |p| {
+        p.status
+            .as_ref()
+            .is_some_and(|s| s.last_schedule_time.is_some() && s.last_successful_time.is_some())
+    })
+    .await;
+    assert!(
+        ready_message(&p).contains("next scheduled run at"),
+        "{}",
+        ready_message(&p)
+    );
 }

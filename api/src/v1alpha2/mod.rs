@@ -8,6 +8,7 @@ mod cluster;
 mod common;
 mod defrag;
 mod member;
+mod policy;
 mod schedule;
 mod snapshot;
 
@@ -15,6 +16,7 @@ pub use cluster::*;
 pub use common::*;
 pub use defrag::*;
 pub use member::*;
+pub use policy::*;
 pub use schedule::*;
 pub use snapshot::*;
 

@@ -6,6 +6,7 @@
 //! a raised NOSPACE alarm is disarmed. `ttlSecondsAfterFinished` deletes a finished run.
 
 pub mod plan;
+pub mod policy;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -148,7 +149,7 @@ async fn expire(
 }
 
 /// The cluster's client TLS and root credentials, or why they cannot be used yet.
-async fn access(
+pub(crate) async fn access(
     ctx: &Context,
     ns: &str,
     cluster: &EtcdCluster,
@@ -172,13 +173,13 @@ async fn access(
 }
 
 /// A member's client URL with the connection to use for it.
-struct Member {
+pub(crate) struct Member {
     url: String,
 }
 
 /// The cluster's running members (added to etcd, not dormant, not being deleted) with their
 /// Pods' readiness and their own `Status`; the alarms etcd lists.
-async fn observe(
+pub(crate) async fn observe(
     ctx: &Context,
     ns: &str,
     cluster: &EtcdCluster,
@@ -385,13 +386,7 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
     let Ok(before) = member.status.clone() else {
         return Ok(Requeue::requeue(RECHECK));
     };
-    let quota = plan::quota(
-        cluster
-            .spec
-            .options
-            .as_ref()
-            .and_then(|o| o.quota_backend_bytes),
-    );
+    let quota = plan::cluster_quota(&cluster);
     let rule = defrag.spec.rule();
     let url = members
         .iter()
@@ -584,13 +579,7 @@ async fn complete(
     creds: Option<&Credentials>,
     now: Timestamp,
 ) -> Result<Requeue, Error> {
-    let quota = plan::quota(
-        cluster
-            .spec
-            .options
-            .as_ref()
-            .and_then(|o| o.quota_backend_bytes),
-    );
+    let quota = plan::cluster_quota(cluster);
     let nospace: Vec<u64> = alarms
         .iter()
         .filter(|(_, a)| *a == Alarm::NoSpace)

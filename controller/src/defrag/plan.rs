@@ -198,6 +198,17 @@ pub fn quota(configured: Option<i64>) -> i64 {
     configured.filter(|q| *q > 0).unwrap_or(DEFAULT_QUOTA_BYTES)
 }
 
+/// The backend quota of `cluster` (`spec.options.quotaBackendBytes`, or etcd's default).
+pub fn cluster_quota(cluster: &api::v1alpha2::EtcdCluster) -> i64 {
+    quota(
+        cluster
+            .spec
+            .options
+            .as_ref()
+            .and_then(|o| o.quota_backend_bytes),
+    )
+}
+
 /// The run of the same cluster that goes before `this`, if any: unfinished runs take turns, a
 /// Running one first, then by creation time and name.
 pub fn blocking_run(this: &EtcdDefrag, runs: &[EtcdDefrag]) -> Option<String> {

@@ -37,11 +37,11 @@ pub const READY: &str = "Ready";
 /// skipped by `Forbid`, and retention counts finished snapshots only).
 const ACTIVE_RECHECK: Duration = Duration::from_secs(15);
 
-fn to_chrono(t: &Time) -> DateTime<Utc> {
+pub(crate) fn to_chrono(t: &Time) -> DateTime<Utc> {
     DateTime::from_timestamp(t.0.as_second(), 0).unwrap_or_default()
 }
 
-fn to_time(t: DateTime<Utc>) -> Time {
+pub(crate) fn to_time(t: DateTime<Utc>) -> Time {
     Time(Timestamp::from_second(t.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH))
 }
 
@@ -419,12 +419,27 @@ async fn write(
     schedule: &EtcdSnapshotSchedule,
     status: &EtcdSnapshotScheduleStatus,
 ) -> Result<(), Error> {
+    write_status(api, schedule, schedule.status.as_ref(), status).await
+}
+
+/// Merge-patch `obj`'s status from `old` to `new`, guarded by its resourceVersion (a conflict
+/// is retried by the next reconcile on fresh data).
+pub(crate) async fn write_status<K, S>(
+    api: &Api<K>,
+    obj: &K,
+    old: Option<&S>,
+    new: &S,
+) -> Result<(), Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    S: serde::Serialize,
+{
     let patch = serde_json::json!({
-        "metadata": {"resourceVersion": schedule.resource_version()},
-        "status": crate::cluster::reconcile::status_merge_patch(schedule.status.as_ref(), status)?,
+        "metadata": {"resourceVersion": obj.resource_version()},
+        "status": crate::cluster::reconcile::status_merge_patch(old, new)?,
     });
     api.patch_status(
-        &schedule.name_any(),
+        &obj.name_any(),
         &PatchParams::default(),
         &Patch::Merge(&patch),
     )

@@ -1,0 +1,547 @@
+//! The EtcdDefragPolicy controller: creates EtcdDefrag runs `<policy>-<unix minutes>` (owned by
+//! the policy, labelled with its name) at each fire time of its cron schedule, and — every
+//! `checkInterval` — when a member passes the policy's rule (reclaimable space, quota usage)
+//! as the run would judge it, so a check that finds nothing creates nothing. One run of a policy
+//! at a time: a run due while the previous one has not finished is skipped with an Event. The
+//! newest Complete and Failed runs are kept up to the history limits, older ones deleted.
+//! The runs themselves are the EtcdDefrag controller's ([`super`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::labels;
+use api::v1alpha2::{
+    DefragPhase, EtcdCluster, EtcdDefrag, EtcdDefragPolicy, EtcdDefragPolicyStatus, EtcdDefragSpec,
+    LocalReference,
+};
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::controller::Action as Requeue;
+use kube::{Api, Resource, ResourceExt};
+
+use super::plan::{self, Gate};
+use crate::conditions::set_condition;
+use crate::context::Context;
+use crate::schedule::plan::{due, snapshot_name as run_name, Due, Schedule};
+use crate::schedule::{to_chrono, to_time};
+use crate::Error;
+
+/// The `Ready` condition: the policy parses and is being followed.
+pub const READY: &str = "Ready";
+/// On the EtcdDefrags a policy creates: the policy's name.
+pub const POLICY_LABEL: &str = labels::DEFRAG_POLICY;
+/// How often a policy with an unfinished run looks again (its end feeds the history).
+const ACTIVE_RECHECK: Duration = Duration::from_secs(15);
+
+/// A run of the policy as the history sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub name: String,
+    pub created: DateTime<Utc>,
+    pub phase: Option<DefragPhase>,
+}
+
+/// The finished runs beyond the newest `keep_complete` Complete and `keep_failed` Failed
+/// ones, oldest first. Unfinished runs are never deleted.
+pub fn history_to_delete(runs: &[Run], keep_complete: usize, keep_failed: usize) -> Vec<String> {
+    let mut gone = Vec::new();
+    for (phase, keep) in [
+        (DefragPhase::Complete, keep_complete),
+        (DefragPhase::Failed, keep_failed),
+    ] {
+        let mut of: Vec<&Run> = runs.iter().filter(|r| r.phase == Some(phase)).collect();
+        // Newest first; the name (it carries the minute) breaks ties.
+        of.sort_by(|a, b| b.created.cmp(&a.created).then(b.name.cmp(&a.name)));
+        gone.extend(
+            of.into_iter()
+                .skip(keep)
+                .map(|r| (r.created, r.name.clone())),
+        );
+    }
+    gone.sort();
+    gone.into_iter().map(|(_, n)| n).collect()
+}
+
+/// Whether a check is due: never made, or the last one `interval` seconds ago or more.
+pub fn check_due(last: Option<DateTime<Utc>>, interval: i64, now: DateTime<Utc>) -> bool {
+    last.is_none_or(|l| (now - l).num_seconds() >= interval)
+}
+
+/// The first member the rule selects and why, among `(member, dbSize, dbSizeInUse)`.
+pub fn first_selected(
+    rule: &api::v1alpha2::DefragRule,
+    members: &[(String, i64, i64)],
+    quota: i64,
+) -> Option<(String, String)> {
+    members.iter().find_map(
+        |(name, size, in_use)| match plan::gate(rule, *size, *in_use, quota) {
+            Gate::Defragment(why) => Some((name.clone(), why)),
+            Gate::Skip(_) => None,
+        },
+    )
+}
+
+fn finished(d: &EtcdDefrag) -> bool {
+    d.status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .is_some_and(DefragPhase::is_terminal)
+}
+
+/// The EtcdDefrag the policy creates at `at`.
+fn new_run(policy: &EtcdDefragPolicy, at: DateTime<Utc>) -> Result<EtcdDefrag, Error> {
+    let name = policy.name_any();
+    let mut run_labels = labels::cluster_labels(&policy.spec.cluster_ref.name);
+    run_labels.insert(POLICY_LABEL.to_string(), name.clone());
+    let owner = OwnerReference {
+        api_version: EtcdDefragPolicy::api_version(&()).to_string(),
+        kind: EtcdDefragPolicy::kind(&()).to_string(),
+        name: name.clone(),
+        uid: policy.uid().ok_or(Error::NoUid)?,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    };
+    Ok(EtcdDefrag {
+        metadata: ObjectMeta {
+            name: Some(run_name(&name, at)),
+            namespace: policy.namespace(),
+            labels: Some(run_labels),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec: EtcdDefragSpec {
+            cluster_ref: policy.spec.cluster_ref.clone(),
+            rule: policy.spec.rule.clone(),
+            ttl_seconds_after_finished: None,
+        },
+        status: None,
+    })
+}
+
+/// Create the run; an existing one of the same minute counts as created.
+async fn create_run(
+    ctx: &Context,
+    policy: &EtcdDefragPolicy,
+    runs: &Api<EtcdDefrag>,
+    mine: &mut Vec<EtcdDefrag>,
+    at: DateTime<Utc>,
+    why: String,
+) -> Result<(), Error> {
+    let run = new_run(policy, at)?;
+    let name = run.name_any();
+    match runs.create(&PostParams::default(), &run).await {
+        Ok(created) => {
+            mine.push(created);
+            tracing::info!(policy = %policy.name_any(), run = %name, %why, "created defrag run");
+            ctx.event(
+                policy,
+                false,
+                "DefragCreated",
+                "Create",
+                format!("created EtcdDefrag {name}: {why}"),
+            )
+            .await;
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Check the members against the rule: `Ok(Some((member, why)))` when one qualifies,
+/// `Ok(None)` when none does, `Err(message)` when the check could not be made.
+async fn check(
+    ctx: &Context,
+    ns: &str,
+    policy: &EtcdDefragPolicy,
+) -> Result<Result<Option<(String, String)>, String>, Error> {
+    let cluster_name = &policy.spec.cluster_ref.name;
+    let Some(cluster) = Api::<EtcdCluster>::namespaced(ctx.client.clone(), ns)
+        .get_opt(cluster_name)
+        .await?
+    else {
+        return Ok(Err(format!(
+            "EtcdCluster {cluster_name} (spec.clusterRef.name) does not exist in namespace {ns}"
+        )));
+    };
+    let (tls, creds) = match super::access(ctx, ns, &cluster).await? {
+        Ok(x) => x,
+        Err(message) => return Ok(Err(message)),
+    };
+    let (observed, _, _) = super::observe(ctx, ns, &cluster, tls.as_ref(), creds.as_ref()).await?;
+    let sizes: Vec<(String, i64, i64)> = observed
+        .iter()
+        .filter_map(|m| {
+            m.status
+                .as_ref()
+                .ok()
+                .map(|s| (m.name.clone(), s.db_size, s.db_size_in_use))
+        })
+        .collect();
+    if sizes.is_empty() {
+        return Ok(Err(format!(
+            "no member of EtcdCluster {cluster_name} answered its Status call"
+        )));
+    }
+    let quota = plan::cluster_quota(&cluster);
+    let rule = policy.spec.rule.clone().unwrap_or_default();
+    Ok(Ok(first_selected(&rule, &sizes, quota)))
+}
+
+pub async fn reconcile(policy: Arc<EtcdDefragPolicy>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let ns = policy.namespace().ok_or(Error::NoNamespace)?;
+    let name = policy.name_any();
+    let policies: Api<EtcdDefragPolicy> = Api::namespaced(ctx.client.clone(), &ns);
+    let runs: Api<EtcdDefrag> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(policy) = policies.get_opt(&name).await? else {
+        return Ok(Requeue::await_change());
+    };
+    let now = Utc::now();
+    let mut status = policy.status.clone().unwrap_or_default();
+    status.observed_generation = policy.metadata.generation;
+    let cron = match policy.spec.schedule.as_deref() {
+        None => None,
+        Some(expression) => match Schedule::parse(expression, policy.spec.time_zone_name()) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                set_ready(
+                    &policy,
+                    &mut status,
+                    false,
+                    "InvalidSchedule",
+                    e.to_string(),
+                );
+                ctx.event(&policy, true, "InvalidSchedule", "Parse", e.to_string())
+                    .await;
+                write(&policies, &policy, &status).await?;
+                return Ok(Requeue::await_change());
+            }
+        },
+    };
+    let interval = policy.spec.check_interval_seconds();
+
+    let uid = policy.uid();
+    let mut mine: Vec<EtcdDefrag> = runs
+        .list(&ListParams::default().labels(&format!("{POLICY_LABEL}={name}")))
+        .await?
+        .items
+        .into_iter()
+        .filter(|d| crate::controller_uid(d) == uid)
+        .collect();
+    let active: Vec<String> = mine
+        .iter()
+        .filter(|d| !finished(d))
+        .map(|d| d.name_any())
+        .collect();
+
+    let mut last_check_note = None;
+    if !policy.spec.suspended() {
+        let since = |t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+            t.as_ref()
+                .or(policy.metadata.creation_timestamp.as_ref())
+                .map(to_chrono)
+                .unwrap_or(now)
+        };
+        let mut created = false;
+        if let Some(cron) = &cron {
+            if let Due::Run(t) = due(cron, since(&status.last_schedule_time), now, None) {
+                status.last_schedule_time = Some(to_time(t));
+                if active.is_empty() {
+                    create_run(
+                        ctx.as_ref(),
+                        &policy,
+                        &runs,
+                        &mut mine,
+                        t,
+                        format!("the scheduled run at {t}"),
+                    )
+                    .await?;
+                    status.last_run_time = Some(to_time(now));
+                    created = true;
+                } else {
+                    ctx.event(
+                        &policy,
+                        false,
+                        "DefragSkipped",
+                        "Skip",
+                        format!(
+                            "skipped the run at {t}: EtcdDefrag {} of this policy has not finished",
+                            active.join(", ")
+                        ),
+                    )
+                    .await;
+                }
+            }
+        }
+        let last_check = status.last_check_time.as_ref().map(to_chrono);
+        if interval.is_some_and(|i| !created && check_due(last_check, i, now)) && active.is_empty()
+        {
+            status.last_check_time = Some(to_time(now));
+            match check(ctx.as_ref(), &ns, &policy).await? {
+                Ok(Some((member, why))) => {
+                    create_run(
+                        ctx.as_ref(),
+                        &policy,
+                        &runs,
+                        &mut mine,
+                        now,
+                        format!("member {member}: {why}"),
+                    )
+                    .await?;
+                    status.last_run_time = Some(to_time(now));
+                    last_check_note = Some(format!(
+                        "the last check found member {member} worth a defrag ({why})"
+                    ));
+                }
+                Ok(None) => {
+                    last_check_note =
+                        Some("the last check found no member the rule selects".to_string());
+                }
+                Err(message) => {
+                    last_check_note = Some(format!("the last check could not be made: {message}"));
+                }
+            }
+        }
+    }
+
+    let history: Vec<Run> = mine
+        .iter()
+        .map(|d| Run {
+            name: d.name_any(),
+            created: d
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(to_chrono)
+                .unwrap_or(now),
+            phase: d.status.as_ref().and_then(|s| s.phase),
+        })
+        .collect();
+    for gone in history_to_delete(
+        &history,
+        policy.spec.successful_history(),
+        policy.spec.failed_history(),
+    ) {
+        match runs.delete(&gone, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(policy = %name, run = %gone, "deleted defrag run beyond the history limit");
+        mine.retain(|d| d.name_any() != gone);
+    }
+
+    status.active = mine
+        .iter()
+        .filter(|d| !finished(d))
+        .map(|d| LocalReference { name: d.name_any() })
+        .collect();
+    status.active.sort_by(|a, b| a.name.cmp(&b.name));
+    if let Some(t) = mine
+        .iter()
+        .filter_map(|d| d.status.as_ref())
+        .filter(|s| s.phase == Some(DefragPhase::Complete))
+        .filter_map(|s| s.completed_at.clone())
+        .max_by_key(|t| t.0)
+    {
+        status.last_successful_time = Some(t);
+    }
+
+    let next_fire = cron.as_ref().and_then(|c| c.next_after(now));
+    let next_check = interval.map(|i| {
+        status
+            .last_check_time
+            .as_ref()
+            .map(to_chrono)
+            .unwrap_or(now)
+            + chrono::Duration::seconds(i)
+    });
+    let (reason, message) = if policy.spec.suspended() {
+        ("Suspended", "spec.suspend is true: no new runs".to_string())
+    } else {
+        let mut parts = Vec::new();
+        if let Some(t) = next_fire {
+            parts.push(format!("next scheduled run at {t}"));
+        }
+        if let Some(t) = next_check {
+            parts.push(format!("next check at {t}"));
+        }
+        if let Some(note) = last_check_note.or_else(|| previous_note(&policy)) {
+            parts.push(note);
+        }
+        ("Scheduled", parts.join("; "))
+    };
+    set_ready(&policy, &mut status, true, reason, message);
+    if policy.status.as_ref() != Some(&status) {
+        write(&policies, &policy, &status).await?;
+    }
+
+    let until = |t: DateTime<Utc>| {
+        (t - now)
+            .to_std()
+            .unwrap_or(Duration::from_secs(1))
+            .max(Duration::from_secs(1))
+    };
+    let mut wait = Duration::from_secs(3600);
+    if !policy.spec.suspended() {
+        for t in next_fire.into_iter().chain(next_check) {
+            wait = wait.min(until(t));
+        }
+    }
+    if !status.active.is_empty() {
+        wait = wait.min(ACTIVE_RECHECK);
+    }
+    Ok(Requeue::requeue(wait))
+}
+
+/// The last check's note of the current Ready message, kept until the next check.
+fn previous_note(policy: &EtcdDefragPolicy) -> Option<String> {
+    policy
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == READY)?
+        .message
+        .split("; ")
+        .find(|p| p.starts_with("the last check"))
+        .map(str::to_string)
+}
+
+fn set_ready(
+    policy: &EtcdDefragPolicy,
+    status: &mut EtcdDefragPolicyStatus,
+    ok: bool,
+    reason: &str,
+    message: String,
+) {
+    set_condition(
+        &mut status.conditions,
+        READY,
+        ok,
+        reason,
+        message,
+        policy.metadata.generation,
+        Timestamp::now(),
+    );
+}
+
+async fn write(
+    api: &Api<EtcdDefragPolicy>,
+    policy: &EtcdDefragPolicy,
+    status: &EtcdDefragPolicyStatus,
+) -> Result<(), Error> {
+    crate::schedule::write_status(api, policy, policy.status.as_ref(), status).await
+}
+
+pub fn error_policy(_policy: Arc<EtcdDefragPolicy>, error: &Error, _ctx: Arc<Context>) -> Requeue {
+    tracing::warn!(%error, "EtcdDefragPolicy reconcile failed");
+    Requeue::requeue(Duration::from_secs(10))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use api::quantity::to_bytes;
+    use api::v1alpha2::DefragRule;
+    use chrono::TimeZone;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    fn at(m: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 3, 10, 10, m, 0).unwrap()
+    }
+
+    #[test]
+    fn history_keeps_the_newest_complete_and_failed_runs_and_never_an_unfinished_one() {
+        let r = |name: &str, m: u32, phase: Option<DefragPhase>| Run {
+            name: name.into(),
+            created: at(m),
+            phase,
+        };
+        let runs = [
+            r("a", 1, Some(DefragPhase::Complete)),
+            r("b", 2, Some(DefragPhase::Failed)),
+            r("c", 3, Some(DefragPhase::Complete)),
+            r("d", 4, Some(DefragPhase::Failed)),
+            r("e", 5, Some(DefragPhase::Complete)),
+            r("f", 6, Some(DefragPhase::Running)),
+            r("g", 7, None),
+        ];
+        assert_eq!(history_to_delete(&runs, 2, 1), ["a", "b"]);
+        assert_eq!(history_to_delete(&runs, 0, 0), ["a", "b", "c", "d", "e"]);
+        assert!(history_to_delete(&runs, 3, 2).is_empty());
+    }
+
+    #[test]
+    fn a_check_is_due_first_and_then_every_interval() {
+        assert!(check_due(None, 600, at(0)));
+        assert!(!check_due(Some(at(0)), 600, at(9)));
+        assert!(check_due(Some(at(0)), 600, at(10)));
+    }
+
+    #[test]
+    fn the_check_selects_the_member_the_run_would_defragment() {
+        let mib = |n: i64| n * 1024 * 1024;
+        let rule = DefragRule {
+            free_space_above: Some(Quantity("8Mi".into())),
+            ..Default::default()
+        };
+        let quota = mib(2048);
+        let members = [
+            ("m-a".to_string(), mib(20), mib(15)),
+            ("m-b".to_string(), mib(30), mib(10)),
+        ];
+        let (member, why) = first_selected(&rule, &members, quota).expect("m-b qualifies");
+        assert_eq!(member, "m-b");
+        assert!(why.contains("freeSpaceAbove"), "{why}");
+        assert_eq!(first_selected(&rule, &members[..1], quota), None);
+        // The default rule (200Mi) selects neither.
+        assert_eq!(
+            first_selected(&DefragRule::default(), &members, quota),
+            None
+        );
+        // Quota usage: 20Mi is above 80% of a 24Mi quota, so 5Mi reclaimable (over minReclaim 1Mi) qualifies.
+        let rule = DefragRule {
+            quota_usage_above: Some("80%".into()),
+            min_reclaim: Some(Quantity("1Mi".into())),
+            ..Default::default()
+        };
+        let small_quota = to_bytes(&Quantity("24Mi".into())).unwrap_or_default();
+        let (member, why) =
+            first_selected(&rule, &members[..1], small_quota).expect("m-a is over 80%");
+        assert_eq!(member, "m-a");
+        assert!(why.contains("80%"), "{why}");
+    }
+
+    #[test]
+    fn runs_are_named_with_the_minute_owned_by_the_policy_and_carry_its_rule() {
+        let mut p = EtcdDefragPolicy::new(
+            "nightly",
+            api::v1alpha2::EtcdDefragPolicySpec {
+                cluster_ref: LocalReference { name: "c".into() },
+                schedule: Some("0 3 * * *".into()),
+                rule: Some(DefragRule {
+                    all: Some(true),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.uid = Some("uid-1".into());
+        let run = new_run(&p, Utc.timestamp_opt(1_800_000_000, 0).unwrap()).unwrap();
+        assert_eq!(run.name_any(), "nightly-30000000");
+        assert_eq!(
+            run.labels().get(POLICY_LABEL).map(String::as_str),
+            Some("nightly")
+        );
+        assert_eq!(
+            run.labels().get(labels::CLUSTER).map(String::as_str),
+            Some("c")
+        );
+        assert_eq!(crate::controller_uid(&run).as_deref(), Some("uid-1"));
+        assert_eq!(run.spec.rule, p.spec.rule);
+    }
+}
