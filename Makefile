@@ -14,7 +14,7 @@ help:
 	@echo "make test      fmt check, clippy -D warnings, unit tests, then the API-layer suites on a real apiserver"
 	@echo "make e2e       the pod runner and the operator end to end on real etcd members (needs root)"
 	@echo "make testbins  build (once, cached) kube-apiserver & co, etcd 3.6/3.5, helm, cert-manager from the Go module proxy"
-	@echo "make bench     measure (not test): webhook latency/RSS; controller apply→Ready, step overhead, idle writes, RSS (root)"
+	@echo "make bench     measure (not test): webhook latency/RSS; controller apply→Ready, step overhead, idle writes, RSS (root); rollout steps; snapshot agent throughput and peak RSS vs etcdctl"
 	@echo "make crds      regenerate the CRDs in charts/etcd-operator/files/crds from api/"
 
 ## deps: system packages a fresh machine lacks (protoc, iproute2), installed with apt when missing.
@@ -65,6 +65,9 @@ bench: testbins
 	$(CARGO) bench --locked -p webhook --bench admission
 	$(CARGO) build --locked -p controller --bins
 	$(CARGO) run --locked -p tests --example bench_controller
+	$(CARGO) run --locked -p tests --example bench_rollout
+	$(CARGO) build --release --locked -p controller --bin etcd-operator
+	SNAPSHOT_BENCH_RELEASE=1 $(CARGO) run --locked -p tests --example bench_snapshot
 
 ## demo: the embedded environment (control plane, pod runner, cert-manager), the operator installed
 ## with helm as users do (controller and webhook as the chart's Pods), a 3-member EtcdCluster

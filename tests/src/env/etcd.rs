@@ -52,6 +52,17 @@ impl Etcd {
         data_dir: &Path,
         log_dir: &Path,
     ) -> Result<Self, Error> {
+        Self::start_with(bin, config, data_dir, log_dir, &[]).await
+    }
+
+    /// [`Etcd::start`] with further flags (e.g. `--quota-backend-bytes`).
+    pub async fn start_with(
+        bin: &Path,
+        config: &EtcdConfig,
+        data_dir: &Path,
+        log_dir: &Path,
+        extra: &[String],
+    ) -> Result<Self, Error> {
         let mut cmd = Command::new(bin);
         cmd.arg(format!("--name={}", config.name))
             .arg(format!("--data-dir={}", data_dir.display()))
@@ -62,7 +73,8 @@ impl Etcd {
             .arg(format!("--initial-cluster={}", config.initial_cluster()))
             .arg(format!("--initial-cluster-token={}", config.token))
             .arg("--initial-cluster-state=new")
-            .arg("--unsafe-no-fsync");
+            .arg("--unsafe-no-fsync")
+            .args(extra);
         let log = log_dir.join(format!("etcd-{}.log", config.name));
         let process = Process::spawn(&format!("etcd-{}", config.name), cmd, &log)?;
         let addr = config.client_url.trim_start_matches("http://").to_string();

@@ -1,0 +1,279 @@
+//! `make bench` (snapshot part): measures, does not pass or fail.
+//!
+//! A real etcd 3.6 (testbins) is loaded with 64 KiB values, first to an eighth of
+//! `SNAPSHOT_BENCH_BYTES` (default 1 GiB), then to all of it. At each size the same snapshot is
+//! taken twice, one after the other:
+//!
+//! - `etcdctl snapshot save` to a local file (the baseline);
+//! - `etcd-operator snapshot-agent save` to a real MinIO on loopback (what a snapshot Job runs:
+//!   multipart upload at constant memory, sha256 while streaming).
+//!
+//! For each: wall time, throughput, and peak RSS. Peak RSS is exact, not sampled: the measured
+//! program runs as the only child of a fresh copy of this binary (`--measure-peak-rss`), which
+//! reads `getrusage(RUSAGE_CHILDREN).ru_maxrss` after reaping it, the kernel's high-water mark of
+//! that one process.
+//!
+//! The agent is the release build (`<target>/release/etcd-operator`, which `make bench` builds
+//! first) when `SNAPSHOT_BENCH_RELEASE=1`, else the binary the e2e suites use
+//! (`ETCD_OPERATOR_BIN_DIR`, default the debug build).
+
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::resource::{getrusage, UsageWho};
+use tests::env::control_plane::temp_root;
+use tests::env::etcd::{Etcd, EtcdConfig};
+use tests::env::logs::target_dir;
+use tests::env::minio::Minio;
+use tests::env::Testbins;
+use tests::operator::bin_dir;
+use tests::OrPanic;
+
+const MEASURE: &str = "--measure-peak-rss";
+const VALUE_BYTES: usize = 64 * 1024;
+const WRITERS: usize = 8;
+const MIB: f64 = 1024.0 * 1024.0;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(MEASURE) {
+        return measure(&args[2..]);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .or_panic();
+    runtime.block_on(bench());
+    ExitCode::SUCCESS
+}
+
+/// `--measure-peak-rss <out-file> <program> <args>...`: run the program as this process's only
+/// child and write its peak RSS in KiB to `<out-file>`; exit with its exit code.
+fn measure(args: &[String]) -> ExitCode {
+    let [out, program, rest @ ..] = args else {
+        eprintln!("usage: {MEASURE} <out-file> <program> [args...]");
+        return ExitCode::from(2);
+    };
+    let status = match Command::new(program).args(rest).status() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("starting {program}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let peak_kib = getrusage(UsageWho::RUSAGE_CHILDREN)
+        .map(|u| u.max_rss())
+        .unwrap_or(-1);
+    if let Err(e) = std::fs::write(out, peak_kib.to_string()) {
+        eprintln!("writing {out}: {e}");
+        return ExitCode::from(2);
+    }
+    match status.code() {
+        Some(0) => ExitCode::SUCCESS,
+        _ => ExitCode::FAILURE,
+    }
+}
+
+/// One measured run.
+struct Run {
+    took: Duration,
+    peak_rss_kib: i64,
+    bytes: u64,
+}
+
+impl Run {
+    fn mib_per_s(&self) -> f64 {
+        self.bytes as f64 / MIB / self.took.as_secs_f64()
+    }
+}
+
+/// Run `program args` under [`measure`], its output into `<dir>/<tag>.log`, and panic with that
+/// log when it fails.
+fn measured(dir: &Path, tag: &str, program: &Path, args: &[String], env: &[(&str, &str)]) -> Run {
+    let rss_file = dir.join(format!("{tag}.rss"));
+    let log = dir.join(format!("{tag}.log"));
+    let out = std::fs::File::create(&log).or_panic();
+    let started = Instant::now();
+    let status = Command::new(std::env::current_exe().or_panic())
+        .arg(MEASURE)
+        .arg(&rss_file)
+        .arg(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().or_panic())
+        .stderr(out)
+        .status()
+        .or_panic();
+    let took = started.elapsed();
+    let output = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "{tag} failed ({status}):\n{output}");
+    let peak_rss_kib = std::fs::read_to_string(&rss_file)
+        .or_panic()
+        .trim()
+        .parse()
+        .or_panic();
+    Run {
+        took,
+        peak_rss_kib,
+        bytes: 0,
+    }
+}
+
+/// Put 64 KiB values under `bench/` from key `from` up to `to` (exclusive), `WRITERS` at a time.
+async fn load(client: &etcd_client::Client, from: usize, to: usize) {
+    let value: Vec<u8> = (0..VALUE_BYTES).map(|i| (i * 31 % 251) as u8).collect();
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let mut client = client.clone();
+        let value = value.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in (from + w..to).step_by(WRITERS) {
+                client
+                    .put(format!("bench/{i:08}"), value.clone(), None)
+                    .await
+                    .or_panic();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.or_panic();
+    }
+}
+
+async fn db_size(client: &mut etcd_client::Client) -> u64 {
+    client.status().await.or_panic().db_size() as u64
+}
+
+async fn bench() {
+    let target: u64 = std::env::var("SNAPSHOT_BENCH_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1 << 30);
+    let bins = Testbins::from_env().or_panic();
+    let tmp = temp_root().or_panic();
+    let root = tmp.path();
+    let logs = root.join("logs");
+    std::fs::create_dir_all(&logs).or_panic();
+    let agent = if std::env::var("SNAPSHOT_BENCH_RELEASE").is_ok_and(|v| v == "1") {
+        target_dir().join("release")
+    } else {
+        bin_dir()
+    }
+    .join("etcd-operator");
+    assert!(
+        agent.is_file(),
+        "{} is missing: cargo build [--release] -p controller --bins",
+        agent.display()
+    );
+    let etcdctl = bins.binary("etcd-3.6", "etcdctl").or_panic();
+    let config = EtcdConfig::new("bench", "bench-token").or_panic();
+    let quota = format!("--quota-backend-bytes={}", 8u64 << 30);
+    let etcd = Etcd::start_with(
+        &bins.binary("etcd-3.6", "etcd").or_panic(),
+        &config,
+        &root.join("etcd"),
+        &logs,
+        &[quota],
+    )
+    .await
+    .or_panic();
+    let minio = Minio::start(&bins, root, false).await.or_panic();
+    let mut client = etcd.client().await.or_panic();
+
+    println!(
+        "snapshot bench: agent {} ({}), etcd 3.6 from testbins, MinIO on loopback",
+        agent.display(),
+        if agent.to_string_lossy().contains("/release/") {
+            "release build"
+        } else {
+            "debug build"
+        }
+    );
+    println!(
+        "{:>9}  {:>24}  {:>24}  {:>12}",
+        "db", "etcdctl → local file", "agent → S3 (MinIO)", "agent/etcdctl"
+    );
+    let keys_for = |bytes: u64| (bytes / VALUE_BYTES as u64) as usize;
+    let mut loaded = 0;
+    for (stage, bytes) in [("small", target / 8), ("full", target)] {
+        let started = Instant::now();
+        load(&client, loaded, keys_for(bytes)).await;
+        loaded = keys_for(bytes);
+        let size = db_size(&mut client).await;
+        eprintln!(
+            "loaded {} keys, db {:.0} MiB in {:.1?}",
+            loaded,
+            size as f64 / MIB,
+            started.elapsed()
+        );
+
+        let file = root.join(format!("etcdctl-{stage}.db"));
+        let mut baseline = measured(
+            &logs,
+            &format!("etcdctl-{stage}"),
+            &etcdctl,
+            &[
+                format!("--endpoints={}", config.client_url),
+                "snapshot".into(),
+                "save".into(),
+                file.display().to_string(),
+            ],
+            &[],
+        );
+        baseline.bytes = std::fs::metadata(&file).or_panic().len();
+        let _ = std::fs::remove_file(&file);
+
+        let term = logs.join(format!("agent-{stage}.json"));
+        let mut ours = measured(
+            &logs,
+            &format!("agent-{stage}"),
+            &agent,
+            &agent_args(&config, &minio, stage, &term),
+            &[
+                ("AWS_ACCESS_KEY_ID", minio.writer.access_key.as_str()),
+                ("AWS_SECRET_ACCESS_KEY", minio.writer.secret_key.as_str()),
+                ("RUST_LOG", "info"),
+            ],
+        );
+        ours.bytes = artifact_size(&term);
+        println!(
+            "{:>5.0} MiB  {:>6.1} s {:>5.0} MiB/s {:>4} MiB  {:>6.1} s {:>5.0} MiB/s {:>4} MiB  {:>12.2}",
+            size as f64 / MIB,
+            baseline.took.as_secs_f64(),
+            baseline.mib_per_s(),
+            baseline.peak_rss_kib / 1024,
+            ours.took.as_secs_f64(),
+            ours.mib_per_s(),
+            ours.peak_rss_kib / 1024,
+            ours.mib_per_s() / baseline.mib_per_s(),
+        );
+    }
+    println!("(throughput = snapshot bytes / wall time of the process; RSS = the process's peak)");
+    etcd.stop();
+}
+
+fn agent_args(config: &EtcdConfig, minio: &Minio, stage: &str, term: &Path) -> Vec<String> {
+    vec![
+        "snapshot-agent".into(),
+        "save".into(),
+        format!("--endpoints={}", config.client_url),
+        format!("--snapshot-name=bench-{stage}"),
+        format!("--snapshot-uid=uid-{stage}"),
+        format!("--s3-endpoint={}", minio.endpoint),
+        format!("--s3-bucket={}", minio.bucket),
+        "--s3-force-path-style".into(),
+        "--s3-key=bench/".into(),
+        format!("--termination-log={}", term.display()),
+    ]
+}
+
+/// `artifact.sizeBytes` of the agent's termination message.
+fn artifact_size(term: &Path) -> u64 {
+    let text = std::fs::read_to_string(term).or_panic();
+    let result: serde_json::Value = serde_json::from_str(&text).or_panic();
+    result["artifact"]["sizeBytes"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no artifact.sizeBytes in {text}"))
+}
