@@ -5,6 +5,7 @@ pub mod conditions;
 #[cfg(feature = "corpus")]
 pub mod corpus;
 pub mod crd;
+pub mod cron;
 pub mod labels;
 pub mod quantity;
 pub mod v1alpha2;

@@ -4,7 +4,10 @@
 //!
 //! The CRD's CEL rules are the source of truth for accept/reject; the tests in this crate and the
 //! API-layer suite run one shared corpus through both and require the same verdict. Messages here
-//! are richer than CEL can produce, but must never accept what CEL rejects or reject what it accepts.
+//! are richer than CEL can produce, but must never accept what CEL rejects or reject what it accepts,
+//! with one deliberate exception: a cron expression or time zone (EtcdSnapshotSchedule,
+//! EtcdDefragPolicy) is parsed here as the controller parses it, where CEL can check only its
+//! shape; a CEL-only install accepts `61 * * * *` and reports it in the object's status instead.
 
 use std::fmt;
 use std::sync::LazyLock;
@@ -14,12 +17,15 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::cron::{Schedule, ScheduleError};
 use crate::quantity;
 use crate::v1alpha2::{
-    DefragRule, EtcdClusterSpec, EtcdDefragSpec, EtcdSnapshotSpec, PvcLocation, RestoreSource,
-    S3Location, SnapshotDestination, StorageMedium, CLUSTER_NAME_MAX_LEN,
-    MAX_PROGRESS_DEADLINE_SECONDS, MAX_QUOTA_BACKEND_BYTES, MAX_REPLICAS, MAX_SNAPSHOT_COUNT,
-    QUOTA_USAGE_PATTERN, RETENTION_PATTERN, VERSION_PATTERN,
+    DefragRule, EtcdClusterSpec, EtcdDefragPolicySpec, EtcdDefragSpec, EtcdSnapshotScheduleSpec,
+    EtcdSnapshotSpec, PvcLocation, RestoreSource, S3Location, SnapshotDestination, StorageMedium,
+    CHECK_INTERVAL_PATTERN, CLUSTER_NAME_MAX_LEN, MAX_AGE_PATTERN, MAX_HISTORY_LIMIT,
+    MAX_KEEP_LAST, MAX_POLICY_NAME, MAX_PROGRESS_DEADLINE_SECONDS, MAX_QUOTA_BACKEND_BYTES,
+    MAX_REPLICAS, MAX_SCHEDULE_NAME, MAX_SNAPSHOT_COUNT, QUOTA_USAGE_PATTERN, RETENTION_PATTERN,
+    VERSION_PATTERN,
 };
 
 /// One broken rule.
@@ -95,6 +101,13 @@ static RETENTION_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
 });
 static QUOTA_USAGE_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
     regex::Regex::new(QUOTA_USAGE_PATTERN).expect("QUOTA_USAGE_PATTERN is a valid regex")
+});
+static DNS_LABEL_RE: LazyLock<regex::Regex> =
+    LazyLock::new(|| regex::Regex::new("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$").expect("a valid regex"));
+static MAX_AGE_RE: LazyLock<regex::Regex> =
+    LazyLock::new(|| regex::Regex::new(MAX_AGE_PATTERN).expect("MAX_AGE_PATTERN is a valid regex"));
+static CHECK_INTERVAL_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
+    regex::Regex::new(CHECK_INTERVAL_PATTERN).expect("CHECK_INTERVAL_PATTERN is a valid regex")
 });
 
 /// Deserialize a `spec` (or any typed part of an object; `prefix` is its path, empty for a whole
@@ -218,8 +231,7 @@ pub fn object(
         // The name rule is a plain (non-transition) CEL rule on the CRD root, so the apiserver
         // evaluates it on update too; so does this mirror.
         "EtcdCluster" => {
-            let name = new.pointer("/metadata/name").and_then(|n| n.as_str());
-            let mut out: Vec<Violation> = name.and_then(cluster_name).into_iter().collect();
+            let mut out: Vec<Violation> = named(new).and_then(cluster_name).into_iter().collect();
             out.extend(judge::<EtcdClusterSpec>(
                 new,
                 old,
@@ -230,12 +242,44 @@ pub fn object(
         }
         "EtcdSnapshot" => judge::<EtcdSnapshotSpec>(new, old, snapshot_create, snapshot_update),
         "EtcdDefrag" => judge::<EtcdDefragSpec>(new, old, defrag_create, defrag_update),
+        // Plain rules, judged on create and update alike (the specs are mutable).
+        "EtcdSnapshotSchedule" => {
+            let mut out: Vec<Violation> = named(new)
+                .and_then(|n| runs_owner_name(n, MAX_SCHEDULE_NAME, SCHEDULE_NAMES))
+                .into_iter()
+                .collect();
+            out.extend(judge::<EtcdSnapshotScheduleSpec>(
+                new,
+                old,
+                schedule_spec,
+                |_, new| schedule_spec(new),
+            ));
+            out
+        }
+        "EtcdDefragPolicy" => {
+            let mut out: Vec<Violation> = named(new)
+                .and_then(|n| runs_owner_name(n, MAX_POLICY_NAME, POLICY_NAMES))
+                .into_iter()
+                .collect();
+            out.extend(judge::<EtcdDefragPolicySpec>(
+                new,
+                old,
+                policy_spec,
+                |_, new| policy_spec(new),
+            ));
+            out
+        }
         other => vec![Violation::new(
             "kind",
             format!("{other:?} is not validated here"),
-            "send only EtcdCluster, EtcdSnapshot and EtcdDefrag objects to this validator",
+            "send only EtcdCluster, EtcdSnapshot, EtcdDefrag, EtcdSnapshotSchedule and EtcdDefragPolicy objects to this validator",
         )],
     }
+}
+
+/// The object's `metadata.name`, when it has one (`generateName` is resolved before admission).
+fn named(object: &serde_json::Value) -> Option<&str> {
+    object.pointer("/metadata/name").and_then(|n| n.as_str())
 }
 
 /// The violation for an update whose stored (old) object does not parse.
@@ -1064,6 +1108,191 @@ pub fn defrag_update(old: &EtcdDefragSpec, new: &EtcdDefragSpec) -> Vec<Violatio
     out
 }
 
+// ---------------------------------------------------------------------------------------------
+// EtcdSnapshotSchedule and EtcdDefragPolicy: objects that create runs named after themselves
+
+const SCHEDULE_NAMES: &str =
+    "the schedule names its snapshots <name>-<unix minutes> and their Jobs <snapshot>-snapshot";
+const POLICY_NAMES: &str = "the policy names its runs <name>-<unix minutes>";
+
+/// The name of an object whose runs are named `<name>-<unix minutes>`: a DNS label short enough
+/// for the runs' names (the CRD's root CEL rule).
+fn runs_owner_name(name: &str, max: usize, why: &str) -> Option<Violation> {
+    let label = DNS_LABEL_RE.is_match(name);
+    let length = name.chars().count();
+    let problem = match (length > max, label) {
+        (true, _) => format!("is {length} characters long"),
+        (false, false) => "is not a DNS label (lowercase letters, digits and '-', starting and ending with a letter or digit)".to_string(),
+        (false, true) => return None,
+    };
+    Some(
+        Violation::new(
+            "metadata.name",
+            format!(
+                "must be a DNS label of at most {max} characters, because {why}, which must stay within 63 characters; this name {problem}"
+            ),
+            "choose a shorter name of lowercase letters, digits and '-', e.g. my-etcd-nightly",
+        )
+        .value(format!("{name:?}")),
+    )
+}
+
+/// The cron expression and time zone, parsed as the controller parses them: CEL checks only
+/// their shape, so `61 * * * *` or `Mars/Olympus` pass the CRD and are refused here.
+fn cron_schedule(expression: &str, time_zone: Option<&str>, out: &mut Vec<Violation>) {
+    if let Some(tz) = time_zone {
+        out.extend(bounded_length("spec.timeZone", tz, 64));
+    }
+    if expression.is_empty() || expression.chars().count() > 256 {
+        out.extend(bounded_length("spec.schedule", expression, 256));
+        return;
+    }
+    match Schedule::parse(expression, time_zone.unwrap_or("UTC")) {
+        Ok(_) => {}
+        Err(ScheduleError::Cron { value, reason }) => out.push(
+            Violation::new(
+                "spec.schedule",
+                format!("is not a valid cron expression: {reason}"),
+                "use 5 fields, minute hour day-of-month month day-of-week (e.g. '0 */6 * * *'), or @hourly, @daily, @weekly, @monthly, @yearly",
+            )
+            .value(format!("{value:?}")),
+        ),
+        Err(ScheduleError::TimeZone { value }) => out.push(
+            Violation::new(
+                "spec.timeZone",
+                "is not a known IANA time zone",
+                "use a name from the tz database such as UTC, Europe/Berlin or America/New_York (see `timedatectl list-timezones`)",
+            )
+            .value(format!("{value:?}")),
+        ),
+    }
+}
+
+/// A string with the schema's `minLength: 1` and `maxLength`.
+fn bounded_length(field: &str, value: &str, max: usize) -> Option<Violation> {
+    let length = value.chars().count();
+    (length == 0 || length > max).then(|| {
+        Violation::new(
+            field,
+            format!("must be 1 to {max} characters long, not {length}"),
+            "shorten it, or remove the field to use the default",
+        )
+        .value(format!("{value:?}"))
+    })
+}
+
+/// An integer field with the schema's `minimum`/`maximum`.
+fn in_range(field: &str, value: Option<i64>, min: i64, max: i64, hint: &str) -> Option<Violation> {
+    let v = value?;
+    (v < min || v > max)
+        .then(|| Violation::new(field, format!("must be between {min} and {max}"), hint).value(v))
+}
+
+/// Every violation of an EtcdSnapshotSchedule spec (create and update alike).
+pub fn schedule_spec(spec: &EtcdSnapshotScheduleSpec) -> Vec<Violation> {
+    let mut out = Vec::new();
+    out.extend(non_empty("spec.clusterRef.name", &spec.cluster_ref.name));
+    cron_schedule(&spec.schedule, spec.time_zone.as_deref(), &mut out);
+    out.extend(destination(
+        "spec.snapshotTemplate.destination",
+        &spec.snapshot_template.destination,
+    ));
+    out.extend(in_range(
+        "spec.startingDeadlineSeconds",
+        spec.starting_deadline_seconds,
+        1,
+        31_622_400,
+        "leave it unset to take the most recent missed run however late, or give up to a year in seconds",
+    ));
+    if let Some(r) = &spec.retention {
+        if r.keep_last.is_none() && r.max_age.is_none() {
+            out.push(Violation::new(
+                "spec.retention",
+                "sets neither keepLast nor maxAge",
+                "set keepLast, maxAge or both; remove spec.retention to keep every snapshot",
+            ));
+        }
+        out.extend(in_range(
+            "spec.retention.keepLast",
+            r.keep_last.map(i64::from),
+            1,
+            MAX_KEEP_LAST.into(),
+            "keep at least the newest snapshot; remove keepLast to prune by maxAge only",
+        ));
+        if let Some(age) = r.max_age.as_deref().filter(|a| !MAX_AGE_RE.is_match(a)) {
+            out.push(
+                Violation::new(
+                    "spec.retention.maxAge",
+                    "must be a whole number of minutes, hours or days",
+                    "write e.g. 30m, 12h or 7d",
+                )
+                .value(format!("{age:?}")),
+            );
+        }
+    }
+    out
+}
+
+/// Every violation of an EtcdDefragPolicy spec (create and update alike).
+pub fn policy_spec(spec: &EtcdDefragPolicySpec) -> Vec<Violation> {
+    let mut out = Vec::new();
+    out.extend(non_empty("spec.clusterRef.name", &spec.cluster_ref.name));
+    if spec.schedule.is_none() && spec.check_interval.is_none() {
+        out.push(Violation::new(
+            "spec",
+            "sets neither schedule nor checkInterval, so the policy would never create a run",
+            "set schedule (runs on a cron schedule), checkInterval (a run when a check finds a member worth defragmenting) or both",
+        ));
+    }
+    if let Some(expression) = &spec.schedule {
+        cron_schedule(expression, spec.time_zone.as_deref(), &mut out);
+    } else if let Some(tz) = spec.time_zone.as_deref() {
+        // No schedule to read in it, but the field is still judged as the controller reads it.
+        cron_schedule("* * * * *", Some(tz), &mut out);
+    }
+    if let Some(interval) = spec.check_interval.as_deref() {
+        if !CHECK_INTERVAL_RE.is_match(interval) {
+            out.push(
+                Violation::new(
+                    "spec.checkInterval",
+                    "must be a whole number of minutes or hours",
+                    "write e.g. 10m or 1h",
+                )
+                .value(format!("{interval:?}")),
+            );
+        }
+    }
+    if let Some(rule) = &spec.rule {
+        out.extend(defrag_rule(rule));
+        if rule.is_all() && spec.check_interval.is_some() {
+            out.push(Violation::new(
+                "spec.rule.all",
+                "true with spec.checkInterval would defragment every member at every check",
+                "remove checkInterval and use schedule for unconditional runs, or set a rule such as freeSpaceAbove instead of all",
+            ));
+        }
+    }
+    for (field, limit) in [
+        (
+            "spec.successfulRunsHistoryLimit",
+            spec.successful_runs_history_limit,
+        ),
+        (
+            "spec.failedRunsHistoryLimit",
+            spec.failed_runs_history_limit,
+        ),
+    ] {
+        out.extend(in_range(
+            field,
+            limit.map(i64::from),
+            0,
+            MAX_HISTORY_LIMIT.into(),
+            "leave it unset for the default (3 Complete, 1 Failed)",
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1287,5 +1516,113 @@ mod tests {
             text.contains("\n- spec.replicas: must be 0 or more (got -2)"),
             "{text}"
         );
+    }
+
+    fn with_spec(kind: &str, name: &str, spec: serde_json::Value) -> serde_json::Value {
+        json!({"apiVersion": "etcd-operator.cozystack.io/v1alpha2", "kind": kind,
+               "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+    }
+
+    #[test]
+    fn cron_expressions_and_time_zones_cel_cannot_parse_are_refused_with_field_and_value() {
+        let schedule = |cron: &str, tz: Option<&str>| {
+            let mut spec = json!({"clusterRef": {"name": "e"}, "schedule": cron,
+                "snapshotTemplate": {"destination": {"pvc": {"claimName": "b"}}}});
+            if let Some(tz) = tz {
+                spec["timeZone"] = json!(tz);
+            }
+            object("EtcdSnapshotSchedule", &with_spec("", "s", spec), None)
+        };
+        assert_eq!(schedule("*/5 * * * *", Some("Europe/Berlin")), vec![]);
+        assert_eq!(schedule("@hourly", None), vec![]);
+        for bad in [
+            "61 * * * *",
+            "* 24 * * *",
+            "* * 32 * *",
+            "* * * 13 *",
+            "*/0 * * * *",
+        ] {
+            let v = schedule(bad, None);
+            assert_eq!(v.len(), 1, "{bad}: {v:?}");
+            assert_eq!(v[0].field, "spec.schedule");
+            assert_eq!(v[0].value.as_deref(), Some(format!("{bad:?}").as_str()));
+            assert!(
+                v[0].message.contains("not a valid cron expression"),
+                "{v:?}"
+            );
+        }
+        let v = schedule("0 * * * *", Some("Mars/Olympus"));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].field, "spec.timeZone");
+        assert_eq!(v[0].value.as_deref(), Some("\"Mars/Olympus\""));
+        assert!(v[0].hint.contains("Europe/Berlin"), "{v:?}");
+
+        // A policy's time zone is judged with or without a schedule.
+        let policy =
+            |spec: serde_json::Value| object("EtcdDefragPolicy", &with_spec("", "p", spec), None);
+        let v = policy(
+            json!({"clusterRef": {"name": "e"}, "checkInterval": "1h", "timeZone": "Mars/Olympus"}),
+        );
+        assert_eq!(
+            v.iter().map(|v| v.field.as_str()).collect::<Vec<_>>(),
+            ["spec.timeZone"]
+        );
+        let v = policy(json!({"clusterRef": {"name": "e"}, "schedule": "0 3 31 2 *"}));
+        assert_eq!(
+            v,
+            vec![],
+            "a valid expression that never fires is for the controller to report"
+        );
+    }
+
+    #[test]
+    fn schedule_and_policy_report_every_problem_at_once() {
+        let spec = json!({"clusterRef": {"name": ""}, "schedule": "0 * * *",
+            "startingDeadlineSeconds": 0,
+            "retention": {"keepLast": 0, "maxAge": "1w"},
+            "snapshotTemplate": {"destination": {}}});
+        let name = "x".repeat(45);
+        let fields: Vec<String> = object("EtcdSnapshotSchedule", &with_spec("", &name, spec), None)
+            .into_iter()
+            .map(|v| v.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "metadata.name",
+                "spec.clusterRef.name",
+                "spec.schedule",
+                "spec.snapshotTemplate.destination",
+                "spec.startingDeadlineSeconds",
+                "spec.retention.keepLast",
+                "spec.retention.maxAge",
+            ]
+        );
+        let spec = json!({"clusterRef": {"name": "e"}, "checkInterval": "30s",
+            "rule": {"all": true}, "failedRunsHistoryLimit": -1});
+        let fields: Vec<String> = object("EtcdDefragPolicy", &with_spec("", "p", spec), None)
+            .into_iter()
+            .map(|v| v.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.checkInterval",
+                "spec.rule.all",
+                "spec.failedRunsHistoryLimit"
+            ]
+        );
+        // Updates are judged as creates: both specs are mutable.
+        let old = with_spec(
+            "",
+            "p",
+            json!({"clusterRef": {"name": "e"}, "schedule": "@daily"}),
+        );
+        let new = with_spec(
+            "",
+            "p",
+            json!({"clusterRef": {"name": "e"}, "schedule": "@weekly"}),
+        );
+        assert_eq!(object("EtcdDefragPolicy", &new, Some(&old)), vec![]);
     }
 }

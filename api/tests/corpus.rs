@@ -11,28 +11,38 @@ struct Schemas {
     cluster: Value,
     snapshot: Value,
     defrag: Value,
+    schedule: Value,
+    policy: Value,
 }
 
 fn schemas() -> Schemas {
-    let mut by_kind = api::crd::all().into_iter().map(|crd| {
-        (
-            crd.spec.names.kind.clone(),
-            api::crd::schema_json(&crd).expect("schema"),
-        )
-    });
-    let mut take = |kind: &str| {
+    let by_kind: Vec<(String, Value)> = api::crd::all()
+        .into_iter()
+        .map(|crd| {
+            (
+                crd.spec.names.kind.clone(),
+                api::crd::schema_json(&crd).expect("schema"),
+            )
+        })
+        .collect();
+    let take = |kind: &str| {
         by_kind
+            .iter()
             .find(|(k, _)| k == kind)
-            .map(|(_, s)| s)
+            .map(|(_, s)| s.clone())
             .unwrap_or_else(|| panic!("no CRD for {kind}"))
     };
     let cluster = take("EtcdCluster");
     let snapshot = take("EtcdSnapshot");
     let defrag = take("EtcdDefrag");
+    let schedule = take("EtcdSnapshotSchedule");
+    let policy = take("EtcdDefragPolicy");
     Schemas {
         cluster,
         snapshot,
         defrag,
+        schedule,
+        policy,
     }
 }
 
@@ -197,6 +207,8 @@ fn crd_schema_and_rust_validator_agree_on_every_corpus_case() {
             "EtcdCluster" => &schemas.cluster,
             "EtcdSnapshot" => &schemas.snapshot,
             "EtcdDefrag" => &schemas.defrag,
+            "EtcdSnapshotSchedule" => &schemas.schedule,
+            "EtcdDefragPolicy" => &schemas.policy,
             k => panic!("{}: unknown kind {k}", case.name),
         };
         let obj = case.object("x", "default");

@@ -54,8 +54,13 @@ pub fn resource(kind: &str) -> Option<ApiResource> {
 /// A DNS-1123 object name for the `index`th case, unique within a namespace.
 pub fn object_name(index: usize, case: &Case) -> String {
     let mut name = format!("c{index:03}-{}", case.name.to_ascii_lowercase());
-    // 56: the longest EtcdCluster name whose Services and member Pods still fit in a DNS label.
-    name.truncate(56);
+    // 56: the longest EtcdCluster name whose Services and member Pods still fit in a DNS label;
+    // the kinds that name their runs after themselves allow less.
+    name.truncate(match case.kind.as_str() {
+        "EtcdSnapshotSchedule" => api::v1alpha2::MAX_SCHEDULE_NAME,
+        "EtcdDefragPolicy" => api::v1alpha2::MAX_POLICY_NAME,
+        _ => 56,
+    });
     name.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
         .to_string()
 }

@@ -406,7 +406,13 @@ pub fn validating_configuration(
 pub fn validating_rules() -> Vec<RuleWithOperations> {
     vec![
         rule(
-            &["etcdclusters", "etcdsnapshots", "etcddefrags"],
+            &[
+                "etcdclusters",
+                "etcdsnapshots",
+                "etcddefrags",
+                "etcdsnapshotschedules",
+                "etcddefragpolicies",
+            ],
             &["CREATE", "UPDATE"],
         ),
         rule(
@@ -416,7 +422,7 @@ pub fn validating_rules() -> Vec<RuleWithOperations> {
     ]
 }
 
-/// The mutating registration at `<url>/mutate`: EtcdCluster, EtcdSnapshot and EtcdDefrag CREATE and UPDATE
+/// The mutating registration at `<url>/mutate`: CREATE and UPDATE of every kind but EtcdMember
 /// (rejections with the full violation list happen here, before the CRD's CEL rules run;
 /// defaults only on EtcdCluster CREATE).
 pub fn mutating_configuration(
@@ -439,7 +445,13 @@ pub fn mutating_configuration(
             timeout_seconds: Some(TIMEOUT_SECONDS),
             reinvocation_policy: Some("Never".to_string()),
             rules: Some(vec![rule(
-                &["etcdclusters", "etcdsnapshots", "etcddefrags"],
+                &[
+                    "etcdclusters",
+                    "etcdsnapshots",
+                    "etcddefrags",
+                    "etcdsnapshotschedules",
+                    "etcddefragpolicies",
+                ],
                 &["CREATE", "UPDATE"],
             )]),
             ..Default::default()

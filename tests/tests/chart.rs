@@ -658,7 +658,13 @@ fn assert_registrations_match_the_tested_ones(r: &Rendered) {
     assert_eq!(m["reinvocationPolicy"], "Never");
     assert_eq!(
         m["rules"][0]["resources"],
-        serde_json::json!(["etcdclusters", "etcdsnapshots", "etcddefrags"])
+        serde_json::json!([
+            "etcdclusters",
+            "etcdsnapshots",
+            "etcddefrags",
+            "etcdsnapshotschedules",
+            "etcddefragpolicies"
+        ])
     );
     for (hook, path) in [(v, "/validate"), (m, "/mutate")] {
         assert_eq!(hook["matchPolicy"], "Equivalent");

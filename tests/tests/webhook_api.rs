@@ -825,6 +825,146 @@ async fn webhook_down_with_failure_policy_ignore_leaves_cel_in_charge() {
     report(&format!("webhook down: passed in {:.1?}", began.elapsed()));
 }
 
+/// A snapshot schedule and a defrag policy whose cron expression or time zone the controller
+/// could not run.
+/// A kind, an object name and the object.
+type Named = (&'static str, &'static str, Value);
+
+fn unrunnable_schedules(ns: &str) -> [Named; 2] {
+    [
+        (
+            "EtcdSnapshotSchedule",
+            "minute-61",
+            object(
+                "EtcdSnapshotSchedule",
+                "minute-61",
+                ns,
+                json!({
+                    "clusterRef": {"name": "my-etcd"},
+                    "schedule": "61 * * * *",
+                    "snapshotTemplate": {"destination": {"pvc": {"claimName": "backups"}}},
+                }),
+            ),
+        ),
+        (
+            "EtcdDefragPolicy",
+            "on-mars",
+            object(
+                "EtcdDefragPolicy",
+                "on-mars",
+                ns,
+                json!({
+                    "clusterRef": {"name": "my-etcd"},
+                    "schedule": "0 3 * * *",
+                    "timeZone": "Mars/Olympus",
+                }),
+            ),
+        ),
+    ]
+}
+
+/// 8. The cron expression and time zone of EtcdSnapshotSchedule and EtcdDefragPolicy: CEL can
+/// check only their shape, so the webhook parses them as the controller does and refuses, through
+/// kubectl, what would never run, naming the field and the value; a good one passes. Without the
+/// webhook the apiserver accepts them (the documented limit of a CEL-only install).
+#[tokio::test(flavor = "multi_thread")]
+async fn unrunnable_cron_schedules_and_time_zones_are_refused_by_the_webhook_alone() {
+    let _serial = SERIAL.lock().await;
+    let cp = control_plane().await;
+    let client = cp.client().or_panic();
+    let ns = cp.namespace("webhook-cron").await.or_panic();
+    create_member(&client, &ns).await;
+    let hook = start_and_register(cp, &client, &ns, &[], FailurePolicy::Fail).await;
+
+    let [schedule, policy] = unrunnable_schedules(&ns);
+    let expected: [(&Named, &[&str]); 2] = [
+        (
+            &schedule,
+            &[
+                "spec.schedule",
+                "\"61 * * * *\"",
+                "is not a valid cron expression",
+                "minute hour day-of-month month day-of-week",
+            ],
+        ),
+        (
+            &policy,
+            &[
+                "spec.timeZone",
+                "\"Mars/Olympus\"",
+                "is not a known IANA time zone",
+                "Europe/Berlin",
+            ],
+        ),
+    ];
+    for ((kind, name, obj), parts) in expected {
+        let out = kubectl_apply(cp, obj).await;
+        assert!(!out.success, "{kind} {name} was accepted: {out:?}");
+        assert!(
+            out.stderr
+                .contains(&format!("{kind} \"{name}\" is invalid")),
+            "{}",
+            out.stderr
+        );
+        for part in parts {
+            assert!(out.stderr.contains(part), "no {part:?} in {}", out.stderr);
+        }
+        let found = api_of(&client, &ns, kind).get_opt(name).await.or_panic();
+        assert!(found.is_none(), "{kind} {name} was stored");
+    }
+    // The same kinds with a schedule the controller can run are created.
+    let mut good = schedule.2.clone();
+    good["spec"]["schedule"] = json!("*/5 * * * *");
+    good["spec"]["timeZone"] = json!("Europe/Berlin");
+    good["metadata"]["name"] = json!("every-5-minutes");
+    let out = kubectl_apply(cp, &good).await;
+    assert!(out.success, "{out:?}");
+    let mut good = policy.2.clone();
+    good["spec"]["timeZone"] = json!("America/New_York");
+    good["metadata"]["name"] = json!("in-new-york");
+    let out = kubectl_apply(cp, &good).await;
+    assert!(out.success, "{out:?}");
+    let admitted = hook
+        .admissions(&[("webhook", "validate"), ("kind", "EtcdSnapshotSchedule")])
+        .await
+        .or_panic();
+    assert!(admitted > 0.0, "the schedule never reached /validate");
+
+    // Without the webhook, CEL alone accepts both shapes (dry run: nothing is stored).
+    webhook::unregister(&client, CONFIG).await.or_panic();
+    hook.kill();
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    for (kind, name, obj) in unrunnable_schedules(&ns) {
+        let api = api_of(&client, &ns, kind);
+        let last = std::sync::Mutex::new(String::new());
+        let accepted = webhook::wait_until(
+            "the apiserver to stop calling the unregistered webhook",
+            EFFECTIVE_TIMEOUT,
+            || {
+                let (api, obj, dry, last) = (&api, &obj, &dry, &last);
+                async move {
+                    let result = api_message(api.create(dry, &dynamic(obj.clone())).await);
+                    if let Ok(mut last) = last.lock() {
+                        *last = format!("{result:?}");
+                    }
+                    Ok(result.ok().map(|_| ()))
+                }
+            },
+        )
+        .await;
+        if let Err(e) = accepted {
+            panic!(
+                "{kind} {name} without the webhook: {e}; last: {}",
+                last.lock().map(|l| l.clone()).unwrap_or_default()
+            );
+        }
+    }
+    cp.check_running().or_panic();
+}
+
 /// Judge every corpus case in `ns`, in corpus order.
 async fn judge_corpus(
     client: &Client,

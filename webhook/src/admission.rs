@@ -3,7 +3,9 @@
 //! so every verdict is unit-testable; the HTTP edge is in [`crate::routes`].
 //!
 //! What gets judged:
-//! - `EtcdCluster` / `EtcdSnapshot` / `EtcdDefrag` CREATE and UPDATE: every rule of [`api::validate`], denied
+//! - `EtcdCluster` / `EtcdSnapshot` / `EtcdDefrag` / `EtcdSnapshotSchedule` / `EtcdDefragPolicy`
+//!   CREATE and UPDATE: every rule of [`api::validate`] (for the schedules, also the cron
+//!   expression and time zone parsed as the controller parses them), denied
 //!   with the rendered list of violations (HTTP 200 review, `allowed: false`, status 422
 //!   `Invalid`). An UPDATE that leaves `spec` as it was (metadata, finalizers) is allowed, as
 //!   the apiserver's validation ratcheting does, so an object stored under older rules can
@@ -154,6 +156,15 @@ fn deny_malformed(response: AdmissionResponse, message: String) -> AdmissionResp
     )
 }
 
+/// The kinds whose spec is judged by `api::validate` (the EtcdMember guard is separate).
+pub const SPEC_KINDS: &[&str] = &[
+    "EtcdCluster",
+    "EtcdSnapshot",
+    "EtcdDefrag",
+    "EtcdSnapshotSchedule",
+    "EtcdDefragPolicy",
+];
+
 /// The validating webhook.
 pub fn validate(req: &Request, policy: &Policy) -> AdmissionResponse {
     let response = AdmissionResponse::from(req);
@@ -161,7 +172,7 @@ pub fn validate(req: &Request, policy: &Policy) -> AdmissionResponse {
         return response;
     }
     match (req.kind.kind.as_str(), &req.operation) {
-        ("EtcdCluster" | "EtcdSnapshot" | "EtcdDefrag", Operation::Create | Operation::Update) => {
+        (kind, Operation::Create | Operation::Update) if SPEC_KINDS.contains(&kind) => {
             validate_spec(req, response, policy)
         }
         ("EtcdMember", Operation::Create | Operation::Update) => {
@@ -357,8 +368,7 @@ fn guard_member(req: &Request, response: AdmissionResponse, policy: &Policy) -> 
     )
 }
 
-/// The mutating webhook: rejects invalid EtcdCluster, EtcdSnapshot and EtcdDefrag writes with the full
-/// violation list, then defaults EtcdCluster CREATE; everything else passes unchanged.
+/// The mutating webhook: rejects invalid writes of the [`SPEC_KINDS`] with the full violation list, then defaults EtcdCluster CREATE; everything else passes unchanged.
 ///
 /// The rejection lives here as well as in [`validate`] because the apiserver runs mutating
 /// webhooks, then the CRD's schema and CEL rules, and only then validating webhooks: an object
@@ -368,10 +378,8 @@ pub fn mutate(req: &Request, policy: &Policy) -> AdmissionResponse {
     if !ours(req) || req.sub_resource.is_some() {
         return response;
     }
-    if matches!(
-        req.kind.kind.as_str(),
-        "EtcdCluster" | "EtcdSnapshot" | "EtcdDefrag"
-    ) && matches!(req.operation, Operation::Create | Operation::Update)
+    if SPEC_KINDS.contains(&req.kind.kind.as_str())
+        && matches!(req.operation, Operation::Create | Operation::Update)
     {
         let verdict = validate_spec(req, response.clone(), policy);
         if !verdict.allowed {

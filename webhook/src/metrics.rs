@@ -52,7 +52,14 @@ struct RequestLabels {
 }
 
 /// The kinds the webhook judges; any other kind (or group) is counted as `other`.
-const KINDS: [&str; 4] = ["EtcdCluster", "EtcdMember", "EtcdSnapshot", "EtcdDefrag"];
+const KINDS: [&str; 6] = [
+    "EtcdCluster",
+    "EtcdMember",
+    "EtcdSnapshot",
+    "EtcdDefrag",
+    "EtcdSnapshotSchedule",
+    "EtcdDefragPolicy",
+];
 
 /// The `kind` label of a reviewed object's group and kind.
 pub fn kind_label(group: &str, kind: &str) -> &'static str {
