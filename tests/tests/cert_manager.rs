@@ -358,25 +358,38 @@ async fn issuing_condition_reissues_the_certificate_with_a_new_serial() {
 
     // What `cmctl renew` does: set Issuing=True through the status subresource; the certificates
     // trigger controller then issues anew although the certificate is far from expiry.
+    // cert-manager may still be writing the status it just issued (a new resourceVersion): on a
+    // conflict, read it again and retry, as `cmctl renew` does.
     let api = env.api(&ns, "Certificate");
-    let mut certificate = api.get("serving").await.or_panic();
-    let revision_before = revision(&certificate).expect("an issued certificate has a revision");
-    let generation = certificate.metadata.generation;
-    let conditions = certificate.data["status"]["conditions"]
-        .as_array_mut()
-        .expect("a Ready certificate has conditions");
-    conditions.retain(|c| c["type"] != "Issuing");
-    conditions.push(json!({
-        "type": "Issuing",
-        "status": "True",
-        "reason": "ManuallyTriggered",
-        "message": "Certificate re-issuance manually triggered",
-        "lastTransitionTime": Timestamp::now().to_string(),
-        "observedGeneration": generation,
-    }));
-    api.replace_status("serving", &PostParams::default(), &certificate)
-        .await
-        .or_panic();
+    let mut attempt = 0;
+    let revision_before = loop {
+        attempt += 1;
+        let mut certificate = api.get("serving").await.or_panic();
+        let revision_before = revision(&certificate).expect("an issued certificate has a revision");
+        let generation = certificate.metadata.generation;
+        let conditions = certificate.data["status"]["conditions"]
+            .as_array_mut()
+            .expect("a Ready certificate has conditions");
+        conditions.retain(|c| c["type"] != "Issuing");
+        conditions.push(json!({
+            "type": "Issuing",
+            "status": "True",
+            "reason": "ManuallyTriggered",
+            "message": "Certificate re-issuance manually triggered",
+            "lastTransitionTime": Timestamp::now().to_string(),
+            "observedGeneration": generation,
+        }));
+        match api
+            .replace_status("serving", &PostParams::default(), &certificate)
+            .await
+        {
+            Ok(_) => break revision_before,
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt < 10 => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("setting Issuing=True on Certificate serving: {e}"),
+        }
+    };
 
     let secrets = Api::<Secret>::namespaced(env.client(), &ns);
     let second = env
