@@ -6,12 +6,18 @@ pub mod cluster {
     pub const AVAILABLE: &str = "Available";
     pub const PROGRESSING: &str = "Progressing";
     pub const DEGRADED: &str = "Degraded";
+    /// Not in the reference API: whether every member's PVC holds `spec.storage.size` after it
+    /// grew (appears with the first growth, then stays).
+    pub const VOLUMES_EXPANDED: &str = "VolumesExpanded";
 }
 
 /// EtcdMember condition types.
 pub mod member {
     pub const READY: &str = "Ready";
     pub const VERSION_DRIFTED: &str = "VersionDrifted";
+    /// Not in the reference API: whether the member's PVC holds `spec.storage.size` after it grew
+    /// (appears with the first growth, then stays).
+    pub const VOLUME_EXPANDED: &str = "VolumeExpanded";
 }
 
 /// EtcdSnapshot condition types.
@@ -68,6 +74,15 @@ pub mod reason {
     pub const POD_READY: &str = "PodReady";
     pub const VERSION_MATCHED: &str = "VersionMatched";
     pub const VERSION_MISMATCH: &str = "VersionMismatch";
+    // EtcdMember VolumeExpanded, EtcdCluster VolumesExpanded (not in the reference API)
+    /// The PVC holds the size `spec.storage.size` asks for.
+    pub const VOLUME_EXPANDED: &str = "VolumeExpanded";
+    /// The PVC's request was raised; the storage provider is expanding it online.
+    pub const VOLUME_EXPANDING: &str = "VolumeExpanding";
+    /// The PVC's StorageClass does not allow expansion (or is missing): the PVC keeps its size.
+    pub const VOLUME_EXPANSION_NOT_SUPPORTED: &str = "VolumeExpansionNotSupported";
+    /// The API server refused the larger request; the message is its answer.
+    pub const VOLUME_EXPANSION_FAILED: &str = "VolumeExpansionFailed";
     // EtcdSnapshot Ready
     pub const JOB_CREATED: &str = "JobCreated";
     pub const JOB_RUNNING: &str = "JobRunning";

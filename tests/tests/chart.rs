@@ -150,6 +150,7 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         ("", "persistentvolumeclaims", "list", Watched),
         ("", "persistentvolumeclaims", "watch", Watched),
         ("", "persistentvolumeclaims", "create", Watched),
+        ("", "persistentvolumeclaims", "patch", Watched),
         // run.rs owns(Service); cluster/reconcile.rs ensure_services get_opt, create, apply.
         ("", "services", "get", Watched),
         ("", "services", "list", Watched),

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{json, Value};
 use tests::env::ControlPlane;
 use tests::harness::{create, eventually};
@@ -700,6 +700,103 @@ async fn sized_class_volumes_have_exactly_the_requested_capacity() {
         !dir.exists() && !mounts.contains(&dir.display().to_string()),
         "{} outlived its PV",
         dir.display()
+    );
+}
+
+#[tokio::test]
+async fn a_grown_claim_is_expanded_under_its_running_pod() {
+    let s = suite().await;
+    let _active = Active::enter();
+    let client = s.cp.client().or_panic();
+    let ns = s.cp.namespace("podrunner-expand").await.or_panic();
+    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns);
+    create::<PersistentVolumeClaim>(&client, &ns, json!({
+        "metadata": {"name": "grow", "namespace": ns},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": s.runner.sized_storage_class(),
+                 "resources": {"requests": {"storage": "2Mi"}}},
+    }))
+    .await;
+    let pod = tools_pod(
+        &ns,
+        "watch",
+        "echo kept > /data/kept; while true; do df -k /data | tail -1; sleep 0.5; done",
+        json!({"spec": {
+            "containers": [{"volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "grow"}}],
+        }}),
+    );
+    create::<Pod>(&client, &ns, pod).await;
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let running = wait_phase(&pods, "watch", "Running", Duration::from_secs(60)).await;
+    let patch = json!({"spec": {"resources": {"requests": {"storage": "4Mi"}}}});
+    claims
+        .patch("grow", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .or_panic();
+    eventually(
+        "the claim's capacity is 4Mi",
+        Duration::from_secs(30),
+        || async {
+            let c = claims.get("grow").await.map_err(|e| e.to_string())?;
+            let cap = c
+                .status
+                .and_then(|s| s.capacity)
+                .and_then(|c| c.get("storage").cloned());
+            match cap {
+                Some(q) if q.0 == "4Mi" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    // The running container sees the new size (no restart), and the data is still there.
+    eventually(
+        "df in the Pod shows 4096 KiB",
+        Duration::from_secs(30),
+        || async {
+            let out =
+                s.cp.kubectl_ok(&["logs", "-n", &ns, "watch", "--tail", "1"])
+                    .await
+                    .map_err(|e| e.to_string())?;
+            match out.split_whitespace().nth(1) {
+                Some("4096") => Ok(()),
+                _ => Err(out),
+            }
+        },
+    )
+    .await;
+    let dir = s.runner.claim_dir(&ns, "grow").await.or_panic();
+    assert_eq!(
+        std::fs::read_to_string(dir.join("kept")).or_panic(),
+        "kept\n"
+    );
+    let now = pods.get("watch").await.or_panic();
+    assert_eq!(now.metadata.uid, running.metadata.uid);
+    let restarts: i32 = now
+        .status
+        .and_then(|s| s.container_statuses)
+        .unwrap_or_default()
+        .iter()
+        .map(|c| c.restart_count)
+        .sum();
+    assert_eq!(restarts, 0);
+    let pv = claims
+        .get("grow")
+        .await
+        .or_panic()
+        .spec
+        .and_then(|s| s.volume_name)
+        .expect("bound PV");
+    let pv = Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone())
+        .get(&pv)
+        .await
+        .or_panic();
+    assert_eq!(
+        pv.spec
+            .and_then(|s| s.capacity)
+            .and_then(|c| c.get("storage").cloned())
+            .map(|q| q.0),
+        Some("4Mi".to_string())
     );
 }
 

@@ -1,7 +1,8 @@
 //! The EtcdCluster reconciler: `plan` decides, `status` renders conditions; the I/O shell lives
-//! in `reconcile`; `alarms` turns etcd's alarms into a condition.
+//! in `reconcile`; `alarms` turns etcd's alarms into a condition; `volumes` grows member PVCs.
 
 pub mod alarms;
 pub mod plan;
 pub mod reconcile;
 pub mod status;
+pub mod volumes;

@@ -14,6 +14,7 @@ use api::v1alpha2::{
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -24,7 +25,7 @@ use serde_json::json;
 use super::plan::{
     self, Action, AuthProblem, DeleteReason, EtcdView, MemberView, Observed, Phase, Plan,
 };
-use super::{alarms, status};
+use super::{alarms, status, volumes};
 use crate::auth::{self, Credentials};
 use crate::builders::{pdb, pod::INITIAL_CLUSTER_STATE_ANNOTATION, pod::STATE_EXISTING, service};
 use crate::context::{Context, FIELD_MANAGER};
@@ -811,6 +812,10 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     {
         sync_member_status(&members_api, cluster, &members, etcd_members).await?;
     }
+    let target_size = plan.observed.storage.as_ref().map(|s| s.size.clone());
+    if let Some(size) = &target_size {
+        grow_member_volumes(cluster, ctx, &members_api, &members, size).await?;
+    }
     let voters = match &etcd_view {
         EtcdView::Members { members, .. } => {
             members.iter().filter(|m| !m.is_learner).count() as i32
@@ -834,6 +839,15 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     ctx.metrics
         .record_cluster(&ns, &name, i64::from(plan.facts.ready_members), etcd_counts);
     let mut new_status = status::render(cluster, &plan, latched, Timestamp::now());
+    if let Some(size) = &target_size {
+        volumes::set_volumes_condition(
+            &mut new_status.conditions,
+            &members,
+            size,
+            cluster.metadata.generation,
+            Timestamp::now(),
+        );
+    }
     // A raised alarm fails every member's /health, so no Pod is Ready and `etcd` is None:
     // the alarms are then read from the voters' Pods directly.
     // Bounded: Pods that are not Ready because they are down must not slow the reconcile.
@@ -871,6 +885,46 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         announce_parking(cluster, ctx, stored.status.as_ref(), &new_status).await;
     }
     Ok(requeue)
+}
+
+/// Give every PVC member whose `spec.storage.size` is below the latched target the target size;
+/// the member controller then expands its PVC online (no restart, so all at once).
+async fn grow_member_volumes(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    members_api: &Api<EtcdMember>,
+    members: &[EtcdMember],
+    size: &Quantity,
+) -> Result<(), Error> {
+    let grow = volumes::members_to_grow(members, size);
+    if grow.is_empty() {
+        return Ok(());
+    }
+    let patch = json!({"spec": {"storage": {"size": size}}});
+    for m in &grow {
+        members_api
+            .patch(
+                &m.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+    }
+    let names: Vec<String> = grow.iter().map(|m| m.name_any()).collect();
+    tracing::info!(cluster = %cluster.name_any(), size = %size.0, members = ?names, "growing member volumes");
+    ctx.event(
+        cluster,
+        false,
+        "VolumeExpansion",
+        "ExpandVolume",
+        format!(
+            "spec.storage.size is {}: the PVCs of {} grow online, without restarts",
+            size.0,
+            names.join(", ")
+        ),
+    )
+    .await;
+    Ok(())
 }
 
 /// When to look again without a watch event: a formed cluster every [`HEALTH_RECHECK`]; a

@@ -29,6 +29,7 @@ use crate::{controller_uid, Error};
 use plan::{Claim, MemberFacts, PodFacts, Step};
 
 pub mod plan;
+pub mod volume;
 
 pub async fn reconcile(member: Arc<EtcdMember>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let started = Instant::now();
@@ -139,6 +140,7 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
             )));
         }
     }
+    let claim_bound = matches!(claim_state, Claim::Bound);
     let facts = MemberFacts {
         name: name.clone(),
         pending: member.spec.initial_cluster.is_empty(),
@@ -303,6 +305,10 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
         ),
         None => {}
     }
+    let recheck = match claim.as_ref().filter(|_| claim_bound) {
+        Some(c) => grow_claim(member, c, &pvcs, ctx, &mut conditions, generation, now).await?,
+        None => false,
+    };
     new_status.conditions = conditions;
     if new_status != status {
         let patch = json!({"status": {
@@ -314,7 +320,125 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
     }
-    Ok(Requeue::await_change())
+    Ok(match recheck {
+        true => Requeue::requeue(VOLUME_RECHECK),
+        false => Requeue::await_change(),
+    })
+}
+
+/// How often a member whose PVC cannot grow looks at its StorageClass again (an edit of the
+/// class sends no event the member controller watches).
+const VOLUME_RECHECK: Duration = Duration::from_secs(60);
+
+/// Raise the bound claim's request to `spec.storage.size` when it grew and the StorageClass
+/// allows it, and set the `VolumeExpanded` condition (see [`volume`]). Whether to look again
+/// later.
+async fn grow_claim(
+    member: &EtcdMember,
+    claim: &PersistentVolumeClaim,
+    pvcs: &Api<PersistentVolumeClaim>,
+    ctx: &Context,
+    conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Result<bool, Error> {
+    let want = &member.spec.storage.size;
+    let pvc = claim.name_any();
+    let spec = claim.spec.as_ref();
+    let requested = spec
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"));
+    let capacity = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|c| c.get("storage"));
+    let class = spec
+        .and_then(|s| s.storage_class_name.as_deref())
+        .filter(|c| !c.is_empty());
+    let class_allows = match class {
+        Some(class) if volume::request_short(want, requested) => {
+            Api::<StorageClass>::all(ctx.client.clone())
+                .get_opt(class)
+                .await?
+                .map(|sc| sc.allow_volume_expansion == Some(true))
+        }
+        _ => None,
+    };
+    let had = conditions
+        .iter()
+        .find(|c| c.type_ == mtype::VOLUME_EXPANDED)
+        .cloned();
+    let mut growth = volume::plan(
+        want,
+        &volume::ClaimFacts {
+            pvc: &pvc,
+            requested,
+            capacity,
+            class,
+            class_allows,
+            had_condition: had.is_some(),
+        },
+    );
+    if let Some(size) = &growth.request {
+        let patch = json!({"spec": {"resources": {"requests": {"storage": size}}}});
+        match pvcs
+            .patch(&pvc, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                ctx.event(
+                    member,
+                    false,
+                    "VolumeExpansionRequested",
+                    "ExpandVolume",
+                    format!(
+                        "raised PVC {pvc}'s request from {} to {} for spec.storage.size; the \
+                         volume grows online",
+                        requested.map(|q| q.0.as_str()).unwrap_or("no size"),
+                        size.0
+                    ),
+                )
+                .await;
+            }
+            // Admission refusing the resize (the class or the claim does not allow it).
+            Err(kube::Error::Api(e)) if matches!(e.code, 403 | 422) => {
+                growth.condition = Some((
+                    false,
+                    reason::VOLUME_EXPANSION_FAILED,
+                    format!(
+                        "the API server refused to expand PVC {pvc} to {}: {}",
+                        size.0, e.message
+                    ),
+                ));
+                growth.recheck = true;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some((status, why, message)) = growth.condition {
+        if status && had.as_ref().is_some_and(|c| c.status != "True") {
+            ctx.event(
+                member,
+                false,
+                "VolumeExpanded",
+                "ExpandVolume",
+                message.clone(),
+            )
+            .await;
+        }
+        set_condition(
+            conditions,
+            mtype::VOLUME_EXPANDED,
+            status,
+            why,
+            message,
+            generation,
+            now,
+        );
+    }
+    Ok(growth.recheck)
 }
 
 /// Why `pod` must start again for `member`, if it must. Only a value the Pod records and that

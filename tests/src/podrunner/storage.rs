@@ -1,7 +1,10 @@
 //! Dynamic provisioning for the runner's StorageClasses, the way an external provisioner does it:
 //! a pending PVC of a class gets a PV (a `hostPath` directory) pre-bound to it through
 //! `claimRef`; kube-controller-manager's PV binder completes the binding. A Released PV is
-//! deleted with its directory (reclaim policy Delete). Volume expansion is not performed.
+//! deleted with its directory (reclaim policy Delete). A bound claim whose request grows past its
+//! capacity is expanded online, as external-resizer and the kubelet do it together: a sized
+//! volume's tmpfs is remounted with the new size (the running Pod's bind mount sees it at once),
+//! then the PV's `spec.capacity` and the claim's `status.capacity` record it.
 //!
 //! Two classes: the default one, whose directories live under the control plane's root (so they
 //! outlive runner restarts) and share the host's free space; and the *sized* one, whose volumes
@@ -15,7 +18,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use kube_runtime::reflector::Store;
 use serde_json::json;
@@ -94,6 +97,11 @@ impl Provisioner {
                 problems.push(e.to_string());
             }
         }
+        for pvc in claims.state() {
+            if let Err(e) = self.expand(client, &pvc, &existing).await {
+                problems.push(e.to_string());
+            }
+        }
         for pv in existing {
             let ours = pv
                 .metadata
@@ -141,6 +149,81 @@ impl Provisioner {
             && pvc.metadata.deletion_timestamp.is_none()
             && spec.volume_name.as_deref().unwrap_or("").is_empty()
             && spec.storage_class_name.as_deref() == Some(self.class.as_str())
+    }
+
+    /// Grow the volume of a bound claim of the class whose request exceeds its capacity.
+    async fn expand(
+        &self,
+        client: &Client,
+        pvc: &PersistentVolumeClaim,
+        volumes: &[Arc<PersistentVolume>],
+    ) -> Result<(), Error> {
+        let Some(spec) = &pvc.spec else { return Ok(()) };
+        let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        if !bound || spec.storage_class_name.as_deref() != Some(self.class.as_str()) {
+            return Ok(());
+        }
+        let storage = |m: Option<
+            &std::collections::BTreeMap<
+                String,
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+            >,
+        >| { m.and_then(|m| m.get("storage")).map(|q| q.0.clone()) };
+        let Some(requested) = storage(spec.resources.as_ref().and_then(|r| r.requests.as_ref()))
+        else {
+            return Ok(());
+        };
+        let capacity = storage(pvc.status.as_ref().and_then(|s| s.capacity.as_ref()));
+        let bytes = |q: &str| super::fields::parse_quantity(q).unwrap_or(0.0);
+        if capacity
+            .as_deref()
+            .is_some_and(|c| bytes(c) >= bytes(&requested))
+        {
+            return Ok(());
+        }
+        let Some(pv) = spec.volume_name.as_deref().and_then(|name| {
+            volumes
+                .iter()
+                .find(|pv| pv.metadata.name.as_deref() == Some(name))
+        }) else {
+            return Ok(());
+        };
+        let ours = pv
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PROVISIONED_BY))
+            .is_some_and(|p| *p == self.provisioner);
+        let Some(pv_name) = pv.metadata.name.clone().filter(|_| ours) else {
+            return Ok(());
+        };
+        let pv_capacity = storage(pv.spec.as_ref().and_then(|s| s.capacity.as_ref()));
+        if pv_capacity
+            .as_deref()
+            .is_none_or(|c| bytes(c) < bytes(&requested))
+        {
+            if self.sized {
+                resize_sized(&self.pv_dir(&pv_name), &requested)?;
+            }
+            let patch = json!({"spec": {"capacity": {"storage": requested}}});
+            Api::<PersistentVolume>::all(client.clone())
+                .patch(&pv_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(Error::kube(format!(
+                    "recording PV {pv_name}'s new capacity"
+                )))?;
+        }
+        let (Some(ns), Some(name)) = (&pvc.metadata.namespace, &pvc.metadata.name) else {
+            return Ok(());
+        };
+        let patch = json!({"status": {"capacity": {"storage": requested}}});
+        Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::kube(format!(
+                "recording PVC {ns}/{name}'s new capacity"
+            )))?;
+        Ok(())
     }
 
     async fn provision(
@@ -199,14 +282,8 @@ fn mount_sized(dir: &Path, size: &str) -> Result<(), Error> {
     if super::network::mount_points().iter().any(|p| p == dir) {
         return Ok(());
     }
-    let bytes = super::fields::parse_quantity(size)
-        .filter(|b| *b > 0.0)
-        .ok_or_else(|| {
-            Error::Unsupported(format!(
-                "the sized StorageClass needs a positive storage request, not {size:?}"
-            ))
-        })?;
-    let options = format!("mode=0755,size={}", bytes.ceil() as u64);
+    let bytes = sized_bytes(size)?;
+    let options = format!("mode=0755,size={bytes}");
     mount(
         Some("tmpfs"),
         dir,
@@ -215,6 +292,33 @@ fn mount_sized(dir: &Path, size: &str) -> Result<(), Error> {
         Some(options.as_str()),
     )
     .map_err(|e| Error::Unsupported(format!("mounting a tmpfs at {}: {e}", dir.display())))
+}
+
+/// A sized volume's size in bytes, from the claim's request.
+fn sized_bytes(size: &str) -> Result<u64, Error> {
+    super::fields::parse_quantity(size)
+        .filter(|b| *b > 0.0)
+        .map(|b| b.ceil() as u64)
+        .ok_or_else(|| {
+            Error::Unsupported(format!(
+                "the sized StorageClass needs a positive storage request, not {size:?}"
+            ))
+        })
+}
+
+/// Grow the tmpfs on `dir` to `size` in place (what a filesystem resize does to a mounted volume:
+/// the data stays, every bind mount of it sees the new size).
+fn resize_sized(dir: &Path, size: &str) -> Result<(), Error> {
+    let bytes = sized_bytes(size)?;
+    let options = format!("size={bytes}");
+    mount(
+        None::<&str>,
+        dir,
+        None::<&str>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(options.as_str()),
+    )
+    .map_err(|e| Error::Unsupported(format!("resizing the tmpfs at {}: {e}", dir.display())))
 }
 
 /// Remove everything inside `dir`, keeping the directory itself (a wiped disk).
