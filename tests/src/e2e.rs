@@ -31,28 +31,33 @@ pub struct Env {
 /// The test binary's environment, started by the first test that asks.
 pub async fn env() -> &'static Env {
     static ENV: OnceCell<Env> = OnceCell::const_new();
-    ENV.get_or_init(|| async {
-        let cp = ControlPlane::builder()
-            .with_crds()
-            .with_controller_manager()
-            .with_scheduler()
-            .shared()
-            .await
-            .or_panic();
-        let runner = PodRunner::builder().start(cp).await.or_panic();
-        let lease_ns = cp.namespace("operator").await.or_panic();
-        // The pod runner maps `etcd-operator:test` to the cargo-built binaries: snapshot Jobs
-        // run the agent from it.
-        let operator = Operator::start_with(cp, &lease_ns, None, &[OPERATOR_IMAGE_ARG])
-            .await
-            .or_panic();
-        Env {
-            cp,
-            runner,
-            operator,
-        }
-    })
-    .await
+    ENV.get_or_init(|| start(PodRunner::builder(), &[])).await
+}
+
+/// A control plane, a pod runner from `runner` and the operator with `extra` arguments (for a
+/// test binary that needs other settings than [`env`]'s).
+pub async fn start(runner: crate::podrunner::PodRunnerBuilder, extra: &[&str]) -> Env {
+    let cp = ControlPlane::builder()
+        .with_crds()
+        .with_controller_manager()
+        .with_scheduler()
+        .shared()
+        .await
+        .or_panic();
+    let runner = runner.start(cp).await.or_panic();
+    let lease_ns = cp.namespace("operator").await.or_panic();
+    // The pod runner maps `etcd-operator:test` to the cargo-built binaries: snapshot Jobs
+    // run the agent from it.
+    let mut args = vec![OPERATOR_IMAGE_ARG];
+    args.extend_from_slice(extra);
+    let operator = Operator::start_with(cp, &lease_ns, None, &args)
+        .await
+        .or_panic();
+    Env {
+        cp,
+        runner,
+        operator,
+    }
 }
 
 impl Env {
@@ -62,6 +67,33 @@ impl Env {
 
     pub async fn namespace(&self, prefix: &str) -> String {
         self.cp.namespace(prefix).await.or_panic()
+    }
+
+    /// MinIO (plain HTTP) on the pod bridge, the Service `minio` for it in `ns`, and the Secret
+    /// `s3-creds` with its writer's keys (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`). Returns
+    /// the server, its data directory (keep it for as long as the server) and the endpoint URL
+    /// Pods and the operator use.
+    pub async fn minio(&self, ns: &str) -> (crate::env::minio::Minio, tempfile::TempDir, String) {
+        let client = self.client();
+        let root = tempfile::tempdir().or_panic();
+        let minio = crate::env::minio::Minio::start_on(
+            self.cp.testbins(),
+            root.path(),
+            false,
+            std::net::IpAddr::V4(self.runner.host_address()),
+        )
+        .await
+        .or_panic();
+        let endpoint = minio.expose(&client, ns, "minio").await;
+        let _: k8s_openapi::api::core::v1::Secret = crate::harness::create(
+            &client,
+            ns,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-creds"},
+                   "stringData": {"AWS_ACCESS_KEY_ID": minio.writer.access_key,
+                                  "AWS_SECRET_ACCESS_KEY": minio.writer.secret_key}}),
+        )
+        .await;
+        (minio, root, endpoint)
     }
 
     pub fn clusters(&self, ns: &str) -> Api<EtcdCluster> {

@@ -19,7 +19,6 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tests::e2e::{condition, env, spec, Env};
-use tests::env::minio::Minio;
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(240);
@@ -185,24 +184,7 @@ async fn s3_and_pvc_snapshots_restore_into_new_clusters_and_a_small_volume_fails
     let client = env.client();
 
     // MinIO on the pod bridge, a Service for it, and the writer's credentials.
-    let minio_root = tempfile::tempdir().or_panic();
-    let minio = Minio::start_on(
-        env.cp.testbins(),
-        minio_root.path(),
-        false,
-        std::net::IpAddr::V4(env.runner.host_address()),
-    )
-    .await
-    .or_panic();
-    let endpoint = minio.expose(&client, &ns, "minio").await;
-    let _: k8s_openapi::api::core::v1::Secret = tests::harness::create(
-        &client,
-        &ns,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-creds"},
-               "stringData": {"AWS_ACCESS_KEY_ID": minio.writer.access_key,
-                              "AWS_SECRET_ACCESS_KEY": minio.writer.secret_key}}),
-    )
-    .await;
+    let (minio, _minio_root, endpoint) = env.minio(&ns).await;
     let _: PersistentVolumeClaim = tests::harness::create(
         &client,
         &ns,

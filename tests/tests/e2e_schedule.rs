@@ -1,7 +1,8 @@
 //! End to end: an EtcdSnapshotSchedule firing every minute with `keepLast: 2` to a PVC, on a
 //! real cluster with the real operator and snapshot Jobs: snapshots appear named after the
 //! schedule and complete, the oldest are pruned (only the schedule's own), and `suspend` stops
-//! new ones.
+//! new ones. The same with an S3 destination on a real MinIO: a pruned snapshot's object is gone
+//! from the bucket, the kept one's is there.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -84,6 +85,47 @@ async fn every_minute_keep_last_two_prunes_the_oldest_and_suspend_stops_it() {
     )
     .await;
     assert!(first.starts_with("every-minute-"), "{first}");
+    // The pruned snapshot's file went with it (a prune Job mounted the claim), the kept ones'
+    // files are there.
+    let dir = env
+        .runner
+        .claim_dir(&ns, "backups")
+        .await
+        .or_panic()
+        .join("sched");
+    tests::harness::eventually(
+        "the pruned snapshot's file deleted from the PVC",
+        Duration::from_secs(60),
+        || async {
+            let files: BTreeSet<String> = std::fs::read_dir(&dir)
+                .map_err(|e| e.to_string())?
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            let gone = [".db", ".db.uid", ".db.sha256"]
+                .iter()
+                .all(|x| !files.contains(&format!("{first}{x}")));
+            if gone {
+                Ok(files)
+            } else {
+                Err(format!("{files:?}"))
+            }
+        },
+    )
+    .await;
+    for s in list().await.or_panic() {
+        if s.status.as_ref().and_then(|st| st.phase) == Some(SnapshotPhase::Complete) {
+            let kept = dir.join(format!("{}.db", s.metadata.name.unwrap_or_default()));
+            assert!(kept.exists(), "{} missing", kept.display());
+        }
+    }
+    let pruned = tests::rollout::event_messages(env, &ns, "every-minute", "SnapshotPruned").await;
+    assert!(
+        pruned
+            .iter()
+            .any(|m| m.contains(&format!("deleted pvc://backups/sched/{first}.db"))),
+        "{pruned:?}"
+    );
     let status = schedules
         .get("every-minute")
         .await
@@ -119,4 +161,101 @@ async fn every_minute_keep_last_two_prunes_the_oldest_and_suspend_stops_it() {
         after.is_subset(&before),
         "suspended, yet new snapshots: before {before:?}, after {after:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_retention_deletes_the_pruned_snapshots_object_from_the_bucket() {
+    let env = env().await;
+    let ns = env.namespace("sched-s3").await;
+    let client = env.client();
+    let (minio, _minio_root, endpoint) = env.minio(&ns).await;
+    env.create_cluster(&ns, "s3c", spec(1)).await;
+    env.wait_healthy(&ns, "s3c", 1, BOOT).await;
+    let _: EtcdSnapshotSchedule = tests::harness::create(
+        &client,
+        &ns,
+        json!({"apiVersion": "etcd-operator.cozystack.io/v1alpha2", "kind": "EtcdSnapshotSchedule",
+               "metadata": {"name": "to-s3"},
+               "spec": {"clusterRef": {"name": "s3c"}, "schedule": "* * * * *",
+                        "snapshotTemplate": {"destination": {"s3": {
+                            "endpoint": endpoint, "bucket": minio.bucket, "key": "sched/",
+                            "forcePathStyle": true,
+                            "credentialsSecretRef": {"name": "s3-creds"}}}},
+                        "retention": {"keepLast": 1}}}),
+    )
+    .await;
+    let snapshots = Api::<EtcdSnapshot>::namespaced(client.clone(), &ns);
+    let selector = format!("{}=to-s3", labels::SCHEDULE);
+    // Two runs: the first one's object is uploaded, then deleted with it once the second is
+    // Complete.
+    let seen = std::sync::Mutex::new(BTreeSet::new());
+    let uploaded = std::sync::Mutex::new(BTreeSet::new());
+    let (first, kept) = tests::harness::eventually(
+        "two scheduled S3 snapshots, the first pruned, one Complete kept",
+        Duration::from_secs(240),
+        || async {
+            let items = snapshots
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| e.to_string())?
+                .items;
+            let mut seen = seen.lock().map_err(|e| e.to_string())?;
+            let mut uploaded = uploaded.lock().map_err(|e| e.to_string())?;
+            for s in &items {
+                seen.insert(s.metadata.name.clone().unwrap_or_default());
+                if let Some(a) = s.status.as_ref().and_then(|st| st.artifact.as_ref()) {
+                    uploaded.insert(a.uri.clone());
+                }
+            }
+            let first = seen.iter().next().cloned().unwrap_or_default();
+            let complete: Vec<&EtcdSnapshot> = items
+                .iter()
+                .filter(|s| {
+                    s.status.as_ref().and_then(|st| st.phase) == Some(SnapshotPhase::Complete)
+                })
+                .collect();
+            let first_gone = !items
+                .iter()
+                .any(|s| s.metadata.name.as_deref() == Some(&first));
+            match complete.first() {
+                Some(k) if seen.len() >= 2 && first_gone && items.len() == 1 => {
+                    Ok((first, k.metadata.name.clone().unwrap_or_default()))
+                }
+                _ => Err(format!(
+                    "seen {seen:?}, now {} with {} Complete",
+                    items.len(),
+                    complete.len()
+                )),
+            }
+        },
+    )
+    .await;
+    // The first snapshot had reached the bucket; now only the kept one's object is there.
+    let uploaded = uploaded.into_inner().or_panic();
+    let first_uri = format!("s3://{}/sched/{first}.db", minio.bucket);
+    assert!(
+        uploaded.contains(&first_uri),
+        "{first_uri} never uploaded: {uploaded:?}"
+    );
+    let objects: Vec<String> = minio.objects().await.into_iter().map(|(k, _)| k).collect();
+    assert_eq!(
+        objects,
+        [format!("sched/{kept}.db")],
+        "the bucket holds {objects:?}"
+    );
+    let pruned = tests::rollout::event_messages(env, &ns, "to-s3", "SnapshotPruned").await;
+    assert!(
+        pruned
+            .iter()
+            .any(|m| m.contains(&first) && m.contains(&format!("deleted {first_uri}"))),
+        "{pruned:?}"
+    );
+    Api::<EtcdSnapshotSchedule>::namespaced(client, &ns)
+        .patch(
+            "to-s3",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"suspend": true}})),
+        )
+        .await
+        .or_panic();
 }

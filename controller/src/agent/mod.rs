@@ -1,5 +1,6 @@
-//! The snapshot agent: `etcd-operator snapshot-agent save|restore`, the program a snapshot Job
-//! and a seed member's `restore` init container run (docs/snapshots.md).
+//! The snapshot agent: `etcd-operator snapshot-agent save|restore|delete`, the program a snapshot
+//! Job, a seed member's `restore` init container and a schedule's prune Job run
+//! (docs/snapshots.md).
 //!
 //! Owns the command line of both subcommands, the outcome written to the termination log
 //! (`{"artifact":{...}}` or `{"error":"..."}`) and the exit codes: 0 success, 2 a permanent
@@ -7,6 +8,7 @@
 //! 1 anything else. Saving is in [`save`], restoring in [`restore`], the storage backends in
 //! [`s3`] and [`pvc`].
 
+pub mod delete;
 pub mod pvc;
 pub mod restore;
 pub mod s3;
@@ -23,6 +25,8 @@ pub enum AgentCommand {
     Save(save::SaveArgs),
     /// Fetch a snapshot and restore it into an empty member data directory.
     Restore(restore::RestoreArgs),
+    /// Remove a pruned snapshot's file (and sidecars) from a PVC, if the snapshot wrote it.
+    Delete(delete::DeleteArgs),
 }
 
 /// Where an S3 object lives and how to reach it (`--s3-*`); credentials come from the
@@ -105,6 +109,7 @@ pub enum Outcome {
     Artifact(Artifact),
     Restored(Artifact),
     Skipped(String),
+    Deleted(String),
     Error(String),
 }
 
@@ -118,6 +123,10 @@ pub async fn run(command: AgentCommand) -> i32 {
         AgentCommand::Restore(args) => {
             let log = args.termination_log.clone();
             (log, restore::run(args).await)
+        }
+        AgentCommand::Delete(args) => {
+            let log = args.termination_log.clone();
+            (log, delete::run(&args).map(Outcome::Deleted))
         }
     };
     match result {

@@ -1,8 +1,8 @@
 //! The EtcdSnapshotSchedule controller: creates an EtcdSnapshot `<schedule>-<unix minutes>` at
 //! each fire time of the cron schedule (owned by the schedule, labelled with its name), honours
 //! the concurrency policy and the starting deadline, prunes the finished snapshots it created
-//! by the retention policy (the EtcdSnapshot and its S3 object), and requeues itself at the
-//! next fire time. The decisions are in [`plan`].
+//! by the retention policy (the EtcdSnapshot and its S3 object, or its PVC file through a
+//! `<snapshot>-prune` Job), and requeues itself at the next fire time. The decisions are in [`plan`].
 
 pub mod plan;
 
@@ -16,7 +16,8 @@ use api::v1alpha2::{
     EtcdSnapshotSpec, LocalReference, S3Location,
 };
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -212,7 +213,7 @@ pub async fn reconcile(
         }
     }
 
-    prune(&schedule, &ctx, &snapshots, &mut mine, now).await?;
+    let pruning = prune(&schedule, &ctx, &snapshots, &mut mine, now).await?;
 
     status.active = mine
         .iter()
@@ -255,24 +256,25 @@ pub async fn reconcile(
             .max(Duration::from_secs(1)),
         _ => Duration::from_secs(3600),
     };
-    if !status.active.is_empty() {
+    if !status.active.is_empty() || pruning {
         wait = wait.min(ACTIVE_RECHECK);
     }
     Ok(Requeue::requeue(wait))
 }
 
 /// Retention: delete the finished snapshots the policy drops, oldest first, each with its
-/// stored object.
+/// stored object. Whether a PVC file's prune Job is still running.
 async fn prune(
     schedule: &EtcdSnapshotSchedule,
     ctx: &Context,
     snapshots: &Api<EtcdSnapshot>,
     mine: &mut Vec<EtcdSnapshot>,
     now: DateTime<Utc>,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let Some(retention) = &schedule.spec.retention else {
-        return Ok(());
+        return Ok(false);
     };
+    let mut pending = false;
     let owned: Vec<Owned> = mine
         .iter()
         .map(|s| Owned {
@@ -296,7 +298,11 @@ async fn prune(
             continue;
         };
         let stored = match delete_stored(ctx, snapshot).await {
-            Ok(what) => what,
+            Ok(Stored::Deleted(what)) => what,
+            Ok(Stored::Pending) => {
+                pending = true;
+                continue;
+            }
             Err(message) => {
                 // The object stays (and is retried next time) rather than losing track of the
                 // stored file.
@@ -317,7 +323,7 @@ async fn prune(
         .await;
         mine.retain(|s| s.name_any() != gone);
     }
-    Ok(())
+    Ok(pending)
 }
 
 async fn delete_snapshot(api: &Api<EtcdSnapshot>, name: &str) -> Result<(), Error> {
@@ -328,19 +334,27 @@ async fn delete_snapshot(api: &Api<EtcdSnapshot>, name: &str) -> Result<(), Erro
     }
 }
 
-/// Delete what `snapshot` stored: its S3 object. A PVC file is left in place (see
-/// docs/snapshots.md). Returns what was done, for the event.
-async fn delete_stored(ctx: &Context, snapshot: &EtcdSnapshot) -> Result<String, String> {
+/// Where deleting a snapshot's stored copy stands.
+enum Stored {
+    /// Done; what was done, for the event.
+    Deleted(String),
+    /// A prune Job is removing the PVC file.
+    Pending,
+}
+
+/// Delete what `snapshot` stored: its S3 object (here), or its PVC file (a prune Job, since only
+/// a Pod can mount the claim). An error leaves the snapshot in place, to be retried.
+async fn delete_stored(ctx: &Context, snapshot: &EtcdSnapshot) -> Result<Stored, String> {
     let Some(uri) = snapshot
         .status
         .as_ref()
         .and_then(|s| s.artifact.as_ref())
         .map(|a| a.uri.clone())
     else {
-        return Ok("nothing stored".to_string());
+        return Ok(Stored::Deleted("nothing stored".to_string()));
     };
     let Some(s3) = &snapshot.spec.destination.s3 else {
-        return Ok(format!("{uri} left on the volume"));
+        return delete_pvc_file(ctx, snapshot, &uri).await;
     };
     let Some(at) = parse_s3_uri(&uri) else {
         return Err(format!(
@@ -351,7 +365,72 @@ async fn delete_stored(ctx: &Context, snapshot: &EtcdSnapshot) -> Result<String,
     let ns = snapshot.namespace().unwrap_or_default();
     let client = s3_client(ctx, &ns, s3).await?;
     client.delete(&at).await.map_err(|f| f.message)?;
-    Ok(format!("deleted {uri}"))
+    Ok(Stored::Deleted(format!("deleted {uri}")))
+}
+
+/// Run (or follow) the snapshot's prune Job; its agent removes the file only if the snapshot
+/// wrote it.
+async fn delete_pvc_file(
+    ctx: &Context,
+    snapshot: &EtcdSnapshot,
+    uri: &str,
+) -> Result<Stored, String> {
+    let ns = snapshot.namespace().unwrap_or_default();
+    let name = crate::snapshot::job::prune_job_name(&snapshot.name_any());
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    let job = jobs
+        .get_opt(&name)
+        .await
+        .map_err(|e| format!("reading Job {ns}/{name}: {e}"))?;
+    let Some(job) = job else {
+        let Some(image) = ctx.config.operator_image.as_deref() else {
+            return Err(format!(
+                "{uri} cannot be deleted: the operator runs without --operator-image (chart: \
+                 image.repository), so it cannot start the Job that mounts the claim; the \
+                 EtcdSnapshot {} is kept",
+                snapshot.name_any()
+            ));
+        };
+        let Some(want) = crate::snapshot::job::prune_job(snapshot, image) else {
+            return Ok(Stored::Deleted(format!("{uri} left in place")));
+        };
+        match jobs.create(&PostParams::default(), &want).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(format!("creating Job {ns}/{name}: {e}")),
+        }
+        tracing::info!(job = %name, %uri, "started the prune Job");
+        return Ok(Stored::Pending);
+    };
+    let pods: Vec<Pod> = Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("job-name={name}")))
+        .await
+        .map_err(|e| format!("listing the Pods of Job {ns}/{name}: {e}"))?
+        .items;
+    let view = crate::snapshot::job_view(&job, &pods);
+    let report = view
+        .report
+        .as_deref()
+        .and_then(|r| serde_json::from_str::<serde_json::Value>(r.trim()).ok());
+    let said = |key: &str| {
+        report
+            .as_ref()
+            .and_then(|r| r[key].as_str())
+            .map(str::to_string)
+    };
+    if view.succeeded {
+        return Ok(Stored::Deleted(
+            said("deleted").unwrap_or_else(|| format!("deleted {uri}")),
+        ));
+    }
+    if let Some(failed) = view.failed {
+        return Err(format!(
+            "Job {name} could not delete {uri}: {} (kubectl logs job/{name}); the EtcdSnapshot is \
+             kept and the Job retried once its TTL removes it",
+            said("error").unwrap_or(failed)
+        ));
+    }
+    Ok(Stored::Pending)
 }
 
 fn parse_s3_uri(uri: &str) -> Option<Location> {

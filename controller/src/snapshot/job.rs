@@ -169,14 +169,7 @@ pub fn snapshot_job(
             ));
         }
     } else if let Some(pvc) = &dest.pvc {
-        volumes.push(Volume {
-            name: "snapshot".into(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: pvc.claim_name.clone(),
-                read_only: Some(false),
-            }),
-            ..Default::default()
-        });
+        volumes.push(pvc_volume(&pvc.claim_name));
         mounts.push(mount("snapshot", PVC_MOUNT, false));
         args.push(format!("--pvc-claim={}", pvc.claim_name));
         args.push(format!("--pvc-mount={PVC_MOUNT}"));
@@ -187,8 +180,95 @@ pub fn snapshot_job(
         return Err(JobError::NoDestination);
     }
 
-    let mut job_labels: BTreeMap<String, String> = labels::cluster_labels(&cluster_name);
-    job_labels.insert(labels::APP_COMPONENT.into(), "snapshot".into());
+    Ok(agent_job(
+        snapshot,
+        &labels::snapshot_job_name(&name),
+        "snapshot",
+        operator_image,
+        AgentPod {
+            args,
+            env,
+            volumes,
+            mounts,
+        },
+    ))
+}
+
+/// The Job `<snapshot>-prune` that removes a pruned snapshot's file from its PVC destination
+/// (`snapshot-agent delete`: only a file whose `.uid` sidecar names this snapshot). `None` for a
+/// snapshot that is not on a PVC. Owned by the snapshot, like its save Job.
+pub fn prune_job(snapshot: &EtcdSnapshot, operator_image: &str) -> Option<Job> {
+    let pvc = snapshot.spec.destination.pvc.as_ref()?;
+    let name = snapshot.name_any();
+    let mut args = vec![
+        "snapshot-agent".to_string(),
+        "delete".to_string(),
+        format!("--snapshot-name={name}"),
+        format!("--snapshot-uid={}", snapshot.uid().unwrap_or_default()),
+        format!("--pvc-claim={}", pvc.claim_name),
+        format!("--pvc-mount={PVC_MOUNT}"),
+        format!("--termination-log={TERMINATION_LOG}"),
+    ];
+    if let Some(sub) = pvc.sub_path.as_deref().filter(|s| !s.is_empty()) {
+        args.push(format!("--pvc-sub-path={sub}"));
+    }
+    Some(agent_job(
+        snapshot,
+        &prune_job_name(&name),
+        "prune",
+        operator_image,
+        AgentPod {
+            args,
+            env: Vec::new(),
+            volumes: vec![pvc_volume(&pvc.claim_name)],
+            mounts: vec![mount("snapshot", PVC_MOUNT, false)],
+        },
+    ))
+}
+
+pub fn prune_job_name(snapshot: &str) -> String {
+    format!("{snapshot}-prune")
+}
+
+fn pvc_volume(claim: &str) -> Volume {
+    Volume {
+        name: "snapshot".into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim.to_string(),
+            read_only: Some(false),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The agent container's command line and what it mounts.
+struct AgentPod {
+    args: Vec<String>,
+    env: Vec<EnvVar>,
+    volumes: Vec<Volume>,
+    mounts: Vec<k8s_openapi::api::core::v1::VolumeMount>,
+}
+
+/// A Job owned by `snapshot` running the agent as BEHAVIOUR.md's settings say (backoff limit,
+/// deadline, TTL, a permanent failure ends it at once, non-root, read-only root filesystem).
+fn agent_job(
+    snapshot: &EtcdSnapshot,
+    job_name: &str,
+    component: &str,
+    operator_image: &str,
+    pod: AgentPod,
+) -> Job {
+    let name = snapshot.name_any();
+    let ns = snapshot.namespace().unwrap_or_default();
+    let AgentPod {
+        args,
+        env,
+        volumes,
+        mounts,
+    } = pod;
+    let mut job_labels: BTreeMap<String, String> =
+        labels::cluster_labels(&snapshot.spec.cluster_ref.name);
+    job_labels.insert(labels::APP_COMPONENT.into(), component.into());
     let owner = OwnerReference {
         api_version: EtcdSnapshot::api_version(&()).to_string(),
         kind: EtcdSnapshot::kind(&()).to_string(),
@@ -219,9 +299,9 @@ pub fn snapshot_job(
         }),
         ..Default::default()
     };
-    Ok(Job {
+    Job {
         metadata: ObjectMeta {
-            name: Some(labels::snapshot_job_name(&name)),
+            name: Some(job_name.to_string()),
             namespace: Some(ns),
             labels: Some(job_labels.clone()),
             owner_references: Some(vec![owner]),
@@ -270,7 +350,7 @@ pub fn snapshot_job(
             ..Default::default()
         }),
         ..Default::default()
-    })
+    }
 }
 
 #[cfg(test)]
@@ -464,6 +544,60 @@ mod tests {
                 .map(|p| p.claim_name.as_str()),
             Some("backups")
         );
+    }
+
+    #[test]
+    fn prune_job_deletes_the_snapshots_own_file_on_its_claim() {
+        let dest = SnapshotDestination {
+            s3: None,
+            pvc: Some(PvcLocation {
+                claim_name: "backups".into(),
+                sub_path: Some("etcd".into()),
+            }),
+        };
+        let job = prune_job(&snapshot(dest), "op:1").unwrap();
+        assert_eq!(job.metadata.name.as_deref(), Some("nightly-prune"));
+        assert_eq!(
+            job.metadata.owner_references.as_ref().unwrap()[0].uid,
+            "snap-uid"
+        );
+        assert_eq!(
+            job.metadata.labels.as_ref().unwrap()[labels::APP_COMPONENT],
+            "prune"
+        );
+        let args = container(&job).args.unwrap();
+        assert_eq!(
+            args,
+            [
+                "snapshot-agent",
+                "delete",
+                "--snapshot-name=nightly",
+                "--snapshot-uid=snap-uid",
+                "--pvc-claim=backups",
+                "--pvc-mount=/snapshot",
+                "--termination-log=/dev/termination-log",
+                "--pvc-sub-path=etcd",
+            ]
+        );
+        let spec = job.spec.unwrap();
+        assert_eq!(spec.backoff_limit, Some(BACKOFF_LIMIT));
+        let volumes = spec.template.spec.unwrap().volumes.unwrap();
+        assert_eq!(
+            volumes[0]
+                .persistent_volume_claim
+                .as_ref()
+                .map(|p| p.claim_name.as_str()),
+            Some("backups")
+        );
+        // An S3 snapshot has no prune Job (the operator deletes the object itself).
+        let s3 = SnapshotDestination {
+            s3: Some(S3Location {
+                bucket: "b".into(),
+                ..Default::default()
+            }),
+            pvc: None,
+        };
+        assert!(prune_job(&snapshot(s3), "op:1").is_none());
     }
 
     #[test]

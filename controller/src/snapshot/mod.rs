@@ -273,7 +273,7 @@ pub fn render(snapshot: &EtcdSnapshot, step: &Step, now: Timestamp) -> EtcdSnaps
     status
 }
 
-fn job_view(job: &Job, pods: &[Pod]) -> JobView {
+pub(crate) fn job_view(job: &Job, pods: &[Pod]) -> JobView {
     let status = job.status.clone().unwrap_or_default();
     let condition = |t: &str| {
         status

@@ -174,8 +174,9 @@ impl Minio {
     fn create_users(&self, setup: &Path, root: &Path) -> Result<(), Error> {
         let write_actions =
             r#""s3:PutObject","s3:AbortMultipartUpload","s3:ListMultipartUploadParts""#;
+        // The writer may also delete: a schedule's retention deletes the objects it pruned.
         let objects = format!(
-            r#"{{"Effect":"Allow","Action":["s3:GetObject",{write_actions}],"Resource":["arn:aws:s3:::{}/*"]}}"#,
+            r#"{{"Effect":"Allow","Action":["s3:GetObject","s3:DeleteObject",{write_actions}],"Resource":["arn:aws:s3:::{}/*"]}}"#,
             self.bucket
         );
         let write_only = format!(
