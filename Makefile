@@ -54,7 +54,7 @@ api: testbins
 ## webhook as Pods, cert-manager certificates and renewal, upgrade, uninstall, CEL-only on 1.29).
 e2e: testbins
 	$(CARGO) build --locked -p controller -p webhook --bins
-	$(CARGO) test --locked -p tests --test pod_runner --test kubectl_streaming --test e2e_cluster --test e2e_lifecycle --test e2e_selfheal --test e2e_safety --test e2e_decode --test e2e_takeover --test e2e_migrate_aenix --test e2e_install --test e2e_tls --test e2e_tls_rotation --test e2e_upgrade --test e2e_auth --test snapshot_agent --test e2e_snapshot --test e2e_restore --test e2e_defrag --test e2e_schedule --test e2e_volume
+	$(CARGO) test --locked -p tests --test pod_runner --test kubectl_streaming --test e2e_cluster --test e2e_lifecycle --test e2e_selfheal --test e2e_safety --test e2e_decode --test e2e_takeover --test e2e_migrate_aenix --test e2e_install --test e2e_tls --test e2e_tls_rotation --test e2e_upgrade --test e2e_auth --test snapshot_agent --test e2e_snapshot --test e2e_restore --test e2e_defrag --test e2e_schedule --test e2e_volume --test e2e_replace
 
 ## crds: write the CRDs generated from the Rust types into the chart (commit the result).
 crds:

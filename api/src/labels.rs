@@ -71,6 +71,11 @@ pub const DATA_DIR_SUBPATH_ANNOTATION: &str = "etcd-operator.cozystack.io/data-d
 /// operator by native ones: one at a time, each only while every member is a Ready voter.
 pub const REPLACE_ADOPTED_ANNOTATION: &str = "etcd-operator.cozystack.io/replace-adopted-members";
 
+/// On an EtcdCluster, `"false"` turns off the automatic replacement of members whose Pod cannot
+/// be scheduled (the operator's `--replace-broken-members-after`) for that cluster.
+pub const REPLACE_BROKEN_MEMBERS_ANNOTATION: &str =
+    "etcd-operator.cozystack.io/replace-broken-members";
+
 /// On an EtcdCluster adopted from the aenix operator with peer auto-TLS (etcd's
 /// `--peer-auto-tls`, https peer URLs, no peer Secret): `"true"`. Written by `etcd-operator
 /// migrate --from-aenix`; while it is set every member, adopted or created later, runs with

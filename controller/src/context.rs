@@ -22,7 +22,15 @@ pub struct Config {
     pub cluster_domain: String,
     /// The operator's own image: snapshot Jobs run it as the snapshot agent.
     pub operator_image: Option<String>,
+    /// How long a member's Pod may stay unschedulable before the member is replaced
+    /// (`--replace-broken-members-after`); `None`: never.
+    pub replace_broken_members_after: Option<std::time::Duration>,
 }
+
+/// `--replace-broken-members-after`'s default: long enough for a Node reboot or a slow volume
+/// attach, short enough that a cluster does not run a member short for long.
+pub const DEFAULT_REPLACE_BROKEN_MEMBERS_AFTER: std::time::Duration =
+    std::time::Duration::from_secs(300);
 
 impl Default for Config {
     fn default() -> Self {
@@ -30,6 +38,7 @@ impl Default for Config {
             etcd_image_repository: "quay.io/coreos/etcd".to_string(),
             cluster_domain: "cluster.local".to_string(),
             operator_image: None,
+            replace_broken_members_after: Some(DEFAULT_REPLACE_BROKEN_MEMBERS_AFTER),
         }
     }
 }

@@ -38,6 +38,12 @@ struct Args {
     /// The operator's own image, used for snapshot Jobs and restore init containers.
     #[arg(long, env = "OPERATOR_IMAGE")]
     operator_image: Option<String>,
+    /// Replace a member whose Pod could not be scheduled for this long (its Node gone with its
+    /// local volume, its PVC lost), while the others keep quorum: `5m`, `90s`, `0` turns it off.
+    /// An EtcdCluster opts out with the annotation
+    /// `etcd-operator.cozystack.io/replace-broken-members: "false"`.
+    #[arg(long, env = "REPLACE_BROKEN_MEMBERS_AFTER", default_value = "5m", value_parser = parse_off_or_duration)]
+    replace_broken_members_after: std::time::Duration,
     /// Cluster DNS suffix for certificate SANs (default: from /etc/resolv.conf, else cluster.local).
     #[arg(long, env = "CLUSTER_DOMAIN")]
     cluster_domain: Option<String>,
@@ -157,6 +163,15 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
+/// A duration such as `5m` or `90s`, or `0` (off).
+fn parse_off_or_duration(text: &str) -> Result<std::time::Duration, String> {
+    match text.trim() {
+        "0" => Ok(std::time::Duration::ZERO),
+        t => humantime::parse_duration(t)
+            .map_err(|e| format!("{text:?} is not a duration such as 5m, 90s or 0 (off): {e}")),
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -231,6 +246,8 @@ async fn main() -> anyhow::Result<()> {
         etcd_image_repository: args.etcd_image_repository.clone(),
         cluster_domain,
         operator_image: args.operator_image.clone(),
+        replace_broken_members_after: Some(args.replace_broken_members_after)
+            .filter(|d| !d.is_zero()),
     };
     let ctx = Arc::new(Context::new(client.clone(), config, metrics));
 
@@ -337,6 +354,23 @@ mod tests {
     fn without_a_subcommand_the_controller_runs_and_the_agent_parses_its_contract() {
         let args = Args::parse_from(["etcd-operator", "--leader-elect=false"]);
         assert!(args.command.is_none());
+        assert_eq!(
+            args.replace_broken_members_after,
+            std::time::Duration::from_secs(300)
+        );
+        for (flag, want) in [("0", 0), ("90s", 90), ("10m", 600)] {
+            let a = Args::parse_from([
+                "etcd-operator",
+                &format!("--replace-broken-members-after={flag}"),
+            ]);
+            assert_eq!(
+                a.replace_broken_members_after,
+                std::time::Duration::from_secs(want)
+            );
+        }
+        assert!(
+            Args::try_parse_from(["etcd-operator", "--replace-broken-members-after=soon"]).is_err()
+        );
         let args = Args::parse_from([
             "etcd-operator",
             "snapshot-agent",

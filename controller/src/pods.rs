@@ -32,6 +32,15 @@ pub fn pod_view(pod: &Pod) -> PodView {
             .and_then(|s| s.waiting.as_ref())
             .is_some_and(|w| w.reason.as_deref() == Some("CrashLoopBackOff")),
         last_exit: last_exit.and_then(|t| t.finished_at.as_ref()).map(|t| t.0),
+        unschedulable: status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+            .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+            .filter(|_| pod.metadata.deletion_timestamp.is_none())
+            .and_then(|c| {
+                let since = c.last_transition_time.as_ref()?.0;
+                Some((since, c.message.clone().unwrap_or_default()))
+            }),
         trust_bundle: pod
             .annotations()
             .get(api::labels::TRUST_BUNDLE_ANNOTATION)

@@ -128,6 +128,18 @@ impl Env {
             .items
     }
 
+    /// EtcdMember name → etcd member ID (`status.memberID`, empty while unknown).
+    pub async fn member_ids(&self, ns: &str, cluster: &str) -> BTreeMap<String, String> {
+        self.members(ns, cluster)
+            .await
+            .iter()
+            .map(|m| {
+                let id = m.status.as_ref().and_then(|s| s.member_id.clone());
+                (m.name_any(), id.unwrap_or_default())
+            })
+            .collect()
+    }
+
     /// The names of the cluster's EtcdMembers, in the API's list order.
     pub async fn member_names(&self, ns: &str, cluster: &str) -> Vec<String> {
         self.members(ns, cluster)

@@ -4,10 +4,8 @@
 //! and every key, until etcd's own cluster version is 3.6; then a resources change rolls the
 //! members the same way.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use api::v1alpha2::EtcdMember;
 use kube::api::{Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::json;
@@ -21,21 +19,6 @@ const ROLL: Duration = Duration::from_secs(300);
 /// The longest a writer may go without a successful write: follower restarts cost nothing, the
 /// leader's hand-over one quick election (seconds at most on a loaded test machine).
 const LONGEST_GAP: Duration = Duration::from_secs(15);
-
-/// `(member name, etcd member ID)` of every member.
-fn member_ids(members: &[EtcdMember]) -> BTreeMap<String, String> {
-    members
-        .iter()
-        .map(|m| {
-            let id = m
-                .status
-                .as_ref()
-                .and_then(|s| s.member_id.clone())
-                .unwrap_or_default();
-            (m.name_any(), id)
-        })
-        .collect()
-}
 
 /// etcd's `/version` of one member: `(server version, cluster version)`.
 async fn versions(host: &str) -> (String, String) {
@@ -110,7 +93,7 @@ async fn a_minor_upgrade_and_a_resources_change_roll_one_member_at_a_time_keepin
         .collect();
     let endpoints: Vec<String> = hosts.iter().map(|h| format!("http://{h}:2379")).collect();
     wait_members_run(env, &ns, name, "3.5.35").await;
-    let ids = member_ids(&env.members(&ns, name).await);
+    let ids = env.member_ids(&ns, name).await;
     let (_, cluster_version) = versions(&hosts[0]).await;
     assert!(cluster_version.starts_with("3.5"), "{cluster_version}");
 
@@ -165,7 +148,7 @@ async fn a_minor_upgrade_and_a_resources_change_roll_one_member_at_a_time_keepin
         "a new cluster ID"
     );
     assert_eq!(
-        member_ids(&env.members(&ns, name).await),
+        env.member_ids(&ns, name).await,
         ids,
         "members changed their etcd IDs"
     );
@@ -231,7 +214,7 @@ async fn a_minor_upgrade_and_a_resources_change_roll_one_member_at_a_time_keepin
             p.name_any()
         );
     }
-    assert_eq!(member_ids(&env.members(&ns, name).await), ids);
+    assert_eq!(env.member_ids(&ns, name).await, ids);
     env.check_keys(&ns, name, &keys).await;
 
     let mut etcd = tests::e2e::etcd_client(&env.client(), &ns, name).await;
@@ -282,7 +265,7 @@ async fn a_patch_upgrade_with_new_resources_rolls_five_members_one_at_a_time() {
         .iter()
         .map(|p| format!("http://{}.{name}.{ns}.svc:2379", p.name_any()))
         .collect();
-    let ids = member_ids(&env.members(&ns, name).await);
+    let ids = env.member_ids(&ns, name).await;
     let before = uids(&pods);
 
     let writer = Writer::start(endpoints, None, "w5/");
@@ -328,7 +311,7 @@ async fn a_patch_upgrade_with_new_resources_rolls_five_members_one_at_a_time() {
     let unique: std::collections::BTreeSet<&String> = restarted.iter().collect();
     assert_eq!(unique.len(), 5, "each member restarted once: {restarted:?}");
     leader_last(env, &ns, name, &restarted).await;
-    assert_eq!(member_ids(&env.members(&ns, name).await), ids);
+    assert_eq!(env.member_ids(&ns, name).await, ids);
     env.check_keys(&ns, name, &keys).await;
     let mut etcd = tests::e2e::etcd_client(&env.client(), &ns, name).await;
     assert_eq!(

@@ -58,6 +58,9 @@ pub struct PodView {
     pub restart_count: i32,
     /// The etcd container's last termination was an OOM kill.
     pub oom_killed: bool,
+    /// The Pod cannot be scheduled (`PodScheduled=False/Unschedulable`): since when, and the
+    /// scheduler's message (a Node gone with the member's local volume, a lost PVC, ...).
+    pub unschedulable: Option<(Timestamp, String)>,
     /// The etcd container is waiting in `CrashLoopBackOff` right now.
     pub crash_loop_backoff: bool,
     /// When the etcd container last terminated (`lastState.terminated.finishedAt`).
@@ -124,6 +127,9 @@ pub struct Observed<'a> {
     /// The operator's `--etcd-image-repository`: what every member is to run. `None` leaves
     /// the repositories as they are (tests of other behaviour).
     pub image_repository: Option<String>,
+    /// How long a member's Pod may stay unschedulable before the member is replaced
+    /// (`--replace-broken-members-after`); `None`: never (off, or the cluster opted out).
+    pub replace_broken_after: Option<SignedDuration>,
 }
 
 /// Why the operator cannot act on a cluster for root-auth reasons; no membership change is made
@@ -239,6 +245,9 @@ pub enum DeleteReason {
     /// A Memory member runs an old trust bundle or template: it cannot restart without losing
     /// its data, so it is replaced by a new member.
     Rollout,
+    /// The member's Pod could not be scheduled for longer than `--replace-broken-members-after`
+    /// (its Node is gone with its local volume, its PVC is lost, ...).
+    Unschedulable,
 }
 
 /// Crash-loop threshold for self-heal.
@@ -919,6 +928,24 @@ fn plan_formed(
                 member: m.name.clone(),
                 why: DeleteReason::CrashLooping,
             };
+        }
+    }
+    if let Some(after) = o.replace_broken_after {
+        // One at a time: the next only once no member is pending (the previous replacement's
+        // successor has joined), and only while the serving voters keep a majority without it.
+        let replacing = live.iter().any(|m| m.pending);
+        for m in live {
+            let stuck = m
+                .pod
+                .as_ref()
+                .and_then(|p| p.unschedulable.as_ref())
+                .is_some_and(|(since, _)| o.now.duration_since(*since) >= after);
+            if stuck && !m.dormant && !replacing && removable(m) {
+                return Action::DeleteMember {
+                    member: m.name.clone(),
+                    why: DeleteReason::Unschedulable,
+                };
+            }
         }
     }
 

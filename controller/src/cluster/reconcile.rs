@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Resource, ResourceExt};
@@ -417,6 +417,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         trust_bundle: trust_bundle.clone(),
         leader,
         image_repository: Some(repository.clone()),
+        replace_broken_after: replace_broken_after(cluster, ctx),
     });
     if !formed {
         // A seed restoring a snapshot whose restore init container failed: its message goes on
@@ -592,9 +593,18 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
                 DeleteReason::DataLost => ("ReplacingMember", format!("member {member} lost its PVC and its data; removing it from etcd and replacing it, never restarting it on an empty volume under its old member ID")),
                 DeleteReason::ReplaceAdopted => ("ReplacingAdoptedMember", format!("replacing member {member}, adopted from the aenix operator, by a native one as {} asks", labels::REPLACE_ADOPTED_ANNOTATION)),
                 DeleteReason::Rollout => ("RollingRestart", format!("replacing Memory member {member} so that its successor runs the new CA bundle or spec (a Memory member cannot restart without losing its data)")),
+                DeleteReason::Unschedulable => ("MemberReplaced", unschedulable_note(member, &views, ctx)),
             };
             tracing::info!(cluster = %name, member = %member, reason, "deleting member");
             members_api.delete(member, &DeleteParams::default()).await?;
+            if *why == DeleteReason::Unschedulable {
+                // On the member too: the cluster's Events of one reason fold into one series,
+                // and each replacement is to be found by the member it replaced.
+                if let Some(m) = members.iter().find(|m| m.name_any() == *member) {
+                    ctx.event(m, true, reason, "DeleteMember", note.clone())
+                        .await;
+                }
+            }
             ctx.event(
                 cluster,
                 matches!(
@@ -602,6 +612,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
                     DeleteReason::MemoryPodLost
                         | DeleteReason::CrashLooping
                         | DeleteReason::DataLost
+                        | DeleteReason::Unschedulable
                 ),
                 reason,
                 "DeleteMember",
@@ -885,6 +896,44 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         announce_parking(cluster, ctx, stored.status.as_ref(), &new_status).await;
     }
     Ok(requeue)
+}
+
+/// How long a member's Pod may stay unschedulable before it is replaced: the operator's
+/// setting, unless the cluster opts out ([`labels::REPLACE_BROKEN_MEMBERS_ANNOTATION`]).
+fn replace_broken_after(cluster: &EtcdCluster, ctx: &Context) -> Option<SignedDuration> {
+    let opted_out = cluster
+        .annotations()
+        .get(labels::REPLACE_BROKEN_MEMBERS_ANNOTATION)
+        .is_some_and(|v| v == "false");
+    let after = ctx
+        .config
+        .replace_broken_members_after
+        .filter(|_| !opted_out)?;
+    SignedDuration::try_from(after).ok()
+}
+
+/// The `MemberReplaced` Event's message: how long the Pod could not be scheduled and why.
+fn unschedulable_note(member: &str, views: &[MemberView], ctx: &Context) -> String {
+    let why = views
+        .iter()
+        .find(|v| v.name == member)
+        .and_then(|v| v.pod.as_ref())
+        .and_then(|p| p.unschedulable.as_ref())
+        .map(|(_, m)| m.clone())
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| "no reason given".to_string());
+    let after = ctx
+        .config
+        .replace_broken_members_after
+        .map(|d| humantime::format_duration(d).to_string())
+        .unwrap_or_default();
+    format!(
+        "member {member}'s Pod could not be scheduled for {after} or more ({why}); removing it \
+         from etcd and replacing it with a new member while the others keep quorum (its PVC \
+         goes with it). Turn this off with the annotation {}=\"false\" or \
+         --replace-broken-members-after=0",
+        labels::REPLACE_BROKEN_MEMBERS_ANNOTATION
+    )
 }
 
 /// Give every PVC member whose `spec.storage.size` is below the latched target the target size;

@@ -182,6 +182,7 @@ pub(crate) struct Ctx {
     finished: Mutex<HashSet<String>>,
     journal: Journal,
     nodes: Vec<String>,
+    failed: Arc<FailedNodes>,
 }
 
 impl Ctx {
@@ -465,6 +466,21 @@ struct Shared {
     pv_root: PathBuf,
     journal: PathBuf,
     images: ImageMap,
+    failed: Arc<FailedNodes>,
+}
+
+/// Nodes a test failed ([`PodRunner::fail_node`]): no heartbeat, no Pods run there, and the
+/// dispatcher is told to kill what runs there now.
+#[derive(Debug, Default)]
+pub(crate) struct FailedNodes {
+    names: Mutex<HashSet<String>>,
+    changed: tokio::sync::Notify,
+}
+
+impl FailedNodes {
+    pub(crate) fn contains(&self, node: &str) -> bool {
+        self.names.lock().is_ok_and(|n| n.contains(node))
+    }
 }
 
 /// The runner thread's state between start and tear-down.
@@ -550,10 +566,12 @@ impl Running {
         nodes::register(&client, &node_infos, &report)
             .await
             .map_err(fail)?;
+        let failed = Arc::new(FailedNodes::default());
         tasks.push(tokio::spawn(nodes::heartbeat(
             client.clone(),
             node_infos.clone(),
             report,
+            failed.clone(),
         )));
 
         let provisioners = vec![
@@ -563,6 +581,7 @@ impl Running {
                 root: setup.pv_root.clone(),
                 sized: false,
                 default: true,
+                local: false,
             },
             storage::Provisioner {
                 class: sized_class(&b.storage_class),
@@ -570,6 +589,15 @@ impl Running {
                 root: slot.state_dir.join("sized-volumes"),
                 sized: true,
                 default: false,
+                local: false,
+            },
+            storage::Provisioner {
+                class: local_class(&b.storage_class),
+                provisioner: "pod-runner.etcd-operator.test/local".into(),
+                root: setup.pv_root.join("local"),
+                sized: false,
+                default: false,
+                local: true,
             },
         ];
         for provisioner in &provisioners {
@@ -598,6 +626,7 @@ impl Running {
             finished: Mutex::new(HashSet::new()),
             journal,
             nodes: node_infos.iter().map(|n| n.name.clone()).collect(),
+            failed: failed.clone(),
         });
         tasks.push(tokio::spawn(run_storage(ctx.clone(), provisioners)));
         tasks.push(tokio::spawn(run_dns(ctx.clone())));
@@ -613,6 +642,7 @@ impl Running {
             pv_root: setup.pv_root.clone(),
             journal: ctx.journal.path.clone(),
             images: setup.images,
+            failed,
         });
         Ok((
             Self {
@@ -648,9 +678,14 @@ fn sized_class(class: &str) -> String {
     format!("{class}-sized")
 }
 
+/// The local StorageClass next to the default class `class`.
+fn local_class(class: &str) -> String {
+    format!("{class}-local")
+}
+
 /// Watch Pods and hand those bound to our Nodes to their workers.
 async fn run_dispatcher(ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>) {
-    type Worker = (watch::Sender<Option<Arc<Pod>>>, JoinHandle<()>);
+    type Worker = (watch::Sender<Option<Arc<Pod>>>, JoinHandle<()>, String);
     let mut workers: HashMap<String, Worker> = HashMap::new();
     let mut listed: Option<HashSet<String>> = None;
     let api = Api::<Pod>::all(ctx.client.clone());
@@ -661,13 +696,23 @@ async fn run_dispatcher(ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>) {
         let event = tokio::select! {
             e = stream.next() => e,
             _ = stop.changed() => break,
+            _ = ctx.failed.changed.notified() => {
+                // A failed Node's Pods die with it: containers killed, nothing reported.
+                for (uid, (tx, _, node)) in &workers {
+                    if ctx.failed.contains(node) {
+                        ctx.mark_finished(uid);
+                        let _ = tx.send(None);
+                    }
+                }
+                continue;
+            }
         };
         let Some(event) = event else { break };
         match event {
             Ok(Event::Init) => listed = Some(HashSet::new()),
             Ok(Event::InitDone) => {
                 if let Some(seen) = listed.take() {
-                    for (uid, (tx, _)) in &workers {
+                    for (uid, (tx, _, _)) in &workers {
                         if !seen.contains(uid) {
                             let _ = tx.send(None);
                         }
@@ -680,12 +725,13 @@ async fn run_dispatcher(ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>) {
                     seen.insert(uid.clone());
                 }
                 let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-                if !node.is_some_and(|n| ctx.nodes.contains(&n)) {
+                let Some(node) = node.filter(|n| ctx.nodes.contains(n) && !ctx.failed.contains(n))
+                else {
                     continue;
-                }
+                };
                 let pod = Arc::new(pod);
                 match workers.get(&uid) {
-                    Some((tx, handle)) if !handle.is_finished() => {
+                    Some((tx, handle, _)) if !handle.is_finished() => {
                         let _ = tx.send(Some(pod));
                     }
                     _ => {
@@ -694,22 +740,22 @@ async fn run_dispatcher(ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>) {
                         }
                         let (tx, rx) = watch::channel(Some(pod.clone()));
                         let worker = pod::PodWorker::new(ctx.clone(), &pod, rx, shutdown.clone());
-                        workers.insert(uid, (tx, tokio::spawn(worker.run())));
+                        workers.insert(uid, (tx, tokio::spawn(worker.run()), node));
                     }
                 }
             }
             Ok(Event::Delete(pod)) => {
                 let uid = pod.metadata.uid.clone().unwrap_or_default();
-                if let Some((tx, _)) = workers.get(&uid) {
+                if let Some((tx, _, _)) = workers.get(&uid) {
                     let _ = tx.send(None);
                 }
             }
             Err(e) => ctx.journal(&format!("pod watch: {e}")),
         }
-        workers.retain(|_, (_, h)| !h.is_finished());
+        workers.retain(|_, (_, h, _)| !h.is_finished());
     }
     // Stopping: every worker kills its containers and releases its sandbox.
-    for (_, (_, handle)) in workers {
+    for (_, (_, handle, _)) in workers {
         let _ = tokio::time::timeout(Duration::from_secs(20), handle).await;
     }
 }
@@ -1051,6 +1097,45 @@ impl PodRunner {
             })
             .map(PathBuf::from)
             .ok_or_else(|| Error::Unsupported(format!("PV {pv} has no hostPath or local path")))
+    }
+
+    /// The StorageClass whose volumes are bound to one Node (`WaitForFirstConsumer`, the PV's
+    /// node affinity names the Node the scheduler chose), like local disks: a Pod whose Node is
+    /// gone cannot be scheduled anywhere else.
+    pub fn local_storage_class(&self) -> String {
+        local_class(&self.shared.storage_class)
+    }
+
+    /// Fail a Node for good, as a machine that died: its containers are killed without a word to
+    /// the API, its heartbeat stops, the Node object and its Lease are deleted (the
+    /// kube-controller-manager's pod GC then deletes its Pods), and no Pod runs there again.
+    pub async fn fail_node(&self, node: &str) -> Result<(), Error> {
+        if let Ok(mut names) = self.shared.failed.names.lock() {
+            names.insert(node.to_string());
+        }
+        self.shared.failed.changed.notify_one();
+        let client =
+            Client::try_from(self.config.clone()).map_err(Error::kube("building a client"))?;
+        let params = kube::api::DeleteParams::default();
+        match Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+            .delete(node, &params)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(Error::kube(format!("deleting Node {node}"))(e)),
+        }
+        match Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+            client,
+            nodes::LEASE_NAMESPACE,
+        )
+        .delete(node, &params)
+        .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(Error::kube(format!("deleting Lease {node}"))(e)),
+        }
     }
 
     /// The directory behind a bound claim.

@@ -213,14 +213,19 @@ pub async fn renew_lease(client: &Client, node: &NodeInfo) -> Result<(), Error> 
     }
 }
 
-/// Renew Leases and status until the task is aborted; failures are retried on the next tick (the
+/// Renew Leases and status until the task is aborted (a failed Node's no more); failures are retried on the next tick (the
 /// apiserver may be restarted by a test).
-pub async fn heartbeat(client: Client, nodes: Vec<NodeInfo>, report: NodeReport) {
+pub(crate) async fn heartbeat(
+    client: Client,
+    nodes: Vec<NodeInfo>,
+    report: NodeReport,
+    failed: std::sync::Arc<super::FailedNodes>,
+) {
     let mut since_status = Duration::ZERO;
     loop {
         tokio::time::sleep(LEASE_RENEW).await;
         since_status += LEASE_RENEW;
-        for node in &nodes {
+        for node in nodes.iter().filter(|n| !failed.contains(&n.name)) {
             let _ = renew_lease(&client, node).await;
             if since_status >= STATUS_HEARTBEAT {
                 let _ = patch_status(&client, node, &report).await;

@@ -40,6 +40,9 @@ pub struct Provisioner {
     pub sized: bool,
     /// The default class of the cluster.
     pub default: bool,
+    /// Volumes belong to one Node (`WaitForFirstConsumer`; the PV's node affinity names the
+    /// Node the scheduler chose, from the claim's `volume.kubernetes.io/selected-node`).
+    pub local: bool,
 }
 
 impl Provisioner {
@@ -57,7 +60,7 @@ impl Provisioner {
             },
             "provisioner": self.provisioner,
             "reclaimPolicy": "Delete",
-            "volumeBindingMode": "Immediate",
+            "volumeBindingMode": if self.local { "WaitForFirstConsumer" } else { "Immediate" },
             "allowVolumeExpansion": true,
         }))
         .map_err(|e| Error::Unsupported(format!("building StorageClass: {e}")))?;
@@ -145,7 +148,9 @@ impl Provisioner {
             .as_ref()
             .and_then(|s| s.phase.as_deref())
             .is_none_or(|p| p == "Pending");
+        let placed = !self.local || selected_node(pvc).is_some();
         pending
+            && placed
             && pvc.metadata.deletion_timestamp.is_none()
             && spec.volume_name.as_deref().unwrap_or("").is_empty()
             && spec.storage_class_name.as_deref() == Some(self.class.as_str())
@@ -246,7 +251,12 @@ impl Provisioner {
         if self.sized {
             mount_sized(&dir, &storage)?;
         }
-        let pv: PersistentVolume = serde_json::from_value(json!({
+        let node_affinity = selected_node(pvc).filter(|_| self.local).map(|node| {
+            json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+            ]}]}})
+        });
+        let mut pv: serde_json::Value = json!({
             "metadata": {
                 "name": name,
                 "annotations": {PROVISIONED_BY: self.provisioner},
@@ -266,14 +276,27 @@ impl Provisioner {
                     "uid": pvc.metadata.uid,
                 },
             },
-        }))
-        .map_err(|e| Error::Unsupported(format!("building PV {name}: {e}")))?;
+        });
+        if let Some(affinity) = node_affinity {
+            pv["spec"]["nodeAffinity"] = affinity;
+        }
+        let pv: PersistentVolume = serde_json::from_value(pv)
+            .map_err(|e| Error::Unsupported(format!("building PV {name}: {e}")))?;
         match api.create(&PostParams::default(), &pv).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
             Err(e) => Err(Error::kube(format!("creating PV {name}"))(e)),
         }
     }
+}
+
+/// The Node the scheduler chose for a `WaitForFirstConsumer` claim.
+fn selected_node(pvc: &PersistentVolumeClaim) -> Option<String> {
+    pvc.metadata
+        .annotations
+        .as_ref()?
+        .get("volume.kubernetes.io/selected-node")
+        .cloned()
 }
 
 /// Mount a tmpfs of `size` (a quantity) on `dir`, unless one is there already (a provision

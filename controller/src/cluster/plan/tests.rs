@@ -77,6 +77,7 @@ fn crash_looping_pod(name: &str) -> PodView {
         restart_count: 6,
         oom_killed: false,
         crash_loop_backoff: true,
+        unschedulable: None,
         last_exit: Some(ts(40)),
         trust_bundle: None,
         template_hash: None,
@@ -105,8 +106,14 @@ fn etcd(members: Vec<EtcdMemberInfo>) -> EtcdView {
 }
 
 fn run(c: &EtcdCluster, members: Vec<MemberView>, etcd: EtcdView) -> Plan {
+    run_with(c, members, etcd, None)
+}
+
+/// [`run`] with `--replace-broken-members-after` at `after` seconds.
+fn run_with(c: &EtcdCluster, members: Vec<MemberView>, etcd: EtcdView, after: Option<i64>) -> Plan {
     plan(&Observed {
         cluster: c,
+        replace_broken_after: after.map(SignedDuration::from_secs),
         members,
         etcd,
         now: ts(100),
@@ -594,6 +601,7 @@ fn cert_manager_tls_waits_for_cert_manager_and_for_its_secrets_before_the_seed()
     c.spec.tls = Some(peer_cert_manager());
     let observed = |missing: bool, problem: Option<&str>| Observed {
         cluster: &c,
+        replace_broken_after: None,
         members: vec![],
         etcd: EtcdView::NotAsked,
         now: ts(100),
@@ -649,6 +657,7 @@ fn byo_secret_tls_bootstraps_and_a_missing_secret_holds_the_seed_with_its_name()
     let problem = "Secret ns/c-peer-tls (spec.tls.peer.secretRef) does not exist".to_string();
     let p = plan(&Observed {
         cluster: &c,
+        replace_broken_after: None,
         members: vec![],
         etcd: EtcdView::NotAsked,
         now: ts(100),
@@ -678,6 +687,7 @@ fn an_auth_problem_holds_every_membership_change_and_names_its_reason() {
     };
     let observed = |auth_problem| Observed {
         cluster: &c,
+        replace_broken_after: None,
         members: vec![m("c-a", 1)],
         etcd: etcd(vec![e(1, "c-a", false)]),
         now: ts(100),
@@ -997,6 +1007,7 @@ fn version_edit_rolls_the_members_one_at_a_time_the_leader_last() {
     ]);
     let observed = |members: Vec<MemberView>, leader| Observed {
         cluster: &c,
+        replace_broken_after: None,
         members,
         etcd: view.clone(),
         now: ts(100),
@@ -1050,6 +1061,7 @@ fn version_edit_rolls_the_members_one_at_a_time_the_leader_last() {
     let members = vec![m("c-a", 1), updated(m("c-b", 2)), updated(m("c-c", 3))];
     let p = plan(&Observed {
         cluster: &c2,
+        replace_broken_after: None,
         ..observed(members.clone(), 1)
     });
     assert_eq!(p.facts.template_rollout, Some((2, 3)));
@@ -1063,6 +1075,7 @@ fn version_edit_rolls_the_members_one_at_a_time_the_leader_last() {
     );
     let p = plan(&Observed {
         cluster: &c2,
+        replace_broken_after: None,
         ..observed(members, 2)
     });
     assert_eq!(
@@ -1269,6 +1282,7 @@ fn the_progress_deadline_does_not_run_out_while_cert_manager_holds_the_seed() {
     let at = |missing: bool, waiting: bool| {
         plan(&Observed {
             cluster: &c,
+            replace_broken_after: None,
             members: vec![],
             etcd: EtcdView::NotAsked,
             now: late,
@@ -1451,6 +1465,7 @@ fn plan_trust(
 ) -> Plan {
     plan(&Observed {
         cluster: c,
+        replace_broken_after: None,
         members,
         etcd,
         now: ts(100),
@@ -1713,6 +1728,7 @@ fn a_paused_rollout_restarts_no_further_member_until_resumed() {
     let run_with = |c: &EtcdCluster| {
         plan(&Observed {
             cluster: c,
+            replace_broken_after: None,
             members: members.clone(),
             etcd: view.clone(),
             now: ts(100),
@@ -1775,6 +1791,7 @@ fn repository_run(
     ]);
     plan(&Observed {
         cluster: &c,
+        replace_broken_after: None,
         members: views,
         etcd,
         now: ts(100),
@@ -1867,6 +1884,7 @@ fn a_new_image_repository_rolls_followers_one_at_a_time_and_the_leader_last() {
     }
     let p = plan(&Observed {
         cluster: &c,
+        replace_broken_after: None,
         members: views,
         etcd: etcd(vec![
             e(1, "c-a", false),
@@ -1888,4 +1906,73 @@ fn a_new_image_repository_rolls_followers_one_at_a_time_and_the_leader_last() {
         p.action
     );
     assert!(p.facts.rollout_paused);
+}
+
+/// An unschedulable Pod (e.g. its Node is gone with its local volume) since `since`.
+fn unschedulable(name: &str, since: i64) -> MemberView {
+    let mut v = m(name, 2);
+    v.pod = Some(PodView {
+        uid: format!("pod-{name}-2"),
+        ready: false,
+        unschedulable: Some((
+            ts(since),
+            "0/3 nodes are available: 1 node(s) had volume node affinity conflict".into(),
+        )),
+        ..Default::default()
+    });
+    v
+}
+
+fn run_replacing(c: &EtcdCluster, members: Vec<MemberView>, after: Option<i64>) -> Plan {
+    let three = etcd(vec![
+        e(1, "c-a", false),
+        e(2, "c-b", false),
+        e(3, "c-c", false),
+    ]);
+    run_with(c, members, three, after)
+}
+
+#[test]
+fn a_member_unschedulable_past_the_period_is_replaced_while_the_rest_keep_quorum() {
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let three = |b: MemberView, c_: MemberView| vec![m("c-a", 1), b, c_];
+    // Unschedulable for 60 s of a 60 s period: replaced.
+    let p = run_replacing(&c, three(unschedulable("c-b", 40), m("c-c", 3)), Some(60));
+    assert_eq!(
+        p.action,
+        Action::DeleteMember {
+            member: "c-b".into(),
+            why: DeleteReason::Unschedulable
+        }
+    );
+    // Not yet for long enough; or the feature off (or the cluster opted out): kept.
+    for (since, after) in [(41, Some(60)), (0, None)] {
+        let p = run_replacing(&c, three(unschedulable("c-b", since), m("c-c", 3)), after);
+        assert!(
+            !matches!(p.action, Action::DeleteMember { .. }),
+            "{since} {after:?}: {:?}",
+            p.action
+        );
+    }
+    // A second member down: removing c-b would leave one serving voter of two, which cannot
+    // commit anything; it waits.
+    let mut down = m("c-c", 3);
+    down.pod.as_mut().unwrap().ready = false;
+    let p = run_replacing(&c, three(unschedulable("c-b", 0), down), Some(60));
+    assert!(
+        !matches!(p.action, Action::DeleteMember { .. }),
+        "{:?}",
+        p.action
+    );
+    // Two unschedulable: one at a time, and the second only while quorum holds without it.
+    let p = run_replacing(
+        &c,
+        three(unschedulable("c-b", 0), unschedulable("c-c", 0)),
+        Some(60),
+    );
+    assert!(
+        !matches!(p.action, Action::DeleteMember { .. }),
+        "{:?}",
+        p.action
+    );
 }
