@@ -411,23 +411,18 @@ async fn delete_pvc_file(
     let report = view
         .report
         .as_deref()
-        .and_then(|r| serde_json::from_str::<serde_json::Value>(r.trim()).ok());
-    let said = |key: &str| {
-        report
-            .as_ref()
-            .and_then(|r| r[key].as_str())
-            .map(str::to_string)
-    };
+        .and_then(crate::snapshot::AgentReport::parse)
+        .unwrap_or_default();
     if view.succeeded {
         return Ok(Stored::Deleted(
-            said("deleted").unwrap_or_else(|| format!("deleted {uri}")),
+            report.deleted.unwrap_or_else(|| format!("deleted {uri}")),
         ));
     }
     if let Some(failed) = view.failed {
         return Err(format!(
             "Job {name} could not delete {uri}: {} (kubectl logs job/{name}); the EtcdSnapshot is \
              kept and the Job retried once its TTL removes it",
-            said("error").unwrap_or(failed)
+            report.error.unwrap_or(failed)
         ));
     }
     Ok(Stored::Pending)

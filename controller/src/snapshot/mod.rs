@@ -40,6 +40,9 @@ pub struct AgentReport {
     pub artifact: Option<SnapshotArtifact>,
     #[serde(default)]
     pub error: Option<String>,
+    /// A prune Job's `snapshot-agent delete`: what it removed.
+    #[serde(default)]
+    pub deleted: Option<String>,
 }
 
 impl AgentReport {
@@ -47,7 +50,7 @@ impl AgentReport {
     pub fn parse(message: &str) -> Option<Self> {
         serde_json::from_str::<AgentReport>(message.trim())
             .ok()
-            .filter(|r| r.artifact.is_some() || r.error.is_some())
+            .filter(|r| r.artifact.is_some() || r.error.is_some() || r.deleted.is_some())
     }
 }
 

@@ -12,12 +12,14 @@
 //! (`df`, ENOSPC, a restore's free-space pre-flight). Sized volumes live under the runner's slot
 //! directory and last as long as the runner (the slot sweep unmounts them).
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use kube_runtime::reflector::Store;
@@ -106,12 +108,7 @@ impl Provisioner {
             }
         }
         for pv in existing {
-            let ours = pv
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(PROVISIONED_BY))
-                .is_some_and(|p| *p == self.provisioner);
+            let ours = self.provisioned(&pv);
             let released = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
             if !ours || !released || pv.metadata.deletion_timestamp.is_some() {
                 continue;
@@ -156,6 +153,15 @@ impl Provisioner {
             && spec.storage_class_name.as_deref() == Some(self.class.as_str())
     }
 
+    /// Whether this class's provisioner made `pv`.
+    fn provisioned(&self, pv: &PersistentVolume) -> bool {
+        pv.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PROVISIONED_BY))
+            .is_some_and(|p| *p == self.provisioner)
+    }
+
     /// Grow the volume of a bound claim of the class whose request exceeds its capacity.
     async fn expand(
         &self,
@@ -168,12 +174,6 @@ impl Provisioner {
         if !bound || spec.storage_class_name.as_deref() != Some(self.class.as_str()) {
             return Ok(());
         }
-        let storage = |m: Option<
-            &std::collections::BTreeMap<
-                String,
-                k8s_openapi::apimachinery::pkg::api::resource::Quantity,
-            >,
-        >| { m.and_then(|m| m.get("storage")).map(|q| q.0.clone()) };
         let Some(requested) = storage(spec.resources.as_ref().and_then(|r| r.requests.as_ref()))
         else {
             return Ok(());
@@ -193,13 +193,7 @@ impl Provisioner {
         }) else {
             return Ok(());
         };
-        let ours = pv
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(PROVISIONED_BY))
-            .is_some_and(|p| *p == self.provisioner);
-        let Some(pv_name) = pv.metadata.name.clone().filter(|_| ours) else {
+        let Some(pv_name) = pv.metadata.name.clone().filter(|_| self.provisioned(pv)) else {
             return Ok(());
         };
         let pv_capacity = storage(pv.spec.as_ref().and_then(|s| s.capacity.as_ref()));
@@ -288,6 +282,11 @@ impl Provisioner {
             Err(e) => Err(Error::kube(format!("creating PV {name}"))(e)),
         }
     }
+}
+
+/// The `storage` entry of a requests or capacity map.
+fn storage(m: Option<&BTreeMap<String, Quantity>>) -> Option<String> {
+    m.and_then(|m| m.get("storage")).map(|q| q.0.clone())
 }
 
 /// The Node the scheduler chose for a `WaitForFirstConsumer` claim.
