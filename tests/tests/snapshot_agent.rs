@@ -196,6 +196,32 @@ async fn restore_and_read(
     env_user: Option<&S3User>,
     name: &str,
 ) -> (Run, BTreeMap<String, String>, u64) {
+    let restored = restore_and_probe(bins, part, root, source, env_user, name, None).await;
+    (restored.run, restored.keys, restored.cluster_id)
+}
+
+/// What a restored member answers: its keys, cluster ID and revision, and what a watch that
+/// resumes from `watch_from` gets first.
+struct Restored {
+    run: Run,
+    keys: BTreeMap<String, String>,
+    cluster_id: u64,
+    revision: i64,
+    /// `(compact_revision, canceled)` of the watch's first answer past its creation.
+    watch: Option<(i64, bool)>,
+}
+
+/// [`restore_and_read`], also reading the restored revision and opening a watch from
+/// `watch_from` (a revision a client of the source saw after the snapshot).
+async fn restore_and_probe(
+    bins: &Testbins,
+    part: &str,
+    root: &Path,
+    source: &[String],
+    env_user: Option<&S3User>,
+    name: &str,
+    watch_from: Option<i64>,
+) -> Restored {
     let config = EtcdConfig::new(name, &format!("{name}-token")).or_panic();
     let data_dir = root.join(name).join("data");
     let mut agent = Agent::new(
@@ -236,8 +262,51 @@ async fn restore_and_read(
     let mut client = etcd.client().await.or_panic();
     let keys = read_keys(&mut client, "snap/").await;
     let id = cluster_id(&mut client).await;
+    let revision = current_revision(&mut client).await;
+    let watch = match watch_from {
+        Some(from) => {
+            let options = etcd_client::WatchOptions::new()
+                .with_prefix()
+                .with_start_revision(from);
+            let mut stream = client.watch("snap/", Some(options)).await.or_panic();
+            // The first answer may only confirm the watch was created; the verdict on its start
+            // revision (events, or a cancel for compaction) follows it.
+            let verdict = tokio::time::timeout(Duration::from_secs(10), async {
+                loop {
+                    let response = stream
+                        .message()
+                        .await
+                        .or_panic()
+                        .expect("the watch stream stays open until it answers");
+                    if !response.created() || response.canceled() {
+                        return response;
+                    }
+                }
+            })
+            .await
+            .expect("a watch from an old revision answers at once");
+            Some((verdict.compact_revision(), verdict.canceled()))
+        }
+        None => None,
+    };
     etcd.stop();
-    (run, keys, id)
+    Restored {
+        run,
+        keys,
+        cluster_id: id,
+        revision,
+        watch,
+    }
+}
+
+async fn current_revision(client: &mut etcd_client::Client) -> i64 {
+    client
+        .get("snap/", None)
+        .await
+        .or_panic()
+        .header()
+        .map(|h| h.revision())
+        .unwrap_or_default()
 }
 
 fn save_args(etcd: &Etcd, name: &str, uid: &str) -> Vec<String> {
@@ -456,6 +525,70 @@ async fn etcd_3_5_snapshot_restores_with_its_own_etcdutl() {
     assert_eq!(got, keys);
     assert_ne!(id, source_id);
     etcd.stop();
+}
+
+/// A restore rewinds the store to the snapshot's revision R. Clients of the source (a tenant
+/// kube-apiserver's informers) hold later revisions, up to R+N: were the restored cluster to
+/// count again from R, a watch resumed from R+N would silently skip every event until the
+/// revisions caught up. The restore bumps the revision past them and marks the range compacted,
+/// so such a watch is told to relist.
+async fn restore_bumps_the_revision_and_marks_the_gap_compacted(part: &str) {
+    let bins = Testbins::from_env().or_panic();
+    let tmp = temp_root().or_panic();
+    let root = tmp.path();
+    let (etcd, mut keys, _) = etcd_with_keys(&bins, part, root, 20).await;
+    let mut client = etcd.client().await.or_panic();
+    let at_snapshot = current_revision(&mut client).await;
+    let mount = root.join("pvc");
+    let mut args = save_args(&etcd, "snap-rev", "uid-rev");
+    args.push("--pvc-claim=backups".into());
+    args.push(format!("--pvc-mount={}", mount.display()));
+    let run = agent_with(root, &args).run("save").await;
+    assert_eq!(run.code(), Some(0), "save failed:\n{}", run.output);
+    // N more writes after the snapshot: revisions a watcher of the source has seen.
+    let _ = put_keys(&mut client, "after/", 50).await;
+    let seen = current_revision(&mut client).await;
+    assert_eq!(seen, at_snapshot + 50);
+    etcd.stop();
+
+    let source = vec![format!(
+        "--pvc-file={}",
+        mount.join("snap-rev.db").display()
+    )];
+    let restored = restore_and_probe(
+        &bins,
+        part,
+        root,
+        &source,
+        None,
+        &format!("bumped-{}", part.replace('.', "")),
+        Some(seen),
+    )
+    .await;
+    keys.retain(|k, _| k.starts_with("snap/"));
+    assert_eq!(restored.keys, keys, "every key of the snapshot is restored");
+    assert!(
+        restored.revision > seen,
+        "the restored revision {} must be past every revision the source's clients saw ({seen}; \
+         the snapshot was at {at_snapshot})",
+        restored.revision
+    );
+    let (compacted_at, canceled) = restored.watch.expect("the watch was opened");
+    assert!(
+        canceled && compacted_at > seen,
+        "a watch resumed from revision {seen} must be cancelled as compacted (got compact \
+         revision {compacted_at}, canceled {canceled}); silence would hide the rewind"
+    );
+}
+
+#[tokio::test]
+async fn etcd_3_6_restore_bumps_the_revision_and_marks_the_gap_compacted() {
+    restore_bumps_the_revision_and_marks_the_gap_compacted("etcd-3.6").await;
+}
+
+#[tokio::test]
+async fn etcd_3_5_restore_bumps_the_revision_and_marks_the_gap_compacted() {
+    restore_bumps_the_revision_and_marks_the_gap_compacted("etcd-3.5").await;
 }
 
 #[tokio::test]

@@ -14,6 +14,15 @@ use super::{hex, Artifact, Failure, Outcome, S3Args};
 /// The work directory inside the data dir: the download and etcdutl's output.
 pub const WORK_DIR: &str = ".restore";
 
+/// How far a restore moves the revision past the snapshot's (etcdutl `--bump-revision`). Clients
+/// of the cluster the snapshot came from (a kube-apiserver's watch cache and informers) hold
+/// revisions written after it; a restored store that counted on from the snapshot's revision would
+/// hand out those numbers again for other changes, and a watch resumed from one of them would
+/// silently miss events. A billion revisions is more than any cluster writes between two
+/// snapshots (over three years at 10 writes a second), and still leaves etcd's int64 revision
+/// space practically untouched.
+pub const DEFAULT_BUMP_REVISION: u64 = 1_000_000_000;
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct RestoreArgs {
     /// The member's etcd data dir.
@@ -41,6 +50,11 @@ pub struct RestoreArgs {
     pub expected_sha256: Option<String>,
     #[arg(long, default_value = "/dev/termination-log")]
     pub termination_log: PathBuf,
+    /// How far the restored revision jumps past the snapshot's; the skipped range is marked
+    /// compacted (etcdutl `--mark-compacted`), so a watch resumed from it is told to relist.
+    /// 0 keeps the snapshot's own revision (only safe when nothing ever read the source).
+    #[arg(long, default_value_t = DEFAULT_BUMP_REVISION)]
+    pub bump_revision: u64,
 }
 
 enum Source {
@@ -281,6 +295,11 @@ async fn etcdutl_restore(args: &RestoreArgs, db: &Path, out: &Path) -> Result<()
         ))
         .arg(format!("--data-dir={}", out.display()))
         .stdin(Stdio::null());
+    if args.bump_revision > 0 {
+        // etcdutl requires the two together (3.5.10+ and 3.6).
+        cmd.arg(format!("--bump-revision={}", args.bump_revision))
+            .arg("--mark-compacted");
+    }
     tracing::info!(command = ?cmd.as_std(), "running etcdutl");
     let status = cmd
         .status()
