@@ -3,10 +3,13 @@
 //!
 //! etcd keeps only a hash of the root password, so to rotate it the operator must still be able
 //! to log in with the old one after the user has replaced it in their Secret. The password the
-//! operator last set in etcd is therefore recorded in a Secret of its own,
-//! `<cluster>-auth-applied` (key `password`, owned by the EtcdCluster, removed with it), written
-//! before every change in etcd: when the user's Secret no longer authenticates, the recorded
-//! password logs in and `UserChangePassword` moves etcd to the new one.
+//! operator last set in etcd is therefore recorded, before every change in etcd, in one Secret in
+//! the operator's own namespace ([`RecordRef`], `<fullname>-auth-records` in the chart): one
+//! entry per cluster (`<namespace>.<cluster>.password`, `.previous` while a change is in flight,
+//! `.uid` naming the cluster incarnation). When the user's Secret no longer authenticates, a
+//! recorded password logs in and `UserChangePassword` moves etcd to the new one. The record is
+//! kept there, not beside the clusters, so that the operator needs no write access to the
+//! Secrets of the namespaces it watches (docs/installation.md).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,9 +17,8 @@ use std::fmt;
 use api::labels;
 use api::v1alpha2::{AuthSpec, EtcdCluster};
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::ByteString;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::context::FIELD_MANAGER;
@@ -199,14 +201,42 @@ pub async fn dial_credentials(
     .await
 }
 
-/// Name of the operator's record of the password set in etcd.
-pub fn applied_secret_name(cluster: &str) -> String {
+/// Where the operator keeps its record of the root passwords it set in etcd: one Secret in its
+/// own namespace (`--operator-namespace`, the Pod's namespace), named by `--auth-record-secret`.
+/// It never lives beside the clusters: writing there would need write access to every Secret of
+/// every namespace the operator watches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for RecordRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// `--auth-record-secret`'s default (the chart passes `<fullname>-auth-records`).
+pub const DEFAULT_RECORD_SECRET: &str = "etcd-operator-auth-records";
+
+/// Name of the record a previous version kept beside the cluster, owned by it. Read once to
+/// move it into the operator's record, never written.
+pub fn legacy_secret_name(cluster: &str) -> String {
     format!("{cluster}-auth-applied")
 }
 
 /// Key of the record holding the password etcd had before the latest change (kept until the
 /// change is known to have happened, so an interrupted rotation can still log in).
 pub const PREVIOUS_KEY: &str = "previous";
+/// Field of a cluster's entry naming the cluster incarnation (its UID) the entry is for.
+pub const UID_FIELD: &str = "uid";
+
+/// Key of one field of a cluster's entry: `<namespace>.<cluster>.<field>`. A namespace has no
+/// dot and the field ends the key, so the entries of two clusters never share a key.
+pub fn record_key(namespace: &str, cluster: &str, field: &str) -> String {
+    format!("{namespace}.{cluster}.{field}")
+}
 
 /// What the record says: the password set in etcd, and the one before it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -227,90 +257,279 @@ impl Applied {
         }
         out
     }
+
+    fn from_keys(data: &BTreeMap<String, ByteString>, password: &str, previous: &str) -> Self {
+        let get = |key: &str| {
+            data.get(key)
+                .and_then(|p| String::from_utf8(p.0.clone()).ok())
+                .filter(|p| !p.is_empty())
+                .map(|password| Credentials { password })
+        };
+        Applied {
+            current: get(password),
+            previous: get(previous),
+        }
+    }
 }
 
-/// The passwords the operator recorded for the cluster (empty when it never enabled auth).
-pub async fn read_applied(client: &Client, cluster: &EtcdCluster) -> Result<Applied, kube::Error> {
-    let ns = cluster.namespace().unwrap_or_default();
-    let data = Api::<Secret>::namespaced(client.clone(), &ns)
-        .get_opt(&applied_secret_name(&cluster.name_any()))
-        .await?
-        .and_then(|s| s.data)
-        .unwrap_or_default();
-    let get = |key: &str| {
-        data.get(key)
-            .and_then(|p| String::from_utf8(p.0.clone()).ok())
-            .filter(|p| !p.is_empty())
-            .map(|password| Credentials { password })
-    };
-    Ok(Applied {
-        current: get(PASSWORD_KEY),
-        previous: get(PREVIOUS_KEY),
+/// The cluster's entry in the record's data, when there is one for this incarnation of the
+/// cluster (`uid`): an entry left by a deleted cluster of the same name is not its record.
+pub fn entry_from(
+    data: &BTreeMap<String, ByteString>,
+    namespace: &str,
+    cluster: &str,
+    uid: &str,
+) -> Option<Applied> {
+    let recorded_uid = data.get(&record_key(namespace, cluster, UID_FIELD))?;
+    if recorded_uid.0 != uid.as_bytes() {
+        return None;
+    }
+    let applied = Applied::from_keys(
+        data,
+        &record_key(namespace, cluster, PASSWORD_KEY),
+        &record_key(namespace, cluster, PREVIOUS_KEY),
+    );
+    (applied != Applied::default()).then_some(applied)
+}
+
+/// A previous version's `<cluster>-auth-applied` Secret, when this incarnation of the cluster
+/// (`uid`) owns it.
+pub fn legacy_entry(secret: &Secret, uid: &str) -> Option<Applied> {
+    let owned = secret
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid == uid && o.kind == EtcdCluster::kind(&()));
+    if !owned {
+        return None;
+    }
+    let applied = Applied::from_keys(secret.data.as_ref()?, PASSWORD_KEY, PREVIOUS_KEY);
+    applied.current.is_some().then_some(applied)
+}
+
+/// The clusters with an entry in the record: `(namespace, cluster, uid)`.
+pub fn entries(data: &BTreeMap<String, ByteString>) -> Vec<(String, String, String)> {
+    let suffix = format!(".{UID_FIELD}");
+    data.iter()
+        .filter_map(|(key, uid)| {
+            let (namespace, cluster) = key.strip_suffix(&suffix)?.split_once('.')?;
+            let uid = String::from_utf8(uid.0.clone()).ok()?;
+            Some((namespace.to_string(), cluster.to_string(), uid))
+        })
+        .collect()
+}
+
+fn encoded(value: &str) -> serde_json::Value {
+    serde_json::to_value(ByteString(value.as_bytes().to_vec())).unwrap_or_default()
+}
+
+/// One cluster's entry as `data` keys of the record (`null`: remove the key).
+fn entry_data(
+    namespace: &str,
+    cluster: &str,
+    uid: &str,
+    current: &Credentials,
+    previous: Option<&Credentials>,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut data = serde_json::Map::new();
+    data.insert(record_key(namespace, cluster, UID_FIELD), encoded(uid));
+    data.insert(
+        record_key(namespace, cluster, PASSWORD_KEY),
+        encoded(&current.password),
+    );
+    data.insert(
+        record_key(namespace, cluster, PREVIOUS_KEY),
+        previous
+            .map(|p| encoded(&p.password))
+            .unwrap_or(serde_json::Value::Null),
+    );
+    data
+}
+
+/// The JSON merge patch that sets the cluster's entry in the record and removes the entries of
+/// `gone` (clusters deleted since). It carries the resourceVersion the entries were read at, so
+/// the apiserver refuses it (409) when another write came in between instead of losing one.
+pub fn entry_patch(
+    resource_version: &str,
+    (namespace, cluster, uid): (&str, &str, &str),
+    current: &Credentials,
+    previous: Option<&Credentials>,
+    gone: &[(String, String)],
+) -> serde_json::Value {
+    let mut data = entry_data(namespace, cluster, uid, current, previous);
+    for (ns, name) in gone {
+        for field in [UID_FIELD, PASSWORD_KEY, PREVIOUS_KEY] {
+            data.insert(record_key(ns, name, field), serde_json::Value::Null);
+        }
+    }
+    serde_json::json!({
+        "metadata": {"resourceVersion": resource_version},
+        "data": data,
     })
 }
 
-/// The record Secret as the operator writes it: owned by the cluster, with its labels.
-pub fn applied_secret(
-    cluster: &EtcdCluster,
+/// The record Secret as first created, with one cluster's entry. It has no owner: it holds the
+/// entries of every cluster, in another namespace than theirs.
+pub fn record_secret(
+    record: &RecordRef,
+    (namespace, cluster, uid): (&str, &str, &str),
     current: &Credentials,
     previous: Option<&Credentials>,
 ) -> Secret {
-    let name = cluster.name_any();
-    let owner = OwnerReference {
-        api_version: EtcdCluster::api_version(&()).to_string(),
-        kind: EtcdCluster::kind(&()).to_string(),
-        name: name.clone(),
-        uid: cluster.uid().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    };
+    let data = [
+        Some((UID_FIELD, uid)),
+        Some((PASSWORD_KEY, current.password.as_str())),
+        previous.map(|p| (PREVIOUS_KEY, p.password.as_str())),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|(field, v)| {
+        (
+            record_key(namespace, cluster, field),
+            ByteString(v.as_bytes().to_vec()),
+        )
+    })
+    .collect();
     Secret {
         metadata: kube::api::ObjectMeta {
-            name: Some(applied_secret_name(&name)),
-            namespace: cluster.namespace(),
-            labels: Some(labels::cluster_labels(&name)),
-            owner_references: Some(vec![owner]),
+            name: Some(record.name.clone()),
+            namespace: Some(record.namespace.clone()),
+            labels: Some(
+                [(
+                    labels::APP_MANAGED_BY.to_string(),
+                    labels::MANAGED_BY_VALUE.to_string(),
+                )]
+                .into(),
+            ),
             ..Default::default()
         },
-        type_: Some("kubernetes.io/basic-auth".to_string()),
-        string_data: None,
-        data: Some(
-            [
-                Some((USERNAME_KEY, ROOT)),
-                Some((PASSWORD_KEY, current.password.as_str())),
-                previous.map(|p| (PREVIOUS_KEY, p.password.as_str())),
-            ]
-            .into_iter()
-            .flatten()
-            .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
-            .collect(),
-        ),
+        type_: Some("Opaque".to_string()),
+        data: Some(data),
         ..Default::default()
     }
 }
 
+fn identity(cluster: &EtcdCluster) -> (String, String, String) {
+    (
+        cluster.namespace().unwrap_or_default(),
+        cluster.name_any(),
+        cluster.uid().unwrap_or_default(),
+    )
+}
+
+/// The passwords the operator recorded for the cluster (empty when it never enabled auth). A
+/// record a previous version kept beside the cluster (`<cluster>-auth-applied`) is moved into
+/// the operator's record the first time it is read; the old Secret is left in place (the
+/// operator may not delete Secrets) and goes with its cluster.
+pub async fn read_applied(
+    client: &Client,
+    record: &RecordRef,
+    cluster: &EtcdCluster,
+) -> Result<Applied, kube::Error> {
+    let (ns, name, uid) = identity(cluster);
+    let data = Api::<Secret>::namespaced(client.clone(), &record.namespace)
+        .get_opt(&record.name)
+        .await?
+        .and_then(|s| s.data)
+        .unwrap_or_default();
+    if let Some(applied) = entry_from(&data, &ns, &name, &uid) {
+        return Ok(applied);
+    }
+    let legacy = Api::<Secret>::namespaced(client.clone(), &ns)
+        .get_opt(&legacy_secret_name(&name))
+        .await?;
+    let Some(applied) = legacy.as_ref().and_then(|s| legacy_entry(s, &uid)) else {
+        return Ok(Applied::default());
+    };
+    if let Some(current) = &applied.current {
+        write_applied(client, record, cluster, current, applied.previous.as_ref()).await?;
+        tracing::info!(
+            cluster = %name, namespace = %ns, record = %record,
+            "moved the root-password record of a previous version ({}) into the operator's record",
+            legacy_secret_name(&name)
+        );
+    }
+    Ok(applied)
+}
+
+/// The entries of clusters that no longer exist (or exist as a new incarnation), other than
+/// `this`. A cluster the operator cannot look up (not watched, API error) keeps its entry.
+async fn gone_entries(
+    client: &Client,
+    data: &BTreeMap<String, ByteString>,
+    this: (&str, &str),
+) -> Vec<(String, String)> {
+    let mut gone = Vec::new();
+    for (ns, name, uid) in entries(data) {
+        if (ns.as_str(), name.as_str()) == this {
+            continue;
+        }
+        let found = Api::<EtcdCluster>::namespaced(client.clone(), &ns)
+            .get_metadata_opt(&name)
+            .await;
+        match found {
+            Ok(None) => gone.push((ns, name)),
+            Ok(Some(c)) if c.metadata.uid.as_deref() != Some(uid.as_str()) => gone.push((ns, name)),
+            _ => {}
+        }
+    }
+    gone
+}
+
 /// Record `current` as the password in etcd, and `previous` as the one that may still be
-/// there if the change about to be made is interrupted (server-side apply, idempotent; a key
-/// left out is removed).
+/// there if the change about to be made is interrupted (`None` removes it). Returns once the
+/// apiserver has stored it: every change in etcd is made after this. Concurrent writes for
+/// other clusters are serialized by the resourceVersion precondition and retried.
 pub async fn write_applied(
     client: &Client,
+    record: &RecordRef,
     cluster: &EtcdCluster,
     current: &Credentials,
     previous: Option<&Credentials>,
 ) -> Result<(), kube::Error> {
-    let ns = cluster.namespace().unwrap_or_default();
-    let secret = applied_secret(cluster, current, previous);
-    let mut secret = serde_json::to_value(&secret).map_err(kube::Error::SerdeError)?;
-    secret["apiVersion"] = "v1".into();
-    secret["kind"] = "Secret".into();
-    Api::<Secret>::namespaced(client.clone(), &ns)
-        .patch(
-            &applied_secret_name(&cluster.name_any()),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&secret),
-        )
-        .await?;
-    Ok(())
+    let (ns, name, uid) = identity(cluster);
+    let api = Api::<Secret>::namespaced(client.clone(), &record.namespace);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let written = match api.get_opt(&record.name).await? {
+            None => {
+                let secret = record_secret(record, (&ns, &name, &uid), current, previous);
+                let params = PostParams {
+                    field_manager: Some(FIELD_MANAGER.to_string()),
+                    ..Default::default()
+                };
+                api.create(&params, &secret).await.map(|_| ())
+            }
+            Some(have) => {
+                let data = have.data.unwrap_or_default();
+                let gone = gone_entries(client, &data, (&ns, &name)).await;
+                let patch = entry_patch(
+                    have.metadata
+                        .resource_version
+                        .as_deref()
+                        .unwrap_or_default(),
+                    (&ns, &name, &uid),
+                    current,
+                    previous,
+                    &gone,
+                );
+                let params = PatchParams {
+                    field_manager: Some(FIELD_MANAGER.to_string()),
+                    ..Default::default()
+                };
+                api.patch(&record.name, &params, &Patch::Merge(&patch))
+                    .await
+                    .map(|_| ())
+            }
+        };
+        match written {
+            // Created or changed meanwhile (another cluster's entry): read again.
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < 8 => continue,
+            other => return other,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -376,50 +595,150 @@ mod tests {
         );
     }
 
+    fn c(p: &str) -> Credentials {
+        Credentials { password: p.into() }
+    }
+
+    fn record() -> RecordRef {
+        RecordRef {
+            namespace: "operator".into(),
+            name: DEFAULT_RECORD_SECRET.into(),
+        }
+    }
+
     #[test]
-    fn the_record_is_owned_by_the_cluster_and_labelled() {
-        let mut c = EtcdCluster::new("demo", Default::default());
-        c.metadata.namespace = Some("ns".into());
-        c.metadata.uid = Some("u-1".into());
-        let old = Credentials {
-            password: "old".into(),
-        };
-        let s = applied_secret(
-            &c,
-            &Credentials {
-                password: "pw".into(),
-            },
-            Some(&old),
-        );
-        assert_eq!(s.metadata.name.as_deref(), Some("demo-auth-applied"));
-        let owner = &s.metadata.owner_references.unwrap_or_default()[0];
-        assert_eq!(
-            (owner.kind.as_str(), owner.uid.as_str()),
-            ("EtcdCluster", "u-1")
-        );
-        assert_eq!(owner.controller, Some(true));
-        assert_eq!(
-            s.metadata
-                .labels
-                .unwrap_or_default()
-                .get(labels::CLUSTER)
-                .map(String::as_str),
-            Some("demo")
-        );
+    fn the_record_lives_in_the_operator_namespace_without_an_owner() {
+        let s = record_secret(&record(), ("ns", "demo", "u-1"), &c("pw"), Some(&c("old")));
+        assert_eq!(s.metadata.namespace.as_deref(), Some("operator"));
+        assert_eq!(s.metadata.name.as_deref(), Some(DEFAULT_RECORD_SECRET));
+        assert!(s.metadata.owner_references.is_none());
         let data = s.data.unwrap_or_default();
+        let keys: Vec<&str> = data.keys().map(String::as_str).collect();
         assert_eq!(
-            data.get("password").map(|b| b.0.clone()),
-            Some(b"pw".to_vec())
+            keys,
+            ["ns.demo.password", "ns.demo.previous", "ns.demo.uid"]
         );
         assert_eq!(
-            data.get("previous").map(|b| b.0.clone()),
-            Some(b"old".to_vec())
+            entry_from(&data, "ns", "demo", "u-1"),
+            Some(Applied {
+                current: Some(c("pw")),
+                previous: Some(c("old")),
+            })
+        );
+        assert_eq!(
+            entries(&data),
+            vec![("ns".to_string(), "demo".to_string(), "u-1".to_string())]
         );
     }
 
     #[test]
+    fn entries_of_different_clusters_never_collide_and_an_old_incarnation_is_not_the_record() {
+        let mut data = BTreeMap::new();
+        // Cluster `a` in ns `x`, and a cluster whose name ends like one of `a`'s keys.
+        for (cluster, uid, pw) in [("a", "u-a", "pw-a"), ("a.password", "u-b", "pw-b")] {
+            let s = record_secret(&record(), ("x", cluster, uid), &c(pw), None);
+            data.extend(s.data.unwrap_or_default());
+        }
+        assert_eq!(
+            entry_from(&data, "x", "a", "u-a").and_then(|a| a.current),
+            Some(c("pw-a"))
+        );
+        assert_eq!(
+            entry_from(&data, "x", "a.password", "u-b").and_then(|a| a.current),
+            Some(c("pw-b"))
+        );
+        // Same name, new UID (deleted and created again): not its record.
+        assert_eq!(entry_from(&data, "x", "a", "u-new"), None);
+        assert_eq!(entry_from(&data, "y", "a", "u-a"), None);
+        let mut found = entries(&data);
+        found.sort();
+        assert_eq!(
+            found,
+            vec![
+                ("x".to_string(), "a".to_string(), "u-a".to_string()),
+                ("x".to_string(), "a.password".to_string(), "u-b".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_entry_patch_sets_this_cluster_drops_previous_and_gone_clusters_under_a_precondition() {
+        let patch = entry_patch(
+            "42",
+            ("ns", "demo", "u-1"),
+            &c("pw"),
+            None,
+            &[("old-ns".to_string(), "gone".to_string())],
+        );
+        assert_eq!(patch["metadata"]["resourceVersion"], "42");
+        let data = &patch["data"];
+        // base64 of "pw" and "u-1", as a Secret's data carries them.
+        assert_eq!(data["ns.demo.password"], "cHc=");
+        assert_eq!(data["ns.demo.uid"], "dS0x");
+        // A key set to null is removed by a merge patch.
+        assert!(data["ns.demo.previous"].is_null());
+        assert!(data
+            .as_object()
+            .is_some_and(|d| d.contains_key("ns.demo.previous")));
+        for field in ["uid", "password", "previous"] {
+            let key = format!("old-ns.gone.{field}");
+            assert!(data.as_object().is_some_and(|d| d.contains_key(&key)) && data[&key].is_null());
+        }
+        let with_previous =
+            entry_patch("1", ("ns", "demo", "u-1"), &c("new"), Some(&c("old")), &[]);
+        assert_eq!(with_previous["data"]["ns.demo.previous"], "b2xk");
+    }
+
+    #[test]
+    fn a_previous_versions_record_is_honoured_only_for_the_cluster_that_owns_it() {
+        let legacy = |owner_uid: &str, keys: &[(&str, &str)]| Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(legacy_secret_name("demo")),
+                owner_references: Some(vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                        api_version: "etcd-operator.cozystack.io/v1alpha2".into(),
+                        kind: "EtcdCluster".into(),
+                        name: "demo".into(),
+                        uid: owner_uid.into(),
+                        controller: Some(true),
+                        block_owner_deletion: Some(true),
+                    },
+                ]),
+                ..Default::default()
+            },
+            data: Some(data(keys)),
+            ..Default::default()
+        };
+        assert_eq!(legacy_secret_name("demo"), "demo-auth-applied");
+        let mid_rotation = legacy(
+            "u-1",
+            &[
+                ("username", "root"),
+                ("password", "new"),
+                ("previous", "old"),
+            ],
+        );
+        assert_eq!(
+            legacy_entry(&mid_rotation, "u-1"),
+            Some(Applied {
+                current: Some(c("new")),
+                previous: Some(c("old")),
+            })
+        );
+        // Left behind by a deleted cluster of the same name: not this cluster's.
+        assert_eq!(legacy_entry(&mid_rotation, "u-2"), None);
+        // Without a password there is nothing to move.
+        assert_eq!(
+            legacy_entry(&legacy("u-1", &[("username", "root")]), "u-1"),
+            None
+        );
+        let mut unowned = legacy("u-1", &[("password", "pw")]);
+        unowned.metadata.owner_references = None;
+        assert_eq!(legacy_entry(&unowned, "u-1"), None);
+    }
+
+    #[test]
     fn candidates_are_the_recorded_passwords_other_than_the_one_that_failed() {
-        let c = |p: &str| Credentials { password: p.into() };
         let applied = Applied {
             current: Some(c("new")),
             previous: Some(c("old")),

@@ -25,6 +25,8 @@ pub struct Config {
     /// How long a member's Pod may stay unschedulable before the member is replaced
     /// (`--replace-broken-members-after`); `None`: never.
     pub replace_broken_members_after: Option<std::time::Duration>,
+    /// The Secret in the operator's own namespace recording the root passwords it set in etcd.
+    pub auth_record: crate::auth::RecordRef,
 }
 
 /// `--replace-broken-members-after`'s default: long enough for a Node reboot or a slow volume
@@ -39,6 +41,10 @@ impl Default for Config {
             cluster_domain: "cluster.local".to_string(),
             operator_image: None,
             replace_broken_members_after: Some(DEFAULT_REPLACE_BROKEN_MEMBERS_AFTER),
+            auth_record: crate::auth::RecordRef {
+                namespace: "default".to_string(),
+                name: crate::auth::DEFAULT_RECORD_SECRET.to_string(),
+            },
         }
     }
 }
@@ -60,7 +66,7 @@ pub struct Context {
     /// picked up on the next reconcile.
     etcd_clients: Mutex<HashMap<String, CachedEtcd>>,
     /// `(cluster incarnation, password fingerprint)` pairs known to be in the cluster's
-    /// `<cluster>-auth-applied` record, so it is read once per operator run, not per reconcile.
+    /// entry of the auth record, so it is read once per operator run, not per reconcile.
     auth_recorded: Mutex<HashSet<(String, String)>>,
 }
 

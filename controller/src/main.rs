@@ -58,6 +58,14 @@ struct Args {
     leader_election_namespace: Option<String>,
     #[arg(long, default_value = "etcd-operator-leader")]
     leader_election_lease: String,
+    /// The operator's own namespace, where it keeps its auth record (default: POD_NAMESPACE,
+    /// else the kubeconfig context's namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    operator_namespace: Option<String>,
+    /// The Secret in the operator's namespace recording the root passwords it set in etcd
+    /// (docs/auth.md); the only Secret the operator writes.
+    #[arg(long, env = "AUTH_RECORD_SECRET", default_value = controller::auth::DEFAULT_RECORD_SECRET)]
+    auth_record_secret: String,
     /// Log lines as `text` or `json` (one JSON object per line, for log collectors).
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -248,6 +256,13 @@ async fn main() -> anyhow::Result<()> {
         operator_image: args.operator_image.clone(),
         replace_broken_members_after: Some(args.replace_broken_members_after)
             .filter(|d| !d.is_zero()),
+        auth_record: controller::auth::RecordRef {
+            namespace: args
+                .operator_namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_string()),
+            name: args.auth_record_secret.clone(),
+        },
     };
     let ctx = Arc::new(Context::new(client.clone(), config, metrics));
 

@@ -30,11 +30,13 @@ pub struct Operator {
     process: Process,
     admin: String,
     started: Instant,
+    namespace: String,
 }
 
 impl Operator {
     /// Start `etcd-operator`, optionally limited to one namespace. Leader election is on, with
-    /// its Lease in `lease_namespace`, as in a real deployment.
+    /// its Lease in `lease_namespace`, as in a real deployment; that is also its own namespace
+    /// (`POD_NAMESPACE`, as the chart sets it), where it keeps its auth record.
     pub async fn start(
         cp: &ControlPlane,
         lease_namespace: &str,
@@ -78,6 +80,7 @@ impl Operator {
             process,
             admin,
             started: Instant::now(),
+            namespace: lease_namespace.to_string(),
         };
         op.wait_ready(Duration::from_secs(60)).await?;
         Ok(op)
@@ -129,6 +132,11 @@ impl Operator {
             .nth(1)
             .unwrap_or_default()
             .to_string())
+    }
+
+    /// The operator's own namespace (`POD_NAMESPACE`): its Lease and its auth record.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
     }
 
     /// SIGKILL the operator (a crash, not a graceful stop).

@@ -55,7 +55,23 @@ enum Scope {
     Cluster,
     /// The leader-election Lease `<fullname>-leader` in the release namespace.
     Lease,
+    /// The operator's record of the root passwords it set in etcd, the Secret
+    /// `<fullname>-auth-records` in the release namespace (controller/src/auth.rs).
+    AuthRecord,
 }
+
+/// The one Secret the controller may write.
+const AUTH_RECORD: &str = "etcd-operator-auth-records";
+
+/// Verbs that change or remove an object.
+const WRITE_VERBS: &[&str] = &[
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+    "*",
+];
 
 /// (API group, resource[/subresource], verb, scope) for every API call the controller makes.
 /// A change in controller/src that calls something new must add a row here, and the chart's rule.
@@ -308,22 +324,25 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         ("batch", "jobs", "create", Watched),
         // tls.rs load (from cluster/reconcile.rs and member/mod.rs): get_opt of the TLS Secrets
         // a cluster uses; run.rs watches them (metadata only) to wake the clusters naming them;
-        // auth.rs load of the spec.auth Secret; auth.rs write_applied: server-side apply of the
-        // operator's own `<cluster>-auth-applied` record (a create through patch needs create).
+        // auth.rs load of the spec.auth Secret and read of a previous version's
+        // `<cluster>-auth-applied` record (migration); schedule/mod.rs: the S3 credentials.
+        // Never written there.
         ("", "secrets", "get", Watched),
         ("", "secrets", "list", Watched),
         ("", "secrets", "watch", Watched),
-        ("", "secrets", "create", Watched),
-        ("", "secrets", "patch", Watched),
+        // auth.rs read_applied/write_applied: the record Secret `<fullname>-auth-records` in
+        // the release namespace, created once (create cannot be limited to a name), then read
+        // and merge-patched by name.
+        ("", "secrets", "create", AuthRecord),
+        ("", "secrets", "get", AuthRecord),
+        ("", "secrets", "patch", AuthRecord),
         // cert_manager.rs ensure_certificates: get_opt, server-side apply (create through
-        // patch); run.rs owns(Certificate); update and delete for the Certificates it owns.
+        // patch); run.rs owns(Certificate). Garbage collection deletes them with the cluster.
         ("cert-manager.io", "certificates", "get", Watched),
         ("cert-manager.io", "certificates", "list", Watched),
         ("cert-manager.io", "certificates", "watch", Watched),
         ("cert-manager.io", "certificates", "create", Watched),
         ("cert-manager.io", "certificates", "patch", Watched),
-        ("cert-manager.io", "certificates", "update", Watched),
-        ("cert-manager.io", "certificates", "delete", Watched),
         // context.rs: kube-runtime's Recorder creates events.k8s.io/v1 Events, patches a series.
         ("events.k8s.io", "events", "create", Watched),
         ("events.k8s.io", "events", "patch", Watched),
@@ -555,6 +574,20 @@ async fn every_variant_runs_one_image_as_manager_and_operator_image_under_restri
                     Some("$(POD_NAMESPACE)")
                 );
                 assert!(args(manager).contains(&"--leader-elect=true".to_string()));
+                // The auth record: the Secret its Role names, in the Pod's own namespace.
+                assert_eq!(
+                    arg_value(manager, "--auth-record-secret").as_deref(),
+                    Some(AUTH_RECORD)
+                );
+                let pod_namespace = manager
+                    .env
+                    .iter()
+                    .flatten()
+                    .find(|e| e.name == "POD_NAMESPACE")
+                    .and_then(|e| e.value_from.as_ref())
+                    .and_then(|v| v.field_ref.as_ref())
+                    .map(|f| f.field_path.clone());
+                assert_eq!(pod_namespace.as_deref(), Some("metadata.namespace"));
                 assert_eq!(
                     arg_value(manager, "--admin-listen").as_deref(),
                     Some("0.0.0.0:8081")
@@ -1087,7 +1120,11 @@ fn expected(scope: Scope) -> BTreeSet<Grant> {
         .iter()
         .filter(|c| c.3 == scope)
         .map(|(g, r, v, s)| {
-            let name = (*s == Scope::Lease && *v != "create").then(|| format!("{FULLNAME}-leader"));
+            let name = match s {
+                Scope::Lease if *v != "create" => Some(format!("{FULLNAME}-leader")),
+                Scope::AuthRecord if *v != "create" => Some(AUTH_RECORD.to_string()),
+                _ => None,
+            };
             (g.to_string(), r.to_string(), v.to_string(), name)
         })
         .collect()
@@ -1137,17 +1174,26 @@ async fn rbac_grants_exactly_the_controller_calls_and_the_webhook_nothing() {
         let roles = bound_roles(&r, FULLNAME);
         let mut cluster = BTreeSet::new();
         let mut lease = BTreeSet::new();
+        let mut record = BTreeSet::new();
         let mut watched = BTreeSet::new();
+        let lease_role = format!("{FULLNAME}-leader-election");
         for (kind, ns, role) in roles {
             let g = grants(role);
+            let name = role["metadata"]["name"].as_str().unwrap_or_default();
             match (kind, ns) {
                 ("ClusterRole", _) => cluster.extend(g),
-                ("Role", Some(NAMESPACE)) => lease.extend(g),
+                ("Role", Some(NAMESPACE)) if name == lease_role => lease.extend(g),
+                ("Role", Some(NAMESPACE)) if name == AUTH_RECORD => record.extend(g),
                 ("Role", Some(ns)) if Some(ns) == watch => watched.extend(g),
-                other => panic!("unexpected binding to {other:?}"),
+                other => panic!("unexpected binding to {other:?} {name}"),
             }
         }
         assert_same_grants(&lease, &expected(Scope::Lease), "the leader-election Role");
+        assert_same_grants(
+            &record,
+            &expected(Scope::AuthRecord),
+            "the auth-record Role in the release namespace",
+        );
         match watch {
             None => {
                 let mut want = expected(Scope::Cluster);
@@ -1173,6 +1219,96 @@ async fn rbac_grants_exactly_the_controller_calls_and_the_webhook_nothing() {
         let hook = r.deployment("etcd-operator-webhook");
         assert_eq!(pod_spec(&hook).automount_service_account_token, Some(false));
         assert_eq!(spec_service_account(&hook), "etcd-operator-webhook");
+    }
+}
+
+/// Every rule of `role` that lets its subject change Secrets: (verbs, resourceNames).
+fn secret_write_rules(role: &Value) -> Vec<(Vec<String>, Vec<String>)> {
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    role["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|rule| {
+            let groups = strings(&rule["apiGroups"]);
+            let resources = strings(&rule["resources"]);
+            groups.iter().any(|g| g.is_empty() || g == "*")
+                && resources.iter().any(|r| r == "secrets" || r == "*")
+        })
+        .map(|rule| {
+            let writes: Vec<String> = strings(&rule["verbs"])
+                .into_iter()
+                .filter(|v| WRITE_VERBS.contains(&v.as_str()))
+                .collect();
+            (writes, strings(&rule["resourceNames"]))
+        })
+        .filter(|(writes, _)| !writes.is_empty())
+        .collect()
+}
+
+/// The operator must not be able to rewrite Secrets it does not own (ServiceAccount tokens,
+/// other tenants' credentials): no ClusterRole (bound or not) grants a write verb on Secrets, no
+/// Role in a watched namespace does, and the only Secret it may change is its auth record in the
+/// release namespace (create cannot be limited to a name; get and patch are).
+#[tokio::test]
+async fn no_cluster_role_grants_a_write_on_secrets_and_only_the_auth_record_may_be_changed() {
+    for watch in [None, Some("team-a")] {
+        for webhook in [false, true] {
+            let mut values = vec![format!("webhook.enabled={webhook}")];
+            if let Some(ns) = watch {
+                values.push(format!("watchNamespace={ns}"));
+            }
+            let extra = set_args(&values);
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            let r = render(&extra).await;
+            for role in r.all("ClusterRole") {
+                let writes = secret_write_rules(role);
+                assert!(
+                    writes.is_empty(),
+                    "{values:?}: ClusterRole {} grants writes on every Secret: {writes:?}",
+                    role["metadata"]["name"]
+                );
+            }
+            let mut record_writes = Vec::new();
+            for role in r.all("Role") {
+                let (name, ns) = (
+                    role["metadata"]["name"].as_str().unwrap_or_default(),
+                    role["metadata"]["namespace"].as_str().unwrap_or_default(),
+                );
+                let writes = secret_write_rules(role);
+                if name == AUTH_RECORD && ns == NAMESPACE {
+                    record_writes = writes;
+                } else {
+                    assert!(
+                        writes.is_empty(),
+                        "{values:?}: Role {ns}/{name} grants writes on Secrets: {writes:?}"
+                    );
+                }
+            }
+            let mut record_writes: Vec<(String, Vec<String>)> = record_writes
+                .into_iter()
+                .flat_map(|(verbs, names)| verbs.into_iter().map(move |v| (v, names.clone())))
+                .collect();
+            record_writes.sort();
+            assert_eq!(
+                record_writes,
+                vec![
+                    ("create".to_string(), vec![]),
+                    ("patch".to_string(), vec![AUTH_RECORD.to_string()]),
+                ],
+                "{values:?}: the Role {NAMESPACE}/{AUTH_RECORD} grants create (no name can be \
+                 given for a create) and patch of {AUTH_RECORD} only"
+            );
+        }
     }
 }
 
@@ -1272,6 +1408,12 @@ async fn can(
 const MUST_NOT: &[(&str, &str, &str)] = &[
     ("delete", "", "nodes"),
     ("delete", "", "secrets"),
+    ("create", "", "secrets"),
+    ("patch", "", "secrets"),
+    ("update", "", "secrets"),
+    ("deletecollection", "", "secrets"),
+    ("update", "cert-manager.io", "certificates"),
+    ("delete", "cert-manager.io", "certificates"),
     ("create", "cert-manager.io", "issuers"),
     ("create", "cert-manager.io", "certificaterequests"),
     ("delete", "batch", "jobs"),
@@ -1300,6 +1442,8 @@ async fn installed_controller_account_is_allowed_each_call_and_denied_the_rest()
             Scope::Cluster => (None, None),
             Scope::Lease if *verb == "create" => (Some(NAMESPACE), None),
             Scope::Lease => (Some(NAMESPACE), Some("etcd-operator-leader")),
+            Scope::AuthRecord if *verb == "create" => (Some(NAMESPACE), None),
+            Scope::AuthRecord => (Some(NAMESPACE), Some(AUTH_RECORD)),
         };
         assert!(
             can(
@@ -1344,6 +1488,31 @@ async fn installed_controller_account_is_allowed_each_call_and_denied_the_rest()
         )
         .await
     );
+    // In its own namespace too, the only Secret it may change is its auth record: not the
+    // webhook's serving certificate, not helm's release records, not a ServiceAccount token.
+    let mut secret_denials = 0;
+    for name in [
+        "etcd-operator-webhook-tls",
+        "sh.helm.release.v1.etcd-operator.v1",
+        "etcd-operator-token",
+    ] {
+        for verb in ["patch", "update", "delete"] {
+            assert!(
+                !can(
+                    &client,
+                    (NAMESPACE, FULLNAME),
+                    verb,
+                    "",
+                    "secrets",
+                    Some(NAMESPACE),
+                    Some(name)
+                )
+                .await,
+                "the controller may {verb} Secret {NAMESPACE}/{name}"
+            );
+            secret_denials += 1;
+        }
+    }
     // The webhook account may do nothing at all.
     for (group, resource, verb, _) in CONTROLLER_CALLS {
         assert!(
@@ -1362,7 +1531,7 @@ async fn installed_controller_account_is_allowed_each_call_and_denied_the_rest()
     }
     report(&format!(
         "RBAC on the real authorizer: {checked} controller calls allowed, {} denials held",
-        MUST_NOT.len() + 1 + CONTROLLER_CALLS.len()
+        MUST_NOT.len() + 1 + secret_denials + CONTROLLER_CALLS.len()
     ));
 }
 
@@ -1435,6 +1604,28 @@ async fn watch_namespace_install_is_allowed_only_in_that_namespace() {
                     can(&client, (ns, sa), verb, group, resource, Some(ns), name).await,
                     "{verb} its Lease"
                 );
+            }
+            Scope::AuthRecord => {
+                let name = (*verb != "create").then_some("scoped-etcd-operator-auth-records");
+                assert!(
+                    can(&client, (ns, sa), verb, group, resource, Some(ns), name).await,
+                    "{verb} its auth record"
+                );
+                if *verb != "get" {
+                    assert!(
+                        !can(
+                            &client,
+                            (ns, sa),
+                            verb,
+                            group,
+                            resource,
+                            Some("team-a"),
+                            None
+                        )
+                        .await,
+                        "{verb} {resource} in the watched namespace"
+                    );
+                }
             }
         }
     }

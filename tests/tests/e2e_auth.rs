@@ -131,6 +131,60 @@ async fn read_as_root(
     tests::e2e::read_keys(&mut etcd, "auth/").await
 }
 
+/// The operator's record of the root passwords it set (controller/src/auth.rs): one Secret in
+/// its own namespace, never one beside the cluster.
+const AUTH_RECORD: &str = "etcd-operator-auth-records";
+
+/// The cluster's entry in the operator's record: `(uid, password, previous)`.
+async fn recorded(env: &Env, ns: &str, cluster: &str) -> (String, String, Option<String>) {
+    let secret = Api::<Secret>::namespaced(env.client(), env.operator.namespace())
+        .get(AUTH_RECORD)
+        .await
+        .or_panic();
+    let data = secret.data.unwrap_or_default();
+    let field = |f: &str| {
+        data.get(&format!("{ns}.{cluster}.{f}"))
+            .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+    };
+    (
+        field("uid").unwrap_or_default(),
+        field("password").unwrap_or_default(),
+        field("previous"),
+    )
+}
+
+/// Set (or with `None` remove) the cluster's entry in the operator's record, as the operator
+/// writes it: `(password, previous)`.
+async fn set_recorded(env: &Env, ns: &str, cluster: &str, entry: Option<(&str, Option<&str>)>) {
+    let uid = env.cluster(ns, cluster).await.uid().expect("a cluster UID");
+    let key = |f: &str| format!("{ns}.{cluster}.{f}");
+    let data = match entry {
+        Some((password, previous)) => json!({
+            key("uid"): uid,
+            key("password"): password,
+            key("previous"): previous,
+        }),
+        None => json!({key("uid"): null, key("password"): null, key("previous"): null}),
+    };
+    // stringData cannot remove a key: nulls go to data, values to stringData.
+    let (remove, set): (Vec<_>, Vec<_>) = data
+        .as_object()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .partition(|(_, v)| v.is_null());
+    let remove: serde_json::Map<_, _> = remove.into_iter().collect();
+    let set: serde_json::Map<_, _> = set.into_iter().collect();
+    Api::<Secret>::namespaced(env.client(), env.operator.namespace())
+        .patch(
+            AUTH_RECORD,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": remove, "stringData": set})),
+        )
+        .await
+        .or_panic();
+}
+
 async fn event_reasons(env: &Env, ns: &str, cluster: &str) -> Vec<String> {
     Api::<Event>::namespaced(env.client(), ns)
         .list(&ListParams::default())
@@ -200,6 +254,21 @@ async fn auth_cluster_refuses_anonymous_clients_scales_as_root_and_rotates_its_p
     assert!(event_reasons(env, &ns, name)
         .await
         .contains(&"AuthEnabled".to_string()));
+    // The password is recorded in the operator's own namespace, for this cluster incarnation;
+    // nothing is written beside the cluster (the operator may not write Secrets there).
+    let uid = c.uid().expect("a cluster UID");
+    assert_eq!(
+        recorded(env, &ns, name).await,
+        (uid.clone(), "first-pw".to_string(), None)
+    );
+    assert!(
+        Api::<Secret>::namespaced(env.client(), &ns)
+            .get_opt("au-auth-applied")
+            .await
+            .or_panic()
+            .is_none(),
+        "a record was written in the cluster's namespace"
+    );
 
     // Root writes; a client without a user is refused, over the API and with etcdctl.
     let mut root = dial(env, &ns, name, &ca, Some("first-pw")).await.or_panic();
@@ -261,16 +330,92 @@ async fn auth_cluster_refuses_anonymous_clients_scales_as_root_and_rotates_its_p
         .contains(&"RootPasswordRotated".to_string()));
     assert_eq!(read_as_root(env, &ns, name, &ca, "second-pw").await, keys);
     assert!(tests::e2e::healthy(&env.cluster(&ns, name).await, 3));
+    assert_eq!(
+        recorded(env, &ns, name).await,
+        (uid.clone(), "second-pw".to_string(), None)
+    );
+
+    // Upgrade from a version that kept the record beside the cluster (`<cluster>-auth-applied`,
+    // owned by the cluster): with no entry in the operator's record, that one is honoured and
+    // moved, so the rotation that follows still logs in with the password it holds.
+    let cluster = env.cluster(&ns, name).await;
+    let _: Secret = tests::harness::create(
+        &env.client(),
+        &ns,
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "au-auth-applied", "ownerReferences": [{
+                "apiVersion": "etcd-operator.cozystack.io/v1alpha2", "kind": "EtcdCluster",
+                "name": name, "uid": uid, "controller": true, "blockOwnerDeletion": true,
+            }]},
+            "type": "kubernetes.io/basic-auth",
+            "stringData": {"username": "root", "password": "second-pw"},
+        }),
+    )
+    .await;
+    set_recorded(env, &ns, name, None).await;
+    set_password(env, &ns, "au-root", "third-pw").await;
+    tests::harness::eventually(
+        "the root password to rotate through the old record",
+        SECRET_PICKUP,
+        || async {
+            dial(env, &ns, name, &ca, Some("third-pw"))
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+    assert_eq!(
+        recorded(env, &ns, name).await,
+        (uid.clone(), "third-pw".to_string(), None)
+    );
+    assert_eq!(cluster.uid(), env.cluster(&ns, name).await.uid());
+    Api::<Secret>::namespaced(env.client(), &ns)
+        .delete("au-auth-applied", &DeleteParams::default())
+        .await
+        .or_panic();
+
+    // The crash window of a rotation: the record says the new password with the old one as
+    // `previous`, and etcd still has the old one (the operator stopped after writing the record,
+    // before UserChangePassword). Built by hand while nothing the operator knows logs in (etcd's
+    // password changed behind its back, then the Secret's), so it cannot act in between: then
+    // `previous` logs in and the rotation completes.
+    let mut root = dial(env, &ns, name, &ca, Some("third-pw")).await.or_panic();
+    root.user_change_password("root", "third-b")
+        .await
+        .or_panic();
+    set_password(env, &ns, "au-root", "fourth-pw").await;
+    env.wait_for(&ns, name, "AuthCredentialsRejected", SECRET_PICKUP, |c| {
+        condition(c, "Available")
+            .is_some_and(|(st, r, _)| st == "False" && r == "AuthCredentialsRejected")
+    })
+    .await;
+    set_recorded(env, &ns, name, Some(("fourth-pw", Some("third-b")))).await;
+    tests::harness::eventually(
+        "the interrupted rotation to complete through `previous`",
+        SECRET_PICKUP,
+        || async {
+            dial(env, &ns, name, &ca, Some("fourth-pw"))
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+    env.wait_healthy(&ns, name, 3, SECRET_PICKUP).await;
+    assert_eq!(
+        recorded(env, &ns, name).await,
+        (uid.clone(), "fourth-pw".to_string(), None)
+    );
+    assert_eq!(read_as_root(env, &ns, name, &ca, "fourth-pw").await, keys);
 
     // A password etcd does not have, with no recorded password that logs in: the condition
     // names the Secret; putting the right one back recovers. etcd's password is changed behind
     // the operator's back, after the record is gone: the Secret's password and any record the
     // operator writes meanwhile (it records a password that works) are both refused then.
-    Api::<Secret>::namespaced(env.client(), &ns)
-        .delete("au-auth-applied", &DeleteParams::default())
-        .await
-        .or_panic();
-    let mut root = dial(env, &ns, name, &ca, Some("second-pw"))
+    set_recorded(env, &ns, name, None).await;
+    let mut root = dial(env, &ns, name, &ca, Some("fourth-pw"))
         .await
         .or_panic();
     root.user_change_password("root", "etcds-own")

@@ -337,7 +337,8 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
                         {
                             return Ok(Requeue::requeue(Duration::from_millis(200)));
                         }
-                        auth_problem = Some(credentials_rejected(cluster, &ns));
+                        auth_problem =
+                            Some(credentials_rejected(cluster, &ns, &ctx.config.auth_record));
                     }
                     // etcd 3.6 guards MemberList too: the same answers as the probe below.
                     (Some(AuthRefusal::Required), None) if !auth_wanted => {
@@ -1139,7 +1140,7 @@ async fn enable_auth(
     etcd: &mut Etcd,
     creds: &Credentials,
 ) -> Result<(), Error> {
-    auth::write_applied(&ctx.client, cluster, creds, None).await?;
+    auth::write_applied(&ctx.client, &ctx.config.auth_record, cluster, creds, None).await?;
     let enabled = etcd.enable_root_auth(creds).await?;
     let name = cluster.name_any();
     tracing::info!(cluster = %name, already_on = !enabled, "etcd authentication enabled");
@@ -1189,9 +1190,9 @@ async fn record_working_password(
     if ctx.auth_recorded(key, &fingerprint) {
         return Ok(());
     }
-    let applied = auth::read_applied(&ctx.client, cluster).await?;
+    let applied = auth::read_applied(&ctx.client, &ctx.config.auth_record, cluster).await?;
     if applied.current.as_ref() != Some(creds) || applied.previous.is_some() {
-        auth::write_applied(&ctx.client, cluster, creds, None).await?;
+        auth::write_applied(&ctx.client, &ctx.config.auth_record, cluster, creds, None).await?;
     }
     ctx.mark_auth_recorded(key, &fingerprint);
     Ok(())
@@ -1206,7 +1207,7 @@ async fn rotate_root_password(
     tls: Option<&ClientTls>,
     creds: &Credentials,
 ) -> Result<bool, Error> {
-    let applied = auth::read_applied(&ctx.client, cluster).await?;
+    let applied = auth::read_applied(&ctx.client, &ctx.config.auth_record, cluster).await?;
     for old in applied.candidates(creds) {
         let mut etcd = match Etcd::connect(endpoints, tls, Some(&old), ctx.metrics.clone()).await {
             Ok(etcd) => etcd,
@@ -1214,9 +1215,16 @@ async fn rotate_root_password(
             Err(e) => return Err(e.into()),
         };
         // Recorded first: if the change is interrupted, `previous` still logs in next time.
-        auth::write_applied(&ctx.client, cluster, creds, Some(&old)).await?;
+        auth::write_applied(
+            &ctx.client,
+            &ctx.config.auth_record,
+            cluster,
+            creds,
+            Some(&old),
+        )
+        .await?;
         etcd.change_root_password(creds).await?;
-        auth::write_applied(&ctx.client, cluster, creds, None).await?;
+        auth::write_applied(&ctx.client, &ctx.config.auth_record, cluster, creds, None).await?;
         let name = cluster.name_any();
         tracing::info!(cluster = %name, "rotated the etcd root password to the one in the Secret");
         ctx.event(
@@ -1245,16 +1253,17 @@ fn auth_secret_name(cluster: &EtcdCluster) -> String {
         .unwrap_or_default()
 }
 
-fn credentials_rejected(cluster: &EtcdCluster, ns: &str) -> AuthProblem {
+fn credentials_rejected(cluster: &EtcdCluster, ns: &str, record: &auth::RecordRef) -> AuthProblem {
     AuthProblem {
         reason: reason::AUTH_CREDENTIALS_REJECTED,
         message: format!(
             "etcd rejected the root password in Secret {ns}/{} (spec.auth.rootCredentialsSecretRef), \
-             and no password the operator set before logs in either (it keeps them in Secret {ns}/{}); \
+             and no password the operator set before logs in either (it keeps them in Secret {record}, \
+             keys {ns}.{}.*); \
              put the root password etcd has into the Secret's password key (for a cluster restored \
              from an auth-enabled snapshot: the root password in effect when the snapshot was taken)",
             auth_secret_name(cluster),
-            auth::applied_secret_name(&cluster.name_any()),
+            cluster.name_any(),
         ),
     }
 }
