@@ -25,6 +25,8 @@ pub struct Config {
     /// How long a member's Pod may stay unschedulable before the member is replaced
     /// (`--replace-broken-members-after`); `None`: never.
     pub replace_broken_members_after: Option<std::time::Duration>,
+    /// The bound on one member's `Defragment` call, sized to its database.
+    pub defrag_timeout: crate::defrag::plan::DefragTimeout,
 }
 
 /// `--replace-broken-members-after`'s default: long enough for a Node reboot or a slow volume
@@ -39,6 +41,7 @@ impl Default for Config {
             cluster_domain: "cluster.local".to_string(),
             operator_image: None,
             replace_broken_members_after: Some(DEFAULT_REPLACE_BROKEN_MEMBERS_AFTER),
+            defrag_timeout: crate::defrag::plan::DefragTimeout::default(),
         }
     }
 }
