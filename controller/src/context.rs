@@ -27,6 +27,8 @@ pub struct Config {
     pub replace_broken_members_after: Option<std::time::Duration>,
     /// The Secret in the operator's own namespace recording the root passwords it set in etcd.
     pub auth_record: crate::auth::RecordRef,
+    /// The bound on one member's `Defragment` call, sized to its database.
+    pub defrag_timeout: crate::defrag::plan::DefragTimeout,
 }
 
 /// `--replace-broken-members-after`'s default: long enough for a Node reboot or a slow volume
@@ -45,6 +47,7 @@ impl Default for Config {
                 namespace: "default".to_string(),
                 name: crate::auth::DEFAULT_RECORD_SECRET.to_string(),
             },
+            defrag_timeout: crate::defrag::plan::DefragTimeout::default(),
         }
     }
 }

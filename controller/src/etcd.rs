@@ -402,7 +402,21 @@ impl Etcd {
         })
     }
 
-    /// Defragment the member this client is connected to.
+    /// A serializable one-key, count-only read served by the member this client is connected
+    /// to: it waits while the member's backend is locked (a defragmentation holds it).
+    pub async fn serializable_read(&mut self) -> Result<(), EtcdError> {
+        let options = GetOptions::new()
+            .with_count_only()
+            .with_limit(1)
+            .with_serializable();
+        let mut kv = self.client.kv_client();
+        self.call("Range", "range", kv.get(vec![0u8], Some(options)))
+            .await
+            .map(|_| ())
+    }
+
+    /// Defragment the member this client is connected to. etcd runs it to its end even when the
+    /// caller gives up: never repeat one whose answer did not come.
     pub async fn defragment(&mut self) -> Result<(), EtcdError> {
         let mut client = self.client.clone();
         self.call("Defragment", "defragment", client.defragment())

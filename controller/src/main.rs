@@ -44,6 +44,15 @@ struct Args {
     /// `etcd-operator.cozystack.io/replace-broken-members: "false"`.
     #[arg(long, env = "REPLACE_BROKEN_MEMBERS_AFTER", default_value = "5m", value_parser = parse_off_or_duration)]
     replace_broken_members_after: std::time::Duration,
+    /// The bound on one member's `Defragment` call is this plus `--defrag-timeout-per-gib` for
+    /// each GiB of its dbSize, at most 10m. etcd runs a defragmentation to its end even when the
+    /// caller gives up, so the call is never repeated: after a timeout the operator waits for
+    /// the member to answer again and judges the outcome from its dbSize.
+    #[arg(long, env = "DEFRAG_TIMEOUT_BASE", default_value = "60s", value_parser = parse_duration)]
+    defrag_timeout_base: std::time::Duration,
+    /// See `--defrag-timeout-base`.
+    #[arg(long, env = "DEFRAG_TIMEOUT_PER_GIB", default_value = "60s", value_parser = parse_duration)]
+    defrag_timeout_per_gib: std::time::Duration,
     /// Cluster DNS suffix for certificate SANs (default: from /etc/resolv.conf, else cluster.local).
     #[arg(long, env = "CLUSTER_DOMAIN")]
     cluster_domain: Option<String>,
@@ -180,6 +189,14 @@ fn parse_off_or_duration(text: &str) -> Result<std::time::Duration, String> {
     }
 }
 
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    match text.trim() {
+        "0" => Ok(std::time::Duration::ZERO),
+        t => humantime::parse_duration(t)
+            .map_err(|e| format!("{text:?} is not a duration such as 60s, 500ms or 2m: {e}")),
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -262,6 +279,10 @@ async fn main() -> anyhow::Result<()> {
                 .clone()
                 .unwrap_or_else(|| client.default_namespace().to_string()),
             name: args.auth_record_secret.clone(),
+        },
+        defrag_timeout: controller::defrag::plan::DefragTimeout {
+            base: args.defrag_timeout_base,
+            per_gib: args.defrag_timeout_per_gib,
         },
     };
     let ctx = Arc::new(Context::new(client.clone(), config, metrics));

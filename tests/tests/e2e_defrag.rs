@@ -5,6 +5,13 @@
 //! brings the members below the quota disarms it, after which writes are accepted again.
 //! EtcdDefragPolicies create runs: at once when a check finds a member the rule selects (none
 //! when it finds nothing), and on a cron schedule, keeping only the newest runs.
+//! A large backend whose defragmentation outlasts the (shortened) call timeout gets exactly one
+//! Defragment call per member, as etcd's own log counts them, and leadership is moved off the
+//! leader before its turn. A full quota keeps the members Ready; raising it is rolled out, after
+//! which a defrag disarms NOSPACE (not before: the members still ran the old quota).
+//!
+//! The operator of this binary bounds a Defragment call by 200ms + 1s per GiB of dbSize, so the
+//! calls of every test here may end without an answer and are judged from etcd's dbSize.
 
 use std::time::Duration;
 
@@ -13,12 +20,25 @@ use api::v1alpha2::{
     DefragOutcome, DefragPhase, DefragRule, EtcdDefrag, EtcdDefragPolicy, EtcdDefragSpec,
     EtcdOptions, LocalReference,
 };
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
-use tests::e2e::{churn, condition, env, free, spec, Env};
+use tests::e2e::{churn, condition, free, healthy, pod_ready, spec, Env};
 use tests::OrPanic;
+use tokio::sync::OnceCell;
+
+/// This binary's environment: the operator with a short Defragment timeout.
+async fn env() -> &'static Env {
+    static ENV: OnceCell<Env> = OnceCell::const_new();
+    ENV.get_or_init(|| {
+        tests::e2e::start(
+            tests::podrunner::PodRunner::builder(),
+            &["--defrag-timeout-base=200ms", "--defrag-timeout-per-gib=1s"],
+        )
+    })
+    .await
+}
 
 const BOOT: Duration = Duration::from_secs(180);
 const RUN: Duration = Duration::from_secs(120);
@@ -346,6 +366,275 @@ async fn nospace_alarm_shows_on_the_cluster_and_a_defrag_below_the_quota_disarms
         condition(c, "Alarm").is_some_and(|(s, r, _)| s == "False" && r == "NoAlarm")
     })
     .await;
+}
+
+/// The member etcd names as its leader, asked of etcd itself.
+async fn etcd_leader(etcd: &mut etcd_client::Client) -> String {
+    let leader = etcd.status().await.or_panic().leader();
+    let members = etcd.member_list().await.or_panic();
+    members
+        .members()
+        .iter()
+        .find(|m| m.id() == leader)
+        .map(|m| m.name().to_string())
+        .unwrap_or_else(|| panic!("etcd names leader {leader:x}, which it does not list"))
+}
+
+/// The etcd container's log of a member Pod (through the apiserver and the runner's kubelet).
+async fn etcd_log(env: &Env, ns: &str, pod: &str) -> String {
+    Api::<Pod>::namespaced(env.client(), ns)
+        .logs(
+            pod,
+            &LogParams {
+                container: Some("etcd".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .or_panic()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_backend_gets_one_defragment_call_per_member_and_the_leader_hands_over_first() {
+    let env = env().await;
+    let ns = env.namespace("defrag-big").await;
+    let name = "big";
+    env.create_cluster(&ns, name, spec(3)).await;
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+    let mut etcd = env.etcd_client(&ns, name).await;
+    // 96 MiB live (etcd copies every live key into a new file) beside 12 MiB freed: each
+    // defragmentation outlasts this operator's 200ms + 1s/GiB bound on the call.
+    let value = vec![b'v'; 64 * KIB];
+    for i in 0..1536 {
+        etcd.put(format!("big/{i:05}"), value.clone(), None)
+            .await
+            .or_panic();
+    }
+    churn(&mut etcd, "churn/", 192, 64 * KIB).await;
+    let leader = etcd_leader(&mut etcd).await;
+
+    let rule = DefragRule {
+        all: Some(true),
+        ..Default::default()
+    };
+    create_defrag(env, &ns, "big", name, Some(rule), None).await;
+    let done = wait_defrag(env, &ns, "big", "the run finishes", 2 * RUN, terminal).await;
+    let status = done.status.clone().unwrap_or_default();
+    assert_eq!(
+        status.phase,
+        Some(DefragPhase::Complete),
+        "{:?}; {:?}",
+        ready(&done),
+        status.members
+    );
+    assert_eq!(status.defragmented, Some(3), "{:?}", status.members);
+    // The calls ended without an answer (the timeout), were not repeated, and were judged from
+    // the dbSize once the members answered again.
+    assert!(
+        status
+            .members
+            .iter()
+            .any(|m| m.reason.as_deref().unwrap_or("").contains("did not answer")),
+        "no call outlasted its timeout: {:?}",
+        status.members
+    );
+
+    // etcd's own count: one defragmentation started and finished on each member.
+    for pod in env.pods(&ns, name).await {
+        let log = etcd_log(env, &ns, &pod.name_any()).await;
+        let started = log.matches(r#""msg":"starting defragment""#).count();
+        let finished = log.matches(r#""msg":"finished defragment""#).count();
+        assert_eq!(
+            (started, finished),
+            (1, 1),
+            "{}: Defragment calls as etcd logged them",
+            pod.name_any()
+        );
+    }
+    // Leadership moved off the leader before it was defragmented: etcd names another leader,
+    // and the former leader's log has the transfer before its defragmentation.
+    let now = etcd_leader(&mut etcd).await;
+    assert_ne!(now, leader, "{leader} still leads");
+    let log = etcd_log(env, &ns, &leader).await;
+    let moved = log.find("leadership transfer");
+    let defragmented = log.find("starting defragment");
+    assert!(
+        moved.is_some() && moved < defragmented,
+        "{leader}: transfer at {moved:?}, defragment at {defragmented:?}"
+    );
+    // It was processed last, reported as the leader it was.
+    let mut order = status.members.clone();
+    order.sort_by_key(|m| m.finished_at.clone().map(|t| t.0));
+    let last = order.last().expect("three members processed");
+    assert_eq!(
+        (last.name.as_str(), last.role.as_deref()),
+        (leader.as_str(), Some("leader")),
+        "{order:?}"
+    );
+    assert!(events(env, &ns, "big")
+        .await
+        .iter()
+        .any(|(r, m)| r == "LeaderMoved" && m.contains(&format!("from {leader} "))));
+}
+
+/// `spec.options.quotaBackendBytes` of the cluster set to `quota`.
+async fn set_quota(env: &Env, ns: &str, name: &str, quota: i64) {
+    env.clusters(ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"spec": {"options": {"quotaBackendBytes": quota}}})),
+        )
+        .await
+        .or_panic();
+}
+
+async fn pause_rollout(env: &Env, ns: &str, name: &str, paused: bool) {
+    let value = paused.then_some("true");
+    env.clusters(ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"metadata": {"annotations": {
+                api::labels::ROLLOUT_PAUSED_ANNOTATION: value,
+            }}})),
+        )
+        .await
+        .or_panic();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_quota_keeps_members_ready_and_a_raised_quota_rolls_out_then_nospace_is_disarmed() {
+    let env = env().await;
+    let ns = env.namespace("quota").await;
+    let name = "qt";
+    let small: i64 = 16 * 1024 * 1024;
+    let large: i64 = 64 * 1024 * 1024;
+    let mut cluster = spec(1);
+    cluster.options = Some(EtcdOptions {
+        quota_backend_bytes: Some(small),
+        ..Default::default()
+    });
+    env.create_cluster(&ns, name, cluster).await;
+    env.wait_healthy(&ns, name, 1, BOOT).await;
+    let mut etcd = env.etcd_client(&ns, name).await;
+    let value = vec![b'x'; 64 * KIB];
+    let mut refused = None;
+    let mut accepted: i64 = 0;
+    for i in 0..1000 {
+        if let Err(e) = etcd.put(format!("fill/{i:05}"), value.clone(), None).await {
+            refused = Some(e.to_string());
+            break;
+        }
+        accepted += 1;
+    }
+    let refused = refused.expect("etcd accepted 64MiB under a 16MiB quota");
+    assert!(refused.contains("database space exceeded"), "{refused}");
+
+    // NOSPACE raised, and the member stays Ready: the cluster is Available with quorum.
+    env.wait_for(&ns, name, "NOSPACE shown, still healthy", RUN, |c| {
+        condition(c, "Alarm").is_some_and(|(s, r, _)| s == "True" && r == "NoSpace")
+            && healthy(c, 1)
+    })
+    .await;
+    for _ in 0..8 {
+        let pods = env.pods(&ns, name).await;
+        assert!(
+            pods.iter().all(pod_ready),
+            "a member turned not Ready under NOSPACE: {:?}",
+            pods.iter()
+                .map(|p| (p.name_any(), pod_ready(p)))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    // The quota raised while the rollout is paused: the member still runs 16MiB, so a defrag
+    // must not disarm NOSPACE (it is at the quota it runs with).
+    pause_rollout(env, &ns, name, true).await;
+    set_quota(env, &ns, name, large).await;
+    let all = DefragRule {
+        all: Some(true),
+        ..Default::default()
+    };
+    create_defrag(env, &ns, "early", name, Some(all.clone()), None).await;
+    let early = wait_defrag(env, &ns, "early", "early finishes", RUN, terminal).await;
+    assert!(
+        ready(&early).2.contains("NOSPACE alarm stays raised"),
+        "{:?}",
+        ready(&early)
+    );
+    assert!(
+        etcd.put("early", "x", None).await.is_err(),
+        "NOSPACE still refuses writes"
+    );
+
+    // Rolled out: the member restarts with the new quota (Ready again under NOSPACE).
+    pause_rollout(env, &ns, name, false).await;
+    let flag = format!("--quota-backend-bytes={large}");
+    tests::harness::eventually("the member runs the raised quota", 2 * RUN, || async {
+        let pods = env.pods(&ns, name).await;
+        let rolled = pods.iter().all(|p| {
+            pod_ready(p)
+                && p.spec.as_ref().is_some_and(|s| {
+                    s.containers
+                        .iter()
+                        .any(|c| c.args.iter().flatten().any(|a| *a == flag))
+                })
+        });
+        if rolled && !pods.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{} pod(s), not all Ready with {flag}", pods.len()))
+        }
+    })
+    .await;
+    env.wait_healthy(&ns, name, 1, RUN).await;
+
+    // A defrag now disarms it: every member is below the quota it runs with.
+    create_defrag(env, &ns, "after", name, Some(all), None).await;
+    let after = wait_defrag(env, &ns, "after", "after finishes", RUN, terminal).await;
+    assert_eq!(
+        after.status.as_ref().and_then(|s| s.phase),
+        Some(DefragPhase::Complete),
+        "{:?}",
+        ready(&after)
+    );
+    assert!(
+        ready(&after).2.contains("disarmed the NOSPACE alarm"),
+        "{:?}",
+        ready(&after)
+    );
+    let etcd = env.etcd_client(&ns, name).await;
+    tests::harness::eventually("a write is accepted", RUN, || {
+        let mut etcd = etcd.clone();
+        async move {
+            etcd.put("after", "x", None)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+    })
+    .await;
+    env.wait_for(&ns, name, "Alarm NoAlarm", RUN, |c| {
+        condition(c, "Alarm").is_some_and(|(s, r, _)| s == "False" && r == "NoAlarm")
+    })
+    .await;
+    // Every key written before the alarm is still there.
+    let kept = etcd
+        .clone()
+        .get(
+            "fill/",
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_count_only(),
+            ),
+        )
+        .await
+        .or_panic()
+        .count();
+    assert_eq!(kept, accepted);
 }
 
 /// The runs `policy` created: labelled with its name.

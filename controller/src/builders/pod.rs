@@ -60,6 +60,9 @@ pub fn image_repository<'a>(member: &'a EtcdMember, flag: &'a str) -> &'a str {
         .unwrap_or(flag)
 }
 
+/// The etcd container's readiness probe path, on the metrics listener.
+pub const READINESS_PATH: &str = "/health?exclude=NOSPACE";
+
 pub fn etcd_image(repository: &str, version: &str) -> String {
     format!("{repository}:v{version}")
 }
@@ -378,9 +381,13 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
             failure_threshold: Some(6),
             ..Default::default()
         }),
+        // Readiness is etcd's own health (a leader, a quorum read answered) except for a raised
+        // NOSPACE alarm: under it etcd still serves reads, deletes and compactions, the very
+        // remedies, and the Pods must stay behind the client Service and count for rollouts.
+        // etcd 3.5 and 3.6 both honour `exclude` on the metrics listener.
         readiness_probe: Some(Probe {
             http_get: Some(HTTPGetAction {
-                path: Some("/health".to_string()),
+                path: Some(READINESS_PATH.to_string()),
                 port: IntOrString::Int(METRICS_PORT),
                 scheme: Some("HTTP".to_string()),
                 ..Default::default()
@@ -953,6 +960,8 @@ mod tests {
             (readiness.port.clone(), readiness.scheme.as_deref()),
             (IntOrString::Int(METRICS_PORT), Some("HTTP"))
         );
+        // A raised NOSPACE alarm does not take a member out of readiness.
+        assert_eq!(readiness.path.as_deref(), Some("/health?exclude=NOSPACE"));
         assert!(args_of(&pod).contains(&"--listen-metrics-urls=http://0.0.0.0:2381".to_string()));
         let liveness = c.liveness_probe.as_ref().unwrap();
         assert_eq!(

@@ -56,8 +56,9 @@ pub fn set_alarm_condition(
             format!(
                 "etcd raised a NOSPACE alarm for {}: the backend reached its quota \
                  (spec.options.quotaBackendBytes, default 2GiB) and etcd refuses writes. Delete \
-                 data you do not need, compact, then create an EtcdDefrag (it disarms the alarm \
-                 once every member is below the quota); or raise quotaBackendBytes",
+                 data you do not need and compact, or raise quotaBackendBytes and let the members \
+                 roll; then create an EtcdDefrag (it disarms the alarm once every member is below \
+                 the quota it runs with)",
                 nospace.join(", ")
             ),
         )

@@ -247,7 +247,12 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         .status
         .as_ref()
         .is_some_and(|s| s.cluster_id.is_some());
-    let endpoints = voter_endpoints(cluster, &members, &views, formed);
+    let mut endpoints = voter_endpoints(cluster, &members, &views, formed);
+    if endpoints.is_empty() && formed {
+        // No voter's Pod is Ready (a readiness probe can fail while etcd serves): dial the
+        // voters whose Pods run, which may well answer.
+        endpoints = unready_voter_endpoints(cluster, &members, &views);
+    }
     let key = format!("{ns}/{name}/{uid}");
     // cert-manager TLS: without cert-manager's API nothing is created (no Certificate, no
     // seed); with it, the Certificates are kept in shape before their Secrets are read.

@@ -30,22 +30,23 @@ use crate::context::Context;
 use crate::etcd::{format_id, Alarm, Etcd, MemberStatus};
 use crate::tls::ClientTls;
 use crate::{naming, Error};
-use plan::{Gate, MemberObservation};
+use plan::{Gate, MemberObservation, Next};
 
 /// The `Ready` condition of an EtcdDefrag: True once Complete; its reason says what the run
 /// waits for or did.
 pub const READY: &str = "Ready";
-/// Bound on each member call of a run (`Status`, `Defragment`, `AlarmDisarm`).
+/// Bound on a run's `AlarmDisarm` call. A `Defragment` call's bound is sized to the member's
+/// database ([`plan::DefragTimeout`]).
 pub const MEMBER_RPC_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bound on a member's `Status` answer while checking health.
 pub const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
 /// A run still Running this long after it started fails with `DeadlineExceeded`.
 pub const ACTIVE_DEADLINE: Duration = Duration::from_secs(30 * 60);
-/// Attempts of a member's `Defragment` before the member counts as failed.
-pub const DEFRAG_ATTEMPTS: u32 = 3;
 const RETRY_PAUSE: Duration = Duration::from_secs(2);
 /// How often a waiting run looks again.
 const RECHECK: Duration = Duration::from_secs(5);
+/// How soon a run looks again after moving leadership (the members see the new leader).
+const RECHECK_SOON: Duration = Duration::from_secs(1);
 
 pub mod reason {
     pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
@@ -245,6 +246,7 @@ pub(crate) async fn observe(
         observed.push(MemberObservation {
             name: member,
             ready,
+            quota: pod.map_or_else(|| plan::cluster_quota(cluster), plan::running_quota),
             status,
         });
         conns.push(Member { url });
@@ -367,40 +369,122 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
         .filter(|m| m.outcome.is_some())
         .map(|m| m.name.clone())
         .collect();
-    let Some((member, role)) = plan::next_member(&members, &done) else {
-        return complete(
-            ctx,
-            &api,
-            &defrag,
-            &cluster,
-            &mut status,
-            &members,
-            &conns,
-            &alarms,
-            tls.as_ref(),
-            creds.as_ref(),
-            now,
-        )
-        .await;
+    let (member, role) = match plan::next_step(&members, &done) {
+        None => {
+            return complete(
+                ctx,
+                &api,
+                &defrag,
+                &cluster,
+                &mut status,
+                &members,
+                &conns,
+                &alarms,
+                tls.as_ref(),
+                creds.as_ref(),
+                now,
+            )
+            .await;
+        }
+        Some(Next::MoveLeader { from, to, to_id }) => {
+            let url = url_of(&members, &conns, &from.name);
+            let moved = async {
+                let mut client = Etcd::connect_with_timeout(
+                    std::slice::from_ref(&url),
+                    tls.as_ref(),
+                    creds.as_ref(),
+                    ctx.metrics.clone(),
+                    STATUS_TIMEOUT,
+                )
+                .await?;
+                client.move_leader(to_id).await
+            }
+            .await;
+            let message = match moved {
+                Ok(()) => {
+                    tracing::info!(defrag = %name, from = %from.name, to = %to.name, "moved leadership before defragmenting the leader");
+                    ctx.event_related(
+                        &defrag,
+                        Some(member_ref(&ns, &from.name)),
+                        false,
+                        "LeaderMoved",
+                        "MoveLeader",
+                        format!(
+                            "moved leadership from {} to {} before defragmenting {}",
+                            from.name, to.name, from.name
+                        ),
+                    )
+                    .await;
+                    // Remembered so the member is reported as the leader it was.
+                    if !status.members.iter().any(|m| m.name == from.name) {
+                        status.members.push(DefragMemberStatus {
+                            name: from.name.clone(),
+                            role: Some(plan::LEADER.to_string()),
+                            ..Default::default()
+                        });
+                    }
+                    format!(
+                        "moved leadership from {} to {} before defragmenting {}",
+                        from.name, to.name, from.name
+                    )
+                }
+                Err(e) => format!(
+                    "moving leadership from {} to {} before defragmenting {} failed, trying \
+                     again: {}",
+                    from.name,
+                    to.name,
+                    from.name,
+                    e.stable_message()
+                ),
+            };
+            let o = Outcome {
+                phase: DefragPhase::Running,
+                reason: reason::RUNNING,
+                message,
+            };
+            return step(
+                &api,
+                &defrag,
+                &mut status,
+                &o,
+                Timestamp::now(),
+                RECHECK_SOON,
+            )
+            .await;
+        }
+        Some(Next::Member(m, role)) => (m, role),
     };
-    let Ok(before) = member.status.clone() else {
+    let prior = status
+        .members
+        .iter()
+        .find(|m| m.name == member.name)
+        .cloned();
+    // A leader whose leadership was moved away is reported as the leader it was.
+    let role = if prior.as_ref().and_then(|p| p.role.as_deref()) == Some(plan::LEADER) {
+        plan::LEADER
+    } else {
+        role
+    };
+    let Ok(current) = member.status.clone() else {
         return Ok(Requeue::requeue(RECHECK));
     };
-    let quota = plan::cluster_quota(&cluster);
     let rule = defrag.spec.rule();
-    let url = members
-        .iter()
-        .zip(&conns)
-        .find(|(m, _)| m.name == member.name)
-        .map(|(_, c)| c.url.clone())
-        .unwrap_or_default();
-    let mut entry = DefragMemberStatus {
+    let url = url_of(&members, &conns, &member.name);
+    let mut entry = prior.clone().unwrap_or_else(|| DefragMemberStatus {
         name: member.name.clone(),
-        role: Some(role.to_string()),
-        db_size_before: Some(before.db_size),
         ..Default::default()
+    });
+    entry.role = Some(role.to_string());
+    let sent = prior.as_ref().filter(|p| plan::in_flight(p)).is_some();
+    let gate = if sent {
+        // An earlier reconcile sent the call and did not see its end: it is never sent again.
+        Gate::Defragment(entry.reason.clone().unwrap_or_default())
+    } else {
+        entry.db_size_before = Some(current.db_size);
+        plan::gate(&rule, current.db_size, current.db_size_in_use, member.quota)
     };
-    match plan::gate(&rule, before.db_size, before.db_size_in_use, quota) {
+    let before = entry.db_size_before.unwrap_or(current.db_size);
+    match gate {
         Gate::Skip(why) => {
             entry.outcome = Some(DefragOutcome::Skipped);
             entry.reason = Some(why);
@@ -408,9 +492,79 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
         }
         Gate::Defragment(why) => {
             let took = Instant::now();
-            match defragment(ctx, &url, tls.as_ref(), creds.as_ref()).await {
-                Ok(after) => {
-                    let reclaimed = (before.db_size - after.db_size).max(0);
+            let limit = ctx.config.defrag_timeout.for_size(before);
+            let result = if sent {
+                await_answer(ctx, &url, tls.as_ref(), creds.as_ref())
+                    .await
+                    .map(|after| {
+                        (
+                            after,
+                            Some("its earlier call was not seen to end".to_string()),
+                        )
+                    })
+            } else {
+                let mut client = match Etcd::connect_with_timeout(
+                    std::slice::from_ref(&url),
+                    tls.as_ref(),
+                    creds.as_ref(),
+                    ctx.metrics.clone(),
+                    limit.max(STATUS_TIMEOUT),
+                )
+                .await
+                {
+                    Ok(c) => c,
+                    // Nothing was sent: the next reconcile tries again.
+                    Err(e) => {
+                        let o = Outcome {
+                            phase: DefragPhase::Running,
+                            reason: reason::RUNNING,
+                            message: format!(
+                                "cannot reach member {} to defragment it, trying again: {}",
+                                member.name,
+                                e.stable_message()
+                            ),
+                        };
+                        return step(&api, &defrag, &mut status, &o, now, RECHECK).await;
+                    }
+                };
+                // Recorded before the call: whatever happens next, it is the only one.
+                entry.reason = Some(why.clone());
+                status.members.retain(|m| m.name != entry.name);
+                status.members.push(entry.clone());
+                let o = Outcome {
+                    phase: DefragPhase::Running,
+                    reason: reason::RUNNING,
+                    message: format!(
+                        "defragmenting {role} {} (dbSize {}; the call may take {:.1}s)",
+                        member.name,
+                        format_bytes(before),
+                        limit.as_secs_f32()
+                    ),
+                };
+                render(&defrag, &mut status, &o, Timestamp::now());
+                write(&api, &name, &status).await?;
+                defragment(ctx, &mut client, limit, &url, tls.as_ref(), creds.as_ref()).await
+            };
+            let judged = result.and_then(|(after, unanswered)| match unanswered {
+                None => Ok((after, why.clone())),
+                Some(e) => match plan::judge_unanswered(before, &after) {
+                    Ok(j) => Ok((
+                        after,
+                        format!(
+                            "{why}; the Defragment call did not answer ({e}) and was not \
+                             repeated; {j}"
+                        ),
+                    )),
+                    Err(j) => Err(Unfinished::Failed(format!(
+                        "the Defragment call did not answer ({e}) and was not repeated, as etcd \
+                         finishes a defragmentation even when its caller gives up; once the \
+                         member answered again: {j}"
+                    ))),
+                },
+            });
+            match judged {
+                Ok((after, why)) => {
+                    let reclaimed = (before - after.db_size).max(0);
                     entry.outcome = Some(DefragOutcome::Defragmented);
                     entry.reason = Some(why);
                     entry.db_size_after = Some(after.db_size);
@@ -430,18 +584,29 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
                         format!(
                             "defragmented {role} {}: dbSize {} -> {}, reclaimed {}",
                             member.name,
-                            format_bytes(before.db_size),
+                            format_bytes(before),
                             format_bytes(after.db_size),
                             format_bytes(reclaimed)
                         ),
                     )
                     .await;
                 }
-                Err(e) => {
+                Err(Unfinished::Waiting(why)) => {
+                    // The member is still busy (or down): the call stays recorded as sent.
+                    let o = Outcome {
+                        phase: DefragPhase::Running,
+                        reason: reason::RUNNING,
+                        message: format!(
+                            "waiting for member {} to answer again after its Defragment call: \
+                             {why}",
+                            member.name
+                        ),
+                    };
+                    return step(&api, &defrag, &mut status, &o, Timestamp::now(), RECHECK).await;
+                }
+                Err(Unfinished::Failed(e)) => {
                     entry.outcome = Some(DefragOutcome::Failed);
-                    entry.reason = Some(format!(
-                        "defragment failed {DEFRAG_ATTEMPTS} times; last error: {e}"
-                    ));
+                    entry.reason = Some(format!("defragment failed: {e}"));
                     ctx.metrics
                         .count_defrag_member("Failed", 0, Some(took.elapsed()));
                     ctx.event_related(
@@ -488,6 +653,16 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
         Duration::ZERO,
     )
     .await
+}
+
+/// The client URL of member `name`.
+fn url_of(members: &[MemberObservation], conns: &[Member], name: &str) -> String {
+    members
+        .iter()
+        .zip(conns)
+        .find(|(m, _)| m.name == name)
+        .map(|(_, c)| c.url.clone())
+        .unwrap_or_default()
 }
 
 /// The EtcdMember a per-member Event relates to.
@@ -579,18 +754,20 @@ async fn complete(
     creds: Option<&Credentials>,
     now: Timestamp,
 ) -> Result<Requeue, Error> {
-    let quota = plan::cluster_quota(cluster);
     let nospace: Vec<u64> = alarms
         .iter()
         .filter(|(_, a)| *a == Alarm::NoSpace)
         .map(|(id, _)| *id)
         .collect();
-    let below_quota = members
-        .iter()
-        .all(|m| m.status.as_ref().is_ok_and(|s| s.db_size < quota));
+    let stays = plan::nospace_stays(members);
     let mut note = String::new();
     if !nospace.is_empty() {
-        if below_quota {
+        if let Some(why) = stays {
+            note = format!(
+                "; the NOSPACE alarm stays raised: {why} (delete data and compact, or raise \
+                 spec.options.quotaBackendBytes and let the members roll)"
+            );
+        } else {
             let Some(url) = conns.first().map(|c| c.url.clone()) else {
                 return Ok(Requeue::requeue(RECHECK));
             };
@@ -612,9 +789,8 @@ async fn complete(
             );
             tracing::info!(cluster = %cluster.name_any(), "disarmed NOSPACE after defragmentation");
             let message = format!(
-                "every member's dbSize is below the {} quota after EtcdDefrag {}: disarmed the \
-                 NOSPACE alarm ({}); etcd accepts writes again",
-                format_bytes(quota),
+                "every member's dbSize is below the quota it runs with after EtcdDefrag {}: \
+                 disarmed the NOSPACE alarm ({}); etcd accepts writes again",
                 defrag.name_any(),
                 ids.join(", ")
             );
@@ -628,12 +804,6 @@ async fn complete(
             .await;
             ctx.event(defrag, false, "AlarmDisarmed", "AlarmDisarm", message)
                 .await;
-        } else {
-            note = format!(
-                "; the NOSPACE alarm stays raised: a member's dbSize is still at or above the {} \
-                 quota (delete data and compact, or raise spec.options.quotaBackendBytes)",
-                format_bytes(quota)
-            );
         }
     }
     let failed: Vec<String> = status
@@ -676,41 +846,71 @@ async fn complete(
     finish(ctx, api, defrag, status, &o, now).await
 }
 
-/// Defragment the member at `url` (with bounded retries) and return its status afterwards.
+/// Why a member's outcome is not known yet, or is a failure.
+enum Unfinished {
+    /// The member did not answer again within [`AWAIT_ANSWER`]: a later reconcile looks again.
+    Waiting(String),
+    Failed(String),
+}
+
+/// Send the one `Defragment` call of a member, bounded by `limit`, and return the member's
+/// status afterwards, with why the call ended without an answer if it did. Such a call is never
+/// repeated: etcd ignores the caller giving up and runs the defragmentation to its end, so a
+/// second call would queue a second one behind it. The member is waited for instead.
 async fn defragment(
+    ctx: &Context,
+    client: &mut Etcd,
+    limit: Duration,
+    url: &str,
+    tls: Option<&ClientTls>,
+    creds: Option<&Credentials>,
+) -> Result<(MemberStatus, Option<String>), Unfinished> {
+    let unanswered = match tokio::time::timeout(limit, client.defragment()).await {
+        Ok(Ok(())) => match client.member_status().await {
+            Ok(after) => return Ok((after, None)),
+            Err(e) => format!("defragmented, but Status failed afterwards: {e}"),
+        },
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no answer within {}s", limit.as_secs_f32()),
+    };
+    tracing::info!(url, why = %unanswered, "the Defragment call ended without an answer; waiting for the member");
+    let after = await_answer(ctx, url, tls, creds).await?;
+    Ok((after, Some(unanswered)))
+}
+
+/// How long one reconcile waits for a member to answer again after its `Defragment` call.
+const AWAIT_ANSWER: Duration = Duration::from_secs(60);
+
+/// Wait until the member at `url` serves a read and answers `Status` again: a defragmenting
+/// member holds its backend locked, so a read waits until the defragmentation is over.
+async fn await_answer(
     ctx: &Context,
     url: &str,
     tls: Option<&ClientTls>,
     creds: Option<&Credentials>,
-) -> Result<MemberStatus, String> {
-    let mut last = String::new();
-    for attempt in 1..=DEFRAG_ATTEMPTS {
-        if attempt > 1 {
-            tokio::time::sleep(RETRY_PAUSE).await;
+) -> Result<MemberStatus, Unfinished> {
+    let deadline = Instant::now() + AWAIT_ANSWER;
+    loop {
+        let answer = async {
+            let mut client = Etcd::connect_with_timeout(
+                &[url.to_string()],
+                tls,
+                creds,
+                ctx.metrics.clone(),
+                STATUS_TIMEOUT,
+            )
+            .await?;
+            client.serializable_read().await?;
+            client.member_status().await
         }
-        let mut client = match Etcd::connect_with_timeout(
-            &[url.to_string()],
-            tls,
-            creds,
-            ctx.metrics.clone(),
-            MEMBER_RPC_TIMEOUT,
-        )
-        .await
-        {
-            Ok(c) => c,
-            Err(e) => {
-                last = e.stable_message();
-                continue;
-            }
+        .await;
+        let last = match answer {
+            Ok(status) => return Ok(status),
+            Err(e) => e.stable_message(),
         };
-        if let Err(e) = client.defragment().await {
-            last = e.to_string();
-            continue;
+        if Instant::now() >= deadline {
+            return Err(Unfinished::Waiting(last));
         }
-        match client.member_status().await {
-            Ok(s) => return Ok(s),
-            Err(e) => last = e.to_string(),
-        }
+        tokio::time::sleep(RETRY_PAUSE).await;
     }
-    Err(last)
 }

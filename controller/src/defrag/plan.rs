@@ -1,8 +1,14 @@
 //! The pure decisions of an EtcdDefrag run: whether the cluster is healthy enough to touch, which
-//! run of a cluster goes first, which member is next (followers before the leader) and whether a
-//! member passes the rule's gate.
+//! run of a cluster goes first, which member is next (followers first; leadership is moved off
+//! the leader before its turn), whether a member passes the rule's gate, how long its
+//! `Defragment` call may take, how a call that did not answer in time is judged, and whether the
+//! NOSPACE alarm may be disarmed.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
+
+use api::v1alpha2::DefragMemberStatus;
+use k8s_openapi::api::core::v1::Pod;
 
 use api::quantity::{format_bytes, to_bytes};
 use api::v1alpha2::{DefragPhase, DefragRule, EtcdDefrag};
@@ -20,14 +26,115 @@ pub const MAX_RAFT_LAG: u64 = 1000;
 pub const LEADER: &str = "leader";
 pub const FOLLOWER: &str = "follower";
 
-/// One member as observed before a step: its Pod's readiness and its own `Status` answer.
+/// One member as observed before a step: its Pod's readiness, the backend quota its Pod runs
+/// with and its own `Status` answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemberObservation {
     /// The EtcdMember's name.
     pub name: String,
     pub ready: bool,
+    /// The backend quota the member's running Pod was started with ([`running_quota`]), which
+    /// lags `spec.options.quotaBackendBytes` until the member is rolled.
+    pub quota: i64,
     /// The member's `Status`, or why it did not answer.
     pub status: Result<MemberStatus, String>,
+}
+
+/// The backend quota a member's Pod runs etcd with: its etcd container's last
+/// `--quota-backend-bytes` flag (etcd takes the last), or etcd's default without one.
+pub fn running_quota(pod: &Pod) -> i64 {
+    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice());
+    let etcd =
+        containers.and_then(|cs| cs.iter().find(|c| c.name == "etcd").or_else(|| cs.first()));
+    let configured = etcd.and_then(|c| {
+        c.command
+            .iter()
+            .chain(c.args.iter())
+            .flatten()
+            .filter_map(|a| a.strip_prefix("--quota-backend-bytes="))
+            .filter_map(|v| v.trim().parse::<i64>().ok())
+            .next_back()
+    });
+    quota(configured)
+}
+
+/// Why the NOSPACE alarm must stay raised after a run, or `None` when every member's dbSize is
+/// below the quota that member runs with (not the spec's: a raised quota counts only once the
+/// member was restarted with it).
+pub fn nospace_stays(members: &[MemberObservation]) -> Option<String> {
+    for m in members {
+        match &m.status {
+            Err(e) => return Some(format!("member {} does not answer status: {e}", m.name)),
+            Ok(s) if s.db_size >= m.quota => {
+                return Some(format!(
+                    "member {}'s dbSize {} is at or above the {} quota it runs with",
+                    m.name,
+                    format_bytes(s.db_size),
+                    format_bytes(m.quota)
+                ))
+            }
+            Ok(_) => {}
+        }
+    }
+    None
+}
+
+/// The bound on one member's `Defragment` call: `base` plus `per_gib` for each GiB of its
+/// dbSize, at most [`MAX_DEFRAG_TIMEOUT`] (and never below `base`). etcd copies every live key
+/// into a new file, so the time grows with the database.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DefragTimeout {
+    pub base: Duration,
+    pub per_gib: Duration,
+}
+
+/// The longest a single `Defragment` call is given (before the run's own deadline).
+pub const MAX_DEFRAG_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+impl Default for DefragTimeout {
+    fn default() -> Self {
+        Self {
+            base: Duration::from_secs(60),
+            per_gib: Duration::from_secs(60),
+        }
+    }
+}
+
+impl DefragTimeout {
+    pub fn for_size(&self, db_size: i64) -> Duration {
+        let gib = db_size.max(0) as f64 / (1024.0 * 1024.0 * 1024.0);
+        let extra = Duration::try_from_secs_f64(self.per_gib.as_secs_f64() * gib)
+            .unwrap_or(MAX_DEFRAG_TIMEOUT);
+        self.base
+            .saturating_add(extra)
+            .min(MAX_DEFRAG_TIMEOUT.max(self.base))
+    }
+}
+
+/// A `Defragment` call for this member was (maybe) sent and its outcome is not known yet: the
+/// entry is written before the call, so a restarted operator never sends a second one.
+pub fn in_flight(entry: &DefragMemberStatus) -> bool {
+    entry.outcome.is_none() && entry.db_size_before.is_some()
+}
+
+/// The outcome of a `Defragment` call that ended without an answer (a timeout, a dropped
+/// connection), judged once the member answers `Status` again, from its dbSize: `Ok` when the
+/// file shrank or holds (almost) no free pages any more, which only a defragmentation does;
+/// `Err` with why otherwise.
+pub fn judge_unanswered(db_size_before: i64, after: &MemberStatus) -> Result<String, String> {
+    let free = (after.db_size - after.db_size_in_use).max(0);
+    let slack = (1024 * 1024).max(after.db_size / 50);
+    let sizes = format!(
+        "dbSize {} -> {} ({} free)",
+        format_bytes(db_size_before),
+        format_bytes(after.db_size),
+        format_bytes(free)
+    );
+    if after.db_size < db_size_before || free <= slack {
+        Ok(format!("etcd finished it: {sizes}"))
+    } else {
+        Err(format!("{sizes}: the file was not compacted"))
+    }
 }
 
 /// Why the cluster cannot be defragmented now, or `None` when it can: every member is Ready,
@@ -128,6 +235,42 @@ pub fn next_member<'a>(
     left.sort_by(|a, b| is_leader(a).cmp(&is_leader(b)).then(a.name.cmp(&b.name)));
     left.first()
         .map(|m| (*m, if is_leader(m) { LEADER } else { FOLLOWER }))
+}
+
+/// The next step of a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next<'a> {
+    /// Process this member, in this role.
+    Member(&'a MemberObservation, &'static str),
+    /// The leader's turn has come: hand leadership to `to` (etcd member ID `to_id`), a member
+    /// already processed, so the leader is defragmented as a follower. A defragmenting leader
+    /// stalls the cluster's heartbeats and can cost an election.
+    MoveLeader {
+        from: &'a MemberObservation,
+        to: &'a MemberObservation,
+        to_id: u64,
+    },
+}
+
+/// The next step: [`next_member`], except that the leader of a cluster of more than one member
+/// first hands its leadership to a processed member (by name).
+pub fn next_step<'a>(
+    members: &'a [MemberObservation],
+    done: &BTreeSet<String>,
+) -> Option<Next<'a>> {
+    let (m, role) = next_member(members, done)?;
+    if role != LEADER || members.len() < 2 {
+        return Some(Next::Member(m, role));
+    }
+    let successor = members
+        .iter()
+        .filter(|o| o.name != m.name)
+        .filter_map(|o| o.status.as_ref().ok().map(|s| (o, s.member_id)))
+        .min_by_key(|(o, _)| (!done.contains(&o.name), o.name.clone()));
+    Some(match successor {
+        Some((to, to_id)) => Next::MoveLeader { from: m, to, to_id },
+        None => Next::Member(m, role),
+    })
 }
 
 /// Whether a member passes the gate.

@@ -11,6 +11,7 @@ fn member(name: &str, id: u64, leader: u64) -> MemberObservation {
     MemberObservation {
         name: name.into(),
         ready: true,
+        quota: DEFAULT_QUOTA_BYTES,
         status: Ok(MemberStatus {
             member_id: id,
             leader,
@@ -121,6 +122,161 @@ fn the_leader_is_whoever_leads_when_the_next_member_is_picked() {
     let done = BTreeSet::from(["c-0".to_string()]);
     let (m, role) = next_member(&members, &done).unwrap();
     assert_eq!((m.name.as_str(), role), ("c-1", FOLLOWER));
+}
+
+#[test]
+fn leadership_moves_to_a_processed_member_before_the_leaders_turn() {
+    let members = vec![
+        member("c-2", 3, 1),
+        member("c-0", 1, 1),
+        member("c-1", 2, 1),
+    ];
+    let mut done = BTreeSet::new();
+    let name = |n: &Next| match n {
+        Next::Member(m, role) => format!("{} {role}", m.name),
+        Next::MoveLeader { from, to, to_id } => {
+            format!("move {} -> {} ({to_id})", from.name, to.name)
+        }
+    };
+    let mut order = Vec::new();
+    while let Some(n) = next_step(&members, &done) {
+        order.push(name(&n));
+        match n {
+            Next::Member(m, _) => {
+                done.insert(m.name.clone());
+            }
+            // Leadership moved: the next look sees c-1 lead and c-0 follow.
+            Next::MoveLeader { .. } => break,
+        }
+    }
+    assert_eq!(
+        order,
+        ["c-1 follower", "c-2 follower", "move c-0 -> c-1 (2)"]
+    );
+    let moved = vec![
+        member("c-2", 3, 2),
+        member("c-0", 1, 2),
+        member("c-1", 2, 2),
+    ];
+    let n = next_step(&moved, &done).unwrap();
+    assert_eq!(name(&n), "c-0 follower");
+    // A one-member cluster's leader is defragmented in place: there is nobody to lead instead.
+    let one = vec![member("c-0", 1, 1)];
+    assert_eq!(
+        name(&next_step(&one, &BTreeSet::new()).unwrap()),
+        "c-0 leader"
+    );
+}
+
+#[test]
+fn the_defragment_timeout_is_a_base_plus_seconds_per_gib_bounded() {
+    let t = DefragTimeout::default();
+    assert_eq!(t.for_size(0), Duration::from_secs(60));
+    assert_eq!(t.for_size(512 * MI), Duration::from_secs(90));
+    assert_eq!(t.for_size(4 * 1024 * MI), Duration::from_secs(300));
+    // 8Gi (etcd's largest sensible quota) and beyond: at most ten minutes.
+    assert_eq!(t.for_size(64 * 1024 * MI), MAX_DEFRAG_TIMEOUT);
+    let short = DefragTimeout {
+        base: Duration::from_millis(100),
+        per_gib: Duration::from_secs(1),
+    };
+    assert_eq!(short.for_size(1024 * MI), Duration::from_millis(1100));
+    // A base above the bound is taken as it is.
+    let long = DefragTimeout {
+        base: Duration::from_secs(900),
+        per_gib: Duration::from_secs(60),
+    };
+    assert_eq!(long.for_size(1024 * MI), Duration::from_secs(900));
+}
+
+#[test]
+fn a_defragment_call_without_an_answer_is_judged_from_the_dbsize_once_the_member_answers() {
+    let after = |size: i64, in_use: i64| MemberStatus {
+        db_size: size * MI,
+        db_size_in_use: in_use * MI,
+        ..Default::default()
+    };
+    // It shrank: etcd finished the defragmentation after the caller gave up.
+    let ok = judge_unanswered(300 * MI, &after(12, 12)).unwrap();
+    assert!(ok.contains("300Mi -> 12Mi"), "{ok}");
+    // Nothing to reclaim, and the file holds no free pages: compact, as a defrag leaves it.
+    assert!(judge_unanswered(64 * MI, &after(64, 64)).is_ok());
+    // Same size, still full of free pages: it was not defragmented.
+    let failed = judge_unanswered(300 * MI, &after(300, 10)).unwrap_err();
+    assert!(failed.contains("not compacted"), "{failed}");
+}
+
+#[test]
+fn only_an_entry_written_before_its_call_counts_as_in_flight() {
+    let sent = api::v1alpha2::DefragMemberStatus {
+        name: "c-0".into(),
+        db_size_before: Some(300 * MI),
+        ..Default::default()
+    };
+    assert!(in_flight(&sent));
+    let done = api::v1alpha2::DefragMemberStatus {
+        outcome: Some(api::v1alpha2::DefragOutcome::Defragmented),
+        ..sent.clone()
+    };
+    assert!(!in_flight(&done));
+    // The leader whose leadership was moved: remembered, nothing sent yet.
+    let moved = api::v1alpha2::DefragMemberStatus {
+        name: "c-1".into(),
+        role: Some(LEADER.into()),
+        ..Default::default()
+    };
+    assert!(!in_flight(&moved));
+}
+
+#[test]
+fn nospace_is_disarmed_only_below_the_quota_each_member_runs_with() {
+    // The spec was raised to 64Mi, but c-1 still runs with 16Mi and holds 17Mi.
+    let mut m = three();
+    for x in &mut m {
+        x.quota = 64 * MI;
+        if let Ok(s) = x.status.as_mut() {
+            s.db_size = 17 * MI;
+        }
+    }
+    assert_eq!(nospace_stays(&m), None);
+    m[1].quota = 16 * MI;
+    let why = nospace_stays(&m).unwrap_or_default();
+    assert!(
+        why.contains("c-1") && why.contains("16Mi quota it runs with"),
+        "{why}"
+    );
+    m[1].quota = 64 * MI;
+    m[2].status = Err("deadline exceeded".into());
+    assert!(nospace_stays(&m).unwrap_or_default().contains("c-2"));
+}
+
+#[test]
+fn the_running_quota_is_the_pods_last_quota_flag_or_etcds_default() {
+    let pod = |args: &[&str]| -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c-0"},
+            "spec": {"containers": [
+                {"name": "etcd", "command": ["etcd"], "args": args},
+            ]},
+        }))
+        .unwrap()
+    };
+    assert_eq!(running_quota(&pod(&["--name=c-0"])), DEFAULT_QUOTA_BYTES);
+    assert_eq!(
+        running_quota(&pod(&["--quota-backend-bytes=16777216", "--name=c-0"])),
+        16 * MI
+    );
+    assert_eq!(
+        running_quota(&pod(&[
+            "--quota-backend-bytes=16777216",
+            "--quota-backend-bytes=67108864"
+        ])),
+        64 * MI
+    );
+    assert_eq!(
+        running_quota(&pod(&["--quota-backend-bytes=0"])),
+        DEFAULT_QUOTA_BYTES
+    );
 }
 
 fn rule(free: Option<&str>, quota: Option<&str>, min: Option<&str>) -> DefragRule {
