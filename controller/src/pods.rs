@@ -32,6 +32,7 @@ pub fn pod_view(pod: &Pod) -> PodView {
             .and_then(|s| s.waiting.as_ref())
             .is_some_and(|w| w.reason.as_deref() == Some("CrashLoopBackOff")),
         last_exit: last_exit.and_then(|t| t.finished_at.as_ref()).map(|t| t.0),
+        terminating: pod.metadata.deletion_timestamp.is_some(),
         unschedulable: status
             .and_then(|s| s.conditions.as_ref())
             .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))

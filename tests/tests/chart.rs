@@ -348,6 +348,11 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         ("events.k8s.io", "events", "patch", Watched),
         // member/mod.rs binds_immediately: get the claim's StorageClass.
         ("storage.k8s.io", "storageclasses", "get", Cluster),
+        // cluster/data_home.rs look_up, only for a member whose Pod cannot run: get the PV of
+        // its claim, get the Node its Pod is on or list the Nodes with the PV's hostname label.
+        ("", "persistentvolumes", "get", Cluster),
+        ("", "nodes", "get", Cluster),
+        ("", "nodes", "list", Cluster),
         // main.rs: kube-lease-manager reads, creates and patches its Lease.
         ("coordination.k8s.io", "leases", "get", Lease),
         ("coordination.k8s.io", "leases", "create", Lease),
@@ -1407,6 +1412,10 @@ async fn can(
 /// Things neither the cluster-wide nor the scoped controller may do.
 const MUST_NOT: &[(&str, &str, &str)] = &[
     ("delete", "", "nodes"),
+    ("patch", "", "nodes"),
+    ("watch", "", "nodes"),
+    ("delete", "", "persistentvolumes"),
+    ("list", "", "persistentvolumes"),
     ("delete", "", "secrets"),
     ("create", "", "secrets"),
     ("patch", "", "secrets"),

@@ -1,10 +1,18 @@
-//! End to end: automatic replacement of members whose Node is gone. A 5-member cluster on
-//! Node-local volumes (the pod runner's local class), one member per Node; a Node fails for good
-//! (its containers killed, the Node deleted, kube-controller-manager's pod GC deletes its Pods),
-//! so the member's new Pod cannot be scheduled anywhere (its volume's node affinity names the dead
-//! Node). After `--replace-broken-members-after` (20 s here) the operator removes the member from
-//! etcd and a new member takes its place; a second Node fails while the first replacement runs.
-//! Quorum is never lost, a writer keeps writing, every key is kept.
+//! End to end: automatic replacement of members whose data is gone or unreachable, and never of
+//! members whose Pods only cannot be scheduled. Clusters on Node-local volumes (the pod runner's
+//! local class), one member per Node; `--replace-broken-members-after` is 20 s here.
+//! - A Node fails for good (its containers killed, the Node deleted, kube-controller-manager's
+//!   pod GC deletes its Pods), so the member's new Pod cannot be scheduled anywhere (its volume's
+//!   node affinity names the dead Node): the member is removed from etcd and a new member takes
+//!   its place; a second Node fails while the first replacement runs. Quorum is never lost, a
+//!   writer keeps writing, every key is kept.
+//! - A Node dies but its Node object stays (NotReady, its Pods evicted and stuck Terminating):
+//!   the member is replaced once the Node has been NotReady for the period.
+//! - A template edit makes the Pods unschedulable (a cpu request beyond every Node): nothing is
+//!   replaced, the rollout stalls with a condition naming the scheduler's message, every PVC
+//!   and key is kept.
+//!
+//! The tests share one environment and fail Nodes, so they run one at a time.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,11 +37,54 @@ async fn env() -> &'static Env {
     static ENV: OnceCell<Env> = OnceCell::const_new();
     ENV.get_or_init(|| {
         start(
-            PodRunner::builder().nodes(7),
+            // 5 + 2 for the first test's replacements, 1 more for the second's.
+            PodRunner::builder().nodes(9),
             &["--replace-broken-members-after=20s"],
         )
     })
     .await
+}
+
+/// The tests fail Nodes of the shared environment: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A cluster of `replicas` on the local class, one member per Node, Ready, with keys written.
+async fn local_cluster(env: &Env, ns: &str, name: &str, replicas: i32) -> BTreeMap<String, String> {
+    let one_per_node = serde_json::from_value(serde_json::json!({
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "topologyKey": "kubernetes.io/hostname",
+            "labelSelector": {"matchLabels": {api::labels::CLUSTER: name}},
+        }]}
+    }))
+    .or_panic();
+    env.create_cluster(
+        ns,
+        name,
+        EtcdClusterSpec {
+            storage: StorageSpec {
+                size: Quantity("1Gi".into()),
+                storage_class_name: Some(env.runner.local_storage_class()),
+                ..Default::default()
+            },
+            affinity: Some(one_per_node),
+            ..spec(replicas)
+        },
+    )
+    .await;
+    env.wait_healthy(ns, name, replicas, BOOT).await;
+    env.write_keys(ns, name, 100).await
+}
+
+/// Member Pod name → the Node it runs on.
+async fn pod_nodes(env: &Env, ns: &str, name: &str) -> BTreeMap<String, String> {
+    env.pods(ns, name)
+        .await
+        .iter()
+        .map(|p| {
+            let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+            (p.name_any(), node.unwrap_or_default())
+        })
+        .collect()
 }
 
 async fn wait_replaced(env: &Env, ns: &str, member: &str) -> String {
@@ -59,42 +110,13 @@ async fn wait_replaced(env: &Env, ns: &str, member: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_whose_node_is_gone_are_replaced_one_at_a_time_keeping_quorum() {
+    let _serial = SERIAL.lock().await;
     let env = env().await;
     let ns = env.namespace("replace").await;
     let name = "rp";
-    let one_per_node = serde_json::from_value(serde_json::json!({
-        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-            "topologyKey": "kubernetes.io/hostname",
-            "labelSelector": {"matchLabels": {api::labels::CLUSTER: name}},
-        }]}
-    }))
-    .or_panic();
-    env.create_cluster(
-        &ns,
-        name,
-        EtcdClusterSpec {
-            storage: StorageSpec {
-                size: Quantity("1Gi".into()),
-                storage_class_name: Some(env.runner.local_storage_class()),
-                ..Default::default()
-            },
-            affinity: Some(one_per_node),
-            ..spec(5)
-        },
-    )
-    .await;
-    env.wait_healthy(&ns, name, 5, BOOT).await;
-    let keys = env.write_keys(&ns, name, 100).await;
+    let keys = local_cluster(env, &ns, name, 5).await;
     let before = env.member_ids(&ns, name).await;
-    let nodes: BTreeMap<String, String> = env
-        .pods(&ns, name)
-        .await
-        .iter()
-        .map(|p| {
-            let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
-            (p.name_any(), node.unwrap_or_default())
-        })
-        .collect();
+    let nodes = pod_nodes(env, &ns, name).await;
     let distinct: BTreeSet<&String> = nodes.values().collect();
     assert_eq!(distinct.len(), 5, "one member per Node: {nodes:?}");
     let mut names = nodes.keys().cloned();
@@ -130,7 +152,9 @@ async fn members_whose_node_is_gone_are_replaced_one_at_a_time_keeping_quorum() 
     env.runner.fail_node(&nodes[&first]).await.or_panic();
     let note = wait_replaced(env, &ns, &first).await;
     assert!(
-        note.contains("could not be scheduled") && note.contains("keep quorum"),
+        note.contains("could not be scheduled")
+            && note.contains("no longer exists")
+            && note.contains("keep quorum"),
         "{note}"
     );
     // The second failure while the first replacement runs.
@@ -180,4 +204,171 @@ async fn members_whose_node_is_gone_are_replaced_one_at_a_time_keeping_quorum() 
     assert!(report.longest_gap < LONGEST_GAP, "{:?}", report.longest_gap);
     env.check_keys(&ns, name, &keys).await;
     env.check_keys(&ns, name, &report.written).await;
+}
+
+/// Whether the Pod is `PodScheduled=False/Unschedulable`, with the scheduler's message.
+fn unschedulable_message(p: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        })
+        .map(|c| c.message.clone().unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_node_dies_but_stays_registered_is_replaced_after_the_period() {
+    let _serial = SERIAL.lock().await;
+    let env = env().await;
+    let ns = env.namespace("replace-notready").await;
+    let name = "nr";
+    let keys = local_cluster(env, &ns, name, 3).await;
+    let before = env.member_ids(&ns, name).await;
+    let nodes = pod_nodes(env, &ns, name).await;
+    let victim = nodes.keys().next().expect("a member").clone();
+    let node = nodes[&victim].clone();
+    let survivors: Vec<String> = nodes.keys().filter(|m| **m != victim).cloned().collect();
+
+    env.runner.fail_node_keeping_object(&node).await.or_panic();
+    let node_api = kube::Api::<k8s_openapi::api::core::v1::Node>::all(env.client());
+    // The situation the operator must handle: the Node is still there, NotReady, and the
+    // member's Pod is stuck Terminating on it (no kubelet confirms the eviction).
+    let pod = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(env.client(), &ns)
+        .get(&victim)
+        .await
+        .or_panic();
+    assert!(
+        pod.metadata.deletion_timestamp.is_some(),
+        "the evicted Pod {victim} is not Terminating"
+    );
+
+    let note = wait_replaced(env, &ns, &victim).await;
+    assert!(
+        note.contains(&node) && note.contains("NotReady") && note.contains("Terminating"),
+        "{note}"
+    );
+    assert!(
+        node_api.get_opt(&node).await.or_panic().is_some(),
+        "Node {node} was deleted: this test is about a Node that stays registered"
+    );
+
+    let deadline = Instant::now() + REPLACE;
+    let after = loop {
+        let now = env.member_ids(&ns, name).await;
+        if now.len() == 3 && !now.contains_key(&victim) && now.values().all(|id| !id.is_empty()) {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "members now: {now:?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    env.wait_healthy(&ns, name, 3, REPLACE).await;
+    let in_etcd = env.etcd_members(&ns, name).await;
+    assert_eq!(in_etcd.len(), 3, "{in_etcd:?}");
+    assert!(in_etcd.iter().all(|(_, learner)| !learner), "{in_etcd:?}");
+    assert!(
+        after.values().all(|id| *id != before[&victim]),
+        "the removed member's etcd ID is back: {after:?}"
+    );
+    for s in &survivors {
+        assert_eq!(after.get(s), before.get(s), "survivor {s} changed");
+    }
+    env.check_keys(&ns, name, &keys).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_edit_no_node_can_host_stalls_the_rollout_and_replaces_nothing() {
+    let _serial = SERIAL.lock().await;
+    let env = env().await;
+    let ns = env.namespace("replace-template").await;
+    let name = "tp";
+    let keys = local_cluster(env, &ns, name, 3).await;
+    let before = env.member_ids(&ns, name).await;
+    let claims = |pvcs: Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim>| {
+        pvcs.iter()
+            .map(|c| (c.name_any(), c.uid().unwrap_or_default()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let pvcs_before = claims(env.pvcs(&ns, name).await);
+    assert_eq!(pvcs_before.len(), 3, "{pvcs_before:?}");
+
+    // More cpu than any Node has (the runner's Nodes have 16): the rolled member's new Pod
+    // cannot be scheduled anywhere, and neither could any new member built from this template.
+    let patch = serde_json::json!({"spec": {"resources": {"requests": {"cpu": "100"}}}});
+    env.clusters(&ns)
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .or_panic();
+
+    // The rollout's first restart: a member's Pod that cannot be scheduled, and a condition
+    // naming the scheduler's message.
+    let deadline = Instant::now() + BOOT;
+    let (stuck, message) = loop {
+        assert_eq!(
+            env.member_ids(&ns, name).await,
+            before,
+            "a member was replaced or removed"
+        );
+        let pods = env.pods(&ns, name).await;
+        let stuck = pods
+            .iter()
+            .find_map(|p| unschedulable_message(p).map(|m| (p.name_any(), m)));
+        if let Some((pod, message)) = stuck.filter(|(_, m)| !m.is_empty()) {
+            let c = env.cluster(&ns, name).await;
+            let named = ["Progressing", "Degraded"].iter().any(|t| {
+                condition(&c, t).is_some_and(|(_, _, m)| m.contains(&message) && m.contains(&pod))
+            });
+            if named {
+                break (pod, message);
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no condition names an unschedulable member's scheduler message; Pods: {:?}; \
+             status: {}",
+            pods.iter()
+                .map(|p| (p.name_any(), unschedulable_message(p)))
+                .collect::<Vec<_>>(),
+            serde_json::to_string_pretty(&env.cluster(&ns, name).await.status).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    println!("stalled: {stuck}'s Pod: {message}");
+
+    // Three times the replacement period and more than one periodic recheck: no member is
+    // deleted, no PVC changes.
+    let watch_until = Instant::now() + Duration::from_secs(70);
+    while Instant::now() < watch_until {
+        let members = env.member_ids(&ns, name).await;
+        assert_eq!(members, before, "a member was replaced or removed");
+        let pvcs = env.pvcs(&ns, name).await;
+        assert!(
+            pvcs.iter().all(|c| c.metadata.deletion_timestamp.is_none()),
+            "a PVC is being deleted: {:?}",
+            pvcs.iter().map(|c| c.name_any()).collect::<Vec<_>>()
+        );
+        assert_eq!(claims(pvcs), pvcs_before, "a PVC changed");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let replaced = event_messages(env, &ns, &stuck, "MemberReplaced").await;
+    assert!(replaced.is_empty(), "{replaced:?}");
+    let in_etcd = env.etcd_members(&ns, name).await;
+    assert_eq!(in_etcd.len(), 3, "{in_etcd:?}");
+    let c = env.cluster(&ns, name).await;
+    assert!(
+        ["Progressing", "Degraded"]
+            .iter()
+            .any(|t| condition(&c, t).is_some_and(|(_, _, m)| m.contains(&stuck))),
+        "the stall is no longer reported: {}",
+        serde_json::to_string_pretty(&c.status).unwrap_or_default()
+    );
+    env.check_keys(&ns, name, &keys).await;
 }

@@ -46,9 +46,37 @@ pub struct MemberView {
     pub trust_bundle: Option<String>,
     /// [`crate::template::hash`] of the member's spec: the template its Pod is to run.
     pub template_hash: String,
+    /// Where the member's data lives and whether it can still be reached: looked up only for a
+    /// member whose Pod cannot run (unschedulable or stuck Terminating), [`DataHome::Unknown`]
+    /// otherwise.
+    pub data_home: DataHome,
     /// [`api::labels::IMAGE_REPOSITORY_ANNOTATION`] on the EtcdMember: the etcd image repository
     /// its Pod is to run. `None` on a member created before the operator recorded it.
     pub image_repository: Option<String>,
+}
+
+/// Where a member's data lives, as far as it decides whether a member whose Pod cannot run may be
+/// replaced: only data that is gone or unreachable for good is grounds for a replacement (which
+/// removes the member from etcd and deletes its PVC).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum DataHome {
+    /// Not looked up (the member's Pod runs), or it could not be established (an API error, a
+    /// claim not bound yet, a Memory member whose Pod has no Node): never grounds for a
+    /// replacement.
+    #[default]
+    Unknown,
+    /// The data is where a Pod can reach it: the Node that holds it (the member's Node-local
+    /// volume's, or for a volume no single Node holds, the Pod's) exists and is Ready, or the
+    /// volume is network storage that a Pod can mount on any Node.
+    Reachable,
+    /// The Node that holds the data (or runs the Pod) exists but has not been Ready since
+    /// `since`: a dead machine whose Node object nobody deleted, or a network partition.
+    NodeNotReady { node: String, since: Timestamp },
+    /// The member's volume is pinned to a Node (its PV's node affinity names one host) that no
+    /// longer exists: the data went with it.
+    NodeGone { node: String },
+    /// The member's PVC is bound to a PV that no longer exists (the claim is `Lost`).
+    VolumeGone { volume: String },
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -61,6 +89,8 @@ pub struct PodView {
     /// The Pod cannot be scheduled (`PodScheduled=False/Unschedulable`): since when, and the
     /// scheduler's message (a Node gone with the member's local volume, a lost PVC, ...).
     pub unschedulable: Option<(Timestamp, String)>,
+    /// The Pod's deletion was requested (an eviction, a drain) and it has not gone yet.
+    pub terminating: bool,
     /// The etcd container is waiting in `CrashLoopBackOff` right now.
     pub crash_loop_backoff: bool,
     /// When the etcd container last terminated (`lastState.terminated.finishedAt`).
@@ -248,6 +278,9 @@ pub enum DeleteReason {
     /// The member's Pod could not be scheduled for longer than `--replace-broken-members-after`
     /// (its Node is gone with its local volume, its PVC is lost, ...).
     Unschedulable,
+    /// The member's Node has been NotReady for longer than `--replace-broken-members-after` and
+    /// its Pod is stuck Terminating there.
+    NodeNotReady,
 }
 
 /// Crash-loop threshold for self-heal.
@@ -322,6 +355,8 @@ pub struct Facts {
     pub image_rollout: Option<(i32, i32)>,
     /// A rollout is held by [`api::labels::ROLLOUT_PAUSED_ANNOTATION`].
     pub rollout_paused: bool,
+    /// `(member, the scheduler's message)`: the first member whose Pod cannot be scheduled.
+    pub unschedulable: Option<(String, String)>,
 }
 
 /// Parts of the v1alpha2 API that this operator version accepts (they are valid, and
@@ -472,6 +507,41 @@ fn crash_looping(p: &PodView, now: Timestamp) -> bool {
         && !p.oom_killed
         && p.last_exit
             .is_some_and(|t| now.duration_since(t) <= CRASH_LOOP_RECENT)
+}
+
+/// Whether `m`'s data has been gone or out of reach for good for `after`, so that replacing the
+/// member (MemberRemove, its PVC deleted with it) loses nothing a Pod could still bring back:
+/// the reason to replace it, or `None` to keep it.
+fn data_out_of_reach(
+    m: &MemberView,
+    now: Timestamp,
+    after: SignedDuration,
+) -> Option<DeleteReason> {
+    let pod = m.pod.as_ref()?;
+    let past = |since: Timestamp| now.duration_since(since) >= after;
+    match &m.data_home {
+        // The Node the volume is pinned to was deleted, or the PV itself is gone: no Pod can
+        // mount that data again. The period, counted from the Pod's PodScheduled transition,
+        // lets a Node that re-registers under its name (a reboot) come back first.
+        DataHome::NodeGone { .. } | DataHome::VolumeGone { .. } => pod
+            .unschedulable
+            .as_ref()
+            .is_some_and(|(since, _)| past(*since))
+            .then_some(DeleteReason::Unschedulable),
+        // A dead machine whose Node object stays: its Pod was evicted and no kubelet confirms,
+        // so it stays Terminating and the member gets neither a new Pod nor its data back until
+        // the machine returns. Only once the Pod is being deleted (a NotReady Node whose Pods
+        // are left alone may be a partition that heals, its member back with its data) and the
+        // Node has been NotReady for the whole period.
+        DataHome::NodeNotReady { since, .. } => {
+            (pod.terminating && past(*since)).then_some(DeleteReason::NodeNotReady)
+        }
+        // The data is there (a cordoned Node, Nodes short of cpu, network storage) or nothing
+        // says it is not: an unschedulable Pod is the template's, the Nodes' capacity's or a
+        // cordon's doing, and every member built from the same template would be stuck the
+        // same way. Never replaced; the stall is reported (Facts::unschedulable).
+        DataHome::Reachable | DataHome::Unknown => None,
+    }
 }
 
 /// Whether the locked target is reached.
@@ -637,6 +707,10 @@ pub fn plan(o: &Observed<'_>) -> Plan {
                 .count() as i32;
         }
     }
+    facts.unschedulable = live_members.iter().find_map(|m| {
+        let (_, message) = m.pod.as_ref()?.unschedulable.as_ref()?;
+        Some((m.name.clone(), message.clone()))
+    });
     facts.broken_members = live_members
         .iter()
         .filter(|m| !m.dormant && !m.pending && (m.data_lost || !is_ready(m)))
@@ -935,15 +1009,13 @@ fn plan_formed(
         // successor has joined), and only while the serving voters keep a majority without it.
         let replacing = live.iter().any(|m| m.pending);
         for m in live {
-            let stuck = m
-                .pod
-                .as_ref()
-                .and_then(|p| p.unschedulable.as_ref())
-                .is_some_and(|(since, _)| o.now.duration_since(*since) >= after);
-            if stuck && !m.dormant && !replacing && removable(m) {
+            if m.dormant || replacing || !removable(m) {
+                continue;
+            }
+            if let Some(why) = data_out_of_reach(m, o.now, after) {
                 return Action::DeleteMember {
                     member: m.name.clone(),
-                    why: DeleteReason::Unschedulable,
+                    why,
                 };
             }
         }

@@ -23,7 +23,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::plan::{
-    self, Action, AuthProblem, DeleteReason, EtcdView, MemberView, Observed, Phase, Plan,
+    self, Action, AuthProblem, DataHome, DeleteReason, EtcdView, MemberView, Observed, Phase, Plan,
 };
 use super::{alarms, status, volumes};
 use crate::auth::{self, Credentials};
@@ -138,11 +138,42 @@ fn member_view(
             .get(api::labels::TRUST_BUNDLE_ANNOTATION)
             .cloned(),
         template_hash: crate::template::hash(&m.spec),
+        data_home: DataHome::Unknown,
         image_repository: m
             .annotations()
             .get(api::labels::IMAGE_REPOSITORY_ANNOTATION)
             .cloned(),
         name,
+    }
+}
+
+/// Where the data of each member whose Pod cannot run lives (see [`DataHome`]): only those,
+/// so a healthy cluster costs no Node or PV read. A member that serves, waits to be added, is
+/// dormant or being deleted keeps [`DataHome::Unknown`].
+async fn look_up_data_homes(
+    client: &kube::Client,
+    members: &[EtcdMember],
+    views: &mut [MemberView],
+    pods: &BTreeMap<String, Pod>,
+    pvcs: &BTreeMap<String, PersistentVolumeClaim>,
+) {
+    for (m, v) in members.iter().zip(views.iter_mut()) {
+        let cannot_run = v
+            .pod
+            .as_ref()
+            .is_some_and(|p| !p.ready && (p.unschedulable.is_some() || p.terminating));
+        if !cannot_run || v.deleting || v.pending || v.dormant {
+            continue;
+        }
+        let uid = m.uid().unwrap_or_default();
+        let pod = pods.get(&v.name).filter(|p| owned_by(*p, &uid));
+        let pvc = m
+            .status
+            .as_ref()
+            .and_then(|s| s.pvc_name.as_ref())
+            .and_then(|claim| pvcs.get(claim))
+            .filter(|c| owned_by(*c, &uid));
+        v.data_home = super::data_home::look_up(client, m, pod, pvc).await;
     }
 }
 
@@ -236,10 +267,11 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         .iter()
         .filter_map(|m| m.status.as_ref().and_then(|s| s.pvc_name.clone()));
     let pvcs = by_name(&pvcs_api, &selector, claims).await?;
-    let views: Vec<MemberView> = members
+    let mut views: Vec<MemberView> = members
         .iter()
         .map(|m| member_view(m, &pods, &pvcs))
         .collect();
+    look_up_data_homes(&client, &members, &mut views, &pods, &pvcs).await;
 
     ensure_services(cluster, ctx).await?;
 
@@ -599,11 +631,14 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
                 DeleteReason::DataLost => ("ReplacingMember", format!("member {member} lost its PVC and its data; removing it from etcd and replacing it, never restarting it on an empty volume under its old member ID")),
                 DeleteReason::ReplaceAdopted => ("ReplacingAdoptedMember", format!("replacing member {member}, adopted from the aenix operator, by a native one as {} asks", labels::REPLACE_ADOPTED_ANNOTATION)),
                 DeleteReason::Rollout => ("RollingRestart", format!("replacing Memory member {member} so that its successor runs the new CA bundle or spec (a Memory member cannot restart without losing its data)")),
-                DeleteReason::Unschedulable => ("MemberReplaced", unschedulable_note(member, &views, ctx)),
+                DeleteReason::Unschedulable | DeleteReason::NodeNotReady => ("MemberReplaced", replaced_note(member, &views, ctx)),
             };
             tracing::info!(cluster = %name, member = %member, reason, "deleting member");
             members_api.delete(member, &DeleteParams::default()).await?;
-            if *why == DeleteReason::Unschedulable {
+            if matches!(
+                why,
+                DeleteReason::Unschedulable | DeleteReason::NodeNotReady
+            ) {
                 // On the member too: the cluster's Events of one reason fold into one series,
                 // and each replacement is to be found by the member it replaced.
                 if let Some(m) = members.iter().find(|m| m.name_any() == *member) {
@@ -619,6 +654,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
                         | DeleteReason::CrashLooping
                         | DeleteReason::DataLost
                         | DeleteReason::Unschedulable
+                        | DeleteReason::NodeNotReady
                 ),
                 reason,
                 "DeleteMember",
@@ -918,11 +954,11 @@ fn replace_broken_after(cluster: &EtcdCluster, ctx: &Context) -> Option<SignedDu
     SignedDuration::try_from(after).ok()
 }
 
-/// The `MemberReplaced` Event's message: how long the Pod could not be scheduled and why.
-fn unschedulable_note(member: &str, views: &[MemberView], ctx: &Context) -> String {
-    let why = views
-        .iter()
-        .find(|v| v.name == member)
+/// The `MemberReplaced` Event's message: where the member's data was, why it is out of reach
+/// for good, and for how long.
+fn replaced_note(member: &str, views: &[MemberView], ctx: &Context) -> String {
+    let view = views.iter().find(|v| v.name == member);
+    let scheduler = view
         .and_then(|v| v.pod.as_ref())
         .and_then(|p| p.unschedulable.as_ref())
         .map(|(_, m)| m.clone())
@@ -933,11 +969,25 @@ fn unschedulable_note(member: &str, views: &[MemberView], ctx: &Context) -> Stri
         .replace_broken_members_after
         .map(|d| humantime::format_duration(d).to_string())
         .unwrap_or_default();
+    let why = match view.map(|v| &v.data_home) {
+        Some(DataHome::NodeGone { node }) => format!(
+            "its Pod could not be scheduled for {after} or more ({scheduler}): its volume is \
+             pinned to Node {node}, which no longer exists"
+        ),
+        Some(DataHome::VolumeGone { volume }) => format!(
+            "its Pod could not be scheduled for {after} or more ({scheduler}): its \
+             PersistentVolume {volume} no longer exists"
+        ),
+        Some(DataHome::NodeNotReady { node, since }) => format!(
+            "its Pod is stuck Terminating on Node {node}, NotReady since {since} ({after} or \
+             more): the machine is gone although its Node object stays"
+        ),
+        _ => format!("its Pod could not be scheduled for {after} or more ({scheduler})"),
+    };
     format!(
-        "member {member}'s Pod could not be scheduled for {after} or more ({why}); removing it \
-         from etcd and replacing it with a new member while the others keep quorum (its PVC \
-         goes with it). Turn this off with the annotation {}=\"false\" or \
-         --replace-broken-members-after=0",
+        "member {member}'s data is out of reach for good: {why}; removing it from etcd and \
+         replacing it with a new member while the others keep quorum (its PVC goes with it). \
+         Turn this off with the annotation {}=\"false\" or --replace-broken-members-after=0",
         labels::REPLACE_BROKEN_MEMBERS_ANNOTATION
     )
 }

@@ -97,6 +97,20 @@ pub fn render(
         )
     });
 
+    // A member whose Pod cannot be scheduled is not replaced unless its data is gone for good
+    // (self-healing in concepts.md): the scheduler's own words say what to fix.
+    let unschedulable_note = facts
+        .unschedulable
+        .as_ref()
+        .map(|(member, message)| {
+            format!(
+                "; member {member}'s Pod cannot be scheduled: {message} (the member is \
+                 replaced only once its data is gone for good, its Node or volume deleted; \
+                 otherwise fix the spec or the Nodes)"
+            )
+        })
+        .unwrap_or_default();
+
     let unsupported = (!facts.unsupported.is_empty()).then(|| {
         format!(
             "this operator version does not implement {} yet, so the cluster is not bootstrapped; \
@@ -350,7 +364,12 @@ pub fn render(
                     target, plan.observed.version, ready
                 ),
             };
-            set(ctype::PROGRESSING, true, &why, message)
+            set(
+                ctype::PROGRESSING,
+                true,
+                &why,
+                format!("{message}{unschedulable_note}"),
+            )
         }
     }
 
@@ -377,7 +396,7 @@ pub fn render(
                 true,
                 reason::MEMBERS_UNHEALTHY,
                 format!(
-                    "{} of {members} members are not ready",
+                    "{} of {members} members are not ready{unschedulable_note}",
                     members - ready_quorum
                 ),
             );
@@ -775,5 +794,39 @@ mod tests {
             (p.status.as_str(), p.reason.as_str()),
             ("True", reason::INITIAL_SNAPSHOT)
         );
+    }
+
+    #[test]
+    fn a_member_whose_pod_cannot_be_scheduled_is_named_with_the_schedulers_message() {
+        let mut c = cluster();
+        c.status = Some(EtcdClusterStatus {
+            cluster_id: Some("ab".into()),
+            ..Default::default()
+        });
+        let message = "0/3 nodes are available: 3 Insufficient cpu.";
+        let facts = Facts {
+            formed: true,
+            ready_members: 2,
+            voters: 3,
+            ready_voters: 2,
+            live_members: 3,
+            template_rollout: Some((1, 3)),
+            unschedulable: Some(("c-b".into(), message.into())),
+            ..Default::default()
+        };
+        let s = render(
+            &c,
+            &plan(3, Phase::Progressing, facts, Action::None),
+            None,
+            now(),
+        );
+        for t in [ctype::DEGRADED, ctype::PROGRESSING] {
+            let m = &cond(&s, t).message;
+            assert!(
+                m.contains("member c-b's Pod cannot be scheduled") && m.contains(message),
+                "{t}: {m}"
+            );
+        }
+        assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_AVAILABLE);
     }
 }

@@ -1110,10 +1110,7 @@ impl PodRunner {
     /// the API, its heartbeat stops, the Node object and its Lease are deleted (the
     /// kube-controller-manager's pod GC then deletes its Pods), and no Pod runs there again.
     pub async fn fail_node(&self, node: &str) -> Result<(), Error> {
-        if let Ok(mut names) = self.shared.failed.names.lock() {
-            names.insert(node.to_string());
-        }
-        self.shared.failed.changed.notify_one();
+        self.stop_node(node);
         let client =
             Client::try_from(self.config.clone()).map_err(Error::kube("building a client"))?;
         let params = kube::api::DeleteParams::default();
@@ -1136,6 +1133,89 @@ impl PodRunner {
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(Error::kube(format!("deleting Lease {node}"))(e)),
         }
+    }
+
+    /// The machine behind a Node dies: its containers are killed without a word to the API and
+    /// its heartbeat (Lease, status) stops; nothing runs there again.
+    fn stop_node(&self, node: &str) {
+        if let Ok(mut names) = self.shared.failed.names.lock() {
+            names.insert(node.to_string());
+        }
+        self.shared.failed.changed.notify_one();
+    }
+
+    /// Fail a Node whose Node object stays, as a machine that died without anyone deleting its
+    /// Node: its containers are killed and its heartbeat stops (as in [`Self::fail_node`]), then
+    /// what kube-controller-manager's node lifecycle and taint eviction controllers do to such a
+    /// Node is done here, at once, because the test control plane does not run them (their
+    /// timing, a 40 s+ monitor grace period and the Pods' 300 s default toleration, would
+    /// dominate a test): the Node's `Ready` condition becomes `Unknown`
+    /// (`NodeStatusUnknown`, "Kubelet stopped posting node status."), it gets the
+    /// `node.kubernetes.io/unreachable` NoSchedule and NoExecute taints, and every Pod bound to
+    /// it is deleted gracefully (an eviction). No kubelet confirms those deletions, so the Pods
+    /// stay Terminating, as on a real cluster.
+    pub async fn fail_node_keeping_object(&self, node: &str) -> Result<(), Error> {
+        self.stop_node(node);
+        let client =
+            Client::try_from(self.config.clone()).map_err(Error::kube("building a client"))?;
+        let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
+        let current = nodes
+            .get(node)
+            .await
+            .map_err(Error::kube(format!("reading Node {node}")))?;
+        let now = now_rfc3339();
+        let mut conditions: Vec<serde_json::Value> = current
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| serde_json::to_value(c).unwrap_or_default())
+                    .collect()
+            })
+            .unwrap_or_default();
+        conditions.retain(|c| c["type"] != "Ready");
+        conditions.push(serde_json::json!({
+            "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+            "message": "Kubelet stopped posting node status.",
+            "lastHeartbeatTime": now, "lastTransitionTime": now,
+        }));
+        let params = kube::api::PatchParams::default();
+        nodes
+            .patch_status(
+                node,
+                &params,
+                &kube::api::Patch::Merge(serde_json::json!({"status": {"conditions": conditions}})),
+            )
+            .await
+            .map_err(Error::kube(format!("marking Node {node} NotReady")))?;
+        let taints = serde_json::json!({"spec": {"taints": [
+            {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule", "timeAdded": now},
+            {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": now},
+        ]}});
+        nodes
+            .patch(node, &params, &kube::api::Patch::Merge(taints))
+            .await
+            .map_err(Error::kube(format!("tainting Node {node} unreachable")))?;
+        let pods = Api::<Pod>::all(client.clone());
+        let on_node = kube::api::ListParams::default().fields(&format!("spec.nodeName={node}"));
+        for pod in pods
+            .list(&on_node)
+            .await
+            .map_err(Error::kube(format!("listing the Pods on Node {node}")))?
+        {
+            let ns = pod.metadata.namespace.clone().unwrap_or_default();
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            match Api::<Pod>::namespaced(client.clone(), &ns)
+                .delete(&name, &kube::api::DeleteParams::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(Error::kube(format!("evicting Pod {ns}/{name}"))(e)),
+            }
+        }
+        Ok(())
     }
 
     /// The directory behind a bound claim.

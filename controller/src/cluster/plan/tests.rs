@@ -65,6 +65,7 @@ fn m(name: &str, created: i64) -> MemberView {
         data_lost: false,
         trust_bundle: None,
         template_hash: template(),
+        data_home: DataHome::Unknown,
         image_repository: None,
     }
 }
@@ -77,6 +78,7 @@ fn crash_looping_pod(name: &str) -> PodView {
         restart_count: 6,
         oom_killed: false,
         crash_loop_backoff: true,
+        terminating: false,
         unschedulable: None,
         last_exit: Some(ts(40)),
         trust_bundle: None,
@@ -1908,16 +1910,27 @@ fn a_new_image_repository_rolls_followers_one_at_a_time_and_the_leader_last() {
     assert!(p.facts.rollout_paused);
 }
 
-/// An unschedulable Pod (e.g. its Node is gone with its local volume) since `since`.
+/// An unschedulable Pod since `since`, its Node gone with its local volume.
 fn unschedulable(name: &str, since: i64) -> MemberView {
+    let mut v = unschedulable_at(
+        name,
+        since,
+        "0/3 nodes are available: 1 node(s) had volume node affinity conflict",
+    );
+    v.data_home = DataHome::NodeGone {
+        node: format!("node-{name}"),
+    };
+    v
+}
+
+/// A member whose Pod has been unschedulable since `since` with the scheduler's `message`, its
+/// data's home not looked up.
+fn unschedulable_at(name: &str, since: i64, message: &str) -> MemberView {
     let mut v = m(name, 2);
     v.pod = Some(PodView {
         uid: format!("pod-{name}-2"),
         ready: false,
-        unschedulable: Some((
-            ts(since),
-            "0/3 nodes are available: 1 node(s) had volume node affinity conflict".into(),
-        )),
+        unschedulable: Some((ts(since), message.into())),
         ..Default::default()
     });
     v
@@ -1975,4 +1988,152 @@ fn a_member_unschedulable_past_the_period_is_replaced_while_the_rest_keep_quorum
         "{:?}",
         p.action
     );
+}
+
+/// The scheduler's message for a Pod that asks for more cpu than any Node has.
+const NO_CPU: &str = "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are \
+    available: 3 No preemption victims found for incoming pod.";
+
+fn replaces(p: &Plan) -> bool {
+    matches!(p.action, Action::DeleteMember { .. })
+}
+
+#[test]
+fn a_pod_the_template_makes_unschedulable_is_never_replaced_and_the_stall_names_the_scheduler() {
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    // The rolled member's new Pod asks for more cpu than any Node has; its volume's Node is
+    // there and Ready (or its volume is network storage): the cause is the template, and every
+    // member built from it would be unschedulable the same way. Long past the period.
+    for home in [DataHome::Reachable, DataHome::Unknown] {
+        let mut b = unschedulable_at("c-b", 0, NO_CPU);
+        b.data_home = home.clone();
+        let p = run_replacing(&c, vec![m("c-a", 1), b, m("c-c", 3)], Some(60));
+        assert!(!replaces(&p), "{home:?}: {:?}", p.action);
+        assert_eq!(
+            p.facts.unschedulable,
+            Some(("c-b".to_string(), NO_CPU.to_string())),
+            "{home:?}"
+        );
+    }
+}
+
+#[test]
+fn a_member_whose_volume_is_on_a_cordoned_node_is_not_replaced() {
+    // A local-PV Node drained for maintenance: cordoned (Ready, unschedulable), the member's
+    // Pod evicted and its new one pinned by the volume to that Node. The data is there and
+    // comes back with the uncordon.
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let mut b = unschedulable_at(
+        "c-b",
+        0,
+        "0/3 nodes are available: 1 node(s) were unschedulable, 2 node(s) had volume node \
+         affinity conflict.",
+    );
+    b.data_home = DataHome::Reachable;
+    let p = run_replacing(&c, vec![m("c-a", 1), b, m("c-c", 3)], Some(60));
+    assert!(!replaces(&p), "{:?}", p.action);
+}
+
+#[test]
+fn a_member_whose_node_is_gone_is_replaced_after_the_period() {
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    for home in [
+        DataHome::NodeGone {
+            node: "node-b".into(),
+        },
+        DataHome::VolumeGone {
+            volume: "pv-b".into(),
+        },
+    ] {
+        let mut b = unschedulable_at("c-b", 40, "volume node affinity conflict");
+        b.data_home = home.clone();
+        let p = run_replacing(&c, vec![m("c-a", 1), b.clone(), m("c-c", 3)], Some(60));
+        assert_eq!(
+            p.action,
+            Action::DeleteMember {
+                member: "c-b".into(),
+                why: DeleteReason::Unschedulable
+            },
+            "{home:?}"
+        );
+        // Not yet for the whole period (a Node re-registering after a reboot).
+        b.pod.as_mut().unwrap().unschedulable = Some((ts(41), "conflict".into()));
+        let p = run_replacing(&c, vec![m("c-a", 1), b, m("c-c", 3)], Some(60));
+        assert!(!replaces(&p), "{home:?}: {:?}", p.action);
+    }
+}
+
+/// A member whose Pod was evicted from Node `node-b`, NotReady since `since`, and is stuck
+/// Terminating there (no kubelet confirms the deletion).
+fn stuck_on_dead_node(since: i64, terminating: bool) -> MemberView {
+    let mut b = m("c-b", 2);
+    if let Some(p) = b.pod.as_mut() {
+        p.ready = false;
+        p.terminating = terminating;
+    }
+    b.data_home = DataHome::NodeNotReady {
+        node: "node-b".into(),
+        since: ts(since),
+    };
+    b
+}
+
+#[test]
+fn a_member_on_a_node_notready_past_the_period_with_its_pod_terminating_is_replaced() {
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let p = run_replacing(
+        &c,
+        vec![m("c-a", 1), stuck_on_dead_node(40, true), m("c-c", 3)],
+        Some(60),
+    );
+    assert_eq!(
+        p.action,
+        Action::DeleteMember {
+            member: "c-b".into(),
+            why: DeleteReason::NodeNotReady
+        }
+    );
+    // NotReady for less than the period, or its Pod not being deleted (a partition: the member
+    // may be back with its data any moment): kept.
+    for (since, terminating) in [(41, true), (0, false)] {
+        let p = run_replacing(
+            &c,
+            vec![
+                m("c-a", 1),
+                stuck_on_dead_node(since, terminating),
+                m("c-c", 3),
+            ],
+            Some(60),
+        );
+        assert!(!replaces(&p), "{since} {terminating}: {:?}", p.action);
+    }
+    // Off, or without quorum to spare: kept.
+    let p = run_replacing(
+        &c,
+        vec![m("c-a", 1), stuck_on_dead_node(0, true), m("c-c", 3)],
+        None,
+    );
+    assert!(!replaces(&p), "{:?}", p.action);
+    let p = run_replacing(
+        &c,
+        vec![
+            m("c-a", 1),
+            stuck_on_dead_node(0, true),
+            unready(m("c-c", 3)),
+        ],
+        Some(60),
+    );
+    assert!(!replaces(&p), "{:?}", p.action);
+}
+
+#[test]
+fn a_memory_member_whose_pod_is_unschedulable_is_not_replaced_by_this_path() {
+    // A Memory member's data lives in its Pod: an unschedulable Pod (with the UID the member
+    // recorded) never ran anywhere a Node could take the data with it.
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let mut b = unschedulable_at("c-b", 0, NO_CPU);
+    b.memory = true;
+    b.recorded_pod_uid = b.pod.as_ref().map(|p| p.uid.clone());
+    let p = run_replacing(&c, vec![m("c-a", 1), b, m("c-c", 3)], Some(60));
+    assert!(!replaces(&p), "{:?}", p.action);
 }
