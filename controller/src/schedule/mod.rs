@@ -13,7 +13,7 @@ use std::time::Duration;
 use api::labels;
 use api::v1alpha2::{
     ConcurrencyPolicy, EtcdSnapshot, EtcdSnapshotSchedule, EtcdSnapshotScheduleStatus,
-    EtcdSnapshotSpec, LocalReference, S3Location,
+    EtcdSnapshotSpec, LocalReference, S3Location, SnapshotPhase,
 };
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
@@ -30,7 +30,7 @@ use crate::conditions::set_condition;
 use crate::context::Context;
 use crate::Error;
 
-use plan::{Due, Owned, Schedule};
+use plan::{Due, Owned, Schedule, State};
 
 /// The `Ready` condition: the schedule parses and is being followed.
 pub const READY: &str = "Ready";
@@ -285,7 +285,11 @@ async fn prune(
                 .as_ref()
                 .map(to_chrono)
                 .unwrap_or(now),
-            finished: finished(s),
+            state: match s.status.as_ref().and_then(|st| st.phase) {
+                Some(SnapshotPhase::Complete) => State::Complete,
+                Some(SnapshotPhase::Failed) => State::Failed,
+                _ => State::Running,
+            },
         })
         .collect();
     for gone in plan::prune(
