@@ -794,6 +794,20 @@ fn retention_client(minio: &Minio) -> controller::agent::s3::S3 {
     .or_panic_debug()
 }
 
+/// Put `key` as the root user with the snapshot UID metadata `uid` (none: a foreign object).
+async fn put_object(minio: &Minio, key: &str, uid: Option<&str>) {
+    let mut put = minio
+        .root_client()
+        .put_object()
+        .bucket(&minio.bucket)
+        .key(key)
+        .body(b"snapshot bytes".to_vec().into());
+    if let Some(uid) = uid {
+        put = put.metadata("snapshot-uid", uid);
+    }
+    put.send().await.or_panic_debug();
+}
+
 #[tokio::test]
 async fn retention_aborts_stale_uploads_at_the_snapshots_key_only() {
     // An agent killed without running its SIGTERM handler (SIGKILL, a lost Node) leaves its
@@ -826,6 +840,42 @@ async fn retention_aborts_stale_uploads_at_the_snapshots_key_only() {
         ["sched/s-10.db"],
         "another snapshot's upload is not touched"
     );
+}
+
+#[tokio::test]
+async fn a_failed_snapshots_own_object_is_deleted_and_no_other() {
+    // A Failed snapshot records no artifact, yet its agent may have stored the object (a crash
+    // after CompleteMultipartUpload, a lost Job): pruning it deletes the object at its key when
+    // the UID metadata names it, and leaves another snapshot's or a foreign object alone.
+    let bins = Testbins::from_env().or_panic();
+    let tmp = temp_root().or_panic();
+    let minio = Minio::start(&bins, tmp.path(), false).await.or_panic();
+    let s3 = retention_client(&minio);
+    let at = |key: &str| controller::agent::s3::Location {
+        bucket: minio.bucket.clone(),
+        key: key.into(),
+    };
+    put_object(&minio, "mine.db", Some("uid-mine")).await;
+    put_object(&minio, "theirs.db", Some("uid-theirs")).await;
+    put_object(&minio, "foreign.db", None).await;
+    assert!(s3
+        .delete_if_owned(&at("mine.db"), "uid-mine")
+        .await
+        .or_panic_debug());
+    assert!(!s3
+        .delete_if_owned(&at("theirs.db"), "uid-mine")
+        .await
+        .or_panic_debug());
+    assert!(!s3
+        .delete_if_owned(&at("foreign.db"), "uid-mine")
+        .await
+        .or_panic_debug());
+    assert!(!s3
+        .delete_if_owned(&at("absent.db"), "uid-mine")
+        .await
+        .or_panic_debug());
+    let left: Vec<String> = minio.objects().await.into_iter().map(|(k, _)| k).collect();
+    assert_eq!(left, ["foreign.db", "theirs.db"]);
 }
 
 #[tokio::test]

@@ -206,6 +206,35 @@ impl S3 {
         }
     }
 
+    /// Delete the object at `at` if its UID metadata names `uid` (the snapshot wrote it), for
+    /// a Failed snapshot whose object may have been stored anyway (the agent crashed after
+    /// CompleteMultipartUpload, the Job was lost). `Ok(true)`: deleted; `Ok(false)`: no
+    /// object, or another snapshot's (or a foreign one), which stays.
+    pub async fn delete_if_owned(&self, at: &Location, uid: &str) -> Result<bool, Failure> {
+        let head = self
+            .client
+            .head_object()
+            .bucket(&at.bucket)
+            .key(&at.key)
+            .send()
+            .await;
+        match head {
+            Ok(obj)
+                if obj
+                    .metadata()
+                    .and_then(|m| m.get(META_UID))
+                    .map(String::as_str)
+                    == Some(uid) =>
+            {
+                self.delete(at).await?;
+                Ok(true)
+            }
+            Ok(_) => Ok(false),
+            Err(e) if status_of(&e) == Some(404) => Ok(false),
+            Err(e) => Err(self.request_failure("HeadObject", at, &e)),
+        }
+    }
+
     /// The overwrite guard: a missing object may be written, an object stamped with `uid` may be
     /// overwritten (a retried Job); anything else, including an answer the agent cannot read
     /// (403 without ListBucket), refuses.

@@ -363,8 +363,11 @@ async fn delete_stored(ctx: &Context, snapshot: &EtcdSnapshot) -> Result<Stored,
     delete_pvc_file(ctx, snapshot, &uri).await
 }
 
-/// Delete an S3 snapshot's object (the one at `status.artifact.uri`), and abort the multipart
-/// uploads its agent may have left at the key (killed without running its SIGTERM handler).
+/// Delete an S3 snapshot's object, and abort the multipart uploads its agent may have left at
+/// the key (killed without running its SIGTERM handler). A Complete snapshot's object is the
+/// one at `status.artifact.uri`; a Failed one has none recorded, but may have stored its object
+/// all the same (the agent crashed after CompleteMultipartUpload, the Job was lost): the object
+/// at its key goes if its UID metadata names this snapshot.
 async fn delete_s3_object(
     ctx: &Context,
     snapshot: &EtcdSnapshot,
@@ -399,6 +402,18 @@ async fn delete_s3_object(
     if uri.is_some() {
         client.delete(&at).await.map_err(|f| f.message)?;
         done.insert(0, format!("deleted {}", at.uri()));
+    } else {
+        let uid = snapshot.uid().unwrap_or_default();
+        if client
+            .delete_if_owned(&at, &uid)
+            .await
+            .map_err(|f| f.message)?
+        {
+            done.insert(
+                0,
+                format!("deleted {}, stored although the snapshot failed", at.uri()),
+            );
+        }
     }
     Ok(Stored::Deleted(if done.is_empty() {
         "nothing stored".to_string()
