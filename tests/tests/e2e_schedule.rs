@@ -2,14 +2,15 @@
 //! real cluster with the real operator and snapshot Jobs: snapshots appear named after the
 //! schedule and complete, the oldest are pruned (only the schedule's own), and `suspend` stops
 //! new ones. The same with an S3 destination on a real MinIO: a pruned snapshot's object is gone
-//! from the bucket, the kept one's is there.
+//! from the bucket, the kept one's is there; then the credentials go bad and the failed runs
+//! that follow never push the good snapshot (or its object) out of `keepLast`.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use api::labels;
 use api::v1alpha2::{EtcdSnapshot, EtcdSnapshotSchedule, SnapshotPhase};
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::Api;
 use serde_json::json;
@@ -164,7 +165,7 @@ async fn every_minute_keep_last_two_prunes_the_oldest_and_suspend_stops_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_retention_deletes_the_pruned_snapshots_object_from_the_bucket() {
+async fn s3_retention_deletes_pruned_objects_and_failed_runs_never_prune_the_good_one() {
     let env = env().await;
     let ns = env.namespace("sched-s3").await;
     let client = env.client();
@@ -250,7 +251,83 @@ async fn s3_retention_deletes_the_pruned_snapshots_object_from_the_bucket() {
             .any(|m| m.contains(&first) && m.contains(&format!("deleted {first_uri}"))),
         "{pruned:?}"
     );
-    Api::<EtcdSnapshotSchedule>::namespaced(client, &ns)
+
+    // The credentials go bad (a rotated key): new runs fail, and retention must not count them
+    // against the good snapshot: after two Failed runs the Complete one and its object remain.
+    let _: Secret = tests::harness::create(
+        &client,
+        &ns,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "wrong-creds"},
+               "stringData": {"AWS_ACCESS_KEY_ID": minio.writer.access_key,
+                              "AWS_SECRET_ACCESS_KEY": "not-the-secret-key"}}),
+    )
+    .await;
+    let schedules = Api::<EtcdSnapshotSchedule>::namespaced(client, &ns);
+    schedules
+        .patch(
+            "to-s3",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"snapshotTemplate": {"destination": {"s3": {
+                "credentialsSecretRef": {"name": "wrong-creds"}}}}}})),
+        )
+        .await
+        .or_panic();
+    let failed_seen = std::sync::Mutex::new(BTreeSet::new());
+    tests::harness::eventually(
+        "two Failed runs with the wrong credentials",
+        Duration::from_secs(240),
+        || async {
+            let items = snapshots
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| e.to_string())?
+                .items;
+            let mut failed_seen = failed_seen.lock().map_err(|e| e.to_string())?;
+            for s in &items {
+                if s.status.as_ref().and_then(|st| st.phase) == Some(SnapshotPhase::Failed) {
+                    failed_seen.insert(s.metadata.name.clone().unwrap_or_default());
+                }
+            }
+            if failed_seen.len() >= 2 {
+                Ok(())
+            } else {
+                Err(format!("Failed so far: {failed_seen:?}"))
+            }
+        },
+    )
+    .await;
+    // A reconcile after the second failure has had its chance to prune.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let items = snapshots
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .or_panic()
+        .items;
+    // A run that had started before the switch may have completed (and replaced the first kept
+    // one): the newest Complete snapshot is the one that must be left.
+    let complete: Vec<String> = items
+        .iter()
+        .filter(|s| s.status.as_ref().and_then(|st| st.phase) == Some(SnapshotPhase::Complete))
+        .filter_map(|s| s.metadata.name.clone())
+        .collect();
+    assert!(
+        complete.len() == 1 && complete[0].as_str() >= kept.as_str(),
+        "the good snapshot ({kept} or newer) was pruned by failed runs; left: {:?}",
+        items
+            .iter()
+            .map(|s| (
+                s.metadata.name.clone(),
+                s.status.as_ref().and_then(|st| st.phase)
+            ))
+            .collect::<Vec<_>>()
+    );
+    let objects: Vec<String> = minio.objects().await.into_iter().map(|(k, _)| k).collect();
+    assert_eq!(
+        objects,
+        [format!("sched/{}.db", complete[0])],
+        "the good snapshot's object must be the one left in the bucket"
+    );
+    schedules
         .patch(
             "to-s3",
             &PatchParams::default(),

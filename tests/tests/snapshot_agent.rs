@@ -3,7 +3,8 @@
 //! (plain and TLS with a private CA): the artifact it reports is the stored object (size, sha256,
 //! UID metadata), a restore brings every key back under a new cluster ID (etcdutl 3.6 and 3.5),
 //! PVC destinations and sources, and every refusal (foreign object, 403 without ListBucket, bad
-//! credentials, unreachable endpoint, server killed mid-upload, too-small filesystem).
+//! credentials, unreachable endpoint, server killed mid-upload, too-small filesystem), and a
+//! SIGTERM mid-upload aborting the multipart upload.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -844,6 +845,170 @@ async fn s3_killed_mid_upload_leaves_no_object_and_no_upload() {
         "no dangling multipart upload"
     );
     etcd.stop();
+}
+
+#[tokio::test]
+async fn s3_sigterm_mid_upload_aborts_the_multipart_upload() {
+    // A snapshot Job's Pod is stopped with SIGTERM when the Job passes its deadline, when
+    // concurrencyPolicy Replace or a deleted EtcdSnapshot removes the Job: the agent must abort
+    // its multipart upload before it exits, not leave the parts stored in the bucket.
+    let bins = Testbins::from_env().or_panic();
+    let tmp = temp_root().or_panic();
+    let root = tmp.path();
+    let minio = Minio::start(&bins, root, false).await.or_panic();
+    let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 1).await;
+    // ~96 MiB of values: twelve parts of 8 MiB, so the upload is still running when the signal
+    // comes right after it started.
+    let mut client = etcd.client().await.or_panic();
+    let value = vec![b'x'; 1024 * 1024];
+    for i in 0..96 {
+        client
+            .put(format!("big/{i}"), value.clone(), None)
+            .await
+            .or_panic();
+    }
+
+    let agent = agent_with(root, &save_args(&etcd, "big", "uid-big")).s3(&minio, &minio.writer);
+    let started = Instant::now();
+    let (mut child, log, term) = agent.spawn("save-sigterm");
+    wait_for_log(&log, "multipart upload started", Duration::from_secs(120)).await;
+    assert_eq!(
+        minio.uploads("big.db").await,
+        ["big.db"],
+        "the upload is in progress"
+    );
+    let pid = child.id().or_panic_none("the agent's pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).or_panic()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .or_panic();
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("the agent did not exit within 60s of SIGTERM"))
+        .or_panic();
+    let output = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        minio.uploads("big.db").await,
+        Vec::<String>::new(),
+        "a multipart upload was left behind after SIGTERM ({status}); output:\n{output}"
+    );
+    assert_eq!(
+        minio.objects().await,
+        Vec::<(String, i64)>::new(),
+        "no object: the snapshot was interrupted before it was stored; output:\n{output}"
+    );
+    let run = finish(status, &log, &term, started.elapsed());
+    assert_eq!(run.code(), Some(1), "{}", run.output);
+    assert!(run.error().contains("SIGTERM"), "{}", run.error());
+    assert!(
+        run.output.contains("multipart upload aborted"),
+        "{}",
+        run.output
+    );
+    etcd.stop();
+}
+
+/// The client retention uses (the schedule controller's), with the writer's keys.
+fn retention_client(minio: &Minio) -> controller::agent::s3::S3 {
+    let args = controller::agent::S3Args {
+        s3_bucket: Some(minio.bucket.clone()),
+        s3_key: None,
+        s3_endpoint: Some(minio.endpoint.clone()),
+        s3_region: "us-east-1".into(),
+        s3_force_path_style: true,
+        s3_ca_file: None,
+    };
+    controller::agent::s3::S3::with_credentials(
+        &args,
+        minio.writer.access_key.clone(),
+        minio.writer.secret_key.clone(),
+    )
+    .or_panic_debug()
+}
+
+/// Put `key` as the root user with the snapshot UID metadata `uid` (none: a foreign object).
+async fn put_object(minio: &Minio, key: &str, uid: Option<&str>) {
+    let mut put = minio
+        .root_client()
+        .put_object()
+        .bucket(&minio.bucket)
+        .key(key)
+        .body(b"snapshot bytes".to_vec().into());
+    if let Some(uid) = uid {
+        put = put.metadata("snapshot-uid", uid);
+    }
+    put.send().await.or_panic_debug();
+}
+
+#[tokio::test]
+async fn retention_aborts_stale_uploads_at_the_snapshots_key_only() {
+    // An agent killed without running its SIGTERM handler (SIGKILL, a lost Node) leaves its
+    // multipart upload; pruning the snapshot aborts the uploads at exactly its key.
+    let bins = Testbins::from_env().or_panic();
+    let tmp = temp_root().or_panic();
+    let minio = Minio::start(&bins, tmp.path(), false).await.or_panic();
+    let root = minio.root_client();
+    for key in ["sched/s-1.db", "sched/s-1.db", "sched/s-10.db"] {
+        root.create_multipart_upload()
+            .bucket(&minio.bucket)
+            .key(key)
+            .send()
+            .await
+            .or_panic_debug();
+    }
+    assert_eq!(minio.uploads("sched/s-1.db").await.len(), 2);
+    let at = controller::agent::s3::Location {
+        bucket: minio.bucket.clone(),
+        key: "sched/s-1.db".into(),
+    };
+    let aborted = retention_client(&minio)
+        .abort_uploads(&at)
+        .await
+        .or_panic_debug();
+    assert_eq!(aborted, 2);
+    assert_eq!(minio.uploads("sched/s-1.db").await, Vec::<String>::new());
+    assert_eq!(
+        minio.uploads("sched/s-10.db").await,
+        ["sched/s-10.db"],
+        "another snapshot's upload is not touched"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_snapshots_own_object_is_deleted_and_no_other() {
+    // A Failed snapshot records no artifact, yet its agent may have stored the object (a crash
+    // after CompleteMultipartUpload, a lost Job): pruning it deletes the object at its key when
+    // the UID metadata names it, and leaves another snapshot's or a foreign object alone.
+    let bins = Testbins::from_env().or_panic();
+    let tmp = temp_root().or_panic();
+    let minio = Minio::start(&bins, tmp.path(), false).await.or_panic();
+    let s3 = retention_client(&minio);
+    let at = |key: &str| controller::agent::s3::Location {
+        bucket: minio.bucket.clone(),
+        key: key.into(),
+    };
+    put_object(&minio, "mine.db", Some("uid-mine")).await;
+    put_object(&minio, "theirs.db", Some("uid-theirs")).await;
+    put_object(&minio, "foreign.db", None).await;
+    assert!(s3
+        .delete_if_owned(&at("mine.db"), "uid-mine")
+        .await
+        .or_panic_debug());
+    assert!(!s3
+        .delete_if_owned(&at("theirs.db"), "uid-mine")
+        .await
+        .or_panic_debug());
+    assert!(!s3
+        .delete_if_owned(&at("foreign.db"), "uid-mine")
+        .await
+        .or_panic_debug());
+    assert!(!s3
+        .delete_if_owned(&at("absent.db"), "uid-mine")
+        .await
+        .or_panic_debug());
+    let left: Vec<String> = minio.objects().await.into_iter().map(|(k, _)| k).collect();
+    assert_eq!(left, ["foreign.db", "theirs.db"]);
 }
 
 #[tokio::test]

@@ -122,18 +122,22 @@ pub struct SnapshotTemplate {
     pub destination: SnapshotDestination,
 }
 
-/// Which snapshots of the schedule are kept. A snapshot goes when it is outside the newest
-/// `keepLast` or older than `maxAge`; snapshots still running are never pruned.
+/// Which snapshots of the schedule are kept. Complete and Failed snapshots are counted apart: a
+/// snapshot goes when it is outside the newest `keepLast` of its phase or older than `maxAge`,
+/// except the newest Complete snapshot, which no rule prunes. Snapshots still running are never
+/// pruned.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.keepLast) || has(self.maxAge)")
     .message("spec.retention needs keepLast, maxAge or both; remove spec.retention to keep every snapshot"))]
 pub struct SnapshotRetention {
-    /// Keep the newest this many finished snapshots (Complete and Failed alike).
+    /// Keep the newest this many Complete snapshots, and separately the newest this many Failed
+    /// ones (failed runs never push a good snapshot out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = MAX_KEEP_LAST))]
     pub keep_last: Option<i32>,
-    /// Prune finished snapshots older than this (`30m`, `12h`, `7d`).
+    /// Prune finished snapshots older than this (`30m`, `12h`, `7d`); the newest Complete
+    /// snapshot is kept whatever its age.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(r"self.matches('^[1-9][0-9]{0,5}(m|h|d)$')")
         .message("spec.retention.maxAge must be a whole number of minutes, hours or days such as 30m, 12h or 7d"))]

@@ -17,6 +17,7 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, MetadataDirecti
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext, TrustStore};
 use futures::{Stream, StreamExt};
 use tokio::io::AsyncWriteExt;
+use tokio::signal::unix::{signal, SignalKind};
 
 use super::{hex, Failure, S3Args};
 
@@ -32,6 +33,9 @@ const MAX_COPY_SIZE: u64 = 5 * 1024 * 1024 * 1024;
 /// How long a failed upload keeps trying to abort its multipart upload (the server may be
 /// restarting); after that the upload is left for the bucket's lifecycle rule.
 const ABORT_DEADLINE: Duration = Duration::from_secs(120);
+/// The same after SIGTERM: within the Pod's termination grace period (30s by default), after
+/// which the kubelet kills the agent.
+const ABORT_AFTER_SIGTERM: Duration = Duration::from_secs(20);
 
 /// Where the object lives, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,6 +155,86 @@ impl S3 {
             })
     }
 
+    /// Abort every multipart upload in progress at exactly `at.key`: what a snapshot's agent
+    /// left when it was killed without its SIGTERM handler running (SIGKILL, a lost Node).
+    /// Retention calls this when it prunes the snapshot. Returns how many were aborted.
+    pub async fn abort_uploads(&self, at: &Location) -> Result<usize, Failure> {
+        let mut aborted = 0;
+        let mut key_marker: Option<String> = None;
+        let mut id_marker: Option<String> = None;
+        loop {
+            let listed = self
+                .client
+                .list_multipart_uploads()
+                .bucket(&at.bucket)
+                .prefix(&at.key)
+                .set_key_marker(key_marker.take())
+                .set_upload_id_marker(id_marker.take())
+                .send()
+                .await
+                .map_err(|e| self.request_failure("ListMultipartUploads", at, &e))?;
+            for upload in listed.uploads() {
+                let (Some(key), Some(id)) = (upload.key(), upload.upload_id()) else {
+                    continue;
+                };
+                if key != at.key {
+                    continue;
+                }
+                match self
+                    .client
+                    .abort_multipart_upload()
+                    .bucket(&at.bucket)
+                    .key(&at.key)
+                    .upload_id(id)
+                    .send()
+                    .await
+                {
+                    Ok(_) => aborted += 1,
+                    Err(e) if status_of(&e) == Some(404) => {}
+                    Err(e) => return Err(self.request_failure("AbortMultipartUpload", at, &e)),
+                }
+                tracing::info!(uri = %at.uri(), upload_id = id, "aborted a stale multipart upload");
+            }
+            if listed.is_truncated() != Some(true) {
+                return Ok(aborted);
+            }
+            key_marker = listed.next_key_marker().map(str::to_string);
+            id_marker = listed.next_upload_id_marker().map(str::to_string);
+            if key_marker.is_none() && id_marker.is_none() {
+                return Ok(aborted);
+            }
+        }
+    }
+
+    /// Delete the object at `at` if its UID metadata names `uid` (the snapshot wrote it), for
+    /// a Failed snapshot whose object may have been stored anyway (the agent crashed after
+    /// CompleteMultipartUpload, the Job was lost). `Ok(true)`: deleted; `Ok(false)`: no
+    /// object, or another snapshot's (or a foreign one), which stays.
+    pub async fn delete_if_owned(&self, at: &Location, uid: &str) -> Result<bool, Failure> {
+        let head = self
+            .client
+            .head_object()
+            .bucket(&at.bucket)
+            .key(&at.key)
+            .send()
+            .await;
+        match head {
+            Ok(obj)
+                if obj
+                    .metadata()
+                    .and_then(|m| m.get(META_UID))
+                    .map(String::as_str)
+                    == Some(uid) =>
+            {
+                self.delete(at).await?;
+                Ok(true)
+            }
+            Ok(_) => Ok(false),
+            Err(e) if status_of(&e) == Some(404) => Ok(false),
+            Err(e) => Err(self.request_failure("HeadObject", at, &e)),
+        }
+    }
+
     /// The overwrite guard: a missing object may be written, an object stamped with `uid` may be
     /// overwritten (a retried Job); anything else, including an answer the agent cannot read
     /// (403 without ListBucket), refuses.
@@ -253,11 +337,17 @@ impl S3 {
     }
 
     /// Stream `chunks` into a multipart upload at `at`, stamped with `uid`, in fixed
-    /// [`PART_SIZE`] parts; the sha256 is computed on the way. A failure aborts the upload.
+    /// [`PART_SIZE`] parts; the sha256 is computed on the way. A failure aborts the upload, and
+    /// so does SIGTERM (the Job passed its deadline, or concurrencyPolicy Replace or the
+    /// EtcdSnapshot's deletion removed it): the parts never stay behind in the bucket.
     pub async fn upload<S>(&self, at: &Location, uid: &str, chunks: S) -> Result<Uploaded, Failure>
     where
         S: Stream<Item = Result<Vec<u8>, Failure>> + Unpin,
     {
+        // Listening before the upload exists: a SIGTERM from here on is seen (at the latest
+        // once CreateMultipartUpload returns) instead of killing the process.
+        let mut term = signal(SignalKind::terminate())
+            .map_err(|e| Failure::transient(format!("installing the SIGTERM handler: {e}")))?;
         let created = self
             .client
             .create_multipart_upload()
@@ -276,11 +366,23 @@ impl S3 {
             )));
         }
         tracing::info!(uri = %at.uri(), upload_id, "multipart upload started");
-        match self.upload_parts(at, &upload_id, chunks).await {
+        let (result, abort_within) = tokio::select! {
+            r = self.upload_parts(at, &upload_id, chunks) => (r, ABORT_DEADLINE),
+            _ = term.recv() => (
+                Err(Failure::transient(format!(
+                    "SIGTERM during the upload of {} (the Job reached its deadline, or was deleted \
+                     by concurrencyPolicy Replace or with its EtcdSnapshot); the snapshot is not \
+                     stored",
+                    at.uri()
+                ))),
+                ABORT_AFTER_SIGTERM,
+            ),
+        };
+        match result {
             Ok(done) => Ok(done),
             Err(failure) => {
                 tracing::warn!(uri = %at.uri(), upload_id, error = %failure, "upload failed; aborting the multipart upload");
-                match self.abort(at, &upload_id).await {
+                match self.abort(at, &upload_id, abort_within).await {
                     Ok(()) => Err(failure),
                     Err(abort) => Err(Failure {
                         message: format!("{}; {abort}", failure.message),
@@ -381,10 +483,10 @@ impl S3 {
         })
     }
 
-    /// Abort the multipart upload, retrying while the server is unreachable (up to
-    /// [`ABORT_DEADLINE`]), so no upload is left dangling after a server restart.
-    async fn abort(&self, at: &Location, upload_id: &str) -> Result<(), String> {
-        let deadline = tokio::time::Instant::now() + ABORT_DEADLINE;
+    /// Abort the multipart upload, retrying while the server is unreachable (up to `within`),
+    /// so no upload is left dangling after a server restart.
+    async fn abort(&self, at: &Location, upload_id: &str, within: Duration) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + within;
         let mut wait = Duration::from_secs(1);
         loop {
             let res = self
@@ -411,7 +513,7 @@ impl S3 {
                 Err(e) => {
                     if tokio::time::Instant::now() + wait > deadline {
                         return Err(format!(
-                            "aborting the multipart upload {upload_id} failed for {ABORT_DEADLINE:?} ({}); \
+                            "aborting the multipart upload {upload_id} failed for {within:?} ({}); \
                              delete it with `mc rm --incomplete` or a bucket lifecycle rule",
                             error_text(&e)
                         ));

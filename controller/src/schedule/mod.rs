@@ -13,7 +13,7 @@ use std::time::Duration;
 use api::labels;
 use api::v1alpha2::{
     ConcurrencyPolicy, EtcdSnapshot, EtcdSnapshotSchedule, EtcdSnapshotScheduleStatus,
-    EtcdSnapshotSpec, LocalReference, S3Location,
+    EtcdSnapshotSpec, LocalReference, S3Location, SnapshotPhase,
 };
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
@@ -30,7 +30,7 @@ use crate::conditions::set_condition;
 use crate::context::Context;
 use crate::Error;
 
-use plan::{Due, Owned, Schedule};
+use plan::{Due, Owned, Schedule, State};
 
 /// The `Ready` condition: the schedule parses and is being followed.
 pub const READY: &str = "Ready";
@@ -285,7 +285,11 @@ async fn prune(
                 .as_ref()
                 .map(to_chrono)
                 .unwrap_or(now),
-            finished: finished(s),
+            state: match s.status.as_ref().and_then(|st| st.phase) {
+                Some(SnapshotPhase::Complete) => State::Complete,
+                Some(SnapshotPhase::Failed) => State::Failed,
+                _ => State::Running,
+            },
         })
         .collect();
     for gone in plan::prune(
@@ -345,27 +349,77 @@ enum Stored {
 /// Delete what `snapshot` stored: its S3 object (here), or its PVC file (a prune Job, since only
 /// a Pod can mount the claim). An error leaves the snapshot in place, to be retried.
 async fn delete_stored(ctx: &Context, snapshot: &EtcdSnapshot) -> Result<Stored, String> {
-    let Some(uri) = snapshot
+    let uri = snapshot
         .status
         .as_ref()
         .and_then(|s| s.artifact.as_ref())
-        .map(|a| a.uri.clone())
-    else {
+        .map(|a| a.uri.clone());
+    if let Some(s3) = &snapshot.spec.destination.s3 {
+        return delete_s3_object(ctx, snapshot, s3, uri.as_deref()).await;
+    }
+    let Some(uri) = uri else {
         return Ok(Stored::Deleted("nothing stored".to_string()));
     };
-    let Some(s3) = &snapshot.spec.destination.s3 else {
-        return delete_pvc_file(ctx, snapshot, &uri).await;
-    };
-    let Some(at) = parse_s3_uri(&uri) else {
-        return Err(format!(
-            "EtcdSnapshot {} has artifact uri {uri:?}, not s3://<bucket>/<key>; delete the object by hand and then the EtcdSnapshot",
-            snapshot.name_any()
-        ));
+    delete_pvc_file(ctx, snapshot, &uri).await
+}
+
+/// Delete an S3 snapshot's object, and abort the multipart uploads its agent may have left at
+/// the key (killed without running its SIGTERM handler). A Complete snapshot's object is the
+/// one at `status.artifact.uri`; a Failed one has none recorded, but may have stored its object
+/// all the same (the agent crashed after CompleteMultipartUpload, the Job was lost): the object
+/// at its key goes if its UID metadata names this snapshot.
+async fn delete_s3_object(
+    ctx: &Context,
+    snapshot: &EtcdSnapshot,
+    s3: &S3Location,
+    uri: Option<&str>,
+) -> Result<Stored, String> {
+    let name = snapshot.name_any();
+    let at = match uri {
+        Some(uri) => parse_s3_uri(uri).ok_or_else(|| {
+            format!(
+                "EtcdSnapshot {name} has artifact uri {uri:?}, not s3://<bucket>/<key>; delete the \
+                 object by hand and then the EtcdSnapshot"
+            )
+        })?,
+        None => Location {
+            bucket: s3.bucket.clone(),
+            key: crate::agent::s3::snapshot_key(s3.key.as_deref(), &name),
+        },
     };
     let ns = snapshot.namespace().unwrap_or_default();
     let client = s3_client(ctx, &ns, s3).await?;
-    client.delete(&at).await.map_err(|f| f.message)?;
-    Ok(Stored::Deleted(format!("deleted {uri}")))
+    let mut done = Vec::new();
+    // Best effort: a policy without s3:ListBucketMultipartUploads cannot list them, and the
+    // bucket's lifecycle rule is the fallback for those.
+    match client.abort_uploads(&at).await {
+        Ok(0) => {}
+        Ok(n) => done.push(format!("aborted {n} unfinished upload(s) of {}", at.uri())),
+        Err(f) => {
+            tracing::warn!(snapshot = %name, uri = %at.uri(), "cannot abort stale multipart uploads: {}", f.message)
+        }
+    }
+    if uri.is_some() {
+        client.delete(&at).await.map_err(|f| f.message)?;
+        done.insert(0, format!("deleted {}", at.uri()));
+    } else {
+        let uid = snapshot.uid().unwrap_or_default();
+        if client
+            .delete_if_owned(&at, &uid)
+            .await
+            .map_err(|f| f.message)?
+        {
+            done.insert(
+                0,
+                format!("deleted {}, stored although the snapshot failed", at.uri()),
+            );
+        }
+    }
+    Ok(Stored::Deleted(if done.is_empty() {
+        "nothing stored".to_string()
+    } else {
+        done.join("; ")
+    }))
 }
 
 /// Run (or follow) the snapshot's prune Job; its agent removes the file only if the snapshot

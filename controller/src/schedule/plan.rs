@@ -40,38 +40,51 @@ pub fn snapshot_name(schedule: &str, at: DateTime<Utc>) -> String {
     format!("{schedule}-{}", at.timestamp().div_euclid(60))
 }
 
+/// Where one of the schedule's snapshots stands, as retention sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Not finished yet (Pending, Started, or no status).
+    Running,
+    Complete,
+    Failed,
+}
+
 /// One of the schedule's snapshots, as retention sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owned {
     pub name: String,
     pub created: DateTime<Utc>,
-    /// Complete or Failed.
-    pub finished: bool,
+    pub state: State,
 }
 
-/// The finished snapshots to delete, oldest first: those beyond the newest `keep_last`
-/// finished ones, and those older than `max_age_seconds`. Running snapshots are never pruned
-/// and do not count towards `keep_last`.
+/// The finished snapshots to delete, oldest first. Complete and Failed snapshots are counted
+/// apart, newest first: a Complete one goes when it is beyond the newest `keep_last` Complete
+/// ones or older than `max_age_seconds`, a Failed one when it is beyond the newest `keep_last`
+/// Failed ones or older than `max_age_seconds`. Failed runs therefore never push a good
+/// snapshot out, and the newest Complete snapshot is never pruned by any rule (a long outage or
+/// a suspended schedule must not leave no backup at all). Running snapshots are never pruned
+/// and count towards nothing.
 pub fn prune(
     snapshots: &[Owned],
     keep_last: Option<i32>,
     max_age_seconds: Option<i64>,
     now: DateTime<Utc>,
 ) -> Vec<String> {
-    let mut finished: Vec<&Owned> = snapshots.iter().filter(|s| s.finished).collect();
-    // Newest first; the name breaks ties (it carries the run's minute).
-    finished.sort_by(|a, b| b.created.cmp(&a.created).then(b.name.cmp(&a.name)));
     let keep = keep_last.map(|k| usize::try_from(k.max(0)).unwrap_or(0));
-    let mut gone: Vec<&Owned> = finished
-        .iter()
-        .enumerate()
-        .filter(|(i, s)| {
-            keep.is_some_and(|k| *i >= k)
-                || max_age_seconds.is_some_and(|m| (now - s.created).num_seconds() > m)
-        })
-        .map(|(_, s)| *s)
-        .collect();
-    gone.reverse();
+    let too_old = |s: &Owned| max_age_seconds.is_some_and(|m| (now - s.created).num_seconds() > m);
+    let mut gone: Vec<&Owned> = Vec::new();
+    for state in [State::Complete, State::Failed] {
+        let mut these: Vec<&Owned> = snapshots.iter().filter(|s| s.state == state).collect();
+        // Newest first; the name breaks ties (it carries the run's minute).
+        these.sort_by(|a, b| b.created.cmp(&a.created).then(b.name.cmp(&a.name)));
+        for (i, s) in these.into_iter().enumerate() {
+            let newest_complete = state == State::Complete && i == 0;
+            if !newest_complete && (keep.is_some_and(|k| i >= k) || too_old(s)) {
+                gone.push(s);
+            }
+        }
+    }
+    gone.sort_by(|a, b| a.created.cmp(&b.created).then(a.name.cmp(&b.name)));
     gone.into_iter().map(|s| s.name.clone()).collect()
 }
 
@@ -107,19 +120,22 @@ mod tests {
         );
     }
 
-    #[test]
-    fn retention_prunes_the_oldest_finished_beyond_keep_last_and_by_age() {
-        let s = |name: &str, m: u32, finished: bool| Owned {
+    fn owned(name: &str, m: u32, state: State) -> Owned {
+        Owned {
             name: name.into(),
             created: at(10, m),
-            finished,
-        };
+            state,
+        }
+    }
+
+    #[test]
+    fn retention_prunes_the_oldest_finished_beyond_keep_last_and_by_age() {
         let all = [
-            s("a", 1, true),
-            s("b", 2, true),
-            s("c", 3, true),
-            s("d", 4, false),
-            s("e", 5, true),
+            owned("a", 1, State::Complete),
+            owned("b", 2, State::Complete),
+            owned("c", 3, State::Complete),
+            owned("d", 4, State::Running),
+            owned("e", 5, State::Complete),
         ];
         // Newest two finished kept (e, c); the running d neither counts nor goes.
         assert_eq!(prune(&all, Some(2), None, at(10, 6)), ["a", "b"]);
@@ -128,5 +144,61 @@ mod tests {
         assert_eq!(prune(&all, None, Some(150), at(10, 6)), ["a", "b", "c"]);
         assert_eq!(prune(&all, Some(4), Some(270), at(10, 6)), ["a"]);
         assert!(prune(&all, None, None, at(10, 6)).is_empty());
+    }
+
+    #[test]
+    fn failed_snapshots_never_push_complete_ones_out_of_keep_last() {
+        use State::{Complete, Failed};
+        // Two good runs, then a week of failures (expired credentials).
+        let all = [
+            owned("good-1", 1, Complete),
+            owned("good-2", 2, Complete),
+            owned("bad-3", 3, Failed),
+            owned("bad-4", 4, Failed),
+            owned("bad-5", 5, Failed),
+            owned("bad-6", 6, Failed),
+        ];
+        // keepLast 2 keeps both Complete ones; the Failed ones are kept by their own count of 2.
+        assert_eq!(prune(&all, Some(2), None, at(10, 7)), ["bad-3", "bad-4"]);
+        // keepLast 1: the newest Complete and the newest Failed stay.
+        assert_eq!(
+            prune(&all, Some(1), None, at(10, 7)),
+            ["good-1", "bad-3", "bad-4", "bad-5"]
+        );
+    }
+
+    #[test]
+    fn complete_snapshots_beyond_keep_last_go_whatever_failed_around_them() {
+        use State::{Complete, Failed, Running};
+        let all = [
+            owned("good-1", 1, Complete),
+            owned("bad-2", 2, Failed),
+            owned("good-3", 3, Complete),
+            owned("good-4", 4, Complete),
+            owned("bad-5", 5, Failed),
+            owned("run-6", 6, Running),
+        ];
+        assert_eq!(prune(&all, Some(2), None, at(10, 7)), ["good-1"]);
+        assert_eq!(
+            prune(&all, Some(1), None, at(10, 7)),
+            ["good-1", "bad-2", "good-3"]
+        );
+    }
+
+    #[test]
+    fn the_newest_complete_snapshot_survives_max_age() {
+        use State::{Complete, Failed};
+        // A long outage: everything is older than maxAge (60s at 11:00).
+        let all = [
+            owned("good-1", 1, Complete),
+            owned("good-2", 2, Complete),
+            owned("bad-3", 3, Failed),
+        ];
+        let now = at(11, 0);
+        assert_eq!(prune(&all, None, Some(60), now), ["good-1", "bad-3"]);
+        assert_eq!(prune(&all, Some(5), Some(60), now), ["good-1", "bad-3"]);
+        // Nothing but failures: they all age out; nothing else to keep.
+        let failed = [owned("bad-1", 1, Failed), owned("bad-2", 2, Failed)];
+        assert_eq!(prune(&failed, Some(5), Some(60), now), ["bad-1", "bad-2"]);
     }
 }

@@ -3,8 +3,9 @@
 //! [`Minio::expose`]), plain HTTP or HTTPS with a test CA, with one bucket and two users created through its admin API
 //! (`minio/minio-setup`, madmin-go):
 //!
-//! - `writer`: Get/Put/AbortMultipartUpload/ListMultipartUploadParts on the bucket's objects and
-//!   ListBucket on the bucket, what the snapshot agent needs;
+//! - `writer`: Get/Put/Delete/AbortMultipartUpload/ListMultipartUploadParts on the bucket's
+//!   objects and ListBucket/ListBucketMultipartUploads on the bucket, what the snapshot agent and
+//!   a schedule's retention need;
 //! - `nolist`: Put/AbortMultipartUpload/ListMultipartUploadParts only, so HeadObject answers 403.
 //!   On AWS S3 a user with GetObject but without ListBucket already gets 403 for a missing key;
 //!   MinIO answers such a user 404, so here the user lacks GetObject too, which gives the 403 the
@@ -183,8 +184,9 @@ impl Minio {
             r#"{{"Effect":"Allow","Action":[{write_actions}],"Resource":["arn:aws:s3:::{}/*"]}}"#,
             self.bucket
         );
+        // ListBucketMultipartUploads: retention aborts the uploads a killed agent left.
         let list = format!(
-            r#"{{"Effect":"Allow","Action":["s3:ListBucket"],"Resource":["arn:aws:s3:::{}"]}}"#,
+            r#"{{"Effect":"Allow","Action":["s3:ListBucket","s3:ListBucketMultipartUploads"],"Resource":["arn:aws:s3:::{}"]}}"#,
             self.bucket
         );
         let writer = format!(r#"{{"Version":"2012-10-17","Statement":[{objects},{list}]}}"#);
