@@ -193,7 +193,11 @@ build_minio() { # build_minio <out> <module dir>
 	local got
 	got=$("$out/minio" --version 2>&1 | head -1)
 	[[ $got == "minio version "* ]] || die "minio --version printed '$got'"
-	"$out/minio-setup" -h 2>&1 | grep -q -- -policy || die "minio-setup -h does not list -policy"
+	# Read the whole help text before matching: `cmd | grep -q` under pipefail fails whenever grep
+	# exits at its first match before the command has written the rest (SIGPIPE).
+	local help
+	help=$("$out/minio-setup" -h 2>&1) || true
+	[[ $help == *-policy* ]] || die "minio-setup -h does not list -policy"
 	echo "$version" >"$out/VERSION"
 }
 
