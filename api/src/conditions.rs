@@ -65,7 +65,15 @@ pub mod reason {
     /// the leader last after MoveLeader), e.g. to load a new CA bundle; the message says why and
     /// how many members are done.
     pub const ROLLING_RESTART: &str = "RollingRestart";
+    /// Not in the reference API (Progressing=False): a rollout (spec edit, CA bundle, etcd image
+    /// repository) would replace a Memory member that is the only voter, i.e. delete the only
+    /// copy of the data; it is refused, and the message names the member and the ways out.
+    pub const MEMORY_ROLLOUT_UNSAFE: &str = "MemoryRolloutUnsafe";
     pub const WAITING_FOR_SEED: &str = "WaitingForSeed";
+    /// Not in the reference API (Progressing=True, Available=False): the seed's `restore` init
+    /// container is downloading and restoring the snapshot of `spec.bootstrap.restore`; the
+    /// progress deadline is held until it ends. The message names the source.
+    pub const RESTORING: &str = "Restoring";
     pub const RETRY_AFTER_DEADLINE: &str = "RetryAfterDeadline";
     pub const RECONCILED: &str = "Reconciled";
     // EtcdMember Ready / VersionDrifted

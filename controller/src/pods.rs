@@ -57,6 +57,22 @@ pub fn pod_view(pod: &Pod) -> PodView {
     }
 }
 
+/// Whether the Pod's `restore` init container is running now (downloading and restoring the
+/// snapshot). A Pod being deleted is not restoring.
+pub fn restore_running(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.init_container_statuses.as_ref())
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c.name == crate::builders::restore::RESTORE_CONTAINER)
+            })
+            .and_then(|c| c.state.as_ref())
+            .is_some_and(|s| s.running.is_some())
+}
+
 /// Why the Pod's `restore` init container failed, while it has not succeeded: the agent's
 /// `{"error":..}` termination message (or the log tail / exit code a crash left), from the
 /// current or the last attempt. `None` when it succeeded, runs for the first time or is absent.
@@ -184,5 +200,22 @@ mod tests {
             Some("the restore init container exited with code 137 (OOMKilled)")
         );
         assert_eq!(restore_failure(&pod(serde_json::json!({}))), None);
+    }
+
+    #[test]
+    fn restore_running_is_read_from_the_restore_init_containers_state() {
+        let with = |state: serde_json::Value| {
+            pod(serde_json::json!({"initContainerStatuses": [{
+                "name": "restore", "image": "etcd", "imageID": "", "ready": false,
+                "restartCount": 0, "state": state}]}))
+        };
+        assert!(restore_running(&with(serde_json::json!({"running": {}}))));
+        assert!(!restore_running(&with(
+            serde_json::json!({"terminated": {"exitCode": 0}})
+        )));
+        assert!(!restore_running(&with(
+            serde_json::json!({"waiting": {"reason": "PodInitializing"}})
+        )));
+        assert!(!restore_running(&pod(serde_json::json!({}))));
     }
 }

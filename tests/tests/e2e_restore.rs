@@ -3,7 +3,8 @@
 //! `install-tools` and `restore` init containers (the operator binary run inside the cluster's
 //! own etcd image, with that image's etcdutl), every key back, a new cluster ID, the init
 //! container's log readable with kubectl, and a too-small data volume failing early with the
-//! agent's size message on the member and the cluster.
+//! agent's size message on the member and the cluster; and a restore slower than the progress
+//! deadline (MinIO hung past it) that is waited for, never given up as BootstrapFailed.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -389,4 +390,101 @@ async fn s3_and_pvc_snapshots_restore_into_new_clusters_and_a_small_volume_fails
             assert_eq!(init, usize::from(m.spec.bootstrap) * 2, "{}", m.name_any());
         }
     }
+
+    // A restore slower than the progress deadline: MinIO hangs (SIGSTOP) while the seed's
+    // restore init container reads from it, for longer than progressDeadlineSeconds. The
+    // bootstrap is not given up (never BootstrapFailed): Progressing=True/Restoring names the
+    // source, and once MinIO answers again the cluster forms with every key.
+    minio.stop().or_panic();
+    let deadline_seconds = 30;
+    let created = std::time::Instant::now();
+    env.create_cluster(
+        &ns,
+        "slow",
+        EtcdClusterSpec {
+            progress_deadline_seconds: deadline_seconds,
+            ..restoring(
+                1,
+                RestoreSource {
+                    s3: Some(s3_location(&endpoint, &minio.bucket, "rc/rc-s3.db")),
+                    pvc: None,
+                },
+            )
+        },
+    )
+    .await;
+    let source = format!("s3://{}/rc/rc-s3.db", minio.bucket);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let never_failed = |c: &EtcdCluster| {
+        for t in ["Available", "Progressing"] {
+            assert!(
+                condition(c, t).is_none_or(|(_, r, _)| r != "BootstrapFailed"),
+                "a restore still running was given up at the deadline: {:?}; operator log: {}",
+                c.status,
+                env.operator.log().display()
+            );
+        }
+    };
+    let restore_started = tests::harness::eventually(
+        "the slow seed's restore init container running",
+        RUN,
+        || async {
+            never_failed(&env.cluster(&ns, "slow").await);
+            let Some(member) = env
+                .members(&ns, "slow")
+                .await
+                .into_iter()
+                .find(|m| m.spec.bootstrap)
+            else {
+                return Err("no seed yet".to_string());
+            };
+            let pod = pods
+                .get_opt(&member.name_any())
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "no seed Pod yet".to_string())?;
+            let running = pod
+                .status
+                .and_then(|s| s.init_container_statuses)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| {
+                    c.name == "restore" && c.state.as_ref().is_some_and(|s| s.running.is_some())
+                });
+            if running {
+                Ok(std::time::Instant::now())
+            } else {
+                Err("the restore init container is not running".to_string())
+            }
+        },
+    )
+    .await;
+    // Hold MinIO past the deadline (but within the agent's 60 s read timeout).
+    let mut reported = false;
+    while created.elapsed() < Duration::from_secs(deadline_seconds as u64 + 15)
+        || restore_started.elapsed() < Duration::from_secs(20)
+    {
+        let c = env.cluster(&ns, "slow").await;
+        never_failed(&c);
+        if let Some((status, _, message)) =
+            condition(&c, "Progressing").filter(|(_, r, _)| r == "Restoring")
+        {
+            assert_eq!(status, "True");
+            assert!(message.contains(&source), "{message}");
+            reported = true;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        restore_started.elapsed() < Duration::from_secs(55),
+        "the hold outlasted the agent's read timeout: the test would measure a failed attempt"
+    );
+    assert!(
+        reported,
+        "no Progressing=True/Restoring while the restore ran"
+    );
+    minio.resume().or_panic();
+    env.wait_healthy(&ns, "slow", 1, BOOT).await;
+    env.check_keys(&ns, "slow", &keys).await;
+    never_failed(&env.cluster(&ns, "slow").await);
 }

@@ -485,3 +485,91 @@ async fn a_version_the_image_does_not_hold_is_reported_after_the_rollout() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_of_a_one_member_memory_cluster_is_refused_and_keeps_every_key() {
+    // The only member of a Memory cluster holds the only copy of the data: a rollout would
+    // replace it by an empty one. The version edit is refused with a condition, the member (same
+    // EtcdMember, same Pod) and every key survive.
+    let env = env().await;
+    let ns = env.namespace("memroll").await;
+    let mut memory = spec(1);
+    memory.storage.medium = Some(StorageMedium::Memory);
+    memory.storage.size = k8s_openapi::apimachinery::pkg::api::resource::Quantity("256Mi".into());
+    env.create_cluster(&ns, "mr", memory).await;
+    env.wait_healthy(&ns, "mr", 1, BOOT).await;
+    let keys = env.write_keys(&ns, "mr", 20).await;
+    let before = env.member_names(&ns, "mr").await;
+    let [member] = before.as_slice() else {
+        panic!("one member expected: {before:?}");
+    };
+    let pods: Api<Pod> = Api::namespaced(env.client(), &ns);
+    let pod_uid = pods.get(member).await.or_panic().uid();
+    env.clusters(&ns)
+        .patch(
+            "mr",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"version": "3.6.17"}})),
+        )
+        .await
+        .or_panic();
+    let survives = |names: &Vec<String>, uid: Option<String>| {
+        assert_eq!(
+            names,
+            &before,
+            "the rollout replaced the only Memory member; operator log: {}",
+            env.operator.log().display()
+        );
+        assert_eq!(
+            uid,
+            pod_uid,
+            "the only Memory member's Pod was replaced; operator log: {}",
+            env.operator.log().display()
+        );
+    };
+    let pod_uid_now = || async { pods.get_opt(member).await.or_panic().and_then(|p| p.uid()) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        survives(&env.member_names(&ns, "mr").await, pod_uid_now().await);
+        let c = env.cluster(&ns, "mr").await;
+        if let Some((status, _, message)) =
+            condition(&c, ctype::PROGRESSING).filter(|(_, r, _)| r == reason::MEMORY_ROLLOUT_UNSAFE)
+        {
+            assert_eq!(status, "False");
+            assert!(
+                message.contains(member.as_str())
+                    && message.contains("only copy")
+                    && message.contains("--replicas=3"),
+                "{message}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Progressing=False/MemoryRolloutUnsafe: {:?}",
+            c.status
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // It stays refused: nothing is replaced while the operator keeps reconciling.
+    let hold = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < hold {
+        survives(&env.member_names(&ns, "mr").await, pod_uid_now().await);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let warned = events_for(env, &ns, "mr").await.iter().any(|e| {
+        e.type_.as_deref() == Some("Warning")
+            && e.reason.as_deref() == Some(reason::MEMORY_ROLLOUT_UNSAFE)
+    });
+    assert!(
+        warned,
+        "no Warning Event MemoryRolloutUnsafe on the cluster"
+    );
+    let c = env.cluster(&ns, "mr").await;
+    assert!(
+        condition(&c, ctype::AVAILABLE).is_some_and(|(s, _, _)| s == "True"),
+        "{:?}",
+        c.status
+    );
+    env.check_keys(&ns, "mr", &keys).await;
+}

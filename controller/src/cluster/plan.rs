@@ -160,6 +160,9 @@ pub struct Observed<'a> {
     /// How long a member's Pod may stay unschedulable before the member is replaced
     /// (`--replace-broken-members-after`); `None`: never (off, or the cluster opted out).
     pub replace_broken_after: Option<SignedDuration>,
+    /// The seed's `restore` init container is running now (downloading and restoring the
+    /// snapshot): the source it restores from (`s3://bucket/key`, `pvc://claim/path`).
+    pub restoring: Option<String>,
 }
 
 /// Why the operator cannot act on a cluster for root-auth reasons; no membership change is made
@@ -346,6 +349,9 @@ pub struct Facts {
     /// The seed's `restore` init container failed (the agent's message); set by the reconciler
     /// before the cluster has formed.
     pub restore_failure: Option<String>,
+    /// The seed is restoring from this source now ([`Observed::restoring`], before the cluster
+    /// has formed).
+    pub restoring: Option<String>,
     /// Members run another trust bundle than the Secrets hold: `(done, total)`.
     pub trust_rollout: Option<(i32, i32)>,
     /// Members run another template than the locked target (a version upgrade, new resources,
@@ -357,6 +363,10 @@ pub struct Facts {
     pub rollout_paused: bool,
     /// `(member, the scheduler's message)`: the first member whose Pod cannot be scheduled.
     pub unschedulable: Option<(String, String)>,
+    /// A Memory member that a rollout would replace although no other voter holds the data
+    /// (a 1-replica Memory cluster): replacing it would delete the only copy, so the rollout is
+    /// refused (see [`memory_rollout_unsafe`]).
+    pub memory_rollout_unsafe: Option<String>,
 }
 
 /// Parts of the v1alpha2 API that this operator version accepts (they are valid, and
@@ -751,6 +761,10 @@ pub fn plan(o: &Observed<'_>) -> Plan {
             .get(api::labels::ROLLOUT_PAUSED_ANNOTATION)
             .is_some_and(|v| v == "true");
 
+    facts.memory_rollout_unsafe = formed
+        .then(|| memory_rollout_unsafe(o, &observed, &live_members, &peer_url_of))
+        .flatten();
+
     // While cert-manager is missing or has not issued the Secrets yet, nothing is attempted:
     // the deadline must not run out before the first member could be created (cert-manager
     // may be installed, or an issuer fixed, long after the cluster). It is kept at least half
@@ -759,10 +773,16 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         && o.members.is_empty()
         && (o.cert_manager_missing
             || (o.tls_secret_problem.is_some() && o.waiting_for_certificate));
-    if held_for_cert_manager && deadline.is_some_and(|d| d.duration_since(o.now) < deadline_in / 2)
-    {
+    // Likewise while the seed's restore init container runs: downloading and restoring a large
+    // snapshot legitimately takes longer than the deadline, and giving up on it would leave a
+    // terminal BootstrapFailed for a restore that was about to finish. A restore that fails is
+    // reported (RestoreFailed); while it waits to be retried (back-off) the deadline runs.
+    let restoring = if formed { None } else { o.restoring.clone() };
+    let held = held_for_cert_manager || restoring.is_some();
+    if held && deadline.is_some_and(|d| d.duration_since(o.now) < deadline_in / 2) {
         deadline = Some(o.now + deadline_in);
     }
+    facts.restoring = restoring;
     let is_reached = reached(&observed, &o.members, &o.etcd, formed);
     // The deadline bounds an attempt to reach a target the user asked for; once reached it is
     // cleared. A later divergence (a member lost or hung) is repaired without a deadline and
@@ -770,6 +790,12 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     // self-heal and report it unavailable while a majority serves. The runbook's forced
     // deadline (a past `status.progressDeadline`) still parks it.
     if is_reached {
+        deadline = None;
+    }
+    // A refused rollout is not an attempt that runs out: it waits for the user (scale up, or
+    // revert). No deadline runs, so the next edit (the scale to 3) is taken at once, like an
+    // edit of a cluster under repair, instead of waiting behind a target that cannot be reached.
+    if facts.memory_rollout_unsafe.is_some() {
         deadline = None;
     }
     let expired = !is_reached && deadline.is_some_and(|d| d <= o.now);
@@ -1070,7 +1096,7 @@ fn plan_formed(
     }
 
     // 7. A new trust bundle or template: restart the members one at a time.
-    if let Some(action) = plan_rollout(o, target, live, etcd_members, peer_url, want) {
+    if let Some(action) = plan_rollout(o, target, live, etcd_members, peer_url, want, facts) {
         return action;
     }
 
@@ -1180,6 +1206,53 @@ fn template_rollout(target: &ObservedSpec, live: &[&MemberView]) -> Option<(i32,
     (done < total).then_some((done, total))
 }
 
+/// Whether `m` is told to run the target's template, the trust bundle `trust` and the image
+/// repository `repository` (its Pod may still run the old ones).
+fn told(m: &MemberView, template: &str, trust: Option<&str>, repository: Option<&str>) -> bool {
+    m.template_hash == template
+        && trust.is_none_or(|t| m.trust_bundle.as_deref() == Some(t))
+        && repository.is_none_or(|r| m.image_repository.as_deref() == Some(r))
+}
+
+/// The Memory member a rollout would replace (a Memory member cannot restart with its data, so
+/// a rollout deletes it and adds a successor that copies the data from the other voters) while
+/// no other voter holds the data: replacing it would delete the only copy and leave the cluster
+/// formed with no member. Only once the cluster has its target size: a scale-up (the way out,
+/// scale to 3) goes first, and afterwards other voters hold the data. Members that never
+/// recorded a CA bundle or repository are taken to run the current one, as the rollout does.
+pub fn memory_rollout_unsafe(
+    o: &Observed<'_>,
+    target: &ObservedSpec,
+    live: &[&MemberView],
+    peer_url: &dyn Fn(&str) -> String,
+) -> Option<String> {
+    if target.replicas == 0 || live.len() != target.replicas as usize {
+        return None;
+    }
+    let template = crate::template::target_hash(target);
+    let trust = o.trust_bundle.as_deref();
+    let repository = o.image_repository.as_deref();
+    let stale = |m: &MemberView| {
+        let trust = trust.filter(|_| m.trust_bundle.is_some());
+        let repository = repository.filter(|_| m.image_repository.is_some());
+        !told(m, &template, trust, repository)
+    };
+    let other_voter = |m: &MemberView| match o.etcd.members() {
+        Some(members) => {
+            let own = peer_url(&m.name);
+            members
+                .iter()
+                .any(|e| !e.is_learner && !e.peer_urls.contains(&own))
+        }
+        None => live
+            .iter()
+            .any(|v| v.name != m.name && v.voter && !v.dormant),
+    };
+    live.iter()
+        .find(|m| m.memory && !m.pending && !m.dormant && stale(m) && !other_voter(m))
+        .map(|m| m.name.clone())
+}
+
 /// Rolling restarts. etcd loads its CA bundles once at start-up, and a new version, resources or
 /// options reach a member only through a new Pod: after the Secrets' `ca.crt` changed, or the
 /// locked target's template did, every member whose Pod runs something else is restarted (a
@@ -1193,6 +1266,7 @@ fn plan_rollout(
     etcd_members: &[EtcdMemberInfo],
     peer_url: &dyn Fn(&str) -> String,
     want_replicas: usize,
+    facts: &Facts,
 ) -> Option<Action> {
     let trust = o.trust_bundle.as_deref();
     let template = crate::template::target_hash(target);
@@ -1225,11 +1299,7 @@ fn plan_rollout(
             template_hash: m.template_hash.clone(),
         });
     }
-    let told = |m: &MemberView| {
-        m.template_hash == template
-            && trust.is_none_or(|t| m.trust_bundle.as_deref() == Some(t))
-            && repository.is_none_or(|r| m.image_repository.as_deref() == Some(r))
-    };
+    let told = |m: &MemberView| told(m, &template, trust, repository);
     let pod_behind = |m: &MemberView| {
         pod_behind_template(m) || trust.is_some_and(|t| pod_stale(m, t)) || pod_behind_repository(m)
     };
@@ -1242,6 +1312,13 @@ fn plan_rollout(
     let stale: Vec<&&MemberView> = live.iter().filter(|m| !told(m)).collect();
     if stale.is_empty() {
         return None;
+    }
+    if let Some(member) = &facts.memory_rollout_unsafe {
+        return Some(Action::Wait(format!(
+            "the rollout is refused: Memory member {member} is the only voter and holds the only \
+             copy of the data, which a new Pod would not have; scale to 3 replicas first, or \
+             revert the change"
+        )));
     }
     if o.cluster
         .annotations()

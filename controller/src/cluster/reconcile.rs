@@ -10,7 +10,7 @@ use api::conditions::{cluster as ctype, reason};
 use api::labels;
 use api::v1alpha2::{
     EtcdCluster, EtcdClusterStatus, EtcdMember, EtcdMemberSpec, EtcdMemberStatus, MemberTls,
-    ObservedSpec, TlsSecrets,
+    ObservedSpec, RestoreSource, TlsSecrets,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -442,6 +442,19 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         _ => None,
     };
 
+    // A seed whose restore init container runs now: the bootstrap's deadline waits for it.
+    let restoring = (!formed)
+        .then(|| {
+            members
+                .iter()
+                .filter(|m| m.spec.bootstrap && m.spec.restore.is_some())
+                .find(|m| {
+                    pods.get(&m.name_any())
+                        .is_some_and(crate::pods::restore_running)
+                })
+        })
+        .flatten()
+        .map(|_| restore_source(cluster));
     let now = Timestamp::now();
     let mut plan = plan::plan(&Observed {
         cluster,
@@ -456,6 +469,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         leader,
         image_repository: Some(repository.clone()),
         replace_broken_after: replace_broken_after(cluster, ctx),
+        restoring,
     });
     if !formed {
         // A seed restoring a snapshot whose restore init container failed: its message goes on
@@ -1102,7 +1116,6 @@ pub const TLS_SECRET_RECHECK: Duration = Duration::from_secs(10);
 /// How often a cluster held for a missing cert-manager looks for it again.
 pub const CERT_MANAGER_RECHECK: Duration = Duration::from_secs(15);
 
-/// A Warning Event the moment a cluster parks at its deadline, where `kubectl describe` shows it.
 /// The cluster's (cached) etcd client and etcd's member list through it; a client whose call
 /// failed is dropped from the cache.
 async fn list_members(
@@ -1335,6 +1348,8 @@ fn auth_required_not_configured() -> AuthProblem {
     }
 }
 
+/// A Warning Event the moment a cluster parks at its deadline or refuses a rollout, where
+/// `kubectl describe` shows it.
 async fn announce_parking(
     cluster: &EtcdCluster,
     ctx: &Context,
@@ -1352,6 +1367,18 @@ async fn announce_parking(
     if parked && available(old).map(|(r, _)| r) != Some(why.clone()) {
         ctx.event(cluster, true, &why, "ProgressDeadline", message)
             .await;
+    }
+    // A refused rollout: once, when the cluster starts reporting it.
+    let progressing = |s: Option<&EtcdClusterStatus>| {
+        s.and_then(|s| s.conditions.iter().find(|c| c.type_ == ctype::PROGRESSING))
+            .map(|c| (c.reason.clone(), c.message.clone()))
+    };
+    if let Some((why, message)) = progressing(Some(new)) {
+        if why == reason::MEMORY_ROLLOUT_UNSAFE
+            && progressing(old).map(|(r, _)| r) != Some(why.clone())
+        {
+            ctx.event(cluster, true, &why, "Rollout", message).await;
+        }
     }
 }
 
@@ -1521,6 +1548,29 @@ async fn missing_restore_claim(
             pvc.sub_path.as_deref().unwrap_or_default(),
         )
     }))
+}
+
+/// `spec.bootstrap.restore.source` as a location: `s3://bucket/key` or `pvc://claim/path`.
+fn restore_source(cluster: &EtcdCluster) -> String {
+    let source = cluster
+        .spec
+        .bootstrap
+        .as_ref()
+        .and_then(|b| b.restore.as_ref())
+        .map(|r| &r.source);
+    match source {
+        Some(RestoreSource { s3: Some(s3), .. }) => format!(
+            "s3://{}/{}",
+            s3.bucket,
+            s3.key.as_deref().unwrap_or_default()
+        ),
+        Some(RestoreSource { pvc: Some(pvc), .. }) => format!(
+            "pvc://{}/{}",
+            pvc.claim_name,
+            pvc.sub_path.as_deref().unwrap_or_default()
+        ),
+        _ => "spec.bootstrap.restore.source".to_string(),
+    }
 }
 
 fn missing_claim_message(claim: &str, ns: &str, sub_path: &str) -> String {

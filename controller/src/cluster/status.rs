@@ -39,6 +39,42 @@ fn restore_failed(facts: &Facts) -> String {
     )
 }
 
+/// The cluster's message while the seed restores.
+fn restoring(facts: &Facts) -> String {
+    format!(
+        "the seed is restoring its data from {} (its restore init container is running: kubectl \
+         logs <seed pod> -c restore); the progress deadline is held until the restore ends",
+        facts.restoring.as_deref().unwrap_or_default()
+    )
+}
+
+/// The message of `MemoryRolloutUnsafe`: which member, why, and the two ways out.
+fn memory_rollout_unsafe(cluster: &EtcdCluster, facts: &Facts, member: &str) -> String {
+    let mut what = Vec::new();
+    if facts.template_rollout.is_some() {
+        what.push("the spec (version, resources, options, affinity or metadata)");
+    }
+    if facts.trust_rollout.is_some() {
+        what.push("the CA bundle of the TLS Secrets");
+    }
+    if facts.image_rollout.is_some() {
+        what.push("the operator's --etcd-image-repository");
+    }
+    if what.is_empty() {
+        what.push("what the member runs");
+    }
+    format!(
+        "the rollout is refused: {} changed, and a Memory member (storage.medium: Memory) can \
+         take it only by being replaced with a new, empty member that copies the data from the \
+         other voters; member {member} is the only voter and holds the only copy of the data, so \
+         replacing it would lose every key. Scale to 3 replicas first (kubectl scale \
+         etcdcluster/{} --replicas=3): the new members join with the new spec and copy the data, \
+         then {member} is replaced; or revert the change. Nothing is restarted meanwhile",
+        what.join(" and "),
+        cluster.name_any()
+    )
+}
+
 pub fn render(
     cluster: &EtcdCluster,
     plan: &Plan,
@@ -184,6 +220,12 @@ pub fn render(
             reason::RESTORE_FAILED,
             restore_failed(facts),
         ),
+        _ if !formed && facts.restoring.is_some() => set(
+            ctype::AVAILABLE,
+            false,
+            reason::RESTORING,
+            restoring(facts),
+        ),
         _ if !formed => set(
             ctype::AVAILABLE,
             false,
@@ -247,6 +289,16 @@ pub fn render(
             true,
             tls_reason,
             facts.tls_secret_problem.clone().unwrap_or_default(),
+        ),
+        _ if facts.memory_rollout_unsafe.is_some() => set(
+            ctype::PROGRESSING,
+            false,
+            reason::MEMORY_ROLLOUT_UNSAFE,
+            memory_rollout_unsafe(
+                cluster,
+                facts,
+                facts.memory_rollout_unsafe.as_deref().unwrap_or_default(),
+            ),
         ),
         Phase::Reconciled | Phase::Progressing
             if target > 0 && plan.progress_deadline.is_none() && facts.trust_rollout.is_some() =>
@@ -315,6 +367,12 @@ pub fn render(
             true,
             reason::RESTORE_FAILED,
             restore_failed(facts),
+        ),
+        Phase::Progressing if !formed && facts.restoring.is_some() => set(
+            ctype::PROGRESSING,
+            true,
+            reason::RESTORING,
+            restoring(facts),
         ),
         Phase::Progressing if facts.seed_without_pod => set(
             ctype::PROGRESSING,
@@ -763,6 +821,87 @@ mod tests {
             cond(&s, ctype::PROGRESSING).reason,
             reason::WAITING_FOR_SEED
         );
+    }
+
+    #[test]
+    fn a_refused_memory_rollout_names_the_member_why_and_the_ways_out() {
+        let mut c = cluster();
+        c.status = Some(EtcdClusterStatus {
+            cluster_id: Some("ab".into()),
+            ..Default::default()
+        });
+        let facts = Facts {
+            formed: true,
+            ready_members: 1,
+            voters: 1,
+            ready_voters: 1,
+            live_members: 1,
+            template_rollout: Some((0, 1)),
+            memory_rollout_unsafe: Some("c-x7k2p".into()),
+            ..Default::default()
+        };
+        let s = render(
+            &c,
+            &plan(1, Phase::Progressing, facts, Action::Wait("refused".into())),
+            None,
+            now(),
+        );
+        let p = cond(&s, ctype::PROGRESSING);
+        assert_eq!(
+            (p.status.as_str(), p.reason.as_str()),
+            ("False", reason::MEMORY_ROLLOUT_UNSAFE)
+        );
+        for part in [
+            "c-x7k2p",
+            "only copy",
+            "the spec",
+            "--replicas=3",
+            "revert the change",
+        ] {
+            assert!(p.message.contains(part), "{part}: {}", p.message);
+        }
+        // The cluster itself serves: only the rollout is refused.
+        assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_HEALTHY);
+    }
+
+    #[test]
+    fn a_running_restore_is_reported_with_its_source_unless_an_attempt_failed() {
+        let facts = Facts {
+            restoring: Some("pvc://backups/etcd/rc.db".into()),
+            live_members: 1,
+            ..Default::default()
+        };
+        let s = render(
+            &cluster(),
+            &plan(3, Phase::Progressing, facts.clone(), Action::None),
+            None,
+            now(),
+        );
+        for (t, status) in [(ctype::AVAILABLE, "False"), (ctype::PROGRESSING, "True")] {
+            let c = cond(&s, t);
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str()),
+                (status, reason::RESTORING),
+                "{t}"
+            );
+            assert!(
+                c.message.contains("pvc://backups/etcd/rc.db"),
+                "{t}: {}",
+                c.message
+            );
+        }
+        // A retry after a failed attempt keeps the failure's message.
+        let facts = Facts {
+            restore_failure: Some("checksum mismatch".into()),
+            ..facts
+        };
+        let s = render(
+            &cluster(),
+            &plan(3, Phase::Progressing, facts, Action::None),
+            None,
+            now(),
+        );
+        assert_eq!(cond(&s, ctype::PROGRESSING).reason, reason::RESTORE_FAILED);
     }
 
     #[test]

@@ -230,6 +230,30 @@ impl Minio {
         }
     }
 
+    /// SIGSTOP the server (its process group): connections are still accepted by the kernel,
+    /// but nothing is answered until [`Minio::resume`], like an S3 endpoint that hangs.
+    pub fn stop(&self) -> Result<(), Error> {
+        self.signal(nix::sys::signal::Signal::SIGSTOP)
+    }
+
+    /// SIGCONT after [`Minio::stop`].
+    pub fn resume(&self) -> Result<(), Error> {
+        self.signal(nix::sys::signal::Signal::SIGCONT)
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) -> Result<(), Error> {
+        let process = self
+            .process
+            .as_ref()
+            .ok_or_else(|| Error::Unsupported("MinIO is not running".into()))?;
+        let pid = i32::try_from(process.pid())
+            .map_err(|_| Error::Unsupported(format!("pid {} out of range", process.pid())))?;
+        nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), signal).map_err(|e| Error::Io {
+            what: format!("sending {signal} to MinIO"),
+            source: e.into(),
+        })
+    }
+
     /// Start it again on the same port and data.
     pub async fn restart(&mut self) -> Result<(), Error> {
         self.kill();

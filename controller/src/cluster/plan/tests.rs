@@ -126,6 +126,7 @@ fn run_with(c: &EtcdCluster, members: Vec<MemberView>, etcd: EtcdView, after: Op
         trust_bundle: None,
         leader: None,
         image_repository: None,
+        restoring: None,
     })
 }
 
@@ -614,6 +615,7 @@ fn cert_manager_tls_waits_for_cert_manager_and_for_its_secrets_before_the_seed()
         trust_bundle: None,
         leader: None,
         image_repository: None,
+        restoring: None,
     };
     let p = plan(&observed(false, None));
     assert!(p.facts.unsupported.is_empty(), "{:?}", p.facts.unsupported);
@@ -670,6 +672,7 @@ fn byo_secret_tls_bootstraps_and_a_missing_secret_holds_the_seed_with_its_name()
         trust_bundle: None,
         leader: None,
         image_repository: None,
+        restoring: None,
     });
     assert!(
         matches!(&p.action, Action::Wait(w) if w.contains("c-peer-tls")),
@@ -700,6 +703,7 @@ fn an_auth_problem_holds_every_membership_change_and_names_its_reason() {
         trust_bundle: None,
         leader: None,
         image_repository: None,
+        restoring: None,
     };
     let p = plan(&observed(Some(problem.clone())));
     assert!(
@@ -1020,6 +1024,7 @@ fn version_edit_rolls_the_members_one_at_a_time_the_leader_last() {
         trust_bundle: None,
         leader: Some(leader),
         image_repository: None,
+        restoring: None,
     };
     let p = plan(&observed(members.clone(), 1));
     assert_eq!(p.observed.version, "3.6.12");
@@ -1295,6 +1300,7 @@ fn the_progress_deadline_does_not_run_out_while_cert_manager_holds_the_seed() {
             trust_bundle: None,
             leader: None,
             image_repository: None,
+            restoring: None,
         })
     };
     for (missing, waiting) in [(true, false), (false, true)] {
@@ -1478,6 +1484,7 @@ fn plan_trust(
         trust_bundle: Some(want.into()),
         leader: Some(leader),
         image_repository: None,
+        restoring: None,
     })
 }
 
@@ -1741,6 +1748,7 @@ fn a_paused_rollout_restarts_no_further_member_until_resumed() {
             trust_bundle: None,
             leader: Some(1),
             image_repository: None,
+            restoring: None,
         })
     };
     let p = run_with(&c);
@@ -1804,6 +1812,7 @@ fn repository_run(
         trust_bundle: None,
         leader: Some(leader),
         image_repository: Some(want.into()),
+        restoring: None,
     })
 }
 
@@ -1901,6 +1910,7 @@ fn a_new_image_repository_rolls_followers_one_at_a_time_and_the_leader_last() {
         trust_bundle: None,
         leader: Some(1),
         image_repository: Some("new".into()),
+        restoring: None,
     });
     assert!(
         matches!(&p.action, Action::Wait(w) if w.contains("paused")),
@@ -2136,4 +2146,234 @@ fn a_memory_member_whose_pod_is_unschedulable_is_not_replaced_by_this_path() {
     b.recorded_pod_uid = b.pod.as_ref().map(|p| p.uid.clone());
     let p = run_replacing(&c, vec![m("c-a", 1), b, m("c-c", 3)], Some(60));
     assert!(!replaces(&p), "{:?}", p.action);
+}
+
+/// What a rollout is for: a spec edit (new template), a new CA bundle, a new image repository.
+#[derive(Clone, Copy, Debug)]
+enum RolloutCause {
+    Template,
+    TrustBundle,
+    ImageRepository,
+}
+
+/// A whole Memory cluster of `names` (ids 1.. in order, the first leading) whose members run
+/// the old CA bundle, image repository and template, planned with `cause` changed.
+fn memory_rollout_run(names: &[&str], cause: RolloutCause) -> (EtcdCluster, Plan) {
+    let replicas = names.len() as i32;
+    let mut c = cluster(replicas, locked(replicas, Some(0xabc), None));
+    if let RolloutCause::Template = cause {
+        c.spec.version = "3.6.12".into();
+    }
+    let members = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut v = m(name, i as i64);
+            v.memory = true;
+            v.trust_bundle = Some("old".into());
+            v.image_repository = Some("old".into());
+            if let Some(p) = v.pod.as_mut() {
+                p.trust_bundle = Some("old".into());
+                p.image_repository = Some("old".into());
+            }
+            v
+        })
+        .collect();
+    let view = etcd(
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| e(i as u64 + 1, name, false))
+            .collect(),
+    );
+    let p = plan(&Observed {
+        cluster: &c,
+        replace_broken_after: None,
+        members,
+        etcd: view,
+        now: ts(100),
+        cert_manager_missing: false,
+        tls_secret_problem: None,
+        waiting_for_certificate: false,
+        auth_problem: None,
+        trust_bundle: Some(match cause {
+            RolloutCause::TrustBundle => "new".into(),
+            _ => "old".into(),
+        }),
+        leader: Some(1),
+        image_repository: Some(match cause {
+            RolloutCause::ImageRepository => "new".into(),
+            _ => "old".into(),
+        }),
+        restoring: None,
+    });
+    (c, p)
+}
+
+/// Deleting the only member of a Memory cluster deletes the only copy of its data: no rollout
+/// (spec edit, CA bundle, image repository) ever does it; the cluster says why and what to do.
+#[test]
+fn a_rollout_never_deletes_the_only_member_of_a_memory_cluster() {
+    for cause in [
+        RolloutCause::Template,
+        RolloutCause::TrustBundle,
+        RolloutCause::ImageRepository,
+    ] {
+        let (_, p) = memory_rollout_run(&["c-a"], cause);
+        assert!(
+            !matches!(p.action, Action::DeleteMember { .. }),
+            "{cause:?}: {:?}",
+            p.action
+        );
+        assert!(
+            matches!(&p.action, Action::Wait(w) if w.contains("c-a") && w.contains("only copy")),
+            "{cause:?}: {:?}",
+            p.action
+        );
+    }
+}
+
+/// With other voters holding the data, Memory members are still replaced one at a time.
+#[test]
+fn a_memory_rollout_with_three_members_replaces_one_at_a_time() {
+    for cause in [
+        RolloutCause::Template,
+        RolloutCause::TrustBundle,
+        RolloutCause::ImageRepository,
+    ] {
+        let (_, p) = memory_rollout_run(&["c-a", "c-b", "c-c"], cause);
+        // c-a leads: a follower goes first.
+        assert_eq!(
+            p.action,
+            Action::DeleteMember {
+                member: "c-b".into(),
+                why: DeleteReason::Rollout
+            },
+            "{cause:?}"
+        );
+    }
+}
+
+/// A seed restoring a snapshot slower than the progress deadline: the bootstrap is not given
+/// up while the restore init container runs; the deadline is kept ahead and the restore shown.
+#[test]
+fn a_restore_running_past_the_deadline_is_not_a_failed_bootstrap() {
+    let c = cluster(3, locked(3, None, Some(50)));
+    let mut seed = m("c-seed", 1);
+    seed.bootstrap = true;
+    seed.pod.as_mut().unwrap().ready = false;
+    let at = |restoring: Option<&str>| {
+        plan(&Observed {
+            cluster: &c,
+            replace_broken_after: None,
+            members: vec![seed.clone()],
+            etcd: EtcdView::NotAsked,
+            now: ts(100),
+            cert_manager_missing: false,
+            tls_secret_problem: None,
+            waiting_for_certificate: false,
+            auth_problem: None,
+            trust_bundle: None,
+            leader: None,
+            image_repository: None,
+            restoring: restoring.map(str::to_string),
+        })
+    };
+    let p = at(Some("s3://snapshots/rc/rc-s3.db"));
+    assert_eq!(p.phase, Phase::Progressing);
+    assert!(
+        p.progress_deadline.is_some_and(|d| d > ts(100)),
+        "{:?}",
+        p.progress_deadline
+    );
+    assert_eq!(
+        p.facts.restoring.as_deref(),
+        Some("s3://snapshots/rc/rc-s3.db")
+    );
+    let s = crate::cluster::status::render(&c, &p, None, ts(100));
+    let progressing = s
+        .conditions
+        .iter()
+        .find(|x| x.type_ == api::conditions::cluster::PROGRESSING)
+        .unwrap();
+    assert_eq!(
+        (progressing.status.as_str(), progressing.reason.as_str()),
+        ("True", reason::RESTORING)
+    );
+    assert!(
+        progressing.message.contains("s3://snapshots/rc/rc-s3.db"),
+        "{}",
+        progressing.message
+    );
+    // Not restoring (not started, or failed and waiting to be retried): the deadline holds.
+    assert_eq!(at(None).phase, Phase::BootstrapFailed);
+}
+
+/// The refusal runs no deadline (it cannot run out into DeadlineExceeded while the user
+/// decides), and the way out it names, a scale to 3, is locked at once: the new members join
+/// first, then the old member is replaced with the data on two others.
+#[test]
+fn a_refused_memory_rollout_runs_no_deadline_and_a_scale_to_three_is_taken_at_once() {
+    let (c, p) = memory_rollout_run(&["c-a"], RolloutCause::Template);
+    assert_eq!(p.facts.memory_rollout_unsafe.as_deref(), Some("c-a"));
+    assert_eq!(p.progress_deadline, None);
+    assert_eq!(p.observed.version, "3.6.12");
+    let mut scaled = c.clone();
+    scaled.status = Some(crate::cluster::status::render(&c, &p, None, ts(100)));
+    scaled.spec.replicas = 3;
+    let mut a = m("c-a", 0);
+    a.memory = true;
+    let observed = |members: Vec<MemberView>, view: EtcdView| Observed {
+        cluster: &scaled,
+        replace_broken_after: None,
+        members,
+        etcd: view,
+        now: ts(200),
+        cert_manager_missing: false,
+        tls_secret_problem: None,
+        waiting_for_certificate: false,
+        auth_problem: None,
+        trust_bundle: None,
+        leader: Some(1),
+        image_repository: None,
+        restoring: None,
+    };
+    let p = plan(&observed(vec![a.clone()], etcd(vec![e(1, "c-a", false)])));
+    assert_eq!(p.locked_because, Some(reason::SPEC_CHANGED));
+    assert_eq!(p.observed.replicas, 3);
+    assert_eq!(p.facts.memory_rollout_unsafe, None);
+    assert!(p.progress_deadline.is_some());
+    assert_eq!(p.action, Action::CreateMember);
+    // Three members, two on the new spec: the old one is now replaced.
+    let new_template = crate::template::target_hash(&p.observed);
+    let mut members = vec![a];
+    for (name, created) in [("c-b", 1), ("c-c", 2)] {
+        let mut v = m(name, created);
+        v.memory = true;
+        v.template_hash = new_template.clone();
+        v.pod.as_mut().unwrap().template_hash = Some(new_template.clone());
+        members.push(v);
+    }
+    let mut grown = scaled.clone();
+    grown.status = Some(crate::cluster::status::render(&scaled, &p, None, ts(200)));
+    let p = plan(&Observed {
+        cluster: &grown,
+        ..observed(
+            members,
+            etcd(vec![
+                e(1, "c-a", false),
+                e(2, "c-b", false),
+                e(3, "c-c", false),
+            ]),
+        )
+    });
+    assert_eq!(p.facts.memory_rollout_unsafe, None);
+    assert_eq!(
+        p.action,
+        Action::MoveLeader {
+            from: "c-a".into(),
+            to: "c-b".into(),
+            to_id: 2
+        }
+    );
 }
