@@ -460,3 +460,129 @@ pub async fn free(etcd: &mut etcd_client::Client, prefix: &str) {
     .await
     .or_panic();
 }
+
+/// A client on one member Pod alone: its own IP, so every request is answered by that member
+/// (no failover to the others).
+pub async fn member_client(pod: &Pod) -> Result<etcd_client::Client, String> {
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .ok_or_else(|| format!("Pod {} has no IP", pod.name_any()))?;
+    let options = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_timeout(Duration::from_secs(10));
+    etcd_client::Client::connect([format!("http://{ip}:2379")], Some(options))
+        .await
+        .map_err(|e| format!("{}: connect to {ip}:2379: {e}", pod.name_any()))
+}
+
+/// What one member says of itself in its Status response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemberView {
+    /// etcd's cluster ID, from the response header.
+    pub cluster_id: u64,
+    /// The member's own ID.
+    pub member_id: u64,
+    /// The ID of the member it takes for the leader (0: none).
+    pub leader: u64,
+}
+
+/// Ask one member Pod's etcd (on its own endpoint) for its Status.
+pub async fn member_view(pod: &Pod) -> Result<MemberView, String> {
+    let mut etcd = member_client(pod).await?;
+    let status = etcd
+        .status()
+        .await
+        .map_err(|e| format!("{}: Status: {e}", pod.name_any()))?;
+    let header = status
+        .header()
+        .ok_or_else(|| format!("{}: Status without a header", pod.name_any()))?;
+    Ok(MemberView {
+        cluster_id: header.cluster_id(),
+        member_id: header.member_id(),
+        leader: status.leader(),
+    })
+}
+
+impl Env {
+    /// Every current member's Pod (not being deleted) asked on its own endpoint: Pod name →
+    /// its Status, or the error that kept it from answering three tries in a row.
+    pub async fn member_views(
+        &self,
+        ns: &str,
+        cluster: &str,
+    ) -> BTreeMap<String, Result<MemberView, String>> {
+        let members: Vec<String> = self.member_names(ns, cluster).await;
+        let mut out = BTreeMap::new();
+        for pod in self.pods(ns, cluster).await {
+            // Only the Pods of current members: a removed member's Pod may linger until the
+            // garbage collector takes it.
+            if pod.metadata.deletion_timestamp.is_some() || !members.contains(&pod.name_any()) {
+                continue;
+            }
+            let mut view = member_view(&pod).await;
+            for _ in 0..2 {
+                if view.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                view = member_view(&pod).await;
+            }
+            out.insert(pod.name_any(), view);
+        }
+        out
+    }
+
+    /// etcd's cluster ID as every one of `replicas` member Pods reports it on its own endpoint;
+    /// panics unless each of them answers and all name the same cluster.
+    pub async fn etcd_cluster_id(&self, ns: &str, cluster: &str, replicas: usize) -> u64 {
+        let views = self.member_views(ns, cluster).await;
+        let ids: BTreeMap<&String, u64> = views
+            .iter()
+            .map(|(pod, v)| match v {
+                Ok(v) => (pod, v.cluster_id),
+                Err(e) => panic!("{ns}/{cluster}: member {pod} did not answer: {e}"),
+            })
+            .collect();
+        assert_eq!(
+            ids.len(),
+            replicas,
+            "{ns}/{cluster}: {} member Pods answered, want {replicas}: {ids:?}",
+            ids.len()
+        );
+        let mut distinct: Vec<u64> = ids.values().copied().collect();
+        distinct.dedup();
+        assert_eq!(
+            distinct.len(),
+            1,
+            "{ns}/{cluster}: the members name different etcd clusters: {ids:x?}"
+        );
+        distinct[0]
+    }
+}
+
+/// Every key under `prefix` as `pod`'s member alone holds it: a serializable read on its own
+/// endpoint, answered from its local data without asking the leader.
+pub async fn read_member_keys(pod: &Pod, prefix: &str) -> BTreeMap<String, String> {
+    let mut etcd = member_client(pod).await.or_panic();
+    etcd.get(
+        prefix,
+        Some(
+            etcd_client::GetOptions::new()
+                .with_prefix()
+                .with_serializable(),
+        ),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{}: serializable read of {prefix}: {e}", pod.name_any()))
+    .kvs()
+    .iter()
+    .map(|kv| {
+        (
+            kv.key_str().unwrap_or_default().to_string(),
+            kv.value_str().unwrap_or_default().to_string(),
+        )
+    })
+    .collect()
+}

@@ -2,11 +2,13 @@
 //! processes by the pod runner. Every scenario that promises to keep data writes keys first and
 //! checks every key after.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use api::labels;
-use kube::ResourceExt;
-use tests::e2e::{condition, env, pod_ready, spec};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::{Api, ResourceExt};
+use tests::e2e::{condition, env, pod_ready, read_member_keys, spec};
+use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(180);
 
@@ -79,6 +81,7 @@ async fn three_members_scale_to_five_and_back_keeping_every_key() {
     env.create_cluster(&ns, "kv", spec(3)).await;
     let c = env.wait_healthy(&ns, "kv", 3, BOOT).await;
     let cluster_id = c.status.unwrap().cluster_id;
+    let etcd_id = env.etcd_cluster_id(&ns, "kv", 3).await;
     let etcd = env.etcd_members(&ns, "kv").await;
     assert_eq!(etcd.len(), 3);
     assert!(
@@ -105,6 +108,11 @@ async fn three_members_scale_to_five_and_back_keeping_every_key() {
 
     env.scale(&ns, "kv", 5).await;
     env.wait_healthy(&ns, "kv", 5, BOOT).await;
+    assert_eq!(
+        env.etcd_cluster_id(&ns, "kv", 5).await,
+        etcd_id,
+        "the new members joined another etcd cluster"
+    );
     let etcd = env.etcd_members(&ns, "kv").await;
     assert_eq!(etcd.len(), 5, "{etcd:?}");
     assert!(etcd.iter().all(|(_, learner)| !learner), "{etcd:?}");
@@ -130,6 +138,11 @@ async fn three_members_scale_to_five_and_back_keeping_every_key() {
         c.status.unwrap().cluster_id,
         cluster_id,
         "same cluster throughout"
+    );
+    assert_eq!(
+        env.etcd_cluster_id(&ns, "kv", 3).await,
+        etcd_id,
+        "etcd's cluster ID changed"
     );
     let after: Vec<String> = env.member_names(&ns, "kv").await;
     let mut kept = after.clone();
@@ -238,6 +251,7 @@ async fn pause_keeps_one_dormant_pvc_and_resume_keeps_cluster_id_and_keys() {
     env.create_cluster(&ns, "pz", spec(3)).await;
     let c = env.wait_healthy(&ns, "pz", 3, BOOT).await;
     let cluster_id = c.status.unwrap().cluster_id;
+    let etcd_id = env.etcd_cluster_id(&ns, "pz", 3).await;
     let keys = env.write_keys(&ns, "pz", 50).await;
 
     env.scale(&ns, "pz", 0).await;
@@ -269,6 +283,11 @@ async fn pause_keeps_one_dormant_pvc_and_resume_keeps_cluster_id_and_keys() {
         cluster_id,
         "resume keeps the cluster ID"
     );
+    assert_eq!(
+        env.etcd_cluster_id(&ns, "pz", 3).await,
+        etcd_id,
+        "resume formed another etcd cluster"
+    );
     env.check_keys(&ns, "pz", &keys).await;
 }
 
@@ -280,27 +299,79 @@ async fn killed_member_pod_is_recreated_on_its_pvc_and_data_survives() {
     env.wait_healthy(&ns, "pl", 3, BOOT).await;
     let keys = env.write_keys(&ns, "pl", 30).await;
     let members_before: Vec<String> = env.member_names(&ns, "pl").await;
-    let victim = env
+    let etcd_ids_before = env.member_ids(&ns, "pl").await;
+    let victim_pod = env
         .pods(&ns, "pl")
         .await
         .into_iter()
         .find(pod_ready)
-        .unwrap()
-        .name_any();
+        .unwrap();
+    let victim = victim_pod.name_any();
+    let pod_uid = victim_pod.uid().unwrap_or_default();
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.client(), &ns);
+    let claim = labels::pvc_name(&victim);
+    let pvc_uid = pvcs.get(&claim).await.or_panic().uid();
+    assert!(pvc_uid.is_some(), "{claim} has no UID");
     env.cp
         .kubectl_ok(&["delete", "pod", &victim, "-n", &ns, "--wait=false"])
         .await
         .unwrap();
-    env.wait_for(&ns, "pl", "the victim to be gone and back", BOOT, |c| {
-        c.status.as_ref().is_some_and(|s| s.ready_members < 3)
-    })
-    .await;
+    // The victim's Pod comes back: a new Pod (new UID) of the same name, Ready.
+    let pods: Api<Pod> = Api::namespaced(env.client(), &ns);
+    let deadline = Instant::now() + BOOT;
+    let recreated = loop {
+        if let Some(p) = pods.get_opt(&victim).await.or_panic() {
+            if p.uid().unwrap_or_default() != pod_uid
+                && p.metadata.deletion_timestamp.is_none()
+                && pod_ready(&p)
+            {
+                break p;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{victim} was not recreated and Ready in {BOOT:?}; operator log: {}",
+            env.operator.log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
     env.wait_healthy(&ns, "pl", 3, BOOT).await;
     let members_after: Vec<String> = env.member_names(&ns, "pl").await;
     assert_eq!(
         members_before, members_after,
         "a PVC-backed member keeps its identity"
     );
+    assert_eq!(
+        env.member_ids(&ns, "pl").await,
+        etcd_ids_before,
+        "a member changed its etcd ID"
+    );
+    assert_eq!(
+        pvcs.get(&claim).await.or_panic().uid(),
+        pvc_uid,
+        "{claim} was replaced: the member did not come back on its own claim"
+    );
+    // The member's own data survived: it alone (its own endpoint, serializable reads answered
+    // from its local store) holds every key.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let own = read_member_keys(&recreated, "e2e/").await;
+        let missing: Vec<&String> = keys
+            .keys()
+            .filter(|k| own.get(*k) != keys.get(*k))
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{victim} alone lacks {} of {} keys: {:?}",
+            missing.len(),
+            keys.len(),
+            &missing[..missing.len().min(10)]
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     env.check_keys(&ns, "pl", &keys).await;
 }
 
@@ -324,8 +395,7 @@ async fn memory_member_whose_pod_is_deleted_is_replaced_by_a_new_member() {
         .kubectl_ok(&["delete", "pod", &victim, "-n", &ns])
         .await
         .unwrap();
-    env.wait_for(&ns, "mem", "the lost member to be replaced", BOOT, |_| true)
-        .await;
+    // The lost member is replaced by a new one (a new name), and the victim leaves.
     let deadline = std::time::Instant::now() + BOOT;
     loop {
         let names: Vec<String> = env.member_names(&ns, "mem").await;

@@ -123,6 +123,29 @@ async fn events(env: &Env, ns: &str, object: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The member Pod etcd's members agree is the leader (each asked on its own endpoint).
+async fn etcd_leader(env: &Env, ns: &str, cluster: &str) -> String {
+    let views = env.member_views(ns, cluster).await;
+    let mut leaders = std::collections::BTreeSet::new();
+    let mut ids = std::collections::BTreeMap::new();
+    for (pod, view) in &views {
+        let v = view
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{ns}/{cluster}: member {pod} did not answer: {e}"));
+        leaders.insert(v.leader);
+        ids.insert(v.member_id, pod.clone());
+    }
+    assert_eq!(
+        leaders.len(),
+        1,
+        "{ns}/{cluster}: the members disagree on the leader: {views:?}"
+    );
+    let leader = leaders.into_iter().next().unwrap_or_default();
+    ids.get(&leader).cloned().unwrap_or_else(|| {
+        panic!("{ns}/{cluster}: the leader {leader:x} is none of the member Pods: {views:?}")
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn defrag_waits_for_health_and_its_turn_then_reclaims_space_followers_first() {
     let env = env().await;
@@ -134,14 +157,17 @@ async fn defrag_waits_for_health_and_its_turn_then_reclaims_space_followers_firs
     // ~12MiB written, deleted and compacted away.
     churn(&mut etcd, "churn/", 192, 64 * KIB).await;
 
-    // A stopped member (sockets open, nothing answers) holds the run Pending.
-    let stopped = format!("{name}-1");
+    // Who leads, as etcd itself says (every member asked on its own endpoint), not as the
+    // operator reports it.
+    let leader = etcd_leader(env, &ns, name).await;
+    // A stopped member (sockets open, nothing answers) holds the run Pending: a follower, so
+    // that the leadership stays where it is.
     let pods = env.pods(&ns, name).await;
     let stopped = pods
         .iter()
         .map(|p| p.name_any())
-        .find(|p| *p == stopped)
-        .unwrap_or_else(|| pods[1].name_any());
+        .find(|p| *p != leader)
+        .expect("a follower");
     env.runner.stop_container(&ns, &stopped, "etcd").or_panic();
     // `all`: right after a compaction, etcd's leader can still report most freed pages as in
     // use (dbSizeInUse), so a size gate may skip it; a defrag shrinks it all the same.
@@ -207,6 +233,11 @@ async fn defrag_waits_for_health_and_its_turn_then_reclaims_space_followers_firs
         .map(|m| m.role.as_deref().unwrap_or(""))
         .collect();
     assert_eq!(roles, ["follower", "follower", "leader"], "{order:?}");
+    assert_eq!(
+        order.last().map(|m| m.name.as_str()),
+        Some(leader.as_str()),
+        "the member etcd named leader before the run was not defragmented last: {order:?}"
+    );
     let defragmented: Vec<(String, String)> = events(env, &ns, "first")
         .await
         .into_iter()

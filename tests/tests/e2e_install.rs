@@ -527,7 +527,6 @@ async fn cert_manager_install_serves_renews_upgrades_and_uninstalls() {
         operator_image, container.image,
         "OPERATOR_IMAGE and the manager's image differ"
     );
-    // The new controller took over: a scale reaches it.
     env.wait_healthy(&ns, "sample", 3).await;
     reads_stop.store(true, Ordering::Relaxed);
     let failures = reader.await.or_panic();
@@ -542,6 +541,92 @@ async fn cert_manager_install_serves_renews_upgrades_and_uninstalls() {
         members_before, members_after,
         "the upgrade replaced member Pods"
     );
+    // The new controller took over: with the old Pods gone, a scale 3 → 4 can only be made by
+    // the upgraded controller, and the new member serves beside the three it kept.
+    let new_controller: Vec<String> = env
+        .deployment_pods(CONTROLLER)
+        .await
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    // No older controller process is left, not even a terminating Pod.
+    let controller_pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
+    eventually(
+        "the old controller Pods to be gone",
+        Duration::from_secs(120),
+        || {
+            let (controller_pods, new_controller) =
+                (controller_pods.clone(), new_controller.clone());
+            async move {
+                let managers: Vec<String> = controller_pods
+                    .list(&Default::default())
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .items
+                    .iter()
+                    .filter(|p| {
+                        p.spec
+                            .as_ref()
+                            .is_some_and(|s| s.containers.iter().any(|c| c.name == "manager"))
+                    })
+                    .map(|p| p.name_any())
+                    .collect();
+                if managers == new_controller {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "controller Pods {managers:?}, want {new_controller:?}"
+                    ))
+                }
+            }
+        },
+    )
+    .await;
+    clusters
+        .patch(
+            "sample",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 4}})),
+        )
+        .await
+        .or_panic();
+    env.wait_healthy(&ns, "sample", 4).await;
+    let members_scaled = pod_uids(&client, &ns).await;
+    let added: Vec<&String> = members_scaled
+        .keys()
+        .filter(|p| !members_after.contains_key(*p))
+        .collect();
+    assert_eq!(
+        added.len(),
+        1,
+        "the scale to 4 added {added:?}: {members_scaled:?}"
+    );
+    for (pod, uid) in &members_after {
+        assert_eq!(
+            members_scaled.get(pod),
+            Some(uid),
+            "the scale replaced member Pod {pod}"
+        );
+    }
+    let added_pod = Api::<Pod>::namespaced(client.clone(), &ns)
+        .get(added[0])
+        .await
+        .or_panic();
+    assert!(
+        tests::e2e::pod_ready(&added_pod),
+        "the new member {} is not Ready",
+        added[0]
+    );
+    assert_eq!(
+        env.deployment_pods(CONTROLLER)
+            .await
+            .iter()
+            .map(|p| p.name_any())
+            .collect::<Vec<_>>(),
+        new_controller,
+        "the controller Pod changed during the scale"
+    );
+    env.check_keys(&ns, "sample", &keys).await;
 
     // 7. The webhook down (validation set to Ignore, scaled to 0): the CRD's CEL rules still
     // reject a bad object, naming the field; a good one is admitted.

@@ -226,9 +226,11 @@ type Seen = (String, String, String, String);
 
 /// Every distinct `(type, status, reason, message)` a cluster's conditions took, in order, from
 /// a watch opened before the cluster exists (the operator writes each change once, so polling
-/// could miss a state that lasts one reconcile).
+/// could miss a state that lasts one reconcile). A watch error (after which the watcher lists
+/// again, and states between are lost) or the watch ending is recorded as a gap: "never seen"
+/// cannot be claimed across a gap.
 #[derive(Clone)]
-struct History(Arc<Mutex<Vec<Seen>>>);
+struct History(Arc<Mutex<Vec<Seen>>>, Arc<Mutex<Vec<String>>>);
 
 impl History {
     async fn record(env: &Env, ns: &str, name: &str) -> Self {
@@ -237,15 +239,28 @@ impl History {
         let mut stream = watcher(api, config).boxed();
         // The initial (empty) list is done: from here on every write is seen.
         wait_init_done(&mut stream).await;
-        let history = History(Arc::default());
+        let history = History(Arc::default(), Arc::default());
         let sink = history.clone();
         tokio::spawn(async move {
+            let gap = |what: String| {
+                if let Ok(mut gaps) = sink.1.lock() {
+                    gaps.push(what);
+                }
+            };
             while let Some(event) = stream.next().await {
-                let Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) = event else {
-                    continue;
+                let c = match event {
+                    Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) => c,
+                    Ok(_) => continue,
+                    Err(e) => {
+                        gap(format!("watch error: {e}"));
+                        continue;
+                    }
                 };
                 let Some(status) = c.status else { continue };
-                let Ok(mut seen) = sink.0.lock() else { return };
+                let Ok(mut seen) = sink.0.lock() else {
+                    gap("the history's lock was poisoned".into());
+                    return;
+                };
                 for x in status.conditions {
                     let entry = (x.type_, x.status, x.reason, x.message);
                     let last = seen.iter().rev().find(|s| s.0 == entry.0);
@@ -254,8 +269,35 @@ impl History {
                     }
                 }
             }
+            gap("the watch ended".into());
         });
         history
+    }
+
+    /// Fails if the watch missed anything (an error or its end): what follows claims that a
+    /// state never happened.
+    #[track_caller]
+    fn assert_complete(&self) {
+        let gaps = self
+            .1
+            .lock()
+            .map(|g| g.clone())
+            .unwrap_or_else(|_| vec!["the gap record's lock was poisoned".to_string()]);
+        assert!(
+            gaps.is_empty(),
+            "the condition history has gaps, so it cannot show a state never happened: {gaps:?}"
+        );
+    }
+
+    /// The state was never set after `mark`, and the watch saw everything.
+    #[track_caller]
+    fn assert_never_after(&self, mark: usize, type_: &str, status: &str, reason: &str, why: &str) {
+        self.assert_complete();
+        assert!(
+            self.seen_after(mark, type_, status, reason).is_none(),
+            "{type_}={status}/{reason} {why}; conditions seen:\n{}",
+            self.dump()
+        );
     }
 
     /// A position in the history, to ask about what came after it.
@@ -305,8 +347,10 @@ impl History {
             })
     }
 
-    /// Every reason a condition type took, in order.
+    /// Every reason a condition type took, in order (from a watch that saw everything).
+    #[track_caller]
     fn reasons(&self, type_: &str) -> Vec<String> {
+        self.assert_complete();
         self.0
             .lock()
             .map(|seen| {
@@ -436,8 +480,46 @@ async fn force_deadline(s: &Scope, name: &str, want: &str) -> EtcdCluster {
 // ---------------------------------------------------------------------------------------------
 // 1. Crash windows of a scale-up step.
 
-/// What a crash left behind, for the test's log.
-async fn crash_state(s: &Scope, cluster: &str, joiner: &str) -> String {
+/// What a crash left behind: the joiner's CR, its etcd entry, its Pod.
+struct CrashState {
+    /// The joiner's EtcdMember exists.
+    cr: bool,
+    /// etcd's entry for the joiner's peer URL; `None` when no voter answered.
+    in_etcd: Option<Option<Peer>>,
+    /// The joiner's Pod is Ready.
+    pod_ready: bool,
+    /// All of it, for the messages.
+    text: String,
+}
+
+impl CrashState {
+    /// A step the kill interrupted before its member could serve: the CR exists, etcd (which
+    /// answers) lists the joiner as a learner at most, and its Pod is not Ready.
+    #[track_caller]
+    fn assert_joining(&self, window: &str) {
+        assert!(
+            self.cr,
+            "{window}: the joiner's EtcdMember is gone: {}",
+            self.text
+        );
+        let entry = self
+            .in_etcd
+            .as_ref()
+            .unwrap_or_else(|| panic!("{window}: no voter answered: {}", self.text));
+        assert!(
+            entry.as_ref().is_none_or(|p| p.learner),
+            "{window}: the joiner is already a voter, the kill did not land in the window: {}",
+            self.text
+        );
+        assert!(
+            !self.pod_ready,
+            "{window}: the joiner's Pod is already Ready: {}",
+            self.text
+        );
+    }
+}
+
+async fn crash_state(s: &Scope, cluster: &str, joiner: &str) -> CrashState {
     let api: Api<EtcdMember> = Api::namespaced(s.env.client(), &s.ns);
     let m = api.get_opt(joiner).await.or_panic();
     let pending = m.as_ref().map(|m| m.spec.initial_cluster.is_empty());
@@ -461,11 +543,17 @@ async fn crash_state(s: &Scope, cluster: &str, joiner: &str) -> String {
         .status
         .and_then(|st| st.observed)
         .map(|o| o.replicas);
-    format!(
-        "member {joiner}: CR pending={pending:?} component-label={labelled:?}, etcd entry={in_etcd:?}, Pod={:?} (ready={}), status.observed.replicas={observed:?}",
+    let pod_ready = pod.as_ref().is_some_and(pod_ready);
+    let text = format!(
+        "member {joiner}: CR pending={pending:?} component-label={labelled:?}, etcd entry={in_etcd:?}, Pod={:?} (ready={pod_ready}), status.observed.replicas={observed:?}",
         pod.as_ref().map(|p| p.name_any()),
-        pod.as_ref().is_some_and(pod_ready)
-    )
+    );
+    CrashState {
+        cr: m.is_some(),
+        in_etcd,
+        pod_ready,
+        text,
+    }
 }
 
 /// Consume member events until one not in `known` appears; returns its name.
@@ -534,7 +622,12 @@ async fn scale_up_converges_after_operator_crashes_in_each_window() {
     let fourth = next_new_member(&mut trigger, &original, Duration::from_secs(60)).await;
     s.operator.kill();
     let window1 = crash_state(&s, name, &fourth).await;
-    eprintln!("crash 1 (CR created) at {:?}: {window1}", started.elapsed());
+    eprintln!(
+        "crash 1 (CR created) at {:?}: {}",
+        started.elapsed(),
+        window1.text
+    );
+    window1.assert_joining("crash 1 (CR created)");
     s.restart().await;
 
     // Window 2: etcd lists a learner (added, its CR completed, its Pod not yet promoted).
@@ -562,8 +655,21 @@ async fn scale_up_converges_after_operator_crashes_in_each_window() {
         .to_string();
     let window2 = crash_state(&s, name, &learner_member).await;
     eprintln!(
-        "crash 2 (learner listed) at {:?}: {window2}",
-        started.elapsed()
+        "crash 2 (learner listed) at {:?}: {}",
+        started.elapsed(),
+        window2.text
+    );
+    // The learner was seen a moment before the kill: its CR exists and etcd still lists it (as
+    // a learner, or as a voter if the promotion landed just before the kill).
+    assert!(
+        window2.cr,
+        "crash 2: the learner's EtcdMember is gone: {}",
+        window2.text
+    );
+    assert!(
+        window2.in_etcd.as_ref().is_some_and(|e| e.is_some()),
+        "crash 2: etcd no longer lists the learner {learner_member}: {}",
+        window2.text
     );
     s.restart().await;
 
@@ -573,7 +679,12 @@ async fn scale_up_converges_after_operator_crashes_in_each_window() {
     let fifth = next_new_member(&mut trigger, &known, Duration::from_secs(120)).await;
     s.operator.kill();
     let window3 = crash_state(&s, name, &fifth).await;
-    eprintln!("crash 3 (CR created) at {:?}: {window3}", started.elapsed());
+    eprintln!(
+        "crash 3 (CR created) at {:?}: {}",
+        started.elapsed(),
+        window3.text
+    );
+    window3.assert_joining("crash 3 (CR created)");
     // The add-before-patch window: the member is in etcd but its CR is still pending. A kill
     // rarely lands between the two calls; when it landed before the add, make the add the dead
     // operator was about to make.
@@ -723,11 +834,7 @@ async fn conditions_follow_bootstrap_scale_member_loss_quorum_loss_and_deadline(
         (ctype::DEGRADED, "True", reason::QUORUM_LOST),
         (ctype::DEGRADED, "True", reason::MEMBERS_UNHEALTHY),
     ] {
-        assert!(
-            history.seen_after(mark, t, st, r).is_none(),
-            "{t}={st}/{r} during a scale-up from a healthy voter; conditions seen:\n{}",
-            history.dump()
-        );
+        history.assert_never_after(mark, t, st, r, "during a scale-up from a healthy voter");
     }
     env.check_keys(&ns, name, &keys).await;
 

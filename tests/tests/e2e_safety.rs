@@ -322,9 +322,11 @@ async fn relabelled_memory_member_pod_is_not_mistaken_for_a_lost_one() {
     env.wait_healthy(&ns, "rl", 3, BOOT).await;
     let keys = env.write_keys(&ns, "rl", 20).await;
     let before = env.member_names(&ns, "rl").await;
+    let etcd_before = etcd_ids(env, &ns, "rl").await;
     let target = non_seed(env, &ns, "rl").await;
     let pods: Api<Pod> = Api::namespaced(env.client(), &ns);
-    let pod_uid = pods.get(&target).await.or_panic().uid();
+    let uids_before = member_pod_uids(&pods, &before).await;
+    assert_eq!(uids_before.len(), 3, "{uids_before:?}");
     // Someone strips the cluster label from a member Pod: it is still the member's Pod (same
     // name, owned by the member), with its tmpfs data.
     pods.patch(
@@ -334,7 +336,12 @@ async fn relabelled_memory_member_pod_is_not_mistaken_for_a_lost_one() {
     )
     .await
     .or_panic();
+    // Until the label is back, and for a settle window after it (a replacement could follow the
+    // relabel a moment later), no member and no member Pod is replaced. Every read must succeed:
+    // an error fails the test rather than skipping a sample.
+    const SETTLE: Duration = Duration::from_secs(20);
     let deadline = Instant::now() + Duration::from_secs(30);
+    let mut relabelled: Option<Instant> = None;
     loop {
         assert_eq!(
             env.member_names(&ns, "rl").await,
@@ -342,19 +349,60 @@ async fn relabelled_memory_member_pod_is_not_mistaken_for_a_lost_one() {
             "a member was replaced because its Pod lost a label; operator log: {}",
             env.operator.log().display()
         );
-        let p = pods.get(&target).await.or_panic();
-        assert_eq!(p.uid(), pod_uid, "the member's Pod was replaced");
-        if p.labels().get(labels::CLUSTER).map(String::as_str) == Some("rl") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the operator never put the cluster label back on {target}"
+        assert_eq!(
+            member_pod_uids(&pods, &before).await,
+            uids_before,
+            "a member's Pod was replaced after its label was stripped; operator log: {}",
+            env.operator.log().display()
         );
+        let p = pods.get(&target).await.or_panic();
+        let labelled = p.labels().get(labels::CLUSTER).map(String::as_str) == Some("rl");
+        match relabelled {
+            None if labelled => relabelled = Some(Instant::now()),
+            None => assert!(
+                Instant::now() < deadline,
+                "the operator never put the cluster label back on {target}"
+            ),
+            Some(at) => {
+                assert!(labelled, "the cluster label went again from {target}");
+                if at.elapsed() > SETTLE {
+                    break;
+                }
+            }
+        }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     env.wait_healthy(&ns, "rl", 3, BOOT).await;
+    // At the end: the same members, the same Pods, the same etcd members, every key.
+    assert_eq!(env.member_names(&ns, "rl").await, before);
+    assert_eq!(
+        member_pod_uids(&pods, &before).await,
+        uids_before,
+        "a member's Pod was replaced"
+    );
+    assert_eq!(
+        etcd_ids(env, &ns, "rl").await,
+        etcd_before,
+        "etcd's membership changed"
+    );
     env.check_keys(&ns, "rl", &keys).await;
+}
+
+/// The UID of each named member's Pod (found by name: a relabelled Pod is still the member's);
+/// a member without a Pod is absent from the map.
+async fn member_pod_uids(
+    pods: &Api<Pod>,
+    members: &[String],
+) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for m in members {
+        if let Some(p) = pods.get_opt(m).await.or_panic() {
+            if p.metadata.deletion_timestamp.is_none() {
+                out.insert(m.clone(), p.uid().unwrap_or_default());
+            }
+        }
+    }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,6 +17,8 @@ async fn seed_with_wiped_data_never_forms_a_new_cluster_and_is_replaced_while_qu
     env.create_cluster(&ns, "wp", spec(3)).await;
     let c = env.wait_healthy(&ns, "wp", 3, BOOT).await;
     let cluster_id = c.status.unwrap().cluster_id;
+    // etcd's own cluster ID, as every member reports it on its own endpoint.
+    let etcd_id = env.etcd_cluster_id(&ns, "wp", 3).await;
     let keys = env.write_keys(&ns, "wp", 50).await;
 
     let members = env.members(&ns, "wp").await;
@@ -25,25 +27,41 @@ async fn seed_with_wiped_data_never_forms_a_new_cluster_and_is_replaced_while_qu
         .find(|m| m.spec.bootstrap)
         .expect("a seed member")
         .name_any();
+    let survivors: Vec<String> = members
+        .iter()
+        .map(|m| m.name_any())
+        .filter(|m| m != &seed)
+        .collect();
     let pvc = format!("data-{seed}");
     // Lose the seed's data, then make etcd start again on the empty directory.
     env.runner.wipe_claim(&ns, &pvc).await.or_panic();
     env.runner.kill_container(&ns, &seed, "etcd").or_panic();
 
-    // The seed must never come back as a cluster of its own: while it is being replaced, the
-    // cluster keeps its ID and its members never see a second cluster.
+    // The seed must never come back as a cluster of its own: while it is being replaced, every
+    // member Pod that answers on its own endpoint names the original etcd cluster, and the
+    // survivors always answer (the wiped seed and a joining replacement may not).
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let names: Vec<String> = env.member_names(&ns, "wp").await;
         if !names.contains(&seed) && names.len() == 3 {
             break;
         }
-        let c = env.cluster(&ns, "wp").await;
-        assert_eq!(
-            c.status.and_then(|s| s.cluster_id),
-            cluster_id,
-            "the cluster ID changed"
-        );
+        for (pod, view) in env.member_views(&ns, "wp").await {
+            match view {
+                Ok(v) => assert_eq!(
+                    v.cluster_id,
+                    etcd_id,
+                    "member {pod} answers for etcd cluster {:016x}, not {etcd_id:016x}: a new \
+                     cluster was formed; operator log: {}",
+                    v.cluster_id,
+                    env.operator.log().display()
+                ),
+                Err(e) => assert!(
+                    !survivors.contains(&pod),
+                    "the surviving member {pod} did not answer: {e}"
+                ),
+            }
+        }
         assert!(
             Instant::now() < deadline,
             "the wiped seed {seed} was not replaced; members: {names:?}; operator log: {}",
@@ -56,6 +74,11 @@ async fn seed_with_wiped_data_never_forms_a_new_cluster_and_is_replaced_while_qu
         c.status.unwrap().cluster_id,
         cluster_id,
         "same cluster after the replacement"
+    );
+    assert_eq!(
+        env.etcd_cluster_id(&ns, "wp", 3).await,
+        etcd_id,
+        "every member, the replacement too, is in the original etcd cluster"
     );
     let etcd = env.etcd_members(&ns, "wp").await;
     assert_eq!(etcd.len(), 3, "{etcd:?}");

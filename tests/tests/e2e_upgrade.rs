@@ -85,6 +85,7 @@ async fn a_minor_upgrade_and_a_resources_change_roll_one_member_at_a_time_keepin
     .await;
     let c = env.wait_healthy(&ns, name, 3, BOOT).await;
     let cluster_id = c.status.as_ref().and_then(|s| s.cluster_id.clone());
+    let etcd_id = env.etcd_cluster_id(&ns, name, 3).await;
     let keys = env.write_keys(&ns, name, 100).await;
     let pods = env.ready_pods(&ns, name).await;
     let hosts: Vec<String> = pods
@@ -146,6 +147,11 @@ async fn a_minor_upgrade_and_a_resources_change_roll_one_member_at_a_time_keepin
         c.status.as_ref().and_then(|s| s.cluster_id.clone()),
         cluster_id,
         "a new cluster ID"
+    );
+    assert_eq!(
+        env.etcd_cluster_id(&ns, name, 3).await,
+        etcd_id,
+        "the upgraded members answer for another etcd cluster"
     );
     assert_eq!(
         env.member_ids(&ns, name).await,
