@@ -124,7 +124,7 @@ async fn events(env: &Env, ns: &str, object: &str) -> Vec<(String, String)> {
 }
 
 /// The member Pod etcd's members agree is the leader (each asked on its own endpoint).
-async fn etcd_leader(env: &Env, ns: &str, cluster: &str) -> String {
+async fn agreed_leader(env: &Env, ns: &str, cluster: &str) -> String {
     let views = env.member_views(ns, cluster).await;
     let mut leaders = std::collections::BTreeSet::new();
     let mut ids = std::collections::BTreeMap::new();
@@ -159,7 +159,7 @@ async fn defrag_waits_for_health_and_its_turn_then_reclaims_space_followers_firs
 
     // Who leads, as etcd itself says (every member asked on its own endpoint), not as the
     // operator reports it.
-    let leader = etcd_leader(env, &ns, name).await;
+    let leader = agreed_leader(env, &ns, name).await;
     // A stopped member (sockets open, nothing answers) holds the run Pending: a follower, so
     // that the leadership stays where it is.
     let pods = env.pods(&ns, name).await;
