@@ -21,7 +21,7 @@ use k8s_openapi::ByteString;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 
-use crate::context::FIELD_MANAGER;
+use crate::naming::FIELD_MANAGER;
 
 /// The only etcd user the operator manages: etcd enables auth only when a `root` user with the
 /// `root` role exists.

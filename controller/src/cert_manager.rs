@@ -17,7 +17,7 @@ use kube::core::GroupVersionKind;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{json, Value};
 
-use crate::context::FIELD_MANAGER;
+use crate::naming::FIELD_MANAGER;
 use crate::Error;
 
 pub const VERSION: &str = "v1";

@@ -12,7 +12,7 @@ use crate::etcd::{Etcd, EtcdError};
 use crate::metrics::Metrics;
 use crate::tls::ClientTls;
 
-pub const FIELD_MANAGER: &str = "etcd-operator";
+pub use crate::naming::FIELD_MANAGER;
 
 #[derive(Clone, Debug)]
 pub struct Config {

@@ -48,6 +48,9 @@ pub fn initial_cluster_entry(member: &str, cluster: &str, namespace: &str, tls: 
     format!("{member}={}", peer_url(member, cluster, namespace, tls))
 }
 
+/// The field manager of every server-side apply and status write the controller makes.
+pub const FIELD_MANAGER: &str = "etcd-operator";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,24 @@ use api::v1alpha2::{EtcdCluster, EtcdMember};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 
+/// The member's data volume and where etcd's data dir is mounted: shared by the etcd container
+/// and the restore init container, which fills it before etcd starts.
+pub const DATA_VOLUME: &str = "data";
+pub const DATA_DIR: &str = "/var/lib/etcd";
+
+pub(crate) fn mount(
+    name: &str,
+    path: &str,
+    read_only: bool,
+) -> k8s_openapi::api::core::v1::VolumeMount {
+    k8s_openapi::api::core::v1::VolumeMount {
+        name: name.to_string(),
+        mount_path: path.to_string(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BuildError {
     #[error("object has no namespace")]

@@ -8,19 +8,18 @@ use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
     ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
     Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext,
-    TCPSocketAction, Volume, VolumeMount,
+    TCPSocketAction, Volume,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
-use super::{member_metadata, restore, BuildError};
+use super::{member_metadata, mount, restore, BuildError};
 use crate::naming::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
 
 pub const ETCD_CONTAINER: &str = "etcd";
-pub const DATA_VOLUME: &str = "data";
-pub const DATA_DIR: &str = "/var/lib/etcd";
+pub use super::{DATA_DIR, DATA_VOLUME};
 pub const CLIENT_TLS_DIR: &str = "/etc/etcd/tls/client";
 pub const PEER_TLS_DIR: &str = "/etc/etcd/tls/peer";
 pub const NONROOT_ID: i64 = 65532;
@@ -208,15 +207,6 @@ fn secret_volume(name: &str, secret: &str) -> Volume {
             secret_name: Some(secret.to_string()),
             ..Default::default()
         }),
-        ..Default::default()
-    }
-}
-
-pub(crate) fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
-    VolumeMount {
-        name: name.to_string(),
-        mount_path: path.to_string(),
-        read_only: read_only.then_some(true),
         ..Default::default()
     }
 }

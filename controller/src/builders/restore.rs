@@ -10,8 +10,7 @@ use k8s_openapi::api::core::v1::{
 };
 use kube::ResourceExt;
 
-use super::pod::{mount, DATA_DIR, DATA_VOLUME};
-use super::BuildError;
+use super::{mount, BuildError, DATA_DIR, DATA_VOLUME};
 
 pub const INSTALL_TOOLS_CONTAINER: &str = "install-tools";
 pub const RESTORE_CONTAINER: &str = "restore";

@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::{Resource, ResourceExt};
 
 use crate::auth;
-use crate::builders::pod::mount;
+use crate::builders::mount;
 
 /// BEHAVIOUR.md's Job settings.
 pub const BACKOFF_LIMIT: i32 = 3;
