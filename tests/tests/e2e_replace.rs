@@ -10,7 +10,8 @@
 //!   the member is replaced once the Node has been NotReady for the period.
 //! - A template edit makes the Pods unschedulable (a cpu request beyond every Node): nothing is
 //!   replaced, the rollout stalls with a condition naming the scheduler's message, every PVC
-//!   and key is kept.
+//!   and key is kept; reverted, the stuck member is restarted on the old template once the
+//!   deadline locks the revert, and the cluster heals with the same members and volumes.
 //!
 //! The tests share one environment and fail Nodes, so they run one at a time.
 
@@ -317,7 +318,11 @@ async fn a_template_edit_no_node_can_host_stalls_the_rollout_and_replaces_nothin
 
     // More cpu than any Node has (the runner's Nodes have 16): the rolled member's new Pod
     // cannot be scheduled anywhere, and neither could any new member built from this template.
-    let patch = serde_json::json!({"spec": {"resources": {"requests": {"cpu": "100"}}}});
+    // A short progress deadline: the revert below is locked when it expires.
+    let patch = serde_json::json!({"spec": {
+        "resources": {"requests": {"cpu": "100"}},
+        "progressDeadlineSeconds": 120,
+    }});
     env.clusters(&ns)
         .patch(
             name,
@@ -388,6 +393,53 @@ async fn a_template_edit_no_node_can_host_stalls_the_rollout_and_replaces_nothin
             .any(|t| condition(&c, t).is_some_and(|(_, _, m)| m.contains(&stuck))),
         "the stall is no longer reported: {}",
         serde_json::to_string_pretty(&c.status).unwrap_or_default()
+    );
+    env.check_keys(&ns, name, &keys).await;
+
+    // The user reverts the edit. Once the deadline locks it, the stuck member (whose Pod does not
+    // run) is restarted on the old template without waiting to be a Ready voter, and the cluster
+    // heals: same members, same volumes, every key.
+    let revert = serde_json::json!({"spec": {"resources": null}});
+    env.clusters(&ns)
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&revert),
+        )
+        .await
+        .or_panic();
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+    let deadline = Instant::now() + BOOT;
+    loop {
+        let pods = env.ready_pods(&ns, name).await;
+        let scheduled = pods.len() == 3 && pods.iter().all(|p| unschedulable_message(p).is_none());
+        let c = env.cluster(&ns, name).await;
+        let settled = condition(&c, "Progressing")
+            .is_some_and(|(status, reason, _)| status == "False" && reason == "Reconciled")
+            && c.status
+                .as_ref()
+                .and_then(|s| s.observed.as_ref())
+                .is_some_and(|o| o.resources.is_none());
+        if scheduled && settled {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the reverted cluster did not heal: ready Pods {:?}; status: {}",
+            pods.iter().map(|p| p.name_any()).collect::<Vec<_>>(),
+            serde_json::to_string_pretty(&c.status).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(
+        env.member_ids(&ns, name).await,
+        before,
+        "a member was replaced"
+    );
+    assert_eq!(
+        claims(env.pvcs(&ns, name).await),
+        pvcs_before,
+        "a PVC changed"
     );
     env.check_keys(&ns, name, &keys).await;
 }

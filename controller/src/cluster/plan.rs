@@ -1130,6 +1130,14 @@ fn runs_template(m: &MemberView, want: &str) -> bool {
     m.template_hash == want && !pod_behind_template(m)
 }
 
+/// `m` has a Pod and etcd does not run in it: the Pod cannot be scheduled, or the etcd container
+/// waits in `CrashLoopBackOff`.
+fn pod_not_running(m: &MemberView) -> bool {
+    m.pod
+        .as_ref()
+        .is_some_and(|p| !p.ready && (p.unschedulable.is_some() || p.crash_loop_backoff))
+}
+
 /// `(members running the current trust bundle, members)` while some do not; members that never
 /// recorded one are taken to run it (see [`Action::RecordTrustBundle`]).
 fn trust_rollout(want: Option<&str>, live: &[&MemberView]) -> Option<(i32, i32)> {
@@ -1302,6 +1310,24 @@ fn plan_rollout(
             api::labels::ROLLOUT_PAUSED_ANNOTATION,
             stale.len()
         )));
+    }
+    // A member whose Pod does not run (the scheduler cannot place it, or etcd crash-loops in it)
+    // serves nothing: restarting it on the current target costs no availability, and when the
+    // target it was told is the cause (an edit asking for more cpu than any Node has, then
+    // reverted) waiting for it to be a Ready voter would wait forever. Its data stays on its
+    // volume; a Memory member has none left to keep and is for the replacement rules.
+    if let Some(down) = stale.iter().find(|m| !m.memory && pod_not_running(m)) {
+        return Some(Action::RollMember {
+            member: down.name.clone(),
+            trust_bundle: trust
+                .filter(|t| down.trust_bundle.as_deref() != Some(*t))
+                .map(str::to_string),
+            template: down.template_hash != template,
+            image_repository: repository
+                .filter(|r| down.image_repository.as_deref() != Some(*r))
+                .map(str::to_string),
+            last: stale.len() == 1,
+        });
     }
     let whole = live.len() == want_replicas
         && live.iter().all(|m| is_ready(m))

@@ -2377,3 +2377,51 @@ fn a_refused_memory_rollout_runs_no_deadline_and_a_scale_to_three_is_taken_at_on
         }
     );
 }
+
+#[test]
+fn a_member_left_unschedulable_by_a_reverted_edit_is_rolled_back_without_waiting_for_it() {
+    // The user's edit asked for more cpu than any Node has; c-b was rolled first and its new Pod
+    // cannot be scheduled. The user reverts: the locked target is the old template again, and
+    // c-b is told the bad one. c-b serves nothing, so restarting it on the corrected template
+    // costs no availability; waiting for it to be a Ready voter first would wait forever.
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let mut bad = ObservedSpec::of(&c.spec, None);
+    bad.resources = Some(resources("64"));
+    let bad = crate::template::target_hash(&bad);
+    for pod in [
+        unschedulable_at("c-b", 0, NO_CPU).pod.unwrap(),
+        // Crashing on an option the edit set, not yet long enough to be replaced for it.
+        PodView {
+            restart_count: 2,
+            ..crash_looping_pod("c-b")
+        },
+    ] {
+        let mut b = m("c-b", 2);
+        b.template_hash = bad.clone();
+        b.pod = Some(PodView {
+            template_hash: Some(bad.clone()),
+            ..pod
+        });
+        b.data_home = DataHome::Reachable;
+        let p = run_replacing(&c, vec![m("c-a", 1), b, m("c-c", 3)], None);
+        assert_eq!(
+            p.action,
+            Action::RollMember {
+                member: "c-b".into(),
+                trust_bundle: None,
+                template: true,
+                image_repository: None,
+                last: true,
+            }
+        );
+    }
+    // A stale member that runs (Ready) still waits its turn in the ordinary rollout, which needs
+    // every member to be a Ready voter: here c-c is not.
+    let mut b = m("c-b", 2);
+    b.template_hash = bad.clone();
+    b.pod.as_mut().unwrap().template_hash = Some(bad.clone());
+    let mut down = m("c-c", 3);
+    down.pod.as_mut().unwrap().ready = false;
+    let p = run_replacing(&c, vec![m("c-a", 1), b, down], None);
+    assert!(matches!(p.action, Action::Wait(_)), "{:?}", p.action);
+}
