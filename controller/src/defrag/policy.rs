@@ -69,18 +69,19 @@ pub fn check_due(last: Option<DateTime<Utc>>, interval: i64, now: DateTime<Utc>)
     last.is_none_or(|l| (now - l).num_seconds() >= interval)
 }
 
-/// The first member the rule selects and why, among `(member, dbSize, dbSizeInUse)`.
+/// The first member the rule selects and why, among `(member, dbSize, dbSizeInUse, quota)`: each
+/// member's usage is measured against the quota it runs with (its Pod's
+/// `--quota-backend-bytes`), which during a rollout of a new quota is not yet the spec's.
 pub fn first_selected(
     rule: &api::v1alpha2::DefragRule,
-    members: &[(String, i64, i64)],
-    quota: i64,
+    members: &[(String, i64, i64, i64)],
 ) -> Option<(String, String)> {
-    members.iter().find_map(
-        |(name, size, in_use)| match plan::gate(rule, *size, *in_use, quota) {
+    members.iter().find_map(|(name, size, in_use, quota)| {
+        match plan::gate(rule, *size, *in_use, *quota) {
             Gate::Defragment(why) => Some((name.clone(), why)),
             Gate::Skip(_) => None,
-        },
-    )
+        }
+    })
 }
 
 fn finished(d: &EtcdDefrag) -> bool {
@@ -171,13 +172,13 @@ async fn check(
         Err(message) => return Ok(Err(message)),
     };
     let (observed, _, _) = super::observe(ctx, ns, &cluster, tls.as_ref(), creds.as_ref()).await?;
-    let sizes: Vec<(String, i64, i64)> = observed
+    let sizes: Vec<(String, i64, i64, i64)> = observed
         .iter()
         .filter_map(|m| {
             m.status
                 .as_ref()
                 .ok()
-                .map(|s| (m.name.clone(), s.db_size, s.db_size_in_use))
+                .map(|s| (m.name.clone(), s.db_size, s.db_size_in_use, m.quota))
         })
         .collect();
     if sizes.is_empty() {
@@ -185,9 +186,8 @@ async fn check(
             "no member of EtcdCluster {cluster_name} answered its Status call"
         )));
     }
-    let quota = plan::cluster_quota(&cluster);
     let rule = policy.spec.rule.clone().unwrap_or_default();
-    Ok(Ok(first_selected(&rule, &sizes, quota)))
+    Ok(Ok(first_selected(&rule, &sizes)))
 }
 
 pub async fn reconcile(policy: Arc<EtcdDefragPolicy>, ctx: Arc<Context>) -> Result<Requeue, Error> {
@@ -490,18 +490,15 @@ mod tests {
         };
         let quota = mib(2048);
         let members = [
-            ("m-a".to_string(), mib(20), mib(15)),
-            ("m-b".to_string(), mib(30), mib(10)),
+            ("m-a".to_string(), mib(20), mib(15), quota),
+            ("m-b".to_string(), mib(30), mib(10), quota),
         ];
-        let (member, why) = first_selected(&rule, &members, quota).expect("m-b qualifies");
+        let (member, why) = first_selected(&rule, &members).expect("m-b qualifies");
         assert_eq!(member, "m-b");
         assert!(why.contains("freeSpaceAbove"), "{why}");
-        assert_eq!(first_selected(&rule, &members[..1], quota), None);
+        assert_eq!(first_selected(&rule, &members[..1]), None);
         // The default rule (200Mi) selects neither.
-        assert_eq!(
-            first_selected(&DefragRule::default(), &members, quota),
-            None
-        );
+        assert_eq!(first_selected(&DefragRule::default(), &members), None);
         // Quota usage: 20Mi is above 80% of a 24Mi quota, so 5Mi reclaimable (over minReclaim 1Mi) qualifies.
         let rule = DefragRule {
             quota_usage_above: Some("80%".into()),
@@ -509,10 +506,28 @@ mod tests {
             ..Default::default()
         };
         let small_quota = to_bytes(&Quantity("24Mi".into())).unwrap_or_default();
-        let (member, why) =
-            first_selected(&rule, &members[..1], small_quota).expect("m-a is over 80%");
+        let small = [("m-a".to_string(), mib(20), mib(15), small_quota)];
+        let (member, why) = first_selected(&rule, &small).expect("m-a is over 80%");
         assert_eq!(member, "m-a");
         assert!(why.contains("80%"), "{why}");
+    }
+
+    #[test]
+    fn quota_usage_is_measured_against_the_quota_each_member_runs_with() {
+        // The spec's quota was raised to 2Gi and is being rolled out: m-a still runs with 24Mi
+        // (and is over 80% of it), m-b already runs with 2Gi (and is far below).
+        let mib = |n: i64| n * 1024 * 1024;
+        let rule = DefragRule {
+            quota_usage_above: Some("80%".into()),
+            min_reclaim: Some(Quantity("1Mi".into())),
+            ..Default::default()
+        };
+        let members = [
+            ("m-b".to_string(), mib(20), mib(15), mib(2048)),
+            ("m-a".to_string(), mib(20), mib(15), mib(24)),
+        ];
+        let (member, _) = first_selected(&rule, &members).expect("m-a is over 80% of its quota");
+        assert_eq!(member, "m-a");
     }
 
     #[test]
