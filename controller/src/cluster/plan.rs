@@ -1292,6 +1292,18 @@ fn plan_rollout(
     if stale.is_empty() {
         return None;
     }
+    // Give `m` what it is not told yet: the target's template, the trust bundle, the repository.
+    let roll = |m: &MemberView| Action::RollMember {
+        member: m.name.clone(),
+        trust_bundle: trust
+            .filter(|t| m.trust_bundle.as_deref() != Some(*t))
+            .map(str::to_string),
+        template: m.template_hash != template,
+        image_repository: repository
+            .filter(|r| m.image_repository.as_deref() != Some(*r))
+            .map(str::to_string),
+        last: stale.len() == 1,
+    };
     if let Some(member) = &facts.memory_rollout_unsafe {
         return Some(Action::Wait(format!(
             "the rollout is refused: Memory member {member} is the only voter and holds the only \
@@ -1317,17 +1329,7 @@ fn plan_rollout(
     // reverted) waiting for it to be a Ready voter would wait forever. Its data stays on its
     // volume; a Memory member has none left to keep and is for the replacement rules.
     if let Some(down) = stale.iter().find(|m| !m.memory && pod_not_running(m)) {
-        return Some(Action::RollMember {
-            member: down.name.clone(),
-            trust_bundle: trust
-                .filter(|t| down.trust_bundle.as_deref() != Some(*t))
-                .map(str::to_string),
-            template: down.template_hash != template,
-            image_repository: repository
-                .filter(|r| down.image_repository.as_deref() != Some(*r))
-                .map(str::to_string),
-            last: stale.len() == 1,
-        });
+        return Some(roll(down));
     }
     let whole = live.len() == want_replicas
         && live.iter().all(|m| is_ready(m))
@@ -1375,17 +1377,7 @@ fn plan_rollout(
             why: DeleteReason::Rollout,
         });
     }
-    Some(Action::RollMember {
-        member: next.name.clone(),
-        trust_bundle: trust
-            .filter(|t| next.trust_bundle.as_deref() != Some(*t))
-            .map(str::to_string),
-        template: next.template_hash != template,
-        image_repository: repository
-            .filter(|r| next.image_repository.as_deref() != Some(*r))
-            .map(str::to_string),
-        last: stale.len() == 1,
-    })
+    Some(roll(next))
 }
 
 #[cfg(test)]
