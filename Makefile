@@ -52,9 +52,16 @@ api: testbins
 ## every condition reason the environment can produce, the PDB against evictions; every key checked;
 ## the takeover of a reference-operator cluster; the chart installed with helm (controller and
 ## webhook as Pods, cert-manager certificates and renewal, upgrade, uninstall, CEL-only on 1.29).
+## The suites run side by side, $(SUITE_JOBS) at a time (tools/run-suites.sh): each binary has its own
+## control plane and pod-runner slot. Listed longest first so the lanes even out.
+SUITE_JOBS ?= 2
+export SUITE_JOBS
+E2E_SUITES := e2e_replace e2e_schedule e2e_auth e2e_defrag e2e_safety e2e_lifecycle e2e_cluster \
+	e2e_tls e2e_restore e2e_install e2e_tls_rotation e2e_migrate_aenix e2e_takeover e2e_selfheal \
+	e2e_upgrade e2e_snapshot e2e_volume pod_runner snapshot_agent kubectl_streaming e2e_decode
 e2e: testbins
 	$(CARGO) build --locked -p controller -p webhook --bins
-	$(CARGO) test --locked -p tests --test pod_runner --test kubectl_streaming --test e2e_cluster --test e2e_lifecycle --test e2e_selfheal --test e2e_safety --test e2e_decode --test e2e_takeover --test e2e_migrate_aenix --test e2e_install --test e2e_tls --test e2e_tls_rotation --test e2e_upgrade --test e2e_auth --test snapshot_agent --test e2e_snapshot --test e2e_restore --test e2e_defrag --test e2e_schedule --test e2e_volume --test e2e_replace
+	bash tools/run-suites.sh $(E2E_SUITES)
 
 ## crds: write the CRDs generated from the Rust types into the chart (commit the result).
 crds:
