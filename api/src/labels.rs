@@ -58,6 +58,13 @@ pub fn merge_user_metadata(
     merged
 }
 
+/// On an EtcdCluster and each EtcdMember written by `etcd-operator migrate --from-aenix
+/// --apply`: the UID of the aenix EtcdCluster adopted. It names the migration that wrote the
+/// object (a re-run finishes only its own adoption), and it is what the webhook's migration
+/// allowance looks for: a cluster admin may create an EtcdMember carrying it, and latch its first
+/// status, although EtcdMembers are otherwise the controller's alone.
+pub const ADOPTED_FROM_ANNOTATION: &str = "etcd-operator.cozystack.io/adopted-from";
+
 /// On an EtcdMember adopted in place from the aenix operator (`etcd-operator migrate
 /// --from-aenix`): the legacy headless Service its Pod resolves under (`<cluster>-headless`). The
 /// adopted Pod's `spec.subdomain` and the peer URL etcd persisted both use it, so every URL the

@@ -780,6 +780,66 @@ async fn webhook_values_map_to_its_flags_and_log_values_to_both_binaries() {
     assert_eq!(v["webhooks"][0]["timeoutSeconds"], 7);
 }
 
+#[tokio::test]
+async fn defrag_timeouts_and_migration_groups_map_to_their_flags() {
+    // Defaults: the controller's own flag defaults, the webhook's cluster-admin groups.
+    let r = render(&["--set", "webhook.enabled=true"]).await;
+    let controller = r.deployment(FULLNAME);
+    let manager = container(pod_spec(&controller), "manager");
+    assert_eq!(
+        arg_value(manager, "--defrag-timeout-base").as_deref(),
+        Some("60s")
+    );
+    assert_eq!(
+        arg_value(manager, "--defrag-timeout-per-gib").as_deref(),
+        Some("60s")
+    );
+    let hook = r.deployment("etcd-operator-webhook");
+    let config = webhook::Config::try_parse_from(
+        std::iter::once("etcd-operator-webhook".to_string())
+            .chain(args(&pod_spec(&hook).containers[0])),
+    )
+    .unwrap_or_else(|e| panic!("the chart's webhook args do not parse: {e}"));
+    assert_eq!(
+        config.policy().migration_groups,
+        ["system:masters", "kubeadm:cluster-admins"].map(String::from)
+    );
+
+    let r = render(&[
+        "--set",
+        "webhook.enabled=true",
+        "--set",
+        "defragTimeout.base=90s",
+        "--set",
+        "defragTimeout.perGiB=2m",
+        "--set-json",
+        "webhook.migrationGroups=[]",
+    ])
+    .await;
+    let controller = r.deployment(FULLNAME);
+    let manager = container(pod_spec(&controller), "manager");
+    assert_eq!(
+        arg_value(manager, "--defrag-timeout-base").as_deref(),
+        Some("90s")
+    );
+    assert_eq!(
+        arg_value(manager, "--defrag-timeout-per-gib").as_deref(),
+        Some("2m")
+    );
+    let hook = r.deployment("etcd-operator-webhook");
+    let config = webhook::Config::try_parse_from(
+        std::iter::once("etcd-operator-webhook".to_string())
+            .chain(args(&pod_spec(&hook).containers[0])),
+    )
+    .unwrap_or_else(|e| panic!("the chart's webhook args do not parse: {e}"));
+    assert!(
+        config.policy().migration_groups.is_empty(),
+        "webhook.migrationGroups=[] turns the migration allowance off"
+    );
+    let err = render_error(&["--set", "defragTimeout.base=soon"]).await;
+    assert!(err.contains("defragTimeout"), "{err}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Certificates
 // ---------------------------------------------------------------------------------------------

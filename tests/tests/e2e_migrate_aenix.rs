@@ -13,6 +13,12 @@
 //! keys); our operator, started afterwards, keeps it Ready; a scale-up adds a native member; and
 //! the adopted members are replaced one by one by native ones on request. Every member, adopted
 //! or native, runs `--peer-auto-tls` with https peer URLs throughout.
+//!
+//! The validating and mutating webhooks are registered (failurePolicy `Fail`) for the whole run,
+//! as with the chart's `webhook.enabled=true`, and the migration runs as a cluster admin who is
+//! not the controller (its own client certificate, `O=system:masters`): the adoption's
+//! EtcdMember creates and status writes go through the webhook's migration allowance, while the
+//! same admin creating an unmarked EtcdMember is still refused.
 
 use std::collections::BTreeMap;
 use std::process::Output;
@@ -27,9 +33,11 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
 use tests::e2e::{pod_ready, put_keys, read_keys, Env};
+use tests::env::pki::Leaf;
 use tests::env::ControlPlane;
 use tests::operator::{bin_dir, Operator};
 use tests::podrunner::PodRunner;
+use tests::webhook::{self, FailurePolicy, Webhook};
 use tests::OrPanic;
 
 const NAME: &str = "legacy";
@@ -38,6 +46,11 @@ const BOOT: Duration = Duration::from_secs(180);
 /// How long the adopted cluster is watched under our operator for restarts and membership writes.
 const SETTLE: Duration = Duration::from_secs(20);
 const CRD: &str = include_str!("../testdata/aenix-etcdcluster-crd.yaml");
+/// The identity the operator runs as in this suite (the admin kubeconfig's certificate CN): the
+/// webhook's `--controller-username`.
+const OPERATOR_USER: &str = "admin";
+/// The cluster admin who runs the migration: not the controller.
+const MIGRATING_USER: &str = "migrating-admin";
 
 fn aenix_api(client: &Client, ns: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("etcd.aenix.io", "v1alpha1", "EtcdCluster");
@@ -436,10 +449,95 @@ impl<T> OrPanicNone<T> for Option<T> {
     }
 }
 
-/// `etcd-operator migrate --from-aenix NAME -n ns [extra]`, as a user runs it.
-fn migrate(cp: &ControlPlane, ns: &str, extra: &[&str]) -> Output {
+/// A kubeconfig for [`MIGRATING_USER`], a cluster admin (`O=system:masters`) with its own client
+/// certificate from the control plane's client CA, written into `dir`.
+fn migrating_admin_kubeconfig(cp: &ControlPlane, dir: &std::path::Path) -> std::path::PathBuf {
+    let (cert, key) = cp
+        .pki()
+        .client_ca
+        .sign(Leaf {
+            common_name: MIGRATING_USER,
+            organizations: &["system:masters"],
+            sans: &[],
+            usages: &[rcgen::ExtendedKeyUsagePurpose::ClientAuth],
+        })
+        .or_panic();
+    let (cert_file, key_file) = (
+        dir.join("migrating-admin.crt"),
+        dir.join("migrating-admin.key"),
+    );
+    std::fs::write(&cert_file, cert).or_panic();
+    std::fs::write(&key_file, key).or_panic();
+    let kubeconfig = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {
+            "server": cp.server_url(),
+            "certificate-authority": cp.pki().serving_ca_file,
+        }}],
+        "users": [{"name": MIGRATING_USER, "user": {
+            "client-certificate": cert_file,
+            "client-key": key_file,
+        }}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": MIGRATING_USER}}],
+        "current-context": "test",
+    });
+    let path = dir.join("migrating-admin.kubeconfig");
+    // JSON is YAML: kubectl and kube-rs read it as a kubeconfig.
+    std::fs::write(&path, kubeconfig.to_string()).or_panic();
+    path
+}
+
+/// Start the webhook binary (the operator's identity as `--controller-username`), register both
+/// configurations with failurePolicy `Fail`, and wait until the apiserver calls it: the
+/// migrating admin's dry-run create of an EtcdMember without the migration's marker is refused
+/// by the webhook as operator-owned (and must stay refused: the allowance is for the migration's
+/// own writes only).
+async fn start_webhook(cp: &ControlPlane, client: &Client, ns: &str, as_admin: Client) -> Webhook {
+    let hook = Webhook::start(cp, &[&format!("--controller-username={OPERATOR_USER}")])
+        .await
+        .or_panic();
+    webhook::register(client, "migrate-aenix", &hook, FailurePolicy::Fail)
+        .await
+        .or_panic();
+    let members: Api<EtcdMember> = Api::namespaced(as_admin, ns);
+    let unmarked: EtcdMember = serde_json::from_value(json!({
+        "apiVersion": "etcd-operator.cozystack.io/v1alpha2",
+        "kind": "EtcdMember",
+        "metadata": {"name": "unmarked", "namespace": ns},
+        "spec": {"clusterName": NAME, "version": VERSION, "initialCluster": "",
+                 "clusterToken": "t", "storage": {"size": "1Gi"}},
+    }))
+    .or_panic();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let refusal = webhook::wait_until(
+        "the webhook to refuse the admin's unmarked EtcdMember",
+        Duration::from_secs(60),
+        || {
+            let (members, unmarked, dry_run) = (&members, &unmarked, &dry_run);
+            async move {
+                Ok(match members.create(dry_run, unmarked).await {
+                    Err(kube::Error::Api(s)) if s.message.contains("operator-owned") => {
+                        Some(s.message)
+                    }
+                    _ => None,
+                })
+            }
+        },
+    )
+    .await
+    .or_panic();
+    assert!(refusal.contains(MIGRATING_USER), "{refusal}");
+    hook
+}
+
+/// `etcd-operator migrate --from-aenix NAME -n ns [extra]`, as the migrating admin runs it.
+fn migrate(kubeconfig: &std::path::Path, ns: &str, extra: &[&str]) -> Output {
     let out = std::process::Command::new(bin_dir().join("etcd-operator"))
-        .env("KUBECONFIG", cp.kubeconfig())
+        .env("KUBECONFIG", kubeconfig)
         .args(["migrate", "--from-aenix", NAME, "-n", ns])
         .args(extra)
         .output()
@@ -608,9 +706,23 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
     let before = build_aenix_cluster(&client, &ns).await;
     eprintln!("aenix cluster built in {:?}", started.elapsed());
 
+    // The webhook is on, and the migration runs as a cluster admin who is not the operator.
+    let dir = tempfile::tempdir_in(cp.root()).or_panic();
+    let kubeconfig = migrating_admin_kubeconfig(cp, dir.path());
+    let as_admin = Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&kubeconfig).or_panic(),
+            &Default::default(),
+        )
+        .await
+        .or_panic(),
+    )
+    .or_panic();
+    let _hook = start_webhook(cp, &client, &ns, as_admin).await;
+
     // The dry run prints the plan and changes nothing.
     let untouched = versions(&client, &ns).await;
-    let out = migrate(cp, &ns, &[]);
+    let out = migrate(&kubeconfig, &ns, &[]);
     assert!(out.status.success(), "the dry run failed");
     let stdout = String::from_utf8_lossy(&out.stdout);
     for expected in [
@@ -634,7 +746,7 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
     );
 
     // --apply adopts in place.
-    let out = migrate(cp, &ns, &["--apply"]);
+    let out = migrate(&kubeconfig, &ns, &["--apply"]);
     assert!(out.status.success(), "the apply failed");
     assert_adopted(&client, &ns, &before, true, "after --apply").await;
     let members: Api<EtcdMember> = Api::namespaced(client.clone(), &ns);

@@ -3,8 +3,9 @@
 //! (plain and TLS with a private CA): the artifact it reports is the stored object (size, sha256,
 //! UID metadata), a restore brings every key back under a new cluster ID (etcdutl 3.6 and 3.5),
 //! PVC destinations and sources, and every refusal (foreign object, 403 without ListBucket, bad
-//! credentials, unreachable endpoint, server killed mid-upload, too-small filesystem), and a
-//! SIGTERM mid-upload aborting the multipart upload.
+//! credentials, unreachable endpoint, server killed mid-upload, too-small filesystem), a
+//! SIGTERM mid-upload aborting the multipart upload, and two agents of one snapshot uploading
+//! the same key at once (each reports the stored object, which is never replaced).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -384,7 +385,7 @@ async fn s3_snapshot_over_tls_is_the_stored_object_and_restores_with_a_new_clust
         Vec::<String>::new()
     );
 
-    // The same snapshot again (a retried Job) may overwrite its own object.
+    // The same snapshot again (a retried Job) is not refused: it reports its own stored object.
     let again = agent_with(root, &save_args(&etcd, "snap-1", "uid-1"))
         .s3(&minio, &minio.writer)
         .arg("--s3-key=backups/")
@@ -906,6 +907,127 @@ async fn s3_sigterm_mid_upload_aborts_the_multipart_upload() {
         "{}",
         run.output
     );
+    etcd.stop();
+}
+
+#[tokio::test]
+async fn two_pods_of_one_job_report_the_checksum_of_the_object_stored() {
+    // Two Pods of one snapshot Job can upload the same key at once: a Job retry while the first
+    // Pod still runs, or a Pod on a lost Node that keeps running. Whatever each reports must
+    // describe the object that stays stored; a later retry must not replace it either.
+    let bins = Testbins::from_env().or_panic();
+    let tmp = temp_root().or_panic();
+    let root = tmp.path();
+    let minio = Minio::start(&bins, root, false).await.or_panic();
+    let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 1).await;
+    // ~24 MiB: three parts, so the first upload still runs when the second starts.
+    let mut client = etcd.client().await.or_panic();
+    let value = vec![b'x'; 1024 * 1024];
+    for i in 0..24 {
+        client
+            .put(format!("big/{i}"), value.clone(), None)
+            .await
+            .or_panic();
+    }
+    let agent = agent_with(root, &save_args(&etcd, "twice", "uid-twice")).s3(&minio, &minio.writer);
+    let first_started = Instant::now();
+    let (mut first, first_log, first_term) = agent.spawn("save-first");
+    wait_for_log(
+        &first_log,
+        "multipart upload started",
+        Duration::from_secs(120),
+    )
+    .await;
+    // The second Pod snapshots a later revision: the two uploads differ.
+    client.put("between", "the two Pods", None).await.or_panic();
+    let second = agent.run("save-second").await;
+    let status = tokio::time::timeout(AGENT_TIMEOUT, first.wait())
+        .await
+        .unwrap_or_else(|_| panic!("the first agent ran longer than {AGENT_TIMEOUT:?}"))
+        .or_panic();
+    let first = finish(status, &first_log, &first_term, first_started.elapsed());
+
+    let stored = || async {
+        let obj = minio
+            .root_client()
+            .get_object()
+            .bucket(&minio.bucket)
+            .key("twice.db")
+            .send()
+            .await
+            .or_panic_debug();
+        let meta = obj.metadata().cloned().unwrap_or_default();
+        let body = obj.body.collect().await.or_panic().into_bytes();
+        (
+            format!("sha256:{}", sha256_hex(&body)),
+            body.len() as u64,
+            meta,
+        )
+    };
+    let (checksum, size, meta) = stored().await;
+    eprintln!(
+        "first agent:\n{}\nsecond agent:\n{}",
+        first.output, second.output
+    );
+    let mut reported = 0;
+    for (which, run) in [("first", &first), ("second", &second)] {
+        if run.code() != Some(0) {
+            // Refusing is allowed; reporting another upload's checksum is not.
+            eprintln!("the {which} agent failed: {}", run.error());
+            continue;
+        }
+        reported += 1;
+        assert_eq!(
+            run.result["artifact"]["checksum"].as_str(),
+            Some(checksum.as_str()),
+            "the {which} agent reported a checksum that is not the stored object's; output:\n{}",
+            run.output
+        );
+        assert_eq!(
+            run.result["artifact"]["sizeBytes"].as_u64(),
+            Some(size),
+            "{which}"
+        );
+    }
+    assert!(
+        reported > 0,
+        "neither agent stored the snapshot:\n{}\n{}",
+        first.output,
+        second.output
+    );
+    assert_eq!(
+        meta.get("sha256").map(|h| format!("sha256:{h}")),
+        Some(checksum.clone()),
+        "the object's sha256 metadata is not its content's: {meta:?}"
+    );
+    assert_eq!(
+        meta.get("snapshot-uid").map(String::as_str),
+        Some("uid-twice")
+    );
+    assert_eq!(
+        minio.uploads("twice.db").await,
+        Vec::<String>::new(),
+        "an upload was left behind"
+    );
+
+    // A later Pod of the same Job (its predecessor's report was lost) reports the stored
+    // object and leaves it as it is.
+    client.put("after", "the two Pods", None).await.or_panic();
+    let third = agent.run("save-third").await;
+    eprintln!("third agent:\n{}", third.output);
+    assert_eq!(third.code(), Some(0), "{}", third.output);
+    assert_eq!(
+        third.result["artifact"]["checksum"].as_str(),
+        Some(checksum.as_str()),
+        "a retry replaced or misreported the stored snapshot; output:\n{}",
+        third.output
+    );
+    assert_eq!(
+        stored().await.0,
+        checksum,
+        "the stored snapshot was replaced"
+    );
+    assert_eq!(minio.uploads("twice.db").await, Vec::<String>::new());
     etcd.stop();
 }
 

@@ -15,9 +15,15 @@
 //!   skip the etcd MemberRemove. Anyone else may only remove finalizers from a member that
 //!   already has `metadata.deletionTimestamp`, and nothing else: the escape hatch of an admin
 //!   clearing a deletion stuck on a finalizer. On a live member the same removal would let a
-//!   later delete skip etcd MemberRemove, so it is denied.
+//!   later delete skip etcd MemberRemove, so it is denied. One more exception, the aenix
+//!   migration ([`migration_adoption`]): a member of `--migration-groups` (cluster admins) may
+//!   create an EtcdMember that carries `etcd-operator.cozystack.io/adopted-from`, and write the
+//!   first status of such a member (while it has no `status.memberID`), and nothing else.
+//! - `EtcdCluster` CREATE with `etcd-operator.cozystack.io/adopted-from` (the migration's): no
+//!   defaults are added; its spec describes Pods that already run.
 //! - DELETE / CONNECT and kinds of other groups: allowed untouched.
 
+use api::labels::ADOPTED_FROM_ANNOTATION;
 use api::v1alpha2::{EtcdClusterSpec, GROUP};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::response::{StatusCause, StatusDetails};
@@ -325,11 +331,63 @@ fn garbage_collector_orphans(req: &Request, user: &str) -> bool {
         })
 }
 
+/// The migration's marker: a non-empty [`ADOPTED_FROM_ANNOTATION`].
+fn adopted(object: &DynamicObject) -> bool {
+    object
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ADOPTED_FROM_ANNOTATION))
+        .is_some_and(|uid| !uid.is_empty())
+}
+
+/// `etcd-operator migrate --from-aenix --apply` run by a cluster admin: it creates an EtcdMember
+/// per adopted Pod and latches its status (member ID and `isVoter` from etcd's own member list)
+/// before the operator runs. Allowed only
+/// - to a user in one of `policy.migration_groups` (by default the groups bound to
+///   `cluster-admin`, who may delete this webhook's configuration anyway: the allowance gives
+///   them nothing they could not take, and a namespace admin or editor stays refused);
+/// - for a CREATE of a member carrying [`ADOPTED_FROM_ANNOTATION`] (explicit and auditable: the
+///   audit log shows the user and the annotation naming the aenix cluster's UID);
+/// - for a status write on such a member that has no `status.memberID` yet, keeping the
+///   annotation: the first latch only. Once a status is recorded it is the operator's; the
+///   migration never rewrites one, so a later `isVoter: false` cannot come through here.
+///
+/// Spec updates and every other write stay the controller's.
+fn migration_adoption(req: &Request, policy: &Policy) -> bool {
+    let admin = req
+        .user_info
+        .groups
+        .iter()
+        .flatten()
+        .any(|g| policy.migration_groups.contains(g));
+    if !admin {
+        return false;
+    }
+    match (&req.operation, req.sub_resource.as_deref()) {
+        (Operation::Create, None) => req.object.as_ref().is_some_and(adopted),
+        (Operation::Update, Some("status")) => {
+            let (Some(new), Some(old)) = (&req.object, &req.old_object) else {
+                return false;
+            };
+            let unlatched = old
+                .data
+                .get("status")
+                .and_then(|s| s.get("memberID"))
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty);
+            adopted(old) && adopted(new) && unlatched
+        }
+        _ => false,
+    }
+}
+
 fn guard_member(req: &Request, response: AdmissionResponse, policy: &Policy) -> AdmissionResponse {
     let user = req.user_info.username.as_deref().unwrap_or_default();
     if user == policy.controller_username
         || only_releases_a_deleting_member(req)
         || garbage_collector_orphans(req, user)
+        || migration_adoption(req, policy)
     {
         return response;
     }
@@ -344,14 +402,17 @@ fn guard_member(req: &Request, response: AdmissionResponse, policy: &Policy) -> 
             format!(
                 "EtcdMember {name:?} is operator-owned: only etcd-operator ({controller}) may create EtcdMembers, and {user:?} is not it. \
                  A member the operator did not create would be counted in its cluster's membership and its finalizer would act on etcd. \
-                 Change the EtcdCluster's spec.replicas to add members."
+                 Change the EtcdCluster's spec.replicas to add members. (`etcd-operator migrate --from-aenix --apply` creates members \
+                 with the {ADOPTED_FROM_ANNOTATION} annotation, allowed to members of the groups {groups:?}.)",
+                groups = policy.migration_groups
             )
         }
         (_, Some("status")) => format!(
             "EtcdMember {:?} is operator-owned: only etcd-operator ({controller}) may write EtcdMember status, and {user:?} is not it. \
              The status records what etcd reports (memberID, isVoter): with isVoter=false the member's deletion would skip the etcd MemberRemove \
-             and leave a dead voter in the cluster. The operator rewrites it from etcd; nothing else should.",
-            req.name
+             and leave a dead voter in the cluster. The operator rewrites it from etcd; nothing else should \
+             (the aenix migration, run by a member of the groups {:?}, only writes the first status of a member it created).",
+            req.name, policy.migration_groups
         ),
         _ => format!(
             "EtcdMember {:?} is operator-owned: only etcd-operator ({controller}) may update EtcdMembers, and {user:?} is not it. \
@@ -392,6 +453,12 @@ pub fn mutate(req: &Request, policy: &Policy) -> AdmissionResponse {
     let Some(object) = &req.object else {
         return response;
     };
+    if adopted(object) {
+        // The migration's EtcdCluster describes Pods that already run, and its status.observed
+        // is this very spec: a default added here would be a spec change the adopted members
+        // were never built with.
+        return response;
+    }
     let Some(spec) = object.data.get("spec") else {
         return response;
     };
@@ -656,6 +723,156 @@ mod tests {
             denied.result.message
         );
         assert!(validate(&status_write(CONTROLLER), &Policy::default()).allowed);
+    }
+
+    /// A review as `user` in `groups` (the apiserver sends the authenticated user's groups).
+    fn as_member_of(mut req: Request, groups: &[&str]) -> Request {
+        req.user_info.groups = Some(groups.iter().map(|g| g.to_string()).collect());
+        req
+    }
+
+    /// An EtcdMember as `etcd-operator migrate --from-aenix --apply` creates it.
+    fn adopted_member() -> Value {
+        let mut m = member(json!({"clusterName": "main"}), &[CLEANUP]);
+        m["metadata"]["annotations"] = json!({ADOPTED_FROM_ANNOTATION: "0b1c-aenix-uid"});
+        m
+    }
+
+    fn status_write(new: Value, old: Value, user: &str, groups: &[&str]) -> Request {
+        let mut req = as_member_of(review("UPDATE", "EtcdMember", new, Some(old), user), groups);
+        req.sub_resource = Some("status".to_string());
+        req
+    }
+
+    #[test]
+    fn cluster_admin_may_create_a_member_marked_as_the_migrations() {
+        let create = |object: Value, groups: &[&str]| {
+            validate(
+                &as_member_of(review("CREATE", "EtcdMember", object, None, "ops"), groups),
+                &Policy::default(),
+            )
+        };
+        for group in ["system:masters", "kubeadm:cluster-admins"] {
+            assert!(
+                create(adopted_member(), &[group, "system:authenticated"]).allowed,
+                "{group}"
+            );
+        }
+        // An ordinary user (a namespace admin, say), marker or not: refused.
+        let denied = create(adopted_member(), &["system:authenticated", "tenant-admins"]);
+        assert!(!denied.allowed);
+        assert!(
+            denied.result.message.contains(ADOPTED_FROM_ANNOTATION),
+            "the refusal names the migration's way: {}",
+            denied.result.message
+        );
+        // A cluster admin without the marker: refused (only the migration's writes are let in).
+        let unmarked = member(json!({"clusterName": "main"}), &[CLEANUP]);
+        assert!(!create(unmarked, &["system:masters"]).allowed);
+        let mut empty = adopted_member();
+        empty["metadata"]["annotations"][ADOPTED_FROM_ANNOTATION] = json!("");
+        assert!(!create(empty, &["system:masters"]).allowed);
+        // With the allowance turned off, a cluster admin is refused like anyone.
+        let off = Policy {
+            migration_groups: Vec::new(),
+            ..Policy::default()
+        };
+        let req = as_member_of(
+            review("CREATE", "EtcdMember", adopted_member(), None, "ops"),
+            &["system:masters"],
+        );
+        assert!(!validate(&req, &off).allowed);
+    }
+
+    #[test]
+    fn cluster_admin_may_latch_only_the_first_status_of_a_migrated_member() {
+        let unlatched = adopted_member();
+        let mut latched = adopted_member();
+        latched["status"] = json!({"memberID": "8e9e05c52164694d", "isVoter": true});
+        let admin = ["system:masters"];
+        assert!(
+            validate(
+                &status_write(latched.clone(), unlatched.clone(), "ops", &admin),
+                &Policy::default()
+            )
+            .allowed,
+            "the migration's first status write"
+        );
+        // Once recorded, the status is the operator's: isVoter=false would let the member's
+        // deletion skip MemberRemove.
+        let mut demoted = latched.clone();
+        demoted["status"]["isVoter"] = json!(false);
+        let denied = validate(
+            &status_write(demoted, latched.clone(), "ops", &admin),
+            &Policy::default(),
+        );
+        assert!(!denied.allowed);
+        assert!(
+            denied.result.message.contains("isVoter=false"),
+            "{}",
+            denied.result.message
+        );
+        // A member the migration did not create, or a write dropping the marker: refused.
+        let plain = member(json!({"clusterName": "main"}), &[CLEANUP]);
+        let mut plain_latched = plain.clone();
+        plain_latched["status"] = latched["status"].clone();
+        assert!(
+            !validate(
+                &status_write(plain_latched, plain, "ops", &admin),
+                &Policy::default()
+            )
+            .allowed
+        );
+        let mut unmarked = latched.clone();
+        unmarked["metadata"]["annotations"] = json!({});
+        assert!(
+            !validate(
+                &status_write(unmarked, unlatched.clone(), "ops", &admin),
+                &Policy::default()
+            )
+            .allowed
+        );
+        // Not a cluster admin: refused.
+        assert!(
+            !validate(
+                &status_write(
+                    latched.clone(),
+                    unlatched.clone(),
+                    "alice",
+                    &["system:authenticated"]
+                ),
+                &Policy::default()
+            )
+            .allowed
+        );
+        // A spec update of a migrated member stays the controller's, admin or not.
+        let mut edited = unlatched.clone();
+        edited["spec"]["dormant"] = json!(true);
+        let req = as_member_of(
+            review("UPDATE", "EtcdMember", edited, Some(unlatched), "ops"),
+            &admin,
+        );
+        assert!(!validate(&req, &Policy::default()).allowed);
+    }
+
+    #[test]
+    fn migrated_cluster_is_created_without_defaults() {
+        let mut adopted = cluster("main", json!({"version": "3.6.16", "replicas": 3}));
+        adopted["metadata"]["annotations"] = json!({ADOPTED_FROM_ANNOTATION: "0b1c-aenix-uid"});
+        let resp = mutate(
+            &review("CREATE", "EtcdCluster", adopted, None, "ops"),
+            &Policy::default(),
+        );
+        assert!(resp.allowed && resp.patch.is_none(), "{resp:?}");
+        let native = cluster("main", json!({"version": "3.6.16", "replicas": 3}));
+        let resp = mutate(
+            &review("CREATE", "EtcdCluster", native, None, "ops"),
+            &Policy::default(),
+        );
+        assert!(
+            resp.patch.is_some(),
+            "a native cluster still gets its anti-affinity"
+        );
     }
 
     const CLEANUP: &str = "etcd-operator.cozystack.io/member-cleanup";

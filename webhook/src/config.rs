@@ -14,6 +14,11 @@ pub const DEFAULT_CONTROLLER_USERNAME: &str =
 /// Where controller-runtime style deployments mount the serving certificate.
 pub const DEFAULT_TLS_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
 pub const DEFAULT_MEMORY_HEADROOM: &str = "256Mi";
+/// The groups whose members may write an aenix migration's EtcdMembers (see
+/// [`Policy::migration_groups`]): the built-in superuser group, and the group kubeadm (1.29+)
+/// binds to `cluster-admin` for its `admin.conf`. Both can already delete the webhook's
+/// configuration, so the allowance grants them nothing new.
+pub const DEFAULT_MIGRATION_GROUPS: &str = "system:masters,kubeadm:cluster-admins";
 /// An UPDATE review carries the object and its old version, each up to etcd's default request
 /// limit of 1.5 MiB, plus the review around them.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -81,6 +86,13 @@ pub struct Config {
     #[arg(long, env = "WEBHOOK_CONTROLLER_USERNAME", default_value = DEFAULT_CONTROLLER_USERNAME)]
     pub controller_username: String,
 
+    /// Groups (comma-separated) whose members may run `etcd-operator migrate --from-aenix
+    /// --apply`: create EtcdMembers carrying the `etcd-operator.cozystack.io/adopted-from`
+    /// annotation and write their first status. Give only groups bound to `cluster-admin`;
+    /// empty turns the allowance off.
+    #[arg(long, env = "WEBHOOK_MIGRATION_GROUPS", default_value = DEFAULT_MIGRATION_GROUPS, value_delimiter = ',')]
+    pub migration_groups: Vec<String>,
+
     /// Largest AdmissionReview body accepted, in bytes (larger gets 413).
     #[arg(long, env = "WEBHOOK_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
@@ -123,6 +135,12 @@ impl Config {
             memory_headroom: self.memory_headroom.clone(),
             memory_defaults: self.memory_defaults,
             controller_username: self.controller_username.clone(),
+            migration_groups: self
+                .migration_groups
+                .iter()
+                .map(|g| g.trim().to_string())
+                .filter(|g| !g.is_empty())
+                .collect(),
         }
     }
 
@@ -138,6 +156,9 @@ pub struct Policy {
     pub memory_headroom: Quantity,
     pub memory_defaults: bool,
     pub controller_username: String,
+    /// Groups allowed the aenix migration's EtcdMember writes besides the controller (see
+    /// `admission::migration_adoption`).
+    pub migration_groups: Vec<String>,
 }
 
 impl Default for Policy {
@@ -147,6 +168,10 @@ impl Default for Policy {
             memory_headroom: Quantity(DEFAULT_MEMORY_HEADROOM.to_string()),
             memory_defaults: true,
             controller_username: DEFAULT_CONTROLLER_USERNAME.to_string(),
+            migration_groups: DEFAULT_MIGRATION_GROUPS
+                .split(',')
+                .map(str::to_string)
+                .collect(),
         }
     }
 }
@@ -173,11 +198,22 @@ mod tests {
             "--memory-defaults=false",
             "--memory-headroom=512Mi",
             "--controller-username=system:serviceaccount:ops:etcd",
+            "--migration-groups=platform:admins, ops:root",
         ]);
         assert_eq!(c.anti_affinity, AntiAffinity::Required);
         assert!(!c.memory_defaults);
         assert_eq!(c.memory_headroom, Quantity("512Mi".into()));
         assert_eq!(c.controller_username, "system:serviceaccount:ops:etcd");
+        assert_eq!(
+            c.policy().migration_groups,
+            ["platform:admins", "ops:root"].map(String::from)
+        );
+    }
+
+    #[test]
+    fn empty_migration_groups_turn_the_allowance_off() {
+        let c = Config::parse_from(["etcd-operator-webhook", "--migration-groups="]);
+        assert!(c.policy().migration_groups.is_empty());
     }
 
     #[test]

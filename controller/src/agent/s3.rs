@@ -235,8 +235,8 @@ impl S3 {
         }
     }
 
-    /// The overwrite guard: a missing object may be written, an object stamped with `uid` may be
-    /// overwritten (a retried Job); anything else, including an answer the agent cannot read
+    /// The overwrite guard: a missing object may be written, an object stamped with `uid` lets
+    /// the upload go on (a retried Job: [`S3::save`] then reports that object); anything else, including an answer the agent cannot read
     /// (403 without ListBucket), refuses.
     pub async fn check_overwrite(&self, at: &Location, uid: &str) -> Result<(), Failure> {
         let head = self
@@ -251,7 +251,7 @@ impl S3 {
                 let owner = obj.metadata().and_then(|m| m.get(META_UID));
                 match owner {
                     Some(o) if o == uid => {
-                        tracing::info!(uri = %at.uri(), "the object exists from an earlier attempt of this snapshot; overwriting it");
+                        tracing::info!(uri = %at.uri(), "the object exists from an earlier attempt of this snapshot; it stays (the completion is conditional) and is what gets reported");
                         Ok(())
                     }
                     Some(o) => Err(Failure::permanent(format!(
@@ -336,11 +336,164 @@ impl S3 {
         }
     }
 
+    /// Store a snapshot at `at`, stamped with `uid`, and return what is stored there: this
+    /// upload, or — when another Pod of the same Job stored the key first — that Pod's object.
+    ///
+    /// Two Pods of one Job can upload at once (a Job retry while the first Pod still runs, a
+    /// Pod on a lost Node): whichever completes first wins the key, since the completion is
+    /// conditional (`If-None-Match: *`) and the later one gets 412 and aborts its parts. The
+    /// sha256 metadata is stamped only onto the object this upload completed (a copy
+    /// conditional on its ETag), and the object is read back (HeadObject) before anything is
+    /// reported, so the reported size and sha256 always describe the stored object.
+    pub async fn save<S>(&self, at: &Location, uid: &str, chunks: S) -> Result<Uploaded, Failure>
+    where
+        S: Stream<Item = Result<Vec<u8>, Failure>> + Unpin,
+    {
+        match self.upload(at, uid, chunks).await? {
+            Completion::Stored { done, etag } => {
+                self.stamp_sha256(at, uid, &done, etag.as_deref()).await;
+                self.verify_stored(at, uid, done, etag.as_deref()).await
+            }
+            Completion::KeyTaken => {
+                tracing::info!(uri = %at.uri(), "another attempt of this snapshot stored the object first; reporting that object");
+                self.stored_snapshot(at, uid).await
+            }
+        }
+    }
+
+    /// After our completion: the object at `at` must be the one we completed. It is, unless
+    /// the store ignores `If-None-Match` on CompleteMultipartUpload and a later upload of this
+    /// snapshot replaced it; then the stored object is reported instead of ours.
+    async fn verify_stored(
+        &self,
+        at: &Location,
+        uid: &str,
+        done: Uploaded,
+        etag: Option<&str>,
+    ) -> Result<Uploaded, Failure> {
+        let head = self.head_stored(at, uid).await?;
+        let ours = match &head.sha256 {
+            Some(sha) => *sha == done.sha256,
+            None => etag.is_some() && head.etag.as_deref() == etag,
+        };
+        if ours && head.size == done.size {
+            return Ok(done);
+        }
+        tracing::warn!(uri = %at.uri(), ours = %done.sha256, "the stored object is another upload of this snapshot (the store did not honour If-None-Match); reporting the stored object");
+        self.stored_snapshot(at, uid).await
+    }
+
+    /// The object another attempt of this snapshot stored at `at`: its size and sha256 — from
+    /// its sha256 metadata (stamped only onto the object the stamping agent had hashed), else
+    /// by reading it back and hashing it (the other agent had not stamped it yet, or it is
+    /// larger than CopyObject allows).
+    async fn stored_snapshot(&self, at: &Location, uid: &str) -> Result<Uploaded, Failure> {
+        for _ in 0..3 {
+            let head = self.head_stored(at, uid).await?;
+            if let Some(sha256) = head.sha256 {
+                return Ok(Uploaded {
+                    size: head.size,
+                    sha256,
+                });
+            }
+            let Some(etag) = head.etag else {
+                return Err(Failure::transient(format!(
+                    "HeadObject {} gave no ETag; cannot tell which upload is stored",
+                    at.uri()
+                )));
+            };
+            // Bound to this ETag: if the other agent stamps meanwhile, look again.
+            if let Some(done) = self.hash_object(at, &etag).await? {
+                self.stamp_sha256(at, uid, &done, Some(&etag)).await;
+                return Ok(done);
+            }
+        }
+        Err(Failure::transient(format!(
+            "the object at {} kept changing while the agent read it back; retry",
+            at.uri()
+        )))
+    }
+
+    /// HeadObject of a snapshot's object that must be this snapshot's (UID metadata `uid`).
+    async fn head_stored(&self, at: &Location, uid: &str) -> Result<StoredObject, Failure> {
+        let obj = self
+            .client
+            .head_object()
+            .bucket(&at.bucket)
+            .key(&at.key)
+            .send()
+            .await
+            .map_err(|e| match status_of(&e) {
+                Some(404) => Failure::transient(format!(
+                    "{} is gone right after it was stored (deleted meanwhile?); retry",
+                    at.uri()
+                )),
+                _ => self.request_failure("HeadObject", at, &e),
+            })?;
+        let meta = obj.metadata();
+        let owner = meta.and_then(|m| m.get(META_UID)).map(String::as_str);
+        if owner != Some(uid) {
+            let holder = owner.map_or_else(
+                || format!("an object without {META_UID} metadata"),
+                |o| format!("the snapshot with UID {o}"),
+            );
+            return Err(Failure::permanent(format!(
+                "{} now holds {holder} instead of this snapshot ({uid}): something else wrote the \
+                 key during the upload; choose another key (spec.destination.s3.key) or snapshot name",
+                at.uri()
+            )));
+        }
+        let size = obj
+            .content_length()
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or_else(|| Failure::transient(format!("HeadObject {} gave no size", at.uri())))?;
+        Ok(StoredObject {
+            size,
+            sha256: meta
+                .and_then(|m| m.get(META_SHA256))
+                .map(|s| s.to_ascii_lowercase()),
+            etag: obj.e_tag().map(str::to_string),
+        })
+    }
+
+    /// Read the object back (only while its ETag is `etag`) and hash it. `None`: it changed.
+    async fn hash_object(&self, at: &Location, etag: &str) -> Result<Option<Uploaded>, Failure> {
+        let obj = match self
+            .client
+            .get_object()
+            .bucket(&at.bucket)
+            .key(&at.key)
+            .if_match(etag)
+            .send()
+            .await
+        {
+            Ok(obj) => obj,
+            Err(e) if status_of(&e) == Some(412) => return Ok(None),
+            Err(e) => return Err(self.request_failure("GetObject", at, &e)),
+        };
+        let mut hasher = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+        let mut body = obj.body;
+        let mut size = 0u64;
+        while let Some(chunk) = body
+            .try_next()
+            .await
+            .map_err(|e| Failure::transient(format!("reading back {}: {e}", at.uri())))?
+        {
+            hasher.update(&chunk);
+            size += chunk.len() as u64;
+        }
+        Ok(Some(Uploaded {
+            size,
+            sha256: hex(hasher.finish().as_ref()),
+        }))
+    }
+
     /// Stream `chunks` into a multipart upload at `at`, stamped with `uid`, in fixed
     /// [`PART_SIZE`] parts; the sha256 is computed on the way. A failure aborts the upload, and
     /// so does SIGTERM (the Job passed its deadline, or concurrencyPolicy Replace or the
-    /// EtcdSnapshot's deletion removed it): the parts never stay behind in the bucket.
-    pub async fn upload<S>(&self, at: &Location, uid: &str, chunks: S) -> Result<Uploaded, Failure>
+    /// EtcdSnapshot's deletion removed it): the parts never stay behind in the bucket. So does
+    /// finding the key taken at completion ([`Completion::KeyTaken`]).
+    async fn upload<S>(&self, at: &Location, uid: &str, chunks: S) -> Result<Completion, Failure>
     where
         S: Stream<Item = Result<Vec<u8>, Failure>> + Unpin,
     {
@@ -379,6 +532,13 @@ impl S3 {
             ),
         };
         match result {
+            Ok(Completion::KeyTaken) => {
+                tracing::info!(uri = %at.uri(), upload_id, "the key was stored by another upload first (412 on the conditional completion); aborting ours");
+                self.abort(at, &upload_id, ABORT_DEADLINE)
+                    .await
+                    .map_err(Failure::transient)?;
+                Ok(Completion::KeyTaken)
+            }
             Ok(done) => Ok(done),
             Err(failure) => {
                 tracing::warn!(uri = %at.uri(), upload_id, error = %failure, "upload failed; aborting the multipart upload");
@@ -398,7 +558,7 @@ impl S3 {
         at: &Location,
         upload_id: &str,
         mut chunks: S,
-    ) -> Result<Uploaded, Failure>
+    ) -> Result<Completion, Failure>
     where
         S: Stream<Item = Result<Vec<u8>, Failure>> + Unpin,
     {
@@ -464,22 +624,33 @@ impl S3 {
                 "etcd sent an empty snapshot; retry (is the member healthy?)",
             ));
         }
-        self.client
+        // Conditional: only while no object is at the key. The overwrite guard checked that
+        // before the upload, but another Pod of this Job may have stored the key since.
+        let completed = self
+            .client
             .complete_multipart_upload()
             .bucket(&at.bucket)
             .key(&at.key)
             .upload_id(upload_id)
+            .if_none_match("*")
             .multipart_upload(
                 CompletedMultipartUpload::builder()
                     .set_parts(Some(parts))
                     .build(),
             )
             .send()
-            .await
-            .map_err(|e| self.request_failure("CompleteMultipartUpload", at, &e))?;
-        Ok(Uploaded {
-            size,
-            sha256: hex(hasher.finish().as_ref()),
+            .await;
+        let completed = match completed {
+            Ok(c) => c,
+            Err(e) if status_of(&e) == Some(412) => return Ok(Completion::KeyTaken),
+            Err(e) => return Err(self.request_failure("CompleteMultipartUpload", at, &e)),
+        };
+        Ok(Completion::Stored {
+            done: Uploaded {
+                size,
+                sha256: hex(hasher.finish().as_ref()),
+            },
+            etag: completed.e_tag().map(str::to_string),
         })
     }
 
@@ -527,8 +698,14 @@ impl S3 {
     }
 
     /// Record the sha256 in the object's metadata (a same-key copy replacing the metadata; the
-    /// UID stays). Best effort: the checksum is also in the termination log and the status.
-    pub async fn stamp_sha256(&self, at: &Location, uid: &str, done: &Uploaded) {
+    /// UID stays), only onto the object whose ETag is `etag` (the one `done` describes): a copy
+    /// of another upload's content must never carry this sha256. Best effort: the checksum is
+    /// also in the termination log and the status.
+    async fn stamp_sha256(&self, at: &Location, uid: &str, done: &Uploaded, etag: Option<&str>) {
+        let Some(etag) = etag else {
+            tracing::info!("the completed upload has no ETag; its sha256 is not in its metadata");
+            return;
+        };
         if done.size > MAX_COPY_SIZE {
             tracing::info!(
                 "the object is larger than CopyObject allows; its sha256 is not in its metadata"
@@ -541,6 +718,7 @@ impl S3 {
             .bucket(&at.bucket)
             .key(&at.key)
             .copy_source(format!("{}/{}", at.bucket, urlencode_key(&at.key)))
+            .copy_source_if_match(etag)
             .metadata_directive(MetadataDirective::Replace)
             .metadata(META_UID, uid)
             .metadata(META_SHA256, &done.sha256)
@@ -615,6 +793,26 @@ impl S3 {
             sha256: hex(hasher.finish().as_ref()),
         })
     }
+}
+
+/// How a multipart upload ended.
+#[derive(Debug)]
+enum Completion {
+    /// This upload is the object at the key (its ETag, when the store gave one).
+    Stored {
+        done: Uploaded,
+        etag: Option<String>,
+    },
+    /// An object was at the key when this upload completed (412 on `If-None-Match: *`): our
+    /// parts were aborted.
+    KeyTaken,
+}
+
+/// What HeadObject says of a snapshot's object.
+struct StoredObject {
+    size: u64,
+    sha256: Option<String>,
+    etag: Option<String>,
 }
 
 /// Size and sha256 (hex) of what was stored or fetched.

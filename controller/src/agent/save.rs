@@ -81,11 +81,7 @@ pub async fn run(args: SaveArgs) -> Result<Artifact, Failure> {
     tracing::info!(uri, "streaming the snapshot");
     let chunks = chunks(stream);
     let done = match &destination {
-        Destination::S3(s3, at) => {
-            let done = s3.upload(at, &uid, chunks).await?;
-            s3.stamp_sha256(at, &uid, &done).await;
-            done
-        }
+        Destination::S3(s3, at) => s3.save(at, &uid, chunks).await?,
         Destination::Pvc(target, _) => pvc::write(target, &uid, chunks).await?,
     };
     tracing::info!(uri, size = done.size, sha256 = %done.sha256, "snapshot stored");

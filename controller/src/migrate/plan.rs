@@ -27,7 +27,7 @@ pub const AENIX_DEFAULT_IMAGE: &str = "quay.io/coreos/etcd:v3.5.12";
 pub const LEGACY_DATA_DIR_SUBPATH: &str = "default.etcd";
 /// On the EtcdCluster the migration creates: the UID of the v1alpha1 EtcdCluster it was adopted
 /// from. A re-run finds its own partial apply by it; any other EtcdCluster of that name is refused.
-pub const ADOPTED_FROM_ANNOTATION: &str = "etcd-operator.cozystack.io/adopted-from";
+pub use api::labels::ADOPTED_FROM_ANNOTATION;
 
 /// The aenix operator's headless Service (its Pods' subdomain; peer URLs use it).
 pub fn legacy_headless_service(cluster: &str) -> String {
@@ -593,6 +593,7 @@ pub fn build(f: &Facts) -> Plan {
         member.metadata.namespace = Some(ns.clone());
         member.metadata.labels = Some(labels::member_labels(name, &m.name));
         member.metadata.annotations = Some(BTreeMap::from([
+            (ADOPTED_FROM_ANNOTATION.to_string(), f.legacy_uid.clone()),
             (
                 labels::HEADLESS_SERVICE_ANNOTATION.to_string(),
                 headless.clone(),

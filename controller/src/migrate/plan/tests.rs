@@ -197,6 +197,8 @@ fn plan_adopts_every_member_with_reserved_annotations_and_latched_status() {
     let ann = a.member.metadata.annotations.clone().unwrap();
     assert_eq!(ann[labels::HEADLESS_SERVICE_ANNOTATION], "etcd-headless");
     assert_eq!(ann[labels::DATA_DIR_SUBPATH_ANNOTATION], "default.etcd");
+    // The webhook lets a cluster admin create a member only with the migration's marker.
+    assert_eq!(ann[ADOPTED_FROM_ANNOTATION], "aenix-uid");
     assert_eq!(a.status.member_id.as_deref(), Some("0000000000000011"));
     assert!(a.status.is_voter);
     assert_eq!(
