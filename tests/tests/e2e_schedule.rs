@@ -1,7 +1,8 @@
 //! End to end: an EtcdSnapshotSchedule firing every minute with `keepLast: 2` to a PVC, on a
 //! real cluster with the real operator and snapshot Jobs: snapshots appear named after the
 //! schedule and complete, the oldest are pruned (only the schedule's own), and `suspend` stops
-//! new ones. The same with an S3 destination on a real MinIO: a pruned snapshot's object is gone
+//! new ones; Failed snapshots beyond `keepLast` are pruned through prune Jobs that remove the
+//! file a Failed snapshot wrote and leave another snapshot's. The same with an S3 destination on a real MinIO: a pruned snapshot's object is gone
 //! from the bucket, the kept one's is there; then the credentials go bad and the failed runs
 //! that follow never push the good snapshot (or its object) out of `keepLast`.
 
@@ -135,6 +136,51 @@ async fn every_minute_keep_last_two_prunes_the_oldest_and_suspend_stops_it() {
         .unwrap_or_default();
     assert!(status.last_schedule_time.is_some() && status.last_successful_time.is_some());
 
+    // Failed snapshots of the schedule (made by hand, their cluster missing so no Job runs,
+    // then marked Failed): retention keeps the newest two Failed ones and prunes the rest
+    // through prune Jobs on the same path the snapshot Job writes, while the suspended window
+    // below runs. failed-1 wrote its file (and a partial one) before failing: all of it goes;
+    // failed-2's path holds another snapshot's file: it stays, and the EtcdSnapshot goes all
+    // the same; failed-3 wrote nothing: it goes.
+    let owner = schedules.get("every-minute").await.or_panic();
+    let owner_uid = owner.metadata.uid.clone().expect("the schedule has a UID");
+    let mut failed_uid = Vec::new();
+    for i in 1..=5 {
+        let s: EtcdSnapshot = tests::harness::create(
+            &env.client(),
+            &ns,
+            json!({"apiVersion": "etcd-operator.cozystack.io/v1alpha2", "kind": "EtcdSnapshot",
+                   "metadata": {"name": format!("every-minute-failed-{i}"),
+                                "labels": {labels::SCHEDULE: "every-minute"},
+                                "ownerReferences": [{"apiVersion": "etcd-operator.cozystack.io/v1alpha2",
+                                    "kind": "EtcdSnapshotSchedule", "name": "every-minute", "uid": owner_uid,
+                                    "controller": true}]},
+                   "spec": {"clusterRef": {"name": "no-such-cluster"},
+                            "destination": {"pvc": {"claimName": "backups", "subPath": "sched"}}}}),
+        )
+        .await;
+        failed_uid.push(s.metadata.uid.expect("a created snapshot has a UID"));
+    }
+    let at = |i: usize, x: &str| dir.join(format!("every-minute-failed-{i}{x}"));
+    let write = |path: std::path::PathBuf, text: &str| std::fs::write(&path, text).or_panic();
+    write(at(1, ".db"), "a snapshot written before the agent died");
+    write(at(1, ".db.uid"), &format!("{}\n", failed_uid[0]));
+    write(at(1, ".db.sha256"), "00  every-minute-failed-1.db\n");
+    let partial = dir.join(format!(".every-minute-failed-1.db.{}.tmp", failed_uid[0]));
+    write(partial.clone(), "half a snapshot");
+    write(at(2, ".db"), "another snapshot's file");
+    write(at(2, ".db.uid"), "some-other-uid\n");
+    for i in 1..=5 {
+        snapshots
+            .patch_status(
+                &format!("every-minute-failed-{i}"),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": "Failed"}})),
+            )
+            .await
+            .or_panic();
+    }
+
     // Suspended: after the snapshot in flight (if any) ends, nothing new for over a minute.
     schedules
         .patch(
@@ -162,6 +208,38 @@ async fn every_minute_keep_last_two_prunes_the_oldest_and_suspend_stops_it() {
         after.is_subset(&before),
         "suspended, yet new snapshots: before {before:?}, after {after:?}"
     );
+
+    // Retention ran while suspended: the three oldest Failed snapshots are gone, the newest
+    // two kept, and only failed-1's own files were removed.
+    tests::harness::eventually(
+        "the three oldest Failed snapshots pruned through their prune Jobs",
+        Duration::from_secs(90),
+        || async {
+            let names: BTreeSet<String> = list()
+                .await?
+                .into_iter()
+                .filter_map(|s| s.metadata.name)
+                .filter(|n| n.starts_with("every-minute-failed-"))
+                .collect();
+            let want: BTreeSet<String> = ["every-minute-failed-4", "every-minute-failed-5"]
+                .map(String::from)
+                .into();
+            (names == want).then_some(()).ok_or(format!("{names:?}"))
+        },
+    )
+    .await;
+    for gone in [at(1, ".db"), at(1, ".db.uid"), at(1, ".db.sha256"), partial] {
+        assert!(!gone.exists(), "{} was not removed", gone.display());
+    }
+    for kept in [at(2, ".db"), at(2, ".db.uid")] {
+        assert!(
+            kept.exists(),
+            "{} (another snapshot's) was removed",
+            kept.display()
+        );
+    }
+    // (The SnapshotPruned Events of one schedule are folded into one series that keeps the
+    // first message, so the agents' reports are checked through the files above.)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,12 +24,27 @@ pub struct DeleteArgs {
     /// Directory inside the volume.
     #[arg(long)]
     pub pvc_sub_path: Option<String>,
+    /// A file at the path that this snapshot did not write (its `.uid` sidecar names another
+    /// snapshot, or there is none) is left in place and reported, and the command succeeds:
+    /// for a snapshot that failed, which may never have written there. Without it such a file
+    /// fails the command permanently.
+    #[arg(long)]
+    pub leave_unowned: bool,
     #[arg(long, default_value = "/dev/termination-log")]
     pub termination_log: PathBuf,
 }
 
+/// What the command did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Removed {
+    /// The snapshot's own file and sidecars are gone (or were already).
+    Deleted(String),
+    /// The file at the path is not this snapshot's and stays (`--leave-unowned`): why.
+    LeftInPlace(String),
+}
+
 /// What was removed, for the termination log.
-pub fn run(args: &DeleteArgs) -> Result<String, Failure> {
+pub fn run(args: &DeleteArgs) -> Result<Removed, Failure> {
     check_snapshot_name(&args.snapshot_name)?;
     let uid = args.snapshot_uid.trim();
     if uid.is_empty() {
@@ -43,10 +58,35 @@ pub fn run(args: &DeleteArgs) -> Result<String, Failure> {
         &args.snapshot_name,
     )?;
     let uri = format!("pvc://{}/{}", args.pvc_claim, target.relative);
-    remove(&target.file, uid, &uri)
+    // The partial file of an agent of this snapshot killed mid-write (its name carries the
+    // UID, so it is this snapshot's whoever holds the final name).
+    remove_file(&pvc::temp_file(&target.file, uid))?;
+    match remove(&target.file, uid, &uri) {
+        Ok(done) => Ok(Removed::Deleted(done)),
+        Err(Unowned(why)) if args.leave_unowned => {
+            tracing::info!(uri, "{why}");
+            Ok(Removed::LeftInPlace(why))
+        }
+        Err(Unowned(why)) => Err(Failure::permanent(why)),
+        Err(Io(f)) => Err(f),
+    }
 }
 
-fn remove(file: &Path, uid: &str, uri: &str) -> Result<String, Failure> {
+/// Why a file was not removed.
+enum NotRemoved {
+    /// The file is not this snapshot's.
+    Unowned(String),
+    Io(Failure),
+}
+use NotRemoved::{Io, Unowned};
+
+impl From<Failure> for NotRemoved {
+    fn from(f: Failure) -> Self {
+        Io(f)
+    }
+}
+
+fn remove(file: &Path, uid: &str, uri: &str) -> Result<String, NotRemoved> {
     let sidecar = pvc::uid_sidecar(file);
     if !file.exists() {
         // A retried Job after the file went, or a snapshot that never wrote: drop the sidecars
@@ -61,13 +101,13 @@ fn remove(file: &Path, uid: &str, uri: &str) -> Result<String, Failure> {
     match read_owner(&sidecar) {
         Some(owner) if owner == uid => {}
         Some(owner) => {
-            return Err(Failure::permanent(format!(
+            return Err(Unowned(format!(
                 "{uri} holds the snapshot with UID {owner}, not this one ({uid}); it is left in \
-                 place: another snapshot wrote it since"
+                 place: another snapshot wrote it"
             )))
         }
         None => {
-            return Err(Failure::permanent(format!(
+            return Err(Unowned(format!(
                 "{uri} has no readable UID sidecar ({}); it is left in place, since the agent \
                  cannot tell that this snapshot wrote it: delete it by hand if it is not needed",
                 sidecar.display()
@@ -110,6 +150,7 @@ mod tests {
             pvc_claim: "backups".into(),
             pvc_mount: mount.to_path_buf(),
             pvc_sub_path: Some("etcd".into()),
+            leave_unowned: false,
             termination_log: mount.join("log"),
         }
     }
@@ -131,14 +172,64 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = stored(dir.path(), Some("uid-1\n"));
         let done = run(&args(dir.path(), "uid-1")).unwrap();
-        assert_eq!(done, "deleted pvc://backups/etcd/daily-1.db");
+        assert_eq!(
+            done,
+            Removed::Deleted("deleted pvc://backups/etcd/daily-1.db".into())
+        );
         assert!(!file.exists());
         assert!(!pvc::uid_sidecar(&file).exists());
         assert!(!pvc::sha256_sidecar(&file).exists());
         // Again (a retried Job): success, nothing to do.
-        assert!(run(&args(dir.path(), "uid-1"))
-            .unwrap()
-            .contains("already gone"));
+        assert!(matches!(
+            run(&args(dir.path(), "uid-1")).unwrap(),
+            Removed::Deleted(m) if m.contains("already gone")
+        ));
+    }
+
+    #[test]
+    fn with_leave_unowned_another_snapshots_file_stays_and_the_command_succeeds() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = stored(dir.path(), Some("uid-2\n"));
+        let mut a = args(dir.path(), "uid-1");
+        a.leave_unowned = true;
+        let done = run(&a).unwrap();
+        assert!(
+            matches!(&done, Removed::LeftInPlace(m) if m.contains("UID uid-2")),
+            "{done:?}"
+        );
+        for kept in [
+            file.clone(),
+            pvc::uid_sidecar(&file),
+            pvc::sha256_sidecar(&file),
+        ] {
+            assert!(kept.exists(), "{} removed", kept.display());
+        }
+        // No `.uid` at all: nobody's to remove either.
+        std::fs::remove_file(pvc::uid_sidecar(&file)).unwrap();
+        assert!(
+            matches!(run(&a).unwrap(), Removed::LeftInPlace(m) if m.contains("no readable UID"))
+        );
+        assert!(file.exists() && pvc::sha256_sidecar(&file).exists());
+        // Nothing at the path (a snapshot that wrote nothing): success at once.
+        let empty = tempfile::tempdir().unwrap();
+        let mut a = args(empty.path(), "uid-1");
+        a.leave_unowned = true;
+        assert!(matches!(run(&a).unwrap(), Removed::Deleted(m) if m.contains("already gone")));
+    }
+
+    #[test]
+    fn the_partial_file_of_an_agent_killed_mid_write_goes_whoever_holds_the_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = stored(dir.path(), Some("uid-2"));
+        let mine = pvc::temp_file(&file, "uid-1");
+        let theirs = pvc::temp_file(&file, "uid-2");
+        std::fs::write(&mine, b"half a snapshot").unwrap();
+        std::fs::write(&theirs, b"being written").unwrap();
+        let mut a = args(dir.path(), "uid-1");
+        a.leave_unowned = true;
+        assert!(matches!(run(&a).unwrap(), Removed::LeftInPlace(_)));
+        assert!(!mine.exists());
+        assert!(theirs.exists() && file.exists());
     }
 
     #[test]

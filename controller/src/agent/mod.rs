@@ -110,6 +110,7 @@ pub enum Outcome {
     Restored(Artifact),
     Skipped(String),
     Deleted(String),
+    LeftInPlace(String),
     Error(String),
 }
 
@@ -126,7 +127,13 @@ pub async fn run(command: AgentCommand) -> i32 {
         }
         AgentCommand::Delete(args) => {
             let log = args.termination_log.clone();
-            (log, delete::run(&args).map(Outcome::Deleted))
+            (
+                log,
+                delete::run(&args).map(|r| match r {
+                    delete::Removed::Deleted(what) => Outcome::Deleted(what),
+                    delete::Removed::LeftInPlace(why) => Outcome::LeftInPlace(why),
+                }),
+            )
         }
     };
     match result {
@@ -205,6 +212,13 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&Outcome::Error("no \"x\"".into())).unwrap(),
             r#"{"error":"no \"x\""}"#
+        );
+        // What the controller's AgentReport reads from a prune Job.
+        let left = serde_json::to_string(&Outcome::LeftInPlace("theirs".into())).unwrap();
+        assert_eq!(left, r#"{"leftInPlace":"theirs"}"#);
+        assert_eq!(
+            crate::snapshot::AgentReport::parse(&left).and_then(|r| r.left_in_place),
+            Some("theirs".to_string())
         );
     }
 

@@ -45,6 +45,16 @@ pub fn target(mount: &Path, sub_path: Option<&str>, name: &str) -> Result<Target
     })
 }
 
+/// The partial file an agent of snapshot `uid` streams into before renaming it to `file`:
+/// `.<file>.<uid>.tmp` beside it.
+pub fn temp_file(file: &Path, uid: &str) -> PathBuf {
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    file.with_file_name(format!(".{name}.{uid}.tmp"))
+}
+
 pub fn uid_sidecar(file: &Path) -> PathBuf {
     with_suffix(file, ".uid")
 }
@@ -101,7 +111,7 @@ where
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{uid}.tmp"));
+    let tmp = temp_file(&target.file, uid);
     let result = async {
         let mut out = tokio::fs::File::create(&tmp)
             .await

@@ -17,7 +17,7 @@ use api::v1alpha2::{
 };
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -30,7 +30,7 @@ use crate::conditions::set_condition;
 use crate::context::Context;
 use crate::Error;
 
-use plan::{Due, Owned, Schedule, State};
+use plan::{Due, Owned, Removal, Schedule, State, Unowned};
 
 /// The `Ready` condition: the schedule parses and is being followed.
 pub const READY: &str = "Ready";
@@ -347,20 +347,79 @@ enum Stored {
 }
 
 /// Delete what `snapshot` stored: its S3 object (here), or its PVC file (a prune Job, since only
-/// a Pod can mount the claim). An error leaves the snapshot in place, to be retried.
+/// a Pod can mount the claim), as [`plan::removal`] says. An error leaves the snapshot in place,
+/// to be retried.
 async fn delete_stored(ctx: &Context, snapshot: &EtcdSnapshot) -> Result<Stored, String> {
     let uri = snapshot
         .status
         .as_ref()
         .and_then(|s| s.artifact.as_ref())
         .map(|a| a.uri.clone());
-    if let Some(s3) = &snapshot.spec.destination.s3 {
-        return delete_s3_object(ctx, snapshot, s3, uri.as_deref()).await;
-    }
-    let Some(uri) = uri else {
-        return Ok(Stored::Deleted("nothing stored".to_string()));
+    let state = match snapshot.status.as_ref().and_then(|s| s.phase) {
+        Some(SnapshotPhase::Complete) => State::Complete,
+        Some(SnapshotPhase::Failed) => State::Failed,
+        _ => State::Running,
     };
-    delete_pvc_file(ctx, snapshot, &uri).await
+    let dest = &snapshot.spec.destination;
+    let destination = match (&dest.s3, &dest.pvc) {
+        (Some(_), _) => plan::Destination::S3,
+        (None, Some(pvc)) => {
+            plan::Destination::Pvc(claim_state(ctx, snapshot, &pvc.claim_name).await?)
+        }
+        (None, None) => return Ok(Stored::Deleted("no destination".to_string())),
+    };
+    let pruned = plan::Pruned {
+        state,
+        destination,
+        artifact: uri.is_some(),
+    };
+    match (plan::removal(&pruned), &dest.s3) {
+        (Removal::S3Artifact | Removal::S3IfOwned, Some(s3)) => {
+            delete_s3_object(ctx, snapshot, s3, uri.as_deref()).await
+        }
+        (Removal::PvcJob(unowned), _) => {
+            let at = uri.unwrap_or_else(|| pvc_uri(snapshot));
+            delete_pvc_file(ctx, snapshot, &at, unowned).await
+        }
+        (Removal::Nothing(why), _) => Ok(Stored::Deleted(why.to_string())),
+        (Removal::S3Artifact | Removal::S3IfOwned, None) => {
+            Ok(Stored::Deleted("no destination".to_string()))
+        }
+    }
+}
+
+/// Where the snapshot Job of `snapshot` writes its PVC file: `pvc://<claim>/[<subPath>/]<name>.db`.
+fn pvc_uri(snapshot: &EtcdSnapshot) -> String {
+    let Some(pvc) = &snapshot.spec.destination.pvc else {
+        return String::new();
+    };
+    let file = crate::agent::file_name(&snapshot.name_any());
+    match pvc.sub_path.as_deref().map(|s| s.trim_matches('/')) {
+        Some(sub) if !sub.is_empty() => format!("pvc://{}/{sub}/{file}", pvc.claim_name),
+        _ => format!("pvc://{}/{file}", pvc.claim_name),
+    }
+}
+
+/// Whether the destination claim can hold a file a Pod wrote.
+async fn claim_state(
+    ctx: &Context,
+    snapshot: &EtcdSnapshot,
+    claim: &str,
+) -> Result<plan::Claim, String> {
+    let ns = snapshot.namespace().unwrap_or_default();
+    let pvc = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(claim)
+        .await
+        .map_err(|e| format!("reading PersistentVolumeClaim {ns}/{claim}: {e}"))?;
+    let Some(pvc) = pvc else {
+        return Ok(plan::Claim::Gone);
+    };
+    // A claim's phase only moves Pending → Bound → Lost: a Pending one was never mounted.
+    Ok(match pvc.status.and_then(|s| s.phase).as_deref() {
+        Some("Bound") => plan::Claim::Bound,
+        Some("Lost") => plan::Claim::Gone,
+        _ => plan::Claim::Pending,
+    })
 }
 
 /// Delete an S3 snapshot's object, and abort the multipart uploads its agent may have left at
@@ -428,6 +487,7 @@ async fn delete_pvc_file(
     ctx: &Context,
     snapshot: &EtcdSnapshot,
     uri: &str,
+    unowned: Unowned,
 ) -> Result<Stored, String> {
     let ns = snapshot.namespace().unwrap_or_default();
     let name = crate::snapshot::job::prune_job_name(&snapshot.name_any());
@@ -445,7 +505,9 @@ async fn delete_pvc_file(
                 snapshot.name_any()
             ));
         };
-        let Some(want) = crate::snapshot::job::prune_job(snapshot, image) else {
+        let Some(want) =
+            crate::snapshot::job::prune_job(snapshot, image, unowned == Unowned::Leave)
+        else {
             return Ok(Stored::Deleted(format!("{uri} left in place")));
         };
         match jobs.create(&PostParams::default(), &want).await {
@@ -469,7 +531,10 @@ async fn delete_pvc_file(
         .unwrap_or_default();
     if view.succeeded {
         return Ok(Stored::Deleted(
-            report.deleted.unwrap_or_else(|| format!("deleted {uri}")),
+            report
+                .deleted
+                .or(report.left_in_place)
+                .unwrap_or_else(|| format!("deleted {uri}")),
         ));
     }
     if let Some(failed) = view.failed {

@@ -88,6 +88,85 @@ pub fn prune(
     gone.into_iter().map(|s| s.name.clone()).collect()
 }
 
+/// Where a pruned snapshot was to be stored, as retention sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destination {
+    S3,
+    Pvc(Claim),
+}
+
+/// The destination claim of a PVC snapshot, now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Bound to a volume: a Pod can mount it.
+    Bound,
+    /// Pending: never bound, so no Pod ever wrote to it.
+    Pending,
+    /// Missing or Lost: no Pod can reach its files any more.
+    Gone,
+}
+
+/// One snapshot retention prunes: what it finished as, where it was to be stored, and whether
+/// it recorded a stored copy (`status.artifact`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pruned {
+    pub state: State,
+    pub destination: Destination,
+    pub artifact: bool,
+}
+
+/// What a prune Job's agent does with a file at the snapshot's path that the snapshot did not
+/// write (its `.uid` sidecar names another UID, or there is none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unowned {
+    /// Fail the Job: the snapshot says it stored a file there, so a stranger in its place is
+    /// for a human to look at, and the EtcdSnapshot is kept.
+    Fail,
+    /// Leave the file and succeed: the snapshot may never have written there, so the file is
+    /// not its to prune, and nothing keeps the EtcdSnapshot.
+    Leave,
+}
+
+/// How retention removes what a pruned snapshot stored, before the EtcdSnapshot goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Removal {
+    /// Delete the S3 object at `status.artifact.uri`.
+    S3Artifact,
+    /// Delete the S3 object at the snapshot's key if its UID metadata names the snapshot (a
+    /// Failed snapshot may have stored its object all the same).
+    S3IfOwned,
+    /// Run the `<snapshot>-prune` Job on the file at the snapshot's path (`<subPath>/<name>.db`,
+    /// the snapshot Job's own naming); it removes the file only if its `.uid` sidecar names the
+    /// snapshot.
+    PvcJob(Unowned),
+    /// Nothing can have been stored where the operator could reach it: why.
+    Nothing(&'static str),
+}
+
+/// How to remove what `pruned` stored. Deleting the EtcdSnapshot first would forget a stored
+/// copy for good, so everything that may have been written is looked for, and only what the
+/// snapshot itself wrote (its UID stamp) is deleted.
+pub fn removal(pruned: &Pruned) -> Removal {
+    match pruned.destination {
+        Destination::S3 if pruned.artifact => Removal::S3Artifact,
+        Destination::S3 => Removal::S3IfOwned,
+        Destination::Pvc(_) if pruned.artifact || pruned.state == State::Complete => {
+            Removal::PvcJob(Unowned::Fail)
+        }
+        // Failed: nothing recorded, but the agent may have renamed its file into place before
+        // it was killed or its Job lost. Its `.uid` sidecar (written before the rename) tells
+        // its own file from a stranger's; a stranger's is not this snapshot's to prune and
+        // must not keep it forever.
+        Destination::Pvc(Claim::Bound) => Removal::PvcJob(Unowned::Leave),
+        Destination::Pvc(Claim::Pending) => {
+            Removal::Nothing("the destination claim was never bound: nothing was written")
+        }
+        Destination::Pvc(Claim::Gone) => {
+            Removal::Nothing("the destination claim is gone: no Pod can reach a file on it")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,5 +279,49 @@ mod tests {
         // Nothing but failures: they all age out; nothing else to keep.
         let failed = [owned("bad-1", 1, Failed), owned("bad-2", 2, Failed)];
         assert_eq!(prune(&failed, Some(5), Some(60), now), ["bad-1", "bad-2"]);
+    }
+
+    fn pruned(state: State, destination: Destination, artifact: bool) -> Pruned {
+        Pruned {
+            state,
+            destination,
+            artifact,
+        }
+    }
+
+    #[test]
+    fn a_failed_pvc_snapshot_is_pruned_through_a_prune_job_that_leaves_files_not_its_own() {
+        use Claim::{Bound, Gone, Pending};
+        use State::{Complete, Failed};
+        let table = [
+            // A Complete snapshot recorded its file: a stranger in its place fails the Job
+            // and keeps the EtcdSnapshot for a human.
+            (
+                pruned(Complete, Destination::Pvc(Bound), true),
+                Removal::PvcJob(Unowned::Fail),
+            ),
+            // A Failed one records nothing, yet may have written its file (killed after the
+            // rename, the Job lost): the same Job at the same path removes it if its `.uid`
+            // names the snapshot, and leaves any other file without holding the snapshot.
+            (
+                pruned(Failed, Destination::Pvc(Bound), false),
+                Removal::PvcJob(Unowned::Leave),
+            ),
+            // A claim never bound was never written to; a missing or lost one cannot be
+            // reached by any Pod: a Job would wait forever for nothing.
+            (
+                pruned(Failed, Destination::Pvc(Pending), false),
+                Removal::Nothing("the destination claim was never bound: nothing was written"),
+            ),
+            (
+                pruned(Failed, Destination::Pvc(Gone), false),
+                Removal::Nothing("the destination claim is gone: no Pod can reach a file on it"),
+            ),
+            (pruned(Complete, Destination::S3, true), Removal::S3Artifact),
+            (pruned(Failed, Destination::S3, false), Removal::S3IfOwned),
+        ];
+        for (p, want) in table {
+            assert_eq!(removal(&p), want, "{p:?}");
+        }
     }
 }

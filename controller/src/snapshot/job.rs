@@ -195,9 +195,16 @@ pub fn snapshot_job(
 }
 
 /// The Job `<snapshot>-prune` that removes a pruned snapshot's file from its PVC destination
-/// (`snapshot-agent delete`: only a file whose `.uid` sidecar names this snapshot). `None` for a
-/// snapshot that is not on a PVC. Owned by the snapshot, like its save Job.
-pub fn prune_job(snapshot: &EtcdSnapshot, operator_image: &str) -> Option<Job> {
+/// (`snapshot-agent delete`: only a file whose `.uid` sidecar names this snapshot), at the path
+/// the snapshot Job writes (the same name and subPath). With `leave_unowned` a file there that
+/// the snapshot did not write is left in place and the Job succeeds (a Failed snapshot may have
+/// written nothing); without, the Job fails permanently on it. `None` for a snapshot that is
+/// not on a PVC. Owned by the snapshot, like its save Job.
+pub fn prune_job(
+    snapshot: &EtcdSnapshot,
+    operator_image: &str,
+    leave_unowned: bool,
+) -> Option<Job> {
     let pvc = snapshot.spec.destination.pvc.as_ref()?;
     let name = snapshot.name_any();
     let mut args = vec![
@@ -211,6 +218,9 @@ pub fn prune_job(snapshot: &EtcdSnapshot, operator_image: &str) -> Option<Job> {
     ];
     if let Some(sub) = pvc.sub_path.as_deref().filter(|s| !s.is_empty()) {
         args.push(format!("--pvc-sub-path={sub}"));
+    }
+    if leave_unowned {
+        args.push("--leave-unowned".to_string());
     }
     Some(agent_job(
         snapshot,
@@ -555,7 +565,7 @@ mod tests {
                 sub_path: Some("etcd".into()),
             }),
         };
-        let job = prune_job(&snapshot(dest), "op:1").unwrap();
+        let job = prune_job(&snapshot(dest.clone()), "op:1", false).unwrap();
         assert_eq!(job.metadata.name.as_deref(), Some("nightly-prune"));
         assert_eq!(
             job.metadata.owner_references.as_ref().unwrap()[0].uid,
@@ -597,7 +607,12 @@ mod tests {
             }),
             pvc: None,
         };
-        assert!(prune_job(&snapshot(s3), "op:1").is_none());
+        assert!(prune_job(&snapshot(s3), "op:1", true).is_none());
+        // A Failed snapshot's Job: the same path, and a file not its own is left, not failed on.
+        let job = prune_job(&snapshot(dest), "op:1", true).unwrap();
+        let leave = container(&job).args.unwrap();
+        assert_eq!(leave[..args.len()], args[..]);
+        assert_eq!(leave[args.len()..], ["--leave-unowned"]);
     }
 
     #[test]

@@ -43,6 +43,10 @@ pub struct AgentReport {
     /// A prune Job's `snapshot-agent delete`: what it removed.
     #[serde(default)]
     pub deleted: Option<String>,
+    /// A prune Job's `snapshot-agent delete --leave-unowned`: the file at the path is another
+    /// snapshot's (or nobody's) and stays; why.
+    #[serde(default, rename = "leftInPlace")]
+    pub left_in_place: Option<String>,
 }
 
 impl AgentReport {
@@ -50,7 +54,12 @@ impl AgentReport {
     pub fn parse(message: &str) -> Option<Self> {
         serde_json::from_str::<AgentReport>(message.trim())
             .ok()
-            .filter(|r| r.artifact.is_some() || r.error.is_some() || r.deleted.is_some())
+            .filter(|r| {
+                r.artifact.is_some()
+                    || r.error.is_some()
+                    || r.deleted.is_some()
+                    || r.left_in_place.is_some()
+            })
     }
 }
 
