@@ -46,6 +46,10 @@ pub fn pod_view(pod: &Pod) -> PodView {
             .annotations()
             .get(api::labels::TRUST_BUNDLE_ANNOTATION)
             .cloned(),
+        trusted_cas: pod
+            .annotations()
+            .get(api::labels::TRUSTED_CAS_ANNOTATION)
+            .cloned(),
         template_hash: pod
             .annotations()
             .get(api::labels::TEMPLATE_HASH_ANNOTATION)

@@ -7,7 +7,7 @@
 //! reported by name (a condition), never by Pods stuck in ContainerCreating or etcd
 //! crash-looping. Reads Secrets; writes nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 pub use api::v1alpha2::TlsRole as Role;
@@ -326,6 +326,166 @@ pub struct Loaded {
     pub client: Option<ClientTls>,
     /// See [`trust_bundle`]; `None` when etcd verifies no certificate against a Secret's CA.
     pub trust_bundle: Option<String>,
+    /// The CAs of those bundles and the certificates members are presented (see [`CaTrust`]);
+    /// `None` with `trust_bundle`.
+    pub ca_trust: Option<CaTrust>,
+}
+
+/// A CA bundle etcd loads at start-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Bundle {
+    /// The peer Secret's `ca.crt` (`--peer-trusted-ca-file`).
+    Peer,
+    /// The server Secret's `ca.crt` with client mTLS (`--trusted-ca-file`).
+    Client,
+}
+
+impl Bundle {
+    fn key(self) -> &'static str {
+        match self {
+            Bundle::Peer => "peer",
+            Bundle::Client => "client",
+        }
+    }
+}
+
+/// The CA certificates of the bundles etcd loads at start-up, each as [`ca_fingerprint`]: what
+/// a member started with them trusts. Recorded on each EtcdMember and its Pod
+/// ([`api::labels::TRUSTED_CAS_ANNOTATION`]) next to the [`trust_bundle`] fingerprint.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaSet {
+    pub peer: BTreeSet<String>,
+    pub client: BTreeSet<String>,
+}
+
+impl CaSet {
+    pub fn of(&self, bundle: Bundle) -> &BTreeSet<String> {
+        match bundle {
+            Bundle::Peer => &self.peer,
+            Bundle::Client => &self.client,
+        }
+    }
+
+    /// `peer=<fp>,<fp>;client=<fp>`, bundles without a CA left out.
+    pub fn render(&self) -> String {
+        [Bundle::Peer, Bundle::Client]
+            .into_iter()
+            .filter(|b| !self.of(*b).is_empty())
+            .map(|b| {
+                let fps: Vec<&str> = self.of(b).iter().map(String::as_str).collect();
+                format!("{}={}", b.key(), fps.join(","))
+            })
+            .collect::<Vec<_>>()
+            .join(";")
+    }
+
+    /// The set [`CaSet::render`] wrote; `None` for anything else (`unknown`, a hand edit).
+    pub fn parse(value: &str) -> Option<Self> {
+        let mut out = CaSet::default();
+        for part in value.split(';').filter(|p| !p.is_empty()) {
+            let (bundle, fps) = part.split_once('=')?;
+            let set = match bundle {
+                "peer" => &mut out.peer,
+                "client" => &mut out.client,
+                _ => return None,
+            };
+            for fp in fps.split(',') {
+                if fp.is_empty() || !fp.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return None;
+                }
+                set.insert(fp.to_string());
+            }
+        }
+        Some(out)
+    }
+}
+
+/// A certificate the members are presented from the Secrets as they are now (leaves are
+/// re-read on every handshake, so running members present it too once the kubelet refreshed
+/// the volume), and the CAs of the current bundle it chains to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Presented {
+    /// The bundle a member verifies it against.
+    pub bundle: Bundle,
+    /// `<namespace>/<name>` of the Secret holding it.
+    pub secret: String,
+    /// Where the Secret comes from (the spec field, or the issuing Certificate).
+    pub origin: String,
+    /// What it is, for messages.
+    pub what: &'static str,
+    /// [`ca_fingerprint`]s of the certificates of the bundle it is accepted against.
+    pub anchors: BTreeSet<String>,
+}
+
+/// What a change of the CA bundles is judged by (see `cluster::ca_set`): the CAs a member
+/// started now would trust, and the certificates every member is presented now.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaTrust {
+    pub bundles: CaSet,
+    pub presented: Vec<Presented>,
+}
+
+/// A CA certificate's identity in a [`CaSet`]: the first 8 bytes of the sha256 of its DER, hex.
+pub fn ca_fingerprint(der: &[u8]) -> String {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, der);
+    digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn ca_set_of(secret: &ReadSecret) -> BTreeSet<String> {
+    certs::pem::parse_certificates(key(secret, CA_CRT), Path::new(CA_CRT))
+        .map(|cas| cas.iter().map(|c| ca_fingerprint(c)).collect())
+        .unwrap_or_default()
+}
+
+/// [`CaTrust`] of Secrets whose chains [`check_chains`] accepted: `server` only with client
+/// mTLS (then `operator_client` is the certificate the operator presents to every member).
+fn ca_trust(
+    namespace: &str,
+    server: Option<&ReadSecret>,
+    operator_client: Option<&ReadSecret>,
+    peer: Option<&ReadSecret>,
+) -> CaTrust {
+    let mut out = CaTrust::default();
+    let mut presented = |bundle: Bundle, ca: &ReadSecret, leaf: &ReadSecret, role, what| {
+        let origin = format!("Secret {namespace}/{} key tls.crt", leaf.name);
+        let anchors =
+            certs::verify::client_cert_anchors(key(ca, CA_CRT), key(leaf, TLS_CRT), &origin)
+                .map(|cas| cas.iter().map(|c| ca_fingerprint(c)).collect())
+                .unwrap_or_default();
+        out.presented.push(Presented {
+            bundle,
+            secret: format!("{namespace}/{}", leaf.name),
+            origin: leaf
+                .origin
+                .clone()
+                .unwrap_or_else(|| Role::secret_field(role).to_string()),
+            what,
+            anchors,
+        });
+    };
+    if let Some(peer) = peer {
+        presented(Bundle::Peer, peer, peer, Role::Peer, "peer certificate");
+    }
+    if let (Some(server), Some(op)) = (server, operator_client) {
+        presented(
+            Bundle::Client,
+            server,
+            op,
+            Role::OperatorClient,
+            "operator client certificate",
+        );
+    }
+    out.bundles = CaSet {
+        peer: peer.map(ca_set_of).unwrap_or_default(),
+        client: server
+            .filter(|_| operator_client.is_some())
+            .map(ca_set_of)
+            .unwrap_or_default(),
+    };
+    out
 }
 
 /// [`load`], and beyond it: every certificate checked the way its verifier will check it
@@ -350,8 +510,18 @@ pub async fn load_checked(
     };
     check_chains(namespace, cluster, &read, hosts)?;
     let mtls = read.operator_client.is_some();
+    let trust_bundle = trust_bundle(read.server.as_ref().filter(|_| mtls), read.peer.as_ref());
+    let ca_trust = trust_bundle.is_some().then(|| {
+        ca_trust(
+            namespace,
+            read.server.as_ref(),
+            read.operator_client.as_ref(),
+            read.peer.as_ref(),
+        )
+    });
     Ok(Loaded {
-        trust_bundle: trust_bundle(read.server.as_ref().filter(|_| mtls), read.peer.as_ref()),
+        trust_bundle,
+        ca_trust,
         client,
     })
 }
@@ -788,5 +958,41 @@ mod tests {
         // The server CA counts only when given (client mTLS).
         assert_ne!(trust_bundle(Some(&peer), Some(&peer)), Some(before));
         assert_eq!(trust_bundle(None, None), None);
+    }
+
+    #[test]
+    fn the_ca_trust_lists_the_bundle_cas_and_the_ca_each_presented_certificate_chains_to() {
+        let old = TestCa::new("old-ca").unwrap();
+        let new = TestCa::new("new-ca").unwrap();
+        let fp = |ca: &TestCa| ca_fingerprint(ca.cert_der());
+        let bundle = format!("{}{}", old.cert_pem(), new.cert_pem());
+        let peer_leaf = new.server_cert(&["*.c.ns.svc"]).unwrap();
+        let op_leaf = old.client_cert("root", &[]).unwrap();
+        let server = tls_secret(
+            "c-server",
+            &old.server_cert(&["x"]).unwrap(),
+            old.cert_pem(),
+        );
+        let op = secret(
+            "c-op",
+            "1",
+            &[(TLS_CRT, &op_leaf.cert_pem), (TLS_KEY, &op_leaf.key_pem)],
+        );
+        let peer = tls_secret("c-peer", &peer_leaf, &bundle);
+        let t = ca_trust("ns", Some(&server), Some(&op), Some(&peer));
+        assert_eq!(t.bundles.peer, [fp(&old), fp(&new)].into_iter().collect());
+        assert_eq!(t.bundles.client, [fp(&old)].into_iter().collect());
+        assert_eq!(t.presented.len(), 2);
+        assert_eq!(t.presented[0].bundle, Bundle::Peer);
+        assert_eq!(t.presented[0].secret, "ns/c-peer");
+        assert_eq!(t.presented[0].origin, "spec.tls.peer.secretRef");
+        assert_eq!(t.presented[0].anchors, [fp(&new)].into_iter().collect());
+        assert_eq!(t.presented[1].bundle, Bundle::Client);
+        assert_eq!(t.presented[1].secret, "ns/c-op");
+        assert_eq!(t.presented[1].anchors, [fp(&old)].into_iter().collect());
+        // Server TLS without mTLS: etcd loads no client bundle, the operator presents nothing.
+        let t = ca_trust("ns", Some(&server), None, Some(&peer));
+        assert!(t.bundles.client.is_empty());
+        assert_eq!(t.presented.len(), 1);
     }
 }

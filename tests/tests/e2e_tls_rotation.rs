@@ -1,5 +1,7 @@
 //! End to end: certificate rotation on a running mTLS cluster from the user's own Secrets, with
-//! a writer running throughout. A new CA added to the trust bundles (`ca.crt`) restarts the
+//! a writer running throughout. A one-step CA change (the peer Secret's `ca.crt` and leaf both
+//! moved to a new CA in one edit) is refused with `Progressing=False/UnsafeCAChange` and no
+//! member restarted; the two-step path then rolls with no failed write. A new CA added to the trust bundles (`ca.crt`) restarts the
 //! members one at a time, followers first and the leader last after MoveLeader, never dropping
 //! below a majority of Ready members; leaves renewed from the new CA reach etcd with no restart;
 //! the old CA removed rolls them again. And the checks that catch a certificate that would be
@@ -31,7 +33,7 @@ fn bundle(a: &TestCa, b: &TestCa) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_ca_rolls_the_members_one_at_a_time_and_renewed_leaves_need_no_restart() {
+async fn a_one_step_ca_change_is_refused_then_the_two_step_rotation_rolls_without_a_failed_write() {
     let env = env().await;
     let ns = env.namespace("rot").await;
     let name = "rot";
@@ -57,10 +59,87 @@ async fn a_new_ca_rolls_the_members_one_at_a_time_and_renewed_leaves_need_no_res
     let pods = env.ready_pods(&ns, name).await;
     let endpoints = endpoints(&ns, name, &pods);
     let first = uids(&pods);
-
-    // 1. A new CA joins both trust bundles: every member restarts once, one at a time.
     let new_client_ca = TestCa::new("rot client CA 2").or_panic();
     let new_peer_ca = TestCa::new("rot peer CA 2").or_panic();
+
+    // 0. One edit moves the peer Secret's ca.crt and certificate to a new CA (what cert-manager
+    // does when a CA Issuer's CA changes). The members loaded only the old CA: a member
+    // restarted with the new bundle would be refused by them, and the rollout would never end.
+    // Refused instead, naming the Secret and the steps; no member restarted; etcd still serves.
+    let (_, _, one_step_peer) = leaves(name, &ns, &new_client_ca, &new_peer_ca);
+    patch_secret(
+        env,
+        &ns,
+        "rot-peer",
+        &[
+            ("ca.crt", new_peer_ca.cert_pem()),
+            ("tls.crt", &one_step_peer.cert_pem),
+            ("tls.key", &one_step_peer.key_pem),
+        ],
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let message = loop {
+        let c = env.cluster(&ns, name).await;
+        if let Some((status, reason, message)) = condition(&c, "Progressing") {
+            if reason == "UnsafeCAChange" {
+                assert_eq!(status, "False", "{message}");
+                break message;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a one-step CA change was not refused within 60 s: pods {:?} (before {first:?}), \
+             conditions {:?}",
+            uids(&env.pods(&ns, name).await),
+            c.status.map(|s| s.conditions)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(
+        message.contains(&format!("Secret {ns}/rot-peer (spec.tls.peer.secretRef)"))
+            && message.contains("both the old and the new CA")
+            && message.contains("remove the old CA"),
+        "{message}"
+    );
+    // Long enough for a rollout step (the first restart comes within a reconcile or two) and
+    // for the refreshed Secret volume to reach the Pods.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let pods = env.pods(&ns, name).await;
+    assert_eq!(
+        uids(&pods),
+        first,
+        "a member was restarted for a refused CA change"
+    );
+    for p in &pods {
+        let restarts: i32 = p
+            .status
+            .iter()
+            .flat_map(|s| s.container_statuses.iter().flatten())
+            .map(|c| c.restart_count)
+            .sum();
+        assert_eq!(restarts, 0, "{}: etcd restarted", p.name_any());
+    }
+    let warnings = event_messages(env, &ns, name, "UnsafeCAChange").await;
+    assert_eq!(warnings.len(), 1, "one Warning Event: {warnings:?}");
+    let c = env.cluster(&ns, name).await;
+    assert_eq!(
+        condition(&c, "Progressing").map(|(_, r, _)| r).as_deref(),
+        Some("UnsafeCAChange")
+    );
+    etcd.put("rot/refused", "still-serving", None)
+        .await
+        .or_panic();
+    let got = etcd.get("rot/refused", None).await.or_panic();
+    assert_eq!(
+        got.kvs().first().map(|kv| kv.value()),
+        Some(&b"still-serving"[..]),
+        "the cluster serves while the change is refused"
+    );
+    etcd.delete("rot/refused", None).await.or_panic();
+
+    // 1. The safe way: the previous certificate back, and a new CA joins both trust bundles:
+    // every member restarts once, one at a time.
     let client_bundle = bundle(&m.client_ca, &new_client_ca);
     let writer = Writer::start(
         endpoints.clone(),
@@ -77,7 +156,11 @@ async fn a_new_ca_rolls_the_members_one_at_a_time_and_renewed_leaves_need_no_res
         env,
         &ns,
         "rot-peer",
-        &[("ca.crt", &bundle(&m.peer_ca, &new_peer_ca))],
+        &[
+            ("ca.crt", &bundle(&m.peer_ca, &new_peer_ca)),
+            ("tls.crt", &m.peer.cert_pem),
+            ("tls.key", &m.peer.key_pem),
+        ],
     )
     .await;
     let (fewest_ready, reasons) = wait_rolled(env, &ns, name, 3, &first, ROLL).await;
@@ -225,6 +308,7 @@ async fn a_new_ca_rolls_the_members_one_at_a_time_and_renewed_leaves_need_no_res
             report.longest_gap
         );
         assert!(!report.written.is_empty(), "writer {prefix} wrote nothing");
+        assert_eq!(report.failed, 0, "writer {prefix}: failed writes");
         assert_eq!(
             tests::e2e::read_keys(&mut etcd, prefix).await,
             report.written,
