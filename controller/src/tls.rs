@@ -13,6 +13,7 @@ use std::path::Path;
 pub use api::v1alpha2::TlsRole as Role;
 use api::v1alpha2::{TlsSecret, TlsSecrets, TlsSpec};
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::ByteString;
 use kube::{Api, Client, ResourceExt};
 
@@ -109,6 +110,33 @@ pub struct ReadSecret {
     pub origin: Option<String>,
     /// The operator-emitted Certificate that issues it (cert-manager Secrets).
     pub certificate: Option<String>,
+    /// When its `ca.crt` last changed, as far as the API records it (see [`ca_changed`]).
+    pub ca_changed: Option<Timestamp>,
+}
+
+/// When `secret`'s `ca.crt` last changed, as far as the API records it. Kubernetes keeps, per
+/// field manager, the last time that manager changed any of the fields it owns
+/// (`metadata.managedFields[].time`), not per key: the latest time of a manager owning `ca.crt`
+/// (under `data` or `stringData`) is at or after its last change (a renewal of `tls.crt` by the
+/// same manager moves it too). Without such an entry, the latest change of any manager; without
+/// managed fields, the Secret's creation.
+pub fn ca_changed(secret: &Secret) -> Option<Timestamp> {
+    let fields = secret.metadata.managed_fields.iter().flatten();
+    let time = |f: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry| {
+        f.time.as_ref().map(|t| t.0)
+    };
+    let owning = fields
+        .clone()
+        .filter(|f| {
+            f.fields_v1
+                .as_ref()
+                .is_some_and(|v| v.0.to_string().contains("\"f:ca.crt\""))
+        })
+        .filter_map(time)
+        .max();
+    owning
+        .or_else(|| fields.filter_map(time).max())
+        .or_else(|| secret.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
 impl ReadSecret {
@@ -119,6 +147,7 @@ impl ReadSecret {
             resource_version: secret.resource_version().unwrap_or_default(),
             origin: None,
             certificate: None,
+            ca_changed: ca_changed(secret),
         }
     }
 
@@ -129,6 +158,7 @@ impl ReadSecret {
             resource_version: String::new(),
             origin: None,
             certificate: None,
+            ca_changed: None,
         }
     }
 
@@ -423,6 +453,9 @@ pub struct Presented {
 pub struct CaTrust {
     pub bundles: CaSet,
     pub presented: Vec<Presented>,
+    /// The latest [`ca_changed`] of the Secrets whose `ca.crt` etcd loads: a member whose etcd
+    /// started before it may run an older bundle.
+    pub changed: Option<Timestamp>,
 }
 
 /// A CA certificate's identity in a [`CaSet`]: the first 8 bytes of the sha256 of its DER, hex.
@@ -478,6 +511,12 @@ fn ca_trust(
             "operator client certificate",
         );
     }
+    let mtls_server = server.filter(|_| operator_client.is_some());
+    out.changed = [peer, mtls_server]
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.ca_changed)
+        .max();
     out.bundles = CaSet {
         peer: peer.map(ca_set_of).unwrap_or_default(),
         client: server
@@ -694,6 +733,7 @@ mod tests {
             resource_version: rv.to_string(),
             origin: None,
             certificate: None,
+            ca_changed: None,
         }
     }
 
@@ -994,5 +1034,36 @@ mod tests {
         let t = ca_trust("ns", Some(&server), None, Some(&peer));
         assert!(t.bundles.client.is_empty());
         assert_eq!(t.presented.len(), 1);
+    }
+
+    #[test]
+    fn the_ca_change_time_is_the_latest_write_of_a_manager_owning_ca_crt() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
+        let at = |s: i64| Timestamp::from_second(s).unwrap();
+        let entry = |fields: serde_json::Value, s: i64| ManagedFieldsEntry {
+            fields_v1: Some(FieldsV1(fields)),
+            time: Some(Time(at(s))),
+            ..Default::default()
+        };
+        let mut secret = Secret::default();
+        secret.metadata.creation_timestamp = Some(Time(at(10)));
+        assert_eq!(ca_changed(&secret), Some(at(10)));
+        secret.metadata.managed_fields = Some(vec![
+            entry(
+                serde_json::json!({"f:data": {".": {}, "f:ca.crt": {}}}),
+                100,
+            ),
+            entry(serde_json::json!({"f:metadata": {"f:labels": {}}}), 500),
+        ]);
+        assert_eq!(ca_changed(&secret), Some(at(100)));
+        // A later write of ca.crt through stringData (kubectl apply of a stringData manifest).
+        secret.metadata.managed_fields.as_mut().unwrap().push(entry(
+            serde_json::json!({"f:stringData": {"f:ca.crt": {}}}),
+            300,
+        ));
+        assert_eq!(ca_changed(&secret), Some(at(300)));
+        // No entry names ca.crt: the latest write of any manager.
+        secret.metadata.managed_fields = Some(vec![entry(serde_json::json!({}), 200)]);
+        assert_eq!(ca_changed(&secret), Some(at(200)));
     }
 }

@@ -6,13 +6,16 @@
 //! below a majority of Ready members; leaves renewed from the new CA reach etcd with no restart;
 //! the old CA removed rolls them again. And the checks that catch a certificate that would be
 //! refused (wrong SANs, a CA that does not match) before a handshake fails, naming the Secret;
-//! a TLS cluster paused and resumed keeps every key.
+//! a TLS cluster paused and resumed keeps every key. Members that never recorded their bundle
+//! (as after a takeover) and whose etcd started before the CA changed are rolled.
 
 use std::time::{Duration, Instant};
 
+use api::v1alpha2::EtcdMember;
 use certs::mint::TestCa;
 use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
-use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
 use tests::e2e::{condition, env};
 use tests::rollout::{endpoints, event_messages, restarts_in_order, uids, wait_rolled, Writer};
 use tests::tls::{
@@ -467,6 +470,114 @@ async fn a_certificate_with_wrong_sans_or_a_foreign_ca_is_named_then_a_fixed_clu
     let mut etcd = dial(env, &ns, name, Some((&ca, Some(pair(&m.operator))))).await;
     assert_eq!(
         tests::e2e::read_keys(&mut etcd, "san/").await,
+        keys,
+        "every key kept"
+    );
+}
+
+/// Members that never recorded their bundle (what a takeover of the reference operator's cluster
+/// finds) whose etcd started before the Secret's `ca.crt` last changed: the user added a CA under
+/// the reference operator and never bounced the Pods (its runbook asks for that by hand).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_that_never_recorded_a_bundle_and_started_before_the_ca_changed_are_rolled() {
+    let env = env().await;
+    let ns = env.namespace("adopt").await;
+    let name = "adopt";
+    let m: Material = mint(name, &ns);
+    create_server_secret(env, &ns, "adopt-server", &m).await;
+    create_operator_secret(env, &ns, "adopt-operator", &m).await;
+    create_peer_secret(env, &ns, "adopt-peer", &m).await;
+    env.create_cluster(
+        &ns,
+        name,
+        tls_spec(
+            3,
+            Some("adopt-server"),
+            Some("adopt-operator"),
+            Some("adopt-peer"),
+        ),
+    )
+    .await;
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+    let ca = m.client_ca.cert_pem().to_string();
+    let mut etcd = dial(env, &ns, name, Some((&ca, Some(pair(&m.operator))))).await;
+    let keys = tests::e2e::put_keys(&mut etcd, "adopt/", 50).await;
+    let new_peer_ca = TestCa::new("adopt peer CA 2").or_panic();
+    // With rollouts paused (so that the change itself is not rolled), the peer bundle gains a
+    // CA, then the members' records are removed. The operator must not take them to run the
+    // current bundle: it records them as unknown and, once the pause is lifted, rolls them; the
+    // cluster stays Ready (never fewer than 2 of 3) with every key.
+    let paused = |on: bool| {
+        serde_json::json!({"metadata": {"annotations": {
+            "etcd-operator.cozystack.io/rollout-paused": if on { Some("true") } else { None }
+        }}})
+    };
+    let clusters = env.clusters(&ns);
+    clusters
+        .patch(name, &PatchParams::default(), &Patch::Merge(&paused(true)))
+        .await
+        .or_panic();
+    let before = uids(&env.pods(&ns, name).await);
+    patch_secret(
+        env,
+        &ns,
+        "adopt-peer",
+        &[("ca.crt", &bundle(&m.peer_ca, &new_peer_ca))],
+    )
+    .await;
+    let members: Api<EtcdMember> = Api::namespaced(env.client(), &ns);
+    let unrecorded = serde_json::json!({"metadata": {"annotations": {
+        "etcd-operator.cozystack.io/trust-bundle": null,
+        "etcd-operator.cozystack.io/trusted-cas": null,
+    }}});
+    for member in env.member_names(&ns, name).await {
+        members
+            .patch(&member, &PatchParams::default(), &Patch::Merge(&unrecorded))
+            .await
+            .or_panic();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let recorded: Vec<Option<String>> = env
+            .members(&ns, name)
+            .await
+            .iter()
+            .map(|m| {
+                m.annotations()
+                    .get("etcd-operator.cozystack.io/trust-bundle")
+                    .cloned()
+            })
+            .collect();
+        if recorded.iter().all(Option::is_some) {
+            assert!(
+                recorded.iter().all(|r| r.as_deref() == Some("unknown")),
+                "members that started before the CA change recorded as running it: {recorded:?}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "records not written within 60 s: {recorded:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        uids(&env.pods(&ns, name).await),
+        before,
+        "restarted while paused"
+    );
+    clusters
+        .patch(name, &PatchParams::default(), &Patch::Merge(&paused(false)))
+        .await
+        .or_panic();
+    let (fewest_ready, _) = wait_rolled(env, &ns, name, 3, &before, ROLL).await;
+    assert!(
+        fewest_ready >= 2,
+        "quorum lost: only {fewest_ready} of 3 members Ready at one point"
+    );
+    let mut etcd = dial(env, &ns, name, Some((&ca, Some(pair(&m.operator))))).await;
+    assert_eq!(
+        tests::e2e::read_keys(&mut etcd, "adopt/").await,
         keys,
         "every key kept"
     );

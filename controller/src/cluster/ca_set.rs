@@ -38,6 +38,18 @@ pub fn running_set(m: &MemberView, fp: &str, current: &CaSet) -> Option<CaSet> {
     }
 }
 
+/// Whether `m`'s etcd started before the Secrets' CA bundles last changed (or in the same
+/// second): it may have loaded an older bundle than they hold. Asked only for a member that
+/// never recorded its bundle (adopted from another operator, whose runbook asks for a manual
+/// bounce after a CA change, or from an operator version before bundles were recorded). `false`
+/// when either time is unknown (a Pod whose etcd is not running loads the Secrets as they are
+/// when it starts).
+pub fn started_before_ca_change(m: &MemberView, trust: Option<&CaTrust>) -> bool {
+    let started = m.pod.as_ref().and_then(|p| p.started);
+    let changed = trust.and_then(|t| t.changed);
+    matches!((started, changed), (Some(s), Some(c)) if s <= c)
+}
+
 /// Whether `m` runs the current bundle `fp` but does not record its CA set yet (a member from an
 /// operator version before sets were recorded): recorded without a restart, so that a later
 /// change is judged against it.
@@ -162,6 +174,7 @@ mod tests {
                 what: "peer certificate",
                 anchors: set(leaf_ca),
             }],
+            changed: None,
         }
     }
 
@@ -312,5 +325,31 @@ mod tests {
         assert_eq!(CaSet::parse(&s.render()), Some(s));
         assert_eq!(CaSet::parse(UNKNOWN), None);
         assert_eq!(CaSet::parse("peer=zz"), None);
+    }
+
+    #[test]
+    fn an_unrecorded_member_started_before_the_ca_changed_may_run_an_older_bundle() {
+        let at = |s: i64| Timestamp::from_second(s).unwrap();
+        let mut t = trust(&["bbbb"], &["bbbb"]);
+        t.changed = Some(at(100));
+        let mut m = member("c-a", None, None);
+        let start = |m: &mut MemberView, s: Option<i64>| {
+            m.pod.as_mut().unwrap().started = s.map(at);
+        };
+        start(&mut m, Some(50));
+        assert!(started_before_ca_change(&m, Some(&t)));
+        start(&mut m, Some(100));
+        assert!(
+            started_before_ca_change(&m, Some(&t)),
+            "the same second is not after"
+        );
+        start(&mut m, Some(101));
+        assert!(!started_before_ca_change(&m, Some(&t)));
+        // Unknown times: not judged stale.
+        start(&mut m, None);
+        assert!(!started_before_ca_change(&m, Some(&t)));
+        t.changed = None;
+        start(&mut m, Some(50));
+        assert!(!started_before_ca_change(&m, Some(&t)));
     }
 }

@@ -101,6 +101,9 @@ pub struct PodView {
     pub trust_bundle: Option<String>,
     /// [`api::labels::TRUSTED_CAS_ANNOTATION`] on the Pod: the CAs it started trusting.
     pub trusted_cas: Option<String>,
+    /// When the etcd container started (`state.running.startedAt`): etcd loaded its CA bundles
+    /// from the Secrets as they were then.
+    pub started: Option<Timestamp>,
     /// [`api::labels::TEMPLATE_HASH_ANNOTATION`] on the Pod: the template it was built from.
     pub template_hash: Option<String>,
     /// [`api::labels::IMAGE_REPOSITORY_ANNOTATION`] on the Pod: the repository it runs.
@@ -1269,9 +1272,19 @@ fn plan_rollout(
             m.trust_bundle.is_none()
                 || (o.ca_trust.is_some() && super::ca_set::set_unrecorded(m, want))
         }) {
+            // A member that never recorded one (adopted, or from an older operator) whose etcd
+            // started before the Secrets' CA last changed may run an older bundle: recorded as
+            // unknown, it is rolled like a member behind.
+            let trust_bundle = if m.trust_bundle.is_none()
+                && super::ca_set::started_before_ca_change(m, o.ca_trust.as_ref())
+            {
+                super::ca_set::UNKNOWN
+            } else {
+                want
+            };
             return Some(Action::RecordTrustBundle {
                 member: m.name.clone(),
-                trust_bundle: want.to_string(),
+                trust_bundle: trust_bundle.to_string(),
             });
         }
     }

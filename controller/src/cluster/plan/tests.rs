@@ -84,6 +84,7 @@ fn crash_looping_pod(name: &str) -> PodView {
         last_exit: Some(ts(40)),
         trust_bundle: None,
         trusted_cas: None,
+        started: None,
         template_hash: None,
         image_repository: None,
     }
@@ -2440,6 +2441,7 @@ fn ca_change_run(fp: &str, cas: Option<&str>, want: &str, bundle: &[&str], leaf_
                 what: "peer certificate",
                 anchors: set(&[leaf_ca]),
             }],
+            changed: Some(ts(50)),
         }),
         leader: Some(2),
         image_repository: None,
@@ -2520,4 +2522,82 @@ fn a_member_running_the_current_bundle_records_its_ca_set_without_a_restart() {
     // Recorded: nothing to do.
     let p = ca_change_run("t", Some("peer=aa"), "t", &["aa"], "aa");
     assert_eq!(p.action, Action::None);
+}
+
+#[test]
+fn an_adopted_member_whose_etcd_started_before_the_ca_changed_is_recorded_unknown_and_rolled() {
+    // Adopted members record no bundle; the Secrets' ca.crt last changed at ts(50).
+    let run = |starts: [i64; 3], recorded: [Option<&str>; 3]| {
+        let c = cluster(3, locked(3, Some(0xabc), None));
+        let members = ["c-a", "c-b", "c-c"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let mut v = m(name, i as i64);
+                let cas = recorded[i].map(|r| if r == "new" { "peer=aa" } else { r });
+                v.trust_bundle = recorded[i].map(str::to_string);
+                v.trusted_cas = cas.map(str::to_string);
+                if let Some(p) = v.pod.as_mut() {
+                    p.trust_bundle = recorded[i].map(str::to_string);
+                    p.trusted_cas = cas.map(str::to_string);
+                    p.started = Some(ts(starts[i]));
+                }
+                v
+            })
+            .collect();
+        plan(&Observed {
+            cluster: &c,
+            replace_broken_after: None,
+            members,
+            etcd: etcd(vec![
+                e(1, "c-a", false),
+                e(2, "c-b", false),
+                e(3, "c-c", false),
+            ]),
+            now: ts(100),
+            cert_manager_missing: false,
+            tls_secret_problem: None,
+            waiting_for_certificate: false,
+            auth_problem: None,
+            trust_bundle: Some("new".into()),
+            ca_trust: Some(crate::tls::CaTrust {
+                changed: Some(ts(50)),
+                ..Default::default()
+            }),
+            leader: Some(2),
+            image_repository: None,
+            restoring: None,
+        })
+    };
+    // c-a's etcd started before the change: it may run the old bundle.
+    let p = run([40, 60, 60], [None, None, None]);
+    assert_eq!(
+        p.action,
+        Action::RecordTrustBundle {
+            member: "c-a".into(),
+            trust_bundle: crate::cluster::ca_set::UNKNOWN.into()
+        }
+    );
+    // c-b started after it: it runs the current one.
+    let p = run([40, 60, 60], [Some("unknown"), None, None]);
+    assert_eq!(
+        p.action,
+        Action::RecordTrustBundle {
+            member: "c-b".into(),
+            trust_bundle: "new".into()
+        }
+    );
+    // Recorded: c-a, unknown, is rolled (one at a time, the usual rollout).
+    let p = run([40, 60, 60], [Some("unknown"), Some("new"), Some("new")]);
+    assert_eq!(p.facts.trust_rollout, Some((2, 3)));
+    assert_eq!(
+        p.action,
+        Action::RollMember {
+            member: "c-a".into(),
+            trust_bundle: Some("new".into()),
+            template: false,
+            last: true,
+            image_repository: None,
+        }
+    );
 }
