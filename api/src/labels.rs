@@ -86,6 +86,8 @@ pub const PEER_AUTO_TLS_ANNOTATION: &str = "etcd-operator.cozystack.io/peer-auto
 /// Secret, and of the server Secret with client mTLS) the member runs with. etcd loads them once
 /// at start-up; the cluster controller sets a new value on one member at a time when the Secrets
 /// change, and the member controller restarts a Pod whose value differs from its member's.
+/// `unknown` on a member that recorded none (adopted, or from an older operator) and whose etcd
+/// started before the Secrets' `ca.crt` last changed: it may run an older bundle and is rolled.
 pub const TRUST_BUNDLE_ANNOTATION: &str = "etcd-operator.cozystack.io/trust-bundle";
 
 /// On an EtcdMember and its Pod, next to [`TRUST_BUNDLE_ANNOTATION`]: the CA certificates of those
