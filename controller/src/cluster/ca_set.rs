@@ -70,7 +70,9 @@ pub fn unsafe_change(
     live: &[&MemberView],
 ) -> Option<String> {
     let (fp, trust) = (fp?, trust?);
-    for presented in &trust.presented {
+    // A certificate that chains to no CA of the bundle is refused by the Secret checks
+    // (`TLSSecretNotReady`) before this is asked; with nothing to compare, it refuses nothing.
+    for presented in trust.presented.iter().filter(|p| !p.anchors.is_empty()) {
         let mut refusing = Vec::new();
         let mut loaded = std::collections::BTreeSet::new();
         for m in live
@@ -291,6 +293,12 @@ mod tests {
         assert_eq!(running_set(&older, "fp-new", &t.bundles), None);
         assert_eq!(running_set(&unknown, "fp-new", &t.bundles), None);
         assert_eq!(verdict(&[current, older, unknown], "fp-new", &t), None);
+    }
+
+    #[test]
+    fn a_certificate_chaining_to_no_ca_of_the_bundle_is_left_to_the_secret_checks() {
+        let members = vec![member("c-a", Some("fp-old"), Some("peer=aaaa"))];
+        assert_eq!(verdict(&members, "fp-new", &trust(&["bbbb"], &[])), None);
     }
 
     #[test]
