@@ -69,6 +69,12 @@ pub mod reason {
     /// repository) would replace a Memory member that is the only voter, i.e. delete the only
     /// copy of the data; it is refused, and the message names the member and the ways out.
     pub const MEMORY_ROLLOUT_UNSAFE: &str = "MemoryRolloutUnsafe";
+    /// Not in the reference API (Progressing=False): a TLS Secret now holds a certificate (peer,
+    /// or operator client with mTLS) issued by a CA that running members do not trust (they
+    /// loaded their CA bundle at start-up): restarting them with the new bundle would split the
+    /// cluster, so nothing is restarted; the message names the Secret, the members and the
+    /// two-step procedure.
+    pub const UNSAFE_CA_CHANGE: &str = "UnsafeCAChange";
     pub const WAITING_FOR_SEED: &str = "WaitingForSeed";
     /// Not in the reference API (Progressing=True, Available=False): the seed's `restore` init
     /// container is downloading and restoring the snapshot of `spec.bootstrap.restore`; the

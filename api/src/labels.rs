@@ -93,7 +93,17 @@ pub const PEER_AUTO_TLS_ANNOTATION: &str = "etcd-operator.cozystack.io/peer-auto
 /// Secret, and of the server Secret with client mTLS) the member runs with. etcd loads them once
 /// at start-up; the cluster controller sets a new value on one member at a time when the Secrets
 /// change, and the member controller restarts a Pod whose value differs from its member's.
+/// `unknown` on a member that recorded none (adopted, or from an older operator) and whose etcd
+/// started before the Secrets' `ca.crt` last changed: it may run an older bundle and is rolled.
 pub const TRUST_BUNDLE_ANNOTATION: &str = "etcd-operator.cozystack.io/trust-bundle";
+
+/// On an EtcdMember and its Pod, next to [`TRUST_BUNDLE_ANNOTATION`]: the CA certificates of those
+/// bundles, each a short sha256 fingerprint of its DER, per bundle:
+/// `peer=<fp>,<fp>;client=<fp>` (`client` with client mTLS only). The CA set the Pod's etcd
+/// loaded at start-up: a CA change whose new certificates these members would refuse is not
+/// rolled out (`Progressing=False/UnsafeCAChange`). The value `unknown` (written on takeover for
+/// a Pod that started before its Secrets last changed) says the set is not known.
+pub const TRUSTED_CAS_ANNOTATION: &str = "etcd-operator.cozystack.io/trusted-cas";
 
 /// On an EtcdMember and its Pod: the image repository of the member's etcd container (the
 /// operator's `--etcd-image-repository` when the member was created or last rolled). The cluster

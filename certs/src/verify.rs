@@ -121,6 +121,42 @@ pub fn client_cert(ca_pem: &[u8], cert_pem: &[u8], origin: &str) -> Result<(), V
         .map_err(|e| VerifyError::from_rustls(e, "", "clientAuth"))
 }
 
+/// The certificates of the bundle `ca_pem` that `cert_pem` (leaf first, then intermediates) is
+/// accepted against as a client certificate, each tried as the only trust anchor: the CAs a
+/// verifier must hold to accept it. Empty when none does (the usual [`client_cert`] error says
+/// why).
+pub fn client_cert_anchors(
+    ca_pem: &[u8],
+    cert_pem: &[u8],
+    origin: &str,
+) -> Result<Vec<CertificateDer<'static>>, VerifyError> {
+    let cas = crate::pem::parse_certificates(ca_pem, std::path::Path::new(origin))?;
+    let certs = chain(cert_pem, origin)?;
+    let Some((leaf, intermediates)) = certs.split_first() else {
+        return Err(VerifyError::Other("no certificate".into()));
+    };
+    let mut out = Vec::new();
+    for ca in cas {
+        let mut store = RootCertStore::empty();
+        let (added, _) = store.add_parsable_certificates([ca.clone()]);
+        if added == 0 {
+            continue;
+        }
+        let Ok(verifier) =
+            WebPkiClientVerifier::builder_with_provider(store.into(), crate::provider()).build()
+        else {
+            continue;
+        };
+        if verifier
+            .verify_client_cert(leaf, intermediates, UnixTime::now())
+            .is_ok()
+        {
+            out.push(ca);
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,5 +253,22 @@ mod tests {
             )
             .unwrap();
         }
+    }
+
+    #[test]
+    fn the_anchors_of_a_client_certificate_are_the_bundle_cas_that_issued_it() {
+        let old = TestCa::new("old").unwrap();
+        let new = TestCa::new("new").unwrap();
+        let leaf = new.client_cert("peer", &[]).unwrap();
+        let bundle = format!("{}{}", old.cert_pem(), new.cert_pem());
+        let anchors =
+            client_cert_anchors(bundle.as_bytes(), leaf.cert_pem.as_bytes(), "t").unwrap();
+        let new_der =
+            crate::pem::parse_certificates(new.cert_pem().as_bytes(), std::path::Path::new("t"))
+                .unwrap();
+        assert_eq!(anchors, new_der);
+        let anchors =
+            client_cert_anchors(old.cert_pem().as_bytes(), leaf.cert_pem.as_bytes(), "t").unwrap();
+        assert!(anchors.is_empty());
     }
 }

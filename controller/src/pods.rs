@@ -46,6 +46,15 @@ pub fn pod_view(pod: &Pod) -> PodView {
             .annotations()
             .get(api::labels::TRUST_BUNDLE_ANNOTATION)
             .cloned(),
+        started: etcd
+            .and_then(|c| c.state.as_ref())
+            .and_then(|s| s.running.as_ref())
+            .and_then(|r| r.started_at.as_ref())
+            .map(|t| t.0),
+        trusted_cas: pod
+            .annotations()
+            .get(api::labels::TRUSTED_CAS_ANNOTATION)
+            .cloned(),
         template_hash: pod
             .annotations()
             .get(api::labels::TEMPLATE_HASH_ANNOTATION)

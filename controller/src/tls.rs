@@ -7,12 +7,13 @@
 //! reported by name (a condition), never by Pods stuck in ContainerCreating or etcd
 //! crash-looping. Reads Secrets; writes nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 pub use api::v1alpha2::TlsRole as Role;
 use api::v1alpha2::{TlsSecret, TlsSecrets, TlsSpec};
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::ByteString;
 use kube::{Api, Client, ResourceExt};
 
@@ -109,6 +110,33 @@ pub struct ReadSecret {
     pub origin: Option<String>,
     /// The operator-emitted Certificate that issues it (cert-manager Secrets).
     pub certificate: Option<String>,
+    /// When its `ca.crt` last changed, as far as the API records it (see [`ca_changed`]).
+    pub ca_changed: Option<Timestamp>,
+}
+
+/// When `secret`'s `ca.crt` last changed, as far as the API records it. Kubernetes keeps, per
+/// field manager, the last time that manager changed any of the fields it owns
+/// (`metadata.managedFields[].time`), not per key: the latest time of a manager owning `ca.crt`
+/// (under `data` or `stringData`) is at or after its last change (a renewal of `tls.crt` by the
+/// same manager moves it too). Without such an entry, the latest change of any manager; without
+/// managed fields, the Secret's creation.
+pub fn ca_changed(secret: &Secret) -> Option<Timestamp> {
+    let fields = secret.metadata.managed_fields.iter().flatten();
+    let time = |f: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry| {
+        f.time.as_ref().map(|t| t.0)
+    };
+    let owning = fields
+        .clone()
+        .filter(|f| {
+            f.fields_v1
+                .as_ref()
+                .is_some_and(|v| v.0.to_string().contains("\"f:ca.crt\""))
+        })
+        .filter_map(time)
+        .max();
+    owning
+        .or_else(|| fields.filter_map(time).max())
+        .or_else(|| secret.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
 impl ReadSecret {
@@ -119,6 +147,7 @@ impl ReadSecret {
             resource_version: secret.resource_version().unwrap_or_default(),
             origin: None,
             certificate: None,
+            ca_changed: ca_changed(secret),
         }
     }
 
@@ -129,6 +158,7 @@ impl ReadSecret {
             resource_version: String::new(),
             origin: None,
             certificate: None,
+            ca_changed: None,
         }
     }
 
@@ -326,6 +356,175 @@ pub struct Loaded {
     pub client: Option<ClientTls>,
     /// See [`trust_bundle`]; `None` when etcd verifies no certificate against a Secret's CA.
     pub trust_bundle: Option<String>,
+    /// The CAs of those bundles and the certificates members are presented (see [`CaTrust`]);
+    /// `None` with `trust_bundle`.
+    pub ca_trust: Option<CaTrust>,
+}
+
+/// A CA bundle etcd loads at start-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Bundle {
+    /// The peer Secret's `ca.crt` (`--peer-trusted-ca-file`).
+    Peer,
+    /// The server Secret's `ca.crt` with client mTLS (`--trusted-ca-file`).
+    Client,
+}
+
+impl Bundle {
+    fn key(self) -> &'static str {
+        match self {
+            Bundle::Peer => "peer",
+            Bundle::Client => "client",
+        }
+    }
+}
+
+/// The CA certificates of the bundles etcd loads at start-up, each as [`ca_fingerprint`]: what
+/// a member started with them trusts. Recorded on each EtcdMember and its Pod
+/// ([`api::labels::TRUSTED_CAS_ANNOTATION`]) next to the [`trust_bundle`] fingerprint.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaSet {
+    pub peer: BTreeSet<String>,
+    pub client: BTreeSet<String>,
+}
+
+impl CaSet {
+    pub fn of(&self, bundle: Bundle) -> &BTreeSet<String> {
+        match bundle {
+            Bundle::Peer => &self.peer,
+            Bundle::Client => &self.client,
+        }
+    }
+
+    /// `peer=<fp>,<fp>;client=<fp>`, bundles without a CA left out.
+    pub fn render(&self) -> String {
+        [Bundle::Peer, Bundle::Client]
+            .into_iter()
+            .filter(|b| !self.of(*b).is_empty())
+            .map(|b| {
+                let fps: Vec<&str> = self.of(b).iter().map(String::as_str).collect();
+                format!("{}={}", b.key(), fps.join(","))
+            })
+            .collect::<Vec<_>>()
+            .join(";")
+    }
+
+    /// The set [`CaSet::render`] wrote; `None` for anything else (`unknown`, a hand edit).
+    pub fn parse(value: &str) -> Option<Self> {
+        let mut out = CaSet::default();
+        for part in value.split(';').filter(|p| !p.is_empty()) {
+            let (bundle, fps) = part.split_once('=')?;
+            let set = match bundle {
+                "peer" => &mut out.peer,
+                "client" => &mut out.client,
+                _ => return None,
+            };
+            for fp in fps.split(',') {
+                if fp.is_empty() || !fp.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return None;
+                }
+                set.insert(fp.to_string());
+            }
+        }
+        Some(out)
+    }
+}
+
+/// A certificate the members are presented from the Secrets as they are now (leaves are
+/// re-read on every handshake, so running members present it too once the kubelet refreshed
+/// the volume), and the CAs of the current bundle it chains to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Presented {
+    /// The bundle a member verifies it against.
+    pub bundle: Bundle,
+    /// `<namespace>/<name>` of the Secret holding it.
+    pub secret: String,
+    /// Where the Secret comes from (the spec field, or the issuing Certificate).
+    pub origin: String,
+    /// What it is, for messages.
+    pub what: &'static str,
+    /// [`ca_fingerprint`]s of the certificates of the bundle it is accepted against.
+    pub anchors: BTreeSet<String>,
+}
+
+/// What a change of the CA bundles is judged by (see `cluster::ca_set`): the CAs a member
+/// started now would trust, and the certificates every member is presented now.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaTrust {
+    pub bundles: CaSet,
+    pub presented: Vec<Presented>,
+    /// The latest [`ca_changed`] of the Secrets whose `ca.crt` etcd loads: a member whose etcd
+    /// started before it may run an older bundle.
+    pub changed: Option<Timestamp>,
+}
+
+/// A CA certificate's identity in a [`CaSet`]: the first 8 bytes of the sha256 of its DER, hex.
+pub fn ca_fingerprint(der: &[u8]) -> String {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, der);
+    digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn ca_set_of(secret: &ReadSecret) -> BTreeSet<String> {
+    certs::pem::parse_certificates(key(secret, CA_CRT), Path::new(CA_CRT))
+        .map(|cas| cas.iter().map(|c| ca_fingerprint(c)).collect())
+        .unwrap_or_default()
+}
+
+/// [`CaTrust`] of Secrets whose chains [`check_chains`] accepted: `server` only with client
+/// mTLS (then `operator_client` is the certificate the operator presents to every member).
+fn ca_trust(
+    namespace: &str,
+    server: Option<&ReadSecret>,
+    operator_client: Option<&ReadSecret>,
+    peer: Option<&ReadSecret>,
+) -> CaTrust {
+    let mut out = CaTrust::default();
+    let mut presented = |bundle: Bundle, ca: &ReadSecret, leaf: &ReadSecret, role, what| {
+        let origin = format!("Secret {namespace}/{} key tls.crt", leaf.name);
+        let anchors =
+            certs::verify::client_cert_anchors(key(ca, CA_CRT), key(leaf, TLS_CRT), &origin)
+                .map(|cas| cas.iter().map(|c| ca_fingerprint(c)).collect())
+                .unwrap_or_default();
+        out.presented.push(Presented {
+            bundle,
+            secret: format!("{namespace}/{}", leaf.name),
+            origin: leaf
+                .origin
+                .clone()
+                .unwrap_or_else(|| Role::secret_field(role).to_string()),
+            what,
+            anchors,
+        });
+    };
+    if let Some(peer) = peer {
+        presented(Bundle::Peer, peer, peer, Role::Peer, "peer certificate");
+    }
+    if let (Some(server), Some(op)) = (server, operator_client) {
+        presented(
+            Bundle::Client,
+            server,
+            op,
+            Role::OperatorClient,
+            "operator client certificate",
+        );
+    }
+    let mtls_server = server.filter(|_| operator_client.is_some());
+    out.changed = [peer, mtls_server]
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.ca_changed)
+        .max();
+    out.bundles = CaSet {
+        peer: peer.map(ca_set_of).unwrap_or_default(),
+        client: server
+            .filter(|_| operator_client.is_some())
+            .map(ca_set_of)
+            .unwrap_or_default(),
+    };
+    out
 }
 
 /// [`load`], and beyond it: every certificate checked the way its verifier will check it
@@ -350,8 +549,18 @@ pub async fn load_checked(
     };
     check_chains(namespace, cluster, &read, hosts)?;
     let mtls = read.operator_client.is_some();
+    let trust_bundle = trust_bundle(read.server.as_ref().filter(|_| mtls), read.peer.as_ref());
+    let ca_trust = trust_bundle.is_some().then(|| {
+        ca_trust(
+            namespace,
+            read.server.as_ref(),
+            read.operator_client.as_ref(),
+            read.peer.as_ref(),
+        )
+    });
     Ok(Loaded {
-        trust_bundle: trust_bundle(read.server.as_ref().filter(|_| mtls), read.peer.as_ref()),
+        trust_bundle,
+        ca_trust,
         client,
     })
 }
@@ -524,6 +733,7 @@ mod tests {
             resource_version: rv.to_string(),
             origin: None,
             certificate: None,
+            ca_changed: None,
         }
     }
 
@@ -788,5 +998,72 @@ mod tests {
         // The server CA counts only when given (client mTLS).
         assert_ne!(trust_bundle(Some(&peer), Some(&peer)), Some(before));
         assert_eq!(trust_bundle(None, None), None);
+    }
+
+    #[test]
+    fn the_ca_trust_lists_the_bundle_cas_and_the_ca_each_presented_certificate_chains_to() {
+        let old = TestCa::new("old-ca").unwrap();
+        let new = TestCa::new("new-ca").unwrap();
+        let fp = |ca: &TestCa| ca_fingerprint(ca.cert_der());
+        let bundle = format!("{}{}", old.cert_pem(), new.cert_pem());
+        let peer_leaf = new.server_cert(&["*.c.ns.svc"]).unwrap();
+        let op_leaf = old.client_cert("root", &[]).unwrap();
+        let server = tls_secret(
+            "c-server",
+            &old.server_cert(&["x"]).unwrap(),
+            old.cert_pem(),
+        );
+        let op = secret(
+            "c-op",
+            "1",
+            &[(TLS_CRT, &op_leaf.cert_pem), (TLS_KEY, &op_leaf.key_pem)],
+        );
+        let peer = tls_secret("c-peer", &peer_leaf, &bundle);
+        let t = ca_trust("ns", Some(&server), Some(&op), Some(&peer));
+        assert_eq!(t.bundles.peer, [fp(&old), fp(&new)].into_iter().collect());
+        assert_eq!(t.bundles.client, [fp(&old)].into_iter().collect());
+        assert_eq!(t.presented.len(), 2);
+        assert_eq!(t.presented[0].bundle, Bundle::Peer);
+        assert_eq!(t.presented[0].secret, "ns/c-peer");
+        assert_eq!(t.presented[0].origin, "spec.tls.peer.secretRef");
+        assert_eq!(t.presented[0].anchors, [fp(&new)].into_iter().collect());
+        assert_eq!(t.presented[1].bundle, Bundle::Client);
+        assert_eq!(t.presented[1].secret, "ns/c-op");
+        assert_eq!(t.presented[1].anchors, [fp(&old)].into_iter().collect());
+        // Server TLS without mTLS: etcd loads no client bundle, the operator presents nothing.
+        let t = ca_trust("ns", Some(&server), None, Some(&peer));
+        assert!(t.bundles.client.is_empty());
+        assert_eq!(t.presented.len(), 1);
+    }
+
+    #[test]
+    fn the_ca_change_time_is_the_latest_write_of_a_manager_owning_ca_crt() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
+        let at = |s: i64| Timestamp::from_second(s).unwrap();
+        let entry = |fields: serde_json::Value, s: i64| ManagedFieldsEntry {
+            fields_v1: Some(FieldsV1(fields)),
+            time: Some(Time(at(s))),
+            ..Default::default()
+        };
+        let mut secret = Secret::default();
+        secret.metadata.creation_timestamp = Some(Time(at(10)));
+        assert_eq!(ca_changed(&secret), Some(at(10)));
+        secret.metadata.managed_fields = Some(vec![
+            entry(
+                serde_json::json!({"f:data": {".": {}, "f:ca.crt": {}}}),
+                100,
+            ),
+            entry(serde_json::json!({"f:metadata": {"f:labels": {}}}), 500),
+        ]);
+        assert_eq!(ca_changed(&secret), Some(at(100)));
+        // A later write of ca.crt through stringData (kubectl apply of a stringData manifest).
+        secret.metadata.managed_fields.as_mut().unwrap().push(entry(
+            serde_json::json!({"f:stringData": {"f:ca.crt": {}}}),
+            300,
+        ));
+        assert_eq!(ca_changed(&secret), Some(at(300)));
+        // No entry names ca.crt: the latest write of any manager.
+        secret.metadata.managed_fields = Some(vec![entry(serde_json::json!({}), 200)]);
+        assert_eq!(ca_changed(&secret), Some(at(200)));
     }
 }

@@ -26,6 +26,14 @@ pub struct WriterReport {
     /// Every acknowledged write, key → value.
     pub written: BTreeMap<String, String>,
     pub failed: u64,
+    /// Of `failed`, the attempts no member processed: the connection to the endpoint the
+    /// client picked could not be made (refused, timed out, its name gone: a member being
+    /// restarted), or the member refused the request's HTTP/2 stream with GOAWAY while shutting
+    /// down (RFC 9113 6.8: such streams were not processed). Safe to retry (the writer retries
+    /// the same key), as etcd's own Go client does on its own.
+    pub unsent: u64,
+    /// The first few errors of the failed writes, for the report.
+    pub errors: Vec<String>,
     pub longest_gap: Duration,
 }
 
@@ -56,6 +64,8 @@ impl Writer {
             let mut report = WriterReport {
                 written: BTreeMap::new(),
                 failed: 0,
+                unsent: 0,
+                errors: Vec::new(),
                 longest_gap: Duration::ZERO,
             };
             let mut last_ok = Instant::now();
@@ -70,7 +80,15 @@ impl Writer {
                         report.written.insert(key, value);
                         i += 1;
                     }
-                    Err(_) => report.failed += 1,
+                    Err(e) => {
+                        report.failed += 1;
+                        if never_sent(&e) {
+                            report.unsent += 1;
+                        }
+                        if report.errors.len() < 5 {
+                            report.errors.push(e.to_string());
+                        }
+                    }
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -83,6 +101,18 @@ impl Writer {
     pub async fn finish(self) -> WriterReport {
         self.stop.store(true, Ordering::Relaxed);
         self.task.await.or_panic()
+    }
+}
+
+/// Whether no member processed a failed request (see [`WriterReport::unsent`]): tonic could not
+/// connect (a `ConnectError` transport error), or h2 failed the stream with the server's
+/// GOAWAY (a graceful shutdown refusing streams it did not take).
+fn never_sent(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => std::error::Error::source(status)
+            .map(|source| format!("{source:?}"))
+            .is_some_and(|source| source.contains("ConnectError(") || source.contains("GoAway(")),
+        _ => false,
     }
 }
 

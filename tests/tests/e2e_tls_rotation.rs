@@ -1,16 +1,22 @@
 //! End to end: certificate rotation on a running mTLS cluster from the user's own Secrets, with
-//! a writer running throughout. A new CA added to the trust bundles (`ca.crt`) restarts the
+//! a writer running throughout. A one-step CA change (the peer Secret's `ca.crt` and leaf both
+//! moved to a new CA in one edit) is refused with `Progressing=False/UnsafeCAChange` and no
+//! member restarted; the two-step path then rolls with no failed write. A new CA added to the trust bundles (`ca.crt`) restarts the
 //! members one at a time, followers first and the leader last after MoveLeader, never dropping
 //! below a majority of Ready members; leaves renewed from the new CA reach etcd with no restart;
 //! the old CA removed rolls them again. And the checks that catch a certificate that would be
 //! refused (wrong SANs, a CA that does not match) before a handshake fails, naming the Secret;
-//! a TLS cluster paused and resumed keeps every key.
+//! a TLS cluster paused and resumed keeps every key. Members that never recorded their bundle
+//! (as after a takeover) and whose etcd started before the CA changed are rolled.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use api::v1alpha2::EtcdMember;
 use certs::mint::TestCa;
 use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
-use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
 use tests::e2e::{condition, env};
 use tests::rollout::{endpoints, event_messages, restarts_in_order, uids, wait_rolled, Writer};
 use tests::tls::{
@@ -26,12 +32,27 @@ const ROLL: Duration = Duration::from_secs(300);
 /// on a loaded test machine).
 const LONGEST_GAP: Duration = Duration::from_secs(15);
 
+/// Pod name → restarts of its containers.
+fn restart_counts(pods: &[k8s_openapi::api::core::v1::Pod]) -> BTreeMap<String, i32> {
+    pods.iter()
+        .map(|p| {
+            let restarts = p
+                .status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+                .map(|c| c.restart_count)
+                .sum();
+            (p.name_any(), restarts)
+        })
+        .collect()
+}
+
 fn bundle(a: &TestCa, b: &TestCa) -> String {
     format!("{}{}", a.cert_pem(), b.cert_pem())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_ca_rolls_the_members_one_at_a_time_and_renewed_leaves_need_no_restart() {
+async fn a_one_step_ca_change_is_refused_then_the_two_step_rotation_rolls_without_a_failed_write() {
     let env = env().await;
     let ns = env.namespace("rot").await;
     let name = "rot";
@@ -57,10 +78,85 @@ async fn a_new_ca_rolls_the_members_one_at_a_time_and_renewed_leaves_need_no_res
     let pods = env.ready_pods(&ns, name).await;
     let endpoints = endpoints(&ns, name, &pods);
     let first = uids(&pods);
-
-    // 1. A new CA joins both trust bundles: every member restarts once, one at a time.
+    // A member joining at bootstrap may have restarted once (its first try found no peer yet).
+    let first_restarts = restart_counts(&pods);
     let new_client_ca = TestCa::new("rot client CA 2").or_panic();
     let new_peer_ca = TestCa::new("rot peer CA 2").or_panic();
+
+    // 0. One edit moves the peer Secret's ca.crt and certificate to a new CA (what cert-manager
+    // does when a CA Issuer's CA changes). The members loaded only the old CA: a member
+    // restarted with the new bundle would be refused by them, and the rollout would never end.
+    // Refused instead, naming the Secret and the steps; no member restarted; etcd still serves.
+    let (_, _, one_step_peer) = leaves(name, &ns, &new_client_ca, &new_peer_ca);
+    patch_secret(
+        env,
+        &ns,
+        "rot-peer",
+        &[
+            ("ca.crt", new_peer_ca.cert_pem()),
+            ("tls.crt", &one_step_peer.cert_pem),
+            ("tls.key", &one_step_peer.key_pem),
+        ],
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let message = loop {
+        let c = env.cluster(&ns, name).await;
+        if let Some((status, reason, message)) = condition(&c, "Progressing") {
+            if reason == "UnsafeCAChange" {
+                assert_eq!(status, "False", "{message}");
+                break message;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a one-step CA change was not refused within 60 s: pods {:?} (before {first:?}), \
+             conditions {:?}",
+            uids(&env.pods(&ns, name).await),
+            c.status.map(|s| s.conditions)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(
+        message.contains(&format!("Secret {ns}/rot-peer (spec.tls.peer.secretRef)"))
+            && message.contains("both the old and the new CA")
+            && message.contains("remove the old CA"),
+        "{message}"
+    );
+    // Long enough for a rollout step (the first restart comes within a reconcile or two) and
+    // for the refreshed Secret volume to reach the Pods.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let pods = env.pods(&ns, name).await;
+    assert_eq!(
+        uids(&pods),
+        first,
+        "a member was restarted for a refused CA change"
+    );
+    assert_eq!(
+        restart_counts(&pods),
+        first_restarts,
+        "etcd restarted in a member for a refused CA change"
+    );
+    let warnings = event_messages(env, &ns, name, "UnsafeCAChange").await;
+    assert_eq!(warnings.len(), 1, "one Warning Event: {warnings:?}");
+    let c = env.cluster(&ns, name).await;
+    assert_eq!(
+        condition(&c, "Progressing").map(|(_, r, _)| r).as_deref(),
+        Some("UnsafeCAChange")
+    );
+    etcd.put("rot/refused", "still-serving", None)
+        .await
+        .or_panic();
+    let got = etcd.get("rot/refused", None).await.or_panic();
+    assert_eq!(
+        got.kvs().first().map(|kv| kv.value()),
+        Some(&b"still-serving"[..]),
+        "the cluster serves while the change is refused"
+    );
+    etcd.delete("rot/refused", None).await.or_panic();
+
+    // 1. The safe way: the previous certificate back, and a new CA joins both trust bundles:
+    // every member restarts once, one at a time.
     let client_bundle = bundle(&m.client_ca, &new_client_ca);
     let writer = Writer::start(
         endpoints.clone(),
@@ -77,7 +173,11 @@ async fn a_new_ca_rolls_the_members_one_at_a_time_and_renewed_leaves_need_no_res
         env,
         &ns,
         "rot-peer",
-        &[("ca.crt", &bundle(&m.peer_ca, &new_peer_ca))],
+        &[
+            ("ca.crt", &bundle(&m.peer_ca, &new_peer_ca)),
+            ("tls.crt", &m.peer.cert_pem),
+            ("tls.key", &m.peer.key_pem),
+        ],
     )
     .await;
     let (fewest_ready, reasons) = wait_rolled(env, &ns, name, 3, &first, ROLL).await;
@@ -219,12 +319,24 @@ async fn a_new_ca_rolls_the_members_one_at_a_time_and_renewed_leaves_need_no_res
         ("w2/", &second_writer),
     ] {
         eprintln!(
-            "writer {prefix}: {} writes, {} failed, longest gap between writes {:?}",
+            "writer {prefix}: {} writes, {} failed ({} not processed: connection or stream \
+             refused by a restarting member, retried), longest gap between writes {:?}",
             report.written.len(),
             report.failed,
+            report.unsent,
             report.longest_gap
         );
         assert!(!report.written.is_empty(), "writer {prefix} wrote nothing");
+        // A client that dials the member being restarted sees its connection refused, or its
+        // stream refused by the member's shutdown GOAWAY (no member processed the request),
+        // and retries the same key; a write that etcd processed and failed, or one never
+        // acknowledged, is a failed write.
+        assert_eq!(
+            report.failed - report.unsent,
+            0,
+            "writer {prefix}: failed writes: {:?}",
+            report.errors
+        );
         assert_eq!(
             tests::e2e::read_keys(&mut etcd, prefix).await,
             report.written,
@@ -383,6 +495,114 @@ async fn a_certificate_with_wrong_sans_or_a_foreign_ca_is_named_then_a_fixed_clu
     let mut etcd = dial(env, &ns, name, Some((&ca, Some(pair(&m.operator))))).await;
     assert_eq!(
         tests::e2e::read_keys(&mut etcd, "san/").await,
+        keys,
+        "every key kept"
+    );
+}
+
+/// Members that never recorded their bundle (what a takeover of the reference operator's cluster
+/// finds) whose etcd started before the Secret's `ca.crt` last changed: the user added a CA under
+/// the reference operator and never bounced the Pods (its runbook asks for that by hand).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_that_never_recorded_a_bundle_and_started_before_the_ca_changed_are_rolled() {
+    let env = env().await;
+    let ns = env.namespace("adopt").await;
+    let name = "adopt";
+    let m: Material = mint(name, &ns);
+    create_server_secret(env, &ns, "adopt-server", &m).await;
+    create_operator_secret(env, &ns, "adopt-operator", &m).await;
+    create_peer_secret(env, &ns, "adopt-peer", &m).await;
+    env.create_cluster(
+        &ns,
+        name,
+        tls_spec(
+            3,
+            Some("adopt-server"),
+            Some("adopt-operator"),
+            Some("adopt-peer"),
+        ),
+    )
+    .await;
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+    let ca = m.client_ca.cert_pem().to_string();
+    let mut etcd = dial(env, &ns, name, Some((&ca, Some(pair(&m.operator))))).await;
+    let keys = tests::e2e::put_keys(&mut etcd, "adopt/", 50).await;
+    let new_peer_ca = TestCa::new("adopt peer CA 2").or_panic();
+    // With rollouts paused (so that the change itself is not rolled), the peer bundle gains a
+    // CA, then the members' records are removed. The operator must not take them to run the
+    // current bundle: it records them as unknown and, once the pause is lifted, rolls them; the
+    // cluster stays Ready (never fewer than 2 of 3) with every key.
+    let paused = |on: bool| {
+        serde_json::json!({"metadata": {"annotations": {
+            "etcd-operator.cozystack.io/rollout-paused": if on { Some("true") } else { None }
+        }}})
+    };
+    let clusters = env.clusters(&ns);
+    clusters
+        .patch(name, &PatchParams::default(), &Patch::Merge(&paused(true)))
+        .await
+        .or_panic();
+    let before = uids(&env.pods(&ns, name).await);
+    patch_secret(
+        env,
+        &ns,
+        "adopt-peer",
+        &[("ca.crt", &bundle(&m.peer_ca, &new_peer_ca))],
+    )
+    .await;
+    let members: Api<EtcdMember> = Api::namespaced(env.client(), &ns);
+    let unrecorded = serde_json::json!({"metadata": {"annotations": {
+        "etcd-operator.cozystack.io/trust-bundle": null,
+        "etcd-operator.cozystack.io/trusted-cas": null,
+    }}});
+    for member in env.member_names(&ns, name).await {
+        members
+            .patch(&member, &PatchParams::default(), &Patch::Merge(&unrecorded))
+            .await
+            .or_panic();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let recorded: Vec<Option<String>> = env
+            .members(&ns, name)
+            .await
+            .iter()
+            .map(|m| {
+                m.annotations()
+                    .get("etcd-operator.cozystack.io/trust-bundle")
+                    .cloned()
+            })
+            .collect();
+        if recorded.iter().all(Option::is_some) {
+            assert!(
+                recorded.iter().all(|r| r.as_deref() == Some("unknown")),
+                "members that started before the CA change recorded as running it: {recorded:?}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "records not written within 60 s: {recorded:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        uids(&env.pods(&ns, name).await),
+        before,
+        "restarted while paused"
+    );
+    clusters
+        .patch(name, &PatchParams::default(), &Patch::Merge(&paused(false)))
+        .await
+        .or_panic();
+    let (fewest_ready, _) = wait_rolled(env, &ns, name, 3, &before, ROLL).await;
+    assert!(
+        fewest_ready >= 2,
+        "quorum lost: only {fewest_ready} of 3 members Ready at one point"
+    );
+    let mut etcd = dial(env, &ns, name, Some((&ca, Some(pair(&m.operator))))).await;
+    assert_eq!(
+        tests::e2e::read_keys(&mut etcd, "adopt/").await,
         keys,
         "every key kept"
     );

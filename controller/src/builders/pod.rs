@@ -250,6 +250,9 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
     if let Some(trust) = member.annotations().get(labels::TRUST_BUNDLE_ANNOTATION) {
         annotations.insert(labels::TRUST_BUNDLE_ANNOTATION.to_string(), trust.clone());
     }
+    if let Some(cas) = member.annotations().get(labels::TRUSTED_CAS_ANNOTATION) {
+        annotations.insert(labels::TRUSTED_CAS_ANNOTATION.to_string(), cas.clone());
+    }
     annotations.insert(
         labels::TEMPLATE_HASH_ANNOTATION.to_string(),
         crate::template::hash(spec),

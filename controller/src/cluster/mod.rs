@@ -1,7 +1,8 @@
 //! The EtcdCluster reconciler: `plan` decides, `status` renders conditions; the I/O shell lives
-//! in `reconcile`; `data_home` finds where a broken member's data lives; `alarms` turns etcd's alarms into a condition; `volumes` grows member PVCs.
+//! in `reconcile`; `data_home` finds where a broken member's data lives; `ca_set` judges a CA change by the CAs each member loaded; `alarms` turns etcd's alarms into a condition; `volumes` grows member PVCs.
 
 pub mod alarms;
+pub mod ca_set;
 pub mod data_home;
 pub mod plan;
 pub mod reconcile;

@@ -44,6 +44,8 @@ pub struct MemberView {
     /// [`api::labels::TRUST_BUNDLE_ANNOTATION`] on the EtcdMember: the CA bundles its Pod is to
     /// run with. `None` on a member created before the operator recorded it.
     pub trust_bundle: Option<String>,
+    /// [`api::labels::TRUSTED_CAS_ANNOTATION`] on the EtcdMember: the CA set of that bundle.
+    pub trusted_cas: Option<String>,
     /// [`crate::template::hash`] of the member's spec: the template its Pod is to run.
     pub template_hash: String,
     /// Where the member's data lives and whether it can still be reached: looked up only for a
@@ -97,6 +99,11 @@ pub struct PodView {
     pub last_exit: Option<Timestamp>,
     /// [`api::labels::TRUST_BUNDLE_ANNOTATION`] on the Pod: the CA bundles it started with.
     pub trust_bundle: Option<String>,
+    /// [`api::labels::TRUSTED_CAS_ANNOTATION`] on the Pod: the CAs it started trusting.
+    pub trusted_cas: Option<String>,
+    /// When the etcd container started (`state.running.startedAt`): etcd loaded its CA bundles
+    /// from the Secrets as they were then.
+    pub started: Option<Timestamp>,
     /// [`api::labels::TEMPLATE_HASH_ANNOTATION`] on the Pod: the template it was built from.
     pub template_hash: Option<String>,
     /// [`api::labels::IMAGE_REPOSITORY_ANNOTATION`] on the Pod: the repository it runs.
@@ -123,6 +130,9 @@ pub struct Observed<'a> {
     /// The fingerprint of the CA bundles the TLS Secrets hold now ([`crate::tls::trust_bundle`]);
     /// `None` when etcd verifies against no Secret's CA.
     pub trust_bundle: Option<String>,
+    /// The CAs of those bundles and the certificates the members are presented now
+    /// ([`crate::tls::CaTrust`]), to judge a CA change by ([`super::ca_set`]).
+    pub ca_trust: Option<crate::tls::CaTrust>,
     /// etcd's leader (member ID), when asked: only while members are to be restarted.
     pub leader: Option<u64>,
     /// The operator's `--etcd-image-repository`: what every member is to run. `None` leaves
@@ -338,6 +348,10 @@ pub struct Facts {
     /// (a 1-replica Memory cluster): replacing it would delete the only copy, so the rollout is
     /// refused (see [`memory_rollout_unsafe`]).
     pub memory_rollout_unsafe: Option<String>,
+    /// The Secrets hold a certificate that running members would refuse (its CA is not among
+    /// those they loaded): no member is restarted for the new CA bundles. The message names the
+    /// Secret and the safe procedure ([`super::ca_set::unsafe_change`]).
+    pub unsafe_ca_change: Option<String>,
 }
 
 /// Parts of the v1alpha2 API that this operator version accepts (they are valid, and
@@ -735,6 +749,15 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     facts.memory_rollout_unsafe = formed
         .then(|| memory_rollout_unsafe(o, &observed, &live_members, &peer_url_of))
         .flatten();
+    facts.unsafe_ca_change = formed
+        .then(|| {
+            super::ca_set::unsafe_change(
+                o.trust_bundle.as_deref(),
+                o.ca_trust.as_ref(),
+                &live_members,
+            )
+        })
+        .flatten();
 
     // While cert-manager is missing or has not issued the Secrets yet, nothing is attempted:
     // the deadline must not run out before the first member could be created (cert-manager
@@ -766,7 +789,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     // A refused rollout is not an attempt that runs out: it waits for the user (scale up, or
     // revert). No deadline runs, so the next edit (the scale to 3) is taken at once, like an
     // edit of a cluster under repair, instead of waiting behind a target that cannot be reached.
-    if facts.memory_rollout_unsafe.is_some() {
+    if facts.memory_rollout_unsafe.is_some() || facts.unsafe_ca_change.is_some() {
         deadline = None;
     }
     let expired = !is_reached && deadline.is_some_and(|d| d <= o.now);
@@ -1253,10 +1276,23 @@ fn plan_rollout(
     // Pods from before it recorded templates, are taken to run what their member says; they
     // are not rolled only because nothing was recorded.
     if let Some(want) = trust {
-        if let Some(m) = live.iter().find(|m| m.trust_bundle.is_none()) {
+        if let Some(m) = live.iter().find(|m| {
+            m.trust_bundle.is_none()
+                || (o.ca_trust.is_some() && super::ca_set::set_unrecorded(m, want))
+        }) {
+            // A member that never recorded one (adopted, or from an older operator) whose etcd
+            // started before the Secrets' CA last changed may run an older bundle: recorded as
+            // unknown, it is rolled like a member behind.
+            let trust_bundle = if m.trust_bundle.is_none()
+                && super::ca_set::started_before_ca_change(m, o.ca_trust.as_ref())
+            {
+                super::ca_set::UNKNOWN
+            } else {
+                want
+            };
             return Some(Action::RecordTrustBundle {
                 member: m.name.clone(),
-                trust_bundle: want.to_string(),
+                trust_bundle: trust_bundle.to_string(),
             });
         }
     }
@@ -1304,6 +1340,13 @@ fn plan_rollout(
             .map(str::to_string),
         last: stale.len() == 1,
     };
+    if facts.unsafe_ca_change.is_some() {
+        return Some(Action::Wait(
+            "the rollout is refused: the TLS Secrets hold a certificate from a CA that running \
+             members do not trust (see the Progressing condition)"
+                .into(),
+        ));
+    }
     if let Some(member) = &facts.memory_rollout_unsafe {
         return Some(Action::Wait(format!(
             "the rollout is refused: Memory member {member} is the only voter and holds the only \

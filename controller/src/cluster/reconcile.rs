@@ -137,6 +137,10 @@ fn member_view(
             .annotations()
             .get(api::labels::TRUST_BUNDLE_ANNOTATION)
             .cloned(),
+        trusted_cas: m
+            .annotations()
+            .get(api::labels::TRUSTED_CAS_ANNOTATION)
+            .cloned(),
         template_hash: crate::template::hash(&m.spec),
         data_home: DataHome::Unknown,
         image_repository: m
@@ -323,7 +327,11 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     let crate::tls::Loaded {
         client: client_tls,
         trust_bundle,
+        ca_trust,
     } = loaded_tls;
+    // What a member started now trusts: recorded next to the fingerprint, so that a later CA
+    // change is judged against the CAs each member loaded (see cluster::ca_set).
+    let trusted_cas = ca_trust.as_ref().map(|t| t.bundles.render());
     // Root auth: the user's password is read on every reconcile too, and used to log in once
     // status.authEnabled says etcd has auth on.
     let auth_wanted = auth::wanted(cluster.spec.auth.as_ref());
@@ -466,6 +474,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         waiting_for_certificate,
         auth_problem,
         trust_bundle: trust_bundle.clone(),
+        ca_trust: ca_trust.clone(),
         leader,
         image_repository: Some(repository.clone()),
         replace_broken_after: replace_broken_after(cluster, ctx),
@@ -503,8 +512,15 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     match &plan.action {
         Action::CreateSeed => {
             tracing::info!(cluster = %name, "bootstrapping single-node cluster");
-            let seed =
-                create_member(cluster, ctx, &plan.observed, true, trust_bundle.as_deref()).await?;
+            let seed = create_member(
+                cluster,
+                ctx,
+                &plan.observed,
+                true,
+                trust_bundle.as_deref(),
+                trusted_cas.as_deref(),
+            )
+            .await?;
             let seed_name = seed.name_any();
             let url = naming::peer_url(&seed_name, &name, &ns, cluster.peer_https());
             set_initial_cluster(&members_api, &seed_name, &format!("{seed_name}={url}")).await?;
@@ -518,8 +534,15 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
             .await;
         }
         Action::CreateMember => {
-            let member =
-                create_member(cluster, ctx, &plan.observed, false, trust_bundle.as_deref()).await?;
+            let member = create_member(
+                cluster,
+                ctx,
+                &plan.observed,
+                false,
+                trust_bundle.as_deref(),
+                trusted_cas.as_deref(),
+            )
+            .await?;
             let member_name = member.name_any();
             let url = naming::peer_url(&member_name, &name, &ns, cluster.peer_https());
             // Continue the same step at once; each part is recoverable if we crash in between.
@@ -731,13 +754,21 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
             member,
             trust_bundle,
         } => {
-            let annotation = (labels::TRUST_BUNDLE_ANNOTATION, trust_bundle.as_str());
+            // The CA set goes with the fingerprint; a fingerprint recorded as unknown (a Pod
+            // that may run an older bundle) has an unknown set too.
+            let cas = if trust_bundle == crate::cluster::ca_set::UNKNOWN {
+                Some(crate::cluster::ca_set::UNKNOWN)
+            } else {
+                trusted_cas.as_deref()
+            };
+            let mut annotations = vec![(labels::TRUST_BUNDLE_ANNOTATION, trust_bundle.as_str())];
+            annotations.extend(cas.map(|c| (labels::TRUSTED_CAS_ANNOTATION, c)));
             record_on_pod_then_member(
                 &pods_api,
                 &members_api,
                 pods.contains_key(member),
                 member,
-                annotation,
+                &annotations,
             )
             .await?;
             tracing::info!(cluster = %name, member = %member, trust_bundle = %trust_bundle, "recorded the CA bundle a member runs with");
@@ -750,7 +781,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
                 &members_api,
                 pods.contains_key(member),
                 member,
-                annotation,
+                &[annotation],
             )
             .await?;
             tracing::info!(cluster = %name, member = %member, repository = %repository, "recorded the etcd image repository a member runs");
@@ -784,6 +815,9 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
             let mut annotations = serde_json::Map::new();
             if let Some(trust) = trust_bundle {
                 annotations.insert(labels::TRUST_BUNDLE_ANNOTATION.into(), json!(trust));
+                if let Some(cas) = &trusted_cas {
+                    annotations.insert(labels::TRUSTED_CAS_ANNOTATION.into(), json!(cas));
+                }
             }
             if let Some(repository) = image_repository {
                 annotations.insert(
@@ -1058,9 +1092,13 @@ async fn record_on_pod_then_member(
     members_api: &Api<EtcdMember>,
     has_pod: bool,
     member: &str,
-    (key, value): (&str, &str),
+    annotations: &[(&str, &str)],
 ) -> Result<(), Error> {
-    let patch = json!({"metadata": {"annotations": {key: value}}});
+    let annotations: serde_json::Map<String, serde_json::Value> = annotations
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    let patch = json!({"metadata": {"annotations": annotations}});
     if has_pod {
         pods_api
             .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
@@ -1374,7 +1412,7 @@ async fn announce_parking(
             .map(|c| (c.reason.clone(), c.message.clone()))
     };
     if let Some((why, message)) = progressing(Some(new)) {
-        if why == reason::MEMORY_ROLLOUT_UNSAFE
+        if (why == reason::MEMORY_ROLLOUT_UNSAFE || why == reason::UNSAFE_CA_CHANGE)
             && progressing(old).map(|(r, _)| r) != Some(why.clone())
         {
             ctx.event(cluster, true, &why, "Rollout", message).await;
@@ -1468,6 +1506,7 @@ async fn create_member(
     target: &ObservedSpec,
     seed: bool,
     trust_bundle: Option<&str>,
+    trusted_cas: Option<&str>,
 ) -> Result<EtcdMember, Error> {
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
     let name = cluster.name_any();
@@ -1489,6 +1528,10 @@ async fn create_member(
                 trust_bundle
                     .map(|t| (labels::TRUST_BUNDLE_ANNOTATION.to_string(), t.to_string()))
                     .into_iter()
+                    .chain(
+                        trusted_cas
+                            .map(|c| (labels::TRUSTED_CAS_ANNOTATION.to_string(), c.to_string())),
+                    )
                     .chain([(
                         labels::IMAGE_REPOSITORY_ANNOTATION.to_string(),
                         ctx.config.etcd_image_repository.clone(),

@@ -300,6 +300,12 @@ pub fn render(
                 facts.memory_rollout_unsafe.as_deref().unwrap_or_default(),
             ),
         ),
+        _ if facts.unsafe_ca_change.is_some() => set(
+            ctype::PROGRESSING,
+            false,
+            reason::UNSAFE_CA_CHANGE,
+            facts.unsafe_ca_change.clone().unwrap_or_default(),
+        ),
         Phase::Reconciled | Phase::Progressing
             if target > 0 && plan.progress_deadline.is_none() && facts.trust_rollout.is_some() =>
         {

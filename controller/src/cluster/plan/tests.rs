@@ -64,6 +64,7 @@ fn m(name: &str, created: i64) -> MemberView {
         }),
         data_lost: false,
         trust_bundle: None,
+        trusted_cas: None,
         template_hash: template(),
         data_home: DataHome::Unknown,
         image_repository: None,
@@ -82,6 +83,8 @@ fn crash_looping_pod(name: &str) -> PodView {
         unschedulable: None,
         last_exit: Some(ts(40)),
         trust_bundle: None,
+        trusted_cas: None,
+        started: None,
         template_hash: None,
         image_repository: None,
     }
@@ -127,6 +130,7 @@ fn run_with(c: &EtcdCluster, members: Vec<MemberView>, etcd: EtcdView, after: Op
         leader: None,
         image_repository: None,
         restoring: None,
+        ca_trust: None,
     })
 }
 
@@ -616,6 +620,7 @@ fn cert_manager_tls_waits_for_cert_manager_and_for_its_secrets_before_the_seed()
         leader: None,
         image_repository: None,
         restoring: None,
+        ca_trust: None,
     };
     let p = plan(&observed(false, None));
     assert!(p.facts.unsupported.is_empty(), "{:?}", p.facts.unsupported);
@@ -673,6 +678,7 @@ fn byo_secret_tls_bootstraps_and_a_missing_secret_holds_the_seed_with_its_name()
         leader: None,
         image_repository: None,
         restoring: None,
+        ca_trust: None,
     });
     assert!(
         matches!(&p.action, Action::Wait(w) if w.contains("c-peer-tls")),
@@ -704,6 +710,7 @@ fn an_auth_problem_holds_every_membership_change_and_names_its_reason() {
         leader: None,
         image_repository: None,
         restoring: None,
+        ca_trust: None,
     };
     let p = plan(&observed(Some(problem.clone())));
     assert!(
@@ -1025,6 +1032,7 @@ fn version_edit_rolls_the_members_one_at_a_time_the_leader_last() {
         leader: Some(leader),
         image_repository: None,
         restoring: None,
+        ca_trust: None,
     };
     let p = plan(&observed(members.clone(), 1));
     assert_eq!(p.observed.version, "3.6.12");
@@ -1301,6 +1309,7 @@ fn the_progress_deadline_does_not_run_out_while_cert_manager_holds_the_seed() {
             leader: None,
             image_repository: None,
             restoring: None,
+            ca_trust: None,
         })
     };
     for (missing, waiting) in [(true, false), (false, true)] {
@@ -1485,6 +1494,7 @@ fn plan_trust(
         leader: Some(leader),
         image_repository: None,
         restoring: None,
+        ca_trust: None,
     })
 }
 
@@ -1749,6 +1759,7 @@ fn a_paused_rollout_restarts_no_further_member_until_resumed() {
             leader: Some(1),
             image_repository: None,
             restoring: None,
+            ca_trust: None,
         })
     };
     let p = run_with(&c);
@@ -1813,6 +1824,7 @@ fn repository_run(
         leader: Some(leader),
         image_repository: Some(want.into()),
         restoring: None,
+        ca_trust: None,
     })
 }
 
@@ -1911,6 +1923,7 @@ fn a_new_image_repository_rolls_followers_one_at_a_time_and_the_leader_last() {
         leader: Some(1),
         image_repository: Some("new".into()),
         restoring: None,
+        ca_trust: None,
     });
     assert!(
         matches!(&p.action, Action::Wait(w) if w.contains("paused")),
@@ -2206,6 +2219,7 @@ fn memory_rollout_run(names: &[&str], cause: RolloutCause) -> (EtcdCluster, Plan
             _ => "old".into(),
         }),
         restoring: None,
+        ca_trust: None,
     });
     (c, p)
 }
@@ -2277,6 +2291,7 @@ fn a_restore_running_past_the_deadline_is_not_a_failed_bootstrap() {
             leader: None,
             image_repository: None,
             restoring: restoring.map(str::to_string),
+            ca_trust: None,
         })
     };
     let p = at(Some("s3://snapshots/rc/rc-s3.db"));
@@ -2337,6 +2352,7 @@ fn a_refused_memory_rollout_runs_no_deadline_and_a_scale_to_three_is_taken_at_on
         leader: Some(1),
         image_repository: None,
         restoring: None,
+        ca_trust: None,
     };
     let p = plan(&observed(vec![a.clone()], etcd(vec![e(1, "c-a", false)])));
     assert_eq!(p.locked_because, Some(reason::SPEC_CHANGED));
@@ -2424,4 +2440,212 @@ fn a_member_left_unschedulable_by_a_reverted_edit_is_rolled_back_without_waiting
     down.pod.as_mut().unwrap().ready = false;
     let p = run_replacing(&c, vec![m("c-a", 1), b, down], None);
     assert!(matches!(p.action, Action::Wait(_)), "{:?}", p.action);
+}
+
+/// A whole 3-member cluster (ids 1, 2, 3 for c-a, c-b, c-c, c-b leading) whose members and Pods
+/// run trust bundle `fp` with the peer CAs `cas`, planned with the Secrets holding bundle
+/// `want` of CAs `bundle` and a peer certificate issued by `leaf_ca`.
+fn ca_change_run(fp: &str, cas: Option<&str>, want: &str, bundle: &[&str], leaf_ca: &str) -> Plan {
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let members = ["c-a", "c-b", "c-c"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut v = m(name, i as i64);
+            v.trust_bundle = Some(fp.into());
+            v.trusted_cas = cas.map(str::to_string);
+            if let Some(p) = v.pod.as_mut() {
+                p.trust_bundle = Some(fp.into());
+                p.trusted_cas = cas.map(str::to_string);
+            }
+            v
+        })
+        .collect();
+    let set = |fps: &[&str]| fps.iter().map(|s| s.to_string()).collect();
+    plan(&Observed {
+        cluster: &c,
+        replace_broken_after: None,
+        members,
+        etcd: etcd(vec![
+            e(1, "c-a", false),
+            e(2, "c-b", false),
+            e(3, "c-c", false),
+        ]),
+        now: ts(100),
+        cert_manager_missing: false,
+        tls_secret_problem: None,
+        waiting_for_certificate: false,
+        auth_problem: None,
+        trust_bundle: Some(want.into()),
+        ca_trust: Some(crate::tls::CaTrust {
+            bundles: crate::tls::CaSet {
+                peer: set(bundle),
+                client: Default::default(),
+            },
+            presented: vec![crate::tls::Presented {
+                bundle: crate::tls::Bundle::Peer,
+                secret: "n/c-peer".into(),
+                origin: "spec.tls.peer.secretRef".into(),
+                what: "peer certificate",
+                anchors: set(&[leaf_ca]),
+            }],
+            changed: Some(ts(50)),
+        }),
+        leader: Some(2),
+        image_repository: None,
+        restoring: None,
+    })
+}
+
+#[test]
+fn a_one_step_ca_change_is_refused_with_a_condition_and_no_member_restarted() {
+    // ca.crt and the peer leaf moved from CA aa to CA bb in one edit; every member loaded aa.
+    let p = ca_change_run("old", Some("peer=aa"), "new", &["bb"], "bb");
+    assert!(
+        matches!(&p.action, Action::Wait(w) if w.contains("refused")),
+        "{:?}",
+        p.action
+    );
+    assert_eq!(p.progress_deadline, None);
+    let s = crate::cluster::status::render(
+        &cluster(3, locked(3, Some(0xabc), None)),
+        &p,
+        None,
+        ts(100),
+    );
+    let progressing = s
+        .conditions
+        .iter()
+        .find(|x| x.type_ == api::conditions::cluster::PROGRESSING)
+        .unwrap();
+    assert_eq!(
+        (progressing.status.as_str(), progressing.reason.as_str()),
+        ("False", reason::UNSAFE_CA_CHANGE)
+    );
+    assert!(
+        progressing
+            .message
+            .contains("Secret n/c-peer (spec.tls.peer.secretRef)")
+            && progressing.message.contains("both the old and the new CA"),
+        "{}",
+        progressing.message
+    );
+}
+
+#[test]
+fn adding_a_ca_to_the_bundle_first_is_rolled() {
+    let p = ca_change_run("old", Some("peer=aa"), "new", &["aa", "bb"], "aa");
+    assert_eq!(p.facts.unsafe_ca_change, None);
+    assert_eq!(
+        p.action,
+        Action::RollMember {
+            member: "c-a".into(),
+            trust_bundle: Some("new".into()),
+            template: false,
+            last: false,
+            image_repository: None,
+        }
+    );
+    // Dropping the old CA once the leaves come from the new one: rolled too.
+    let p = ca_change_run("both", Some("peer=aa,bb"), "new", &["bb"], "bb");
+    assert!(
+        matches!(p.action, Action::RollMember { .. }),
+        "{:?}",
+        p.action
+    );
+}
+
+#[test]
+fn a_member_running_the_current_bundle_records_its_ca_set_without_a_restart() {
+    // Members of an operator version that recorded only the fingerprint.
+    let p = ca_change_run("t", None, "t", &["aa"], "aa");
+    assert_eq!(
+        p.action,
+        Action::RecordTrustBundle {
+            member: "c-a".into(),
+            trust_bundle: "t".into()
+        }
+    );
+    assert_eq!(p.facts.trust_rollout, None);
+    // Recorded: nothing to do.
+    let p = ca_change_run("t", Some("peer=aa"), "t", &["aa"], "aa");
+    assert_eq!(p.action, Action::None);
+}
+
+#[test]
+fn an_adopted_member_whose_etcd_started_before_the_ca_changed_is_recorded_unknown_and_rolled() {
+    // Adopted members record no bundle; the Secrets' ca.crt last changed at ts(50).
+    let run = |starts: [i64; 3], recorded: [Option<&str>; 3]| {
+        let c = cluster(3, locked(3, Some(0xabc), None));
+        let members = ["c-a", "c-b", "c-c"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let mut v = m(name, i as i64);
+                let cas = recorded[i].map(|r| if r == "new" { "peer=aa" } else { r });
+                v.trust_bundle = recorded[i].map(str::to_string);
+                v.trusted_cas = cas.map(str::to_string);
+                if let Some(p) = v.pod.as_mut() {
+                    p.trust_bundle = recorded[i].map(str::to_string);
+                    p.trusted_cas = cas.map(str::to_string);
+                    p.started = Some(ts(starts[i]));
+                }
+                v
+            })
+            .collect();
+        plan(&Observed {
+            cluster: &c,
+            replace_broken_after: None,
+            members,
+            etcd: etcd(vec![
+                e(1, "c-a", false),
+                e(2, "c-b", false),
+                e(3, "c-c", false),
+            ]),
+            now: ts(100),
+            cert_manager_missing: false,
+            tls_secret_problem: None,
+            waiting_for_certificate: false,
+            auth_problem: None,
+            trust_bundle: Some("new".into()),
+            ca_trust: Some(crate::tls::CaTrust {
+                changed: Some(ts(50)),
+                ..Default::default()
+            }),
+            leader: Some(2),
+            image_repository: None,
+            restoring: None,
+        })
+    };
+    // c-a's etcd started before the change: it may run the old bundle.
+    let p = run([40, 60, 60], [None, None, None]);
+    assert_eq!(
+        p.action,
+        Action::RecordTrustBundle {
+            member: "c-a".into(),
+            trust_bundle: crate::cluster::ca_set::UNKNOWN.into()
+        }
+    );
+    // c-b started after it: it runs the current one.
+    let p = run([40, 60, 60], [Some("unknown"), None, None]);
+    assert_eq!(
+        p.action,
+        Action::RecordTrustBundle {
+            member: "c-b".into(),
+            trust_bundle: "new".into()
+        }
+    );
+    // Recorded: c-a, unknown, is rolled (one at a time, the usual rollout).
+    let p = run([40, 60, 60], [Some("unknown"), Some("new"), Some("new")]);
+    assert_eq!(p.facts.trust_rollout, Some((2, 3)));
+    assert_eq!(
+        p.action,
+        Action::RollMember {
+            member: "c-a".into(),
+            trust_bundle: Some("new".into()),
+            template: false,
+            last: true,
+            image_repository: None,
+        }
+    );
 }
