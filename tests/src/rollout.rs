@@ -29,7 +29,8 @@ pub struct WriterReport {
     /// Of `failed`, the attempts no member processed: the connection to the endpoint the
     /// client picked could not be made (refused, timed out, its name gone: a member being
     /// restarted), or the member refused the request's HTTP/2 stream with GOAWAY while shutting
-    /// down (RFC 9113 6.8: such streams were not processed). Safe to retry (the writer retries
+    /// down (RFC 9113 6.8: such streams were not processed), or raft dropped the proposal (a
+    /// leadership transfer in progress). Safe to retry (the writer retries
     /// the same key), as etcd's own Go client does on its own.
     pub unsent: u64,
     /// The first few errors of the failed writes, for the report.
@@ -105,13 +106,20 @@ impl Writer {
 }
 
 /// Whether no member processed a failed request (see [`WriterReport::unsent`]): tonic could not
-/// connect (a `ConnectError` transport error), or h2 failed the stream with the server's
-/// GOAWAY (a graceful shutdown refusing streams it did not take).
+/// connect (a `ConnectError` transport error), h2 failed the stream with the server's GOAWAY (a
+/// graceful shutdown refusing streams it did not take), or etcd answered `raft proposal dropped`
+/// (raft's `ErrProposalDropped`: `Propose` refused the entry, during a leadership transfer or
+/// with no leader, so it was never appended to the log and is never applied).
 fn never_sent(e: &etcd_client::Error) -> bool {
     match e {
-        etcd_client::Error::GRpcStatus(status) => std::error::Error::source(status)
-            .map(|source| format!("{source:?}"))
-            .is_some_and(|source| source.contains("ConnectError(") || source.contains("GoAway(")),
+        etcd_client::Error::GRpcStatus(status) => {
+            status.message() == "raft proposal dropped"
+                || std::error::Error::source(status)
+                    .map(|source| format!("{source:?}"))
+                    .is_some_and(|source| {
+                        source.contains("ConnectError(") || source.contains("GoAway(")
+                    })
+        }
         _ => false,
     }
 }
