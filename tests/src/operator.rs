@@ -1,13 +1,16 @@
 //! The operator under test, run as its real binary (`etcd-operator`) on the host against the test
-//! control plane, exactly as `make run` would: it reaches the API through the admin kubeconfig and
-//! etcd members through their per-member DNS names, which the pod runner publishes in the host's
-//! hosts file.
+//! control plane: it reaches the API as the chart's ServiceAccount under the chart's RBAC (a
+//! token kubeconfig, see [`crate::chart_rbac`]) with the arguments the chart's Deployment gives
+//! it, and etcd members through their per-member DNS names, which the pod runner publishes in the
+//! host's hosts file.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::chart_rbac::{flag_name, Identity};
 use crate::env::{logs, process::Process, ControlPlane, Error};
 
 /// The operator binaries: `$ETCD_OPERATOR_BIN_DIR`, else the cargo target dir's debug profile.
@@ -26,17 +29,23 @@ fn free_port() -> Result<u16, Error> {
     Ok(port)
 }
 
+/// The binary's default `--auth-record-secret` (controller/src/auth.rs), when the chart passes none.
+const DEFAULT_AUTH_RECORD_SECRET: &str = "etcd-operator-auth-records";
+
 pub struct Operator {
     process: Process,
     admin: String,
     started: Instant,
-    namespace: String,
+    identity: Arc<Identity>,
+    auth_record_secret: String,
 }
 
 impl Operator {
-    /// Start `etcd-operator`, optionally limited to one namespace. Leader election is on, with
-    /// its Lease in `lease_namespace`, as in a real deployment; that is also its own namespace
-    /// (`POD_NAMESPACE`, as the chart sets it), where it keeps its auth record.
+    /// Start `etcd-operator`, optionally limited to one namespace, as the chart would run it
+    /// released into `lease_namespace`: authenticated as the chart's ServiceAccount there, under
+    /// the chart's RBAC (`watchNamespace` = `watch_namespace`), with the Deployment's arguments.
+    /// Leader election is on, with its Lease in `lease_namespace`; that is also its own namespace
+    /// (`POD_NAMESPACE`), where it keeps its auth record.
     pub async fn start(
         cp: &ControlPlane,
         lease_namespace: &str,
@@ -45,7 +54,8 @@ impl Operator {
         Self::start_with(cp, lease_namespace, watch_namespace, &[]).await
     }
 
-    /// [`Operator::start`] with more command-line flags (e.g. `--etcd-image-repository=…`).
+    /// [`Operator::start`] with more command-line flags (e.g. `--etcd-image-repository=…`); a
+    /// flag given here replaces the chart's.
     pub async fn start_with(
         cp: &ControlPlane,
         lease_namespace: &str,
@@ -62,25 +72,37 @@ impl Operator {
                 source: std::io::Error::from(std::io::ErrorKind::NotFound),
             });
         }
+        let identity = Identity::for_operator(cp, lease_namespace, watch_namespace).await?;
         let port = free_port()?;
         let admin = format!("127.0.0.1:{port}");
         let mut cmd = Command::new(&binary);
-        cmd.env("KUBECONFIG", cp.kubeconfig())
+        cmd.env("KUBECONFIG", identity.kubeconfig())
             .env("RUST_LOG", "info,kube=warn,controller=debug")
             .env("POD_NAMESPACE", lease_namespace)
-            .arg(format!("--admin-listen={admin}"))
-            .arg("--leader-elect=true");
-        if let Some(ns) = watch_namespace {
-            cmd.arg(format!("--watch-namespace={ns}"));
-        }
+            .arg(format!("--admin-listen={admin}"));
+        let overridden: Vec<&str> = extra_args.iter().map(|a| flag_name(a)).collect();
+        cmd.args(
+            identity
+                .args()
+                .iter()
+                .filter(|a| !overridden.contains(&flag_name(a))),
+        );
         cmd.args(extra_args);
+        let auth_record_secret = extra_args
+            .iter()
+            .copied()
+            .chain(identity.args().iter().map(String::as_str))
+            .find_map(|a| a.strip_prefix("--auth-record-secret="))
+            .unwrap_or(DEFAULT_AUTH_RECORD_SECRET)
+            .to_string();
         let log = logs::run_dir().join(format!("etcd-operator-{port}.log"));
         let process = Process::spawn("etcd-operator", cmd, &log)?;
         let op = Self {
             process,
             admin,
             started: Instant::now(),
-            namespace: lease_namespace.to_string(),
+            identity,
+            auth_record_secret,
         };
         op.wait_ready(Duration::from_secs(60)).await?;
         Ok(op)
@@ -136,7 +158,18 @@ impl Operator {
 
     /// The operator's own namespace (`POD_NAMESPACE`): its Lease and its auth record.
     pub fn namespace(&self) -> &str {
-        &self.namespace
+        self.identity.namespace()
+    }
+
+    /// Its identity: the chart's release, ServiceAccount and RBAC it runs under.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// The Secret in [`Operator::namespace`] where it records the root passwords it set in etcd
+    /// (`--auth-record-secret`, `<release>-auth-records` from the chart).
+    pub fn auth_record_secret(&self) -> &str {
+        &self.auth_record_secret
     }
 
     /// SIGKILL the operator (a crash, not a graceful stop).

@@ -94,6 +94,14 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
             "watch",
             Watched,
         ),
+        // cluster/reconcile.rs restore_peer_auto_tls: the peer auto-TLS annotation set back on
+        // a cluster adopted from the aenix operator (a metadata merge patch; never update).
+        (
+            "etcd-operator.cozystack.io",
+            "etcdclusters",
+            "patch",
+            Watched,
+        ),
         // cluster/reconcile.rs: patch_status (conditions, members, phase).
         (
             "etcd-operator.cozystack.io",

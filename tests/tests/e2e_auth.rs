@@ -131,14 +131,12 @@ async fn read_as_root(
     tests::e2e::read_keys(&mut etcd, "auth/").await
 }
 
-/// The operator's record of the root passwords it set (controller/src/auth.rs): one Secret in
-/// its own namespace, never one beside the cluster.
-const AUTH_RECORD: &str = "etcd-operator-auth-records";
-
 /// The cluster's entry in the operator's record: `(uid, password, previous)`.
 async fn recorded(env: &Env, ns: &str, cluster: &str) -> (String, String, Option<String>) {
+    // The operator's record of the root passwords it set (controller/src/auth.rs): one Secret in
+    // its own namespace (`<release>-auth-records`), never one beside the cluster.
     let secret = Api::<Secret>::namespaced(env.client(), env.operator.namespace())
-        .get(AUTH_RECORD)
+        .get(env.operator.auth_record_secret())
         .await
         .or_panic();
     let data = secret.data.unwrap_or_default();
@@ -177,7 +175,7 @@ async fn set_recorded(env: &Env, ns: &str, cluster: &str, entry: Option<(&str, O
     let set: serde_json::Map<_, _> = set.into_iter().collect();
     Api::<Secret>::namespaced(env.client(), env.operator.namespace())
         .patch(
-            AUTH_RECORD,
+            env.operator.auth_record_secret(),
             &PatchParams::default(),
             &Patch::Merge(json!({"data": remove, "stringData": set})),
         )

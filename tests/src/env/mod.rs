@@ -87,6 +87,9 @@ pub enum Error {
         status: String,
         stderr: String,
     },
+    /// The chart rendered something the harness cannot use, or its objects did not take effect.
+    #[error("{what}: {message}")]
+    Chart { what: String, message: String },
     #[error("{0}")]
     Unsupported(String),
     #[error("the test binary's shared control plane did not start: {0}")]
