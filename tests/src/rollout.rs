@@ -33,6 +33,11 @@ pub struct WriterReport {
     /// leadership transfer in progress). Safe to retry (the writer retries
     /// the same key), as etcd's own Go client does on its own.
     pub unsent: u64,
+    /// Of `failed`, the attempts cut off in transport after they were sent (the member went away
+    /// mid-request: the stream canceled, the connection reset). Their outcome is unknown to the
+    /// client; the writer retries the same key with the same value, which is idempotent, and the
+    /// acknowledged-write check tells whether anything was lost.
+    pub cut_off: u64,
     /// The first few errors of the failed writes, for the report.
     pub errors: Vec<String>,
     pub longest_gap: Duration,
@@ -66,6 +71,7 @@ impl Writer {
                 written: BTreeMap::new(),
                 failed: 0,
                 unsent: 0,
+                cut_off: 0,
                 errors: Vec::new(),
                 longest_gap: Duration::ZERO,
             };
@@ -85,6 +91,8 @@ impl Writer {
                         report.failed += 1;
                         if never_sent(&e) {
                             report.unsent += 1;
+                        } else if cut_off_in_transport(&e) {
+                            report.cut_off += 1;
                         }
                         if report.errors.len() < 5 {
                             report.errors.push(e.to_string());
@@ -120,6 +128,17 @@ fn never_sent(e: &etcd_client::Error) -> bool {
                         source.contains("ConnectError(") || source.contains("GoAway(")
                     })
         }
+        _ => false,
+    }
+}
+
+/// Whether a failed request ended in transport rather than with an answer from etcd: tonic
+/// turned a transport error (hyper's canceled request, a reset connection) into the status, so
+/// the status carries that error as its source. etcd's own refusals carry none.
+fn cut_off_in_transport(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => std::error::Error::source(status).is_some(),
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
         _ => false,
     }
 }

@@ -46,9 +46,6 @@ const BOOT: Duration = Duration::from_secs(180);
 /// How long the adopted cluster is watched under our operator for restarts and membership writes.
 const SETTLE: Duration = Duration::from_secs(20);
 const CRD: &str = include_str!("../testdata/aenix-etcdcluster-crd.yaml");
-/// The identity the operator runs as in this suite (the admin kubeconfig's certificate CN): the
-/// webhook's `--controller-username`.
-const OPERATOR_USER: &str = "admin";
 /// The cluster admin who runs the migration: not the controller.
 const MIGRATING_USER: &str = "migrating-admin";
 
@@ -493,8 +490,14 @@ fn migrating_admin_kubeconfig(cp: &ControlPlane, dir: &std::path::Path) -> std::
 /// migrating admin's dry-run create of an EtcdMember without the migration's marker is refused
 /// by the webhook as operator-owned (and must stay refused: the allowance is for the migration's
 /// own writes only).
-async fn start_webhook(cp: &ControlPlane, client: &Client, ns: &str, as_admin: Client) -> Webhook {
-    let hook = Webhook::start(cp, &[&format!("--controller-username={OPERATOR_USER}")])
+async fn start_webhook(
+    cp: &ControlPlane,
+    client: &Client,
+    ns: &str,
+    as_admin: Client,
+    operator_user: &str,
+) -> Webhook {
+    let hook = Webhook::start(cp, &[&format!("--controller-username={operator_user}")])
         .await
         .or_panic();
     webhook::register(client, "migrate-aenix", &hook, FailurePolicy::Fail)
@@ -718,7 +721,14 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
         .or_panic(),
     )
     .or_panic();
-    let _hook = start_webhook(cp, &client, &ns, as_admin).await;
+    // The operator runs later as the chart's ServiceAccount in its own namespace: that identity
+    // is the webhook's `--controller-username`, as the chart sets it.
+    let lease_ns = cp.namespace("operator").await.or_panic();
+    let operator_user = tests::chart_rbac::Identity::for_operator(cp, &lease_ns, None)
+        .await
+        .or_panic()
+        .username();
+    let _hook = start_webhook(cp, &client, &ns, as_admin, &operator_user).await;
 
     // The dry run prints the plan and changes nothing.
     let untouched = versions(&client, &ns).await;
@@ -833,7 +843,6 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
     check_keys(&client, &ns, &before.keys).await;
 
     // Our operator takes it from here and keeps it as it is.
-    let lease_ns = cp.namespace("operator").await.or_panic();
     let operator = Operator::start(cp, &lease_ns, None).await.or_panic();
     let env = Env {
         cp,
