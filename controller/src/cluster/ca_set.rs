@@ -14,7 +14,7 @@
 
 use crate::tls::{CaSet, CaTrust};
 
-use super::plan::MemberView;
+use super::view::MemberView;
 
 /// The value recorded for a member whose trust bundle is not known: a Pod adopted (or from
 /// before the operator recorded bundles) that started before its Secrets last changed may run
@@ -119,7 +119,7 @@ pub fn unsafe_change(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::plan::{DataHome, PodView};
+    use crate::cluster::view::{DataHome, PodView};
     use crate::tls::{Bundle, Presented};
     use k8s_openapi::jiff::Timestamp;
     use std::collections::BTreeSet;
