@@ -22,6 +22,7 @@ use api::v1alpha2::{
 };
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use tests::e2e::{churn, condition, free, healthy, pod_ready, spec, Env};
@@ -225,7 +226,31 @@ async fn defrag_waits_for_health_and_its_turn_then_reclaims_space_followers_firs
         );
         assert_eq!(m.reclaimed_bytes, Some(before - after));
     }
-    // Followers first: by finish time, the leader is last and the only one.
+    // Followers first, in etcd's own words: each member's log (microsecond timestamps, where
+    // the status has whole seconds and the three often share one) has the leader's
+    // defragmentation start only after every follower's has finished.
+    let mut logged = Vec::new();
+    for name in pods.iter().map(|p| p.name_any()) {
+        let log = etcd_log(env, &ns, &name).await;
+        let at = |msg: &str| {
+            logged_at(&log, msg).unwrap_or_else(|| panic!("{name}: etcd logged no {msg:?}"))
+        };
+        let (started, finished) = (at("starting defragment"), at("finished defragment"));
+        logged.push((name, started, finished));
+    }
+    let leader_started = logged
+        .iter()
+        .find(|(n, ..)| *n == leader)
+        .map(|(_, started, _)| *started)
+        .expect("the leader's log");
+    for (name, _, finished) in logged.iter().filter(|(n, ..)| *n != leader) {
+        assert!(
+            *finished < leader_started,
+            "etcd's logs: follower {name} finished its defragmentation at {finished}, after the \
+             leader {leader} started its own at {leader_started}: {logged:?}"
+        );
+    }
+    // And as the run reports it: by finish time, the leader is last and the only one.
     let mut order = status.members.clone();
     order.sort_by_key(|m| m.finished_at.clone().map(|t| t.0));
     let roles: Vec<&str> = order
@@ -409,6 +434,14 @@ async fn etcd_leader(etcd: &mut etcd_client::Client) -> String {
         .find(|m| m.id() == leader)
         .map(|m| m.name().to_string())
         .unwrap_or_else(|| panic!("etcd names leader {leader:x}, which it does not list"))
+}
+
+/// When a member's etcd log (JSON lines) first has the message `msg`.
+fn logged_at(log: &str, msg: &str) -> Option<Timestamp> {
+    let needle = format!(r#""msg":"{msg}""#);
+    let line = log.lines().find(|l| l.contains(&needle))?;
+    let ts = line.split(r#""ts":""#).nth(1)?.split('"').next()?;
+    ts.parse().ok()
 }
 
 /// The etcd container's log of a member Pod (through the apiserver and the runner's kubelet).
