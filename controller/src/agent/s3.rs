@@ -12,6 +12,7 @@ use aws_sdk_s3::config::{
     BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
 };
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::operation::head_object::{HeadObjectError, HeadObjectOutput};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, MetadataDirective};
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext, TrustStore};
@@ -211,26 +212,12 @@ impl S3 {
     /// CompleteMultipartUpload, the Job was lost). `Ok(true)`: deleted; `Ok(false)`: no
     /// object, or another snapshot's (or a foreign one), which stays.
     pub async fn delete_if_owned(&self, at: &Location, uid: &str) -> Result<bool, Failure> {
-        let head = self
-            .client
-            .head_object()
-            .bucket(&at.bucket)
-            .key(&at.key)
-            .send()
-            .await;
-        match head {
-            Ok(obj)
-                if obj
-                    .metadata()
-                    .and_then(|m| m.get(META_UID))
-                    .map(String::as_str)
-                    == Some(uid) =>
-            {
+        match self.head_object(at).await {
+            Ok(Some(obj)) if owner_of(&obj) == Some(uid) => {
                 self.delete(at).await?;
                 Ok(true)
             }
             Ok(_) => Ok(false),
-            Err(e) if status_of(&e) == Some(404) => Ok(false),
             Err(e) => Err(self.request_failure("HeadObject", at, &e)),
         }
     }
@@ -239,17 +226,10 @@ impl S3 {
     /// the upload go on (a retried Job: [`S3::save`] then reports that object); anything else, including an answer the agent cannot read
     /// (403 without ListBucket), refuses.
     pub async fn check_overwrite(&self, at: &Location, uid: &str) -> Result<(), Failure> {
-        let head = self
-            .client
-            .head_object()
-            .bucket(&at.bucket)
-            .key(&at.key)
-            .send()
-            .await;
-        match head {
-            Ok(obj) => {
-                let owner = obj.metadata().and_then(|m| m.get(META_UID));
-                match owner {
+        match self.head_object(at).await {
+            Ok(None) => Ok(()),
+            Ok(Some(obj)) => {
+                match owner_of(&obj) {
                     Some(o) if o == uid => {
                         tracing::info!(uri = %at.uri(), "the object exists from an earlier attempt of this snapshot; it stays (the completion is conditional) and is what gets reported");
                         Ok(())
@@ -266,7 +246,6 @@ impl S3 {
                     ))),
                 }
             }
-            Err(e) if status_of(&e) == Some(404) => Ok(()),
             Err(e) if status_of(&e) == Some(403) => Err(self.diagnose_forbidden(at).await),
             Err(e) => Err(self.request_failure("HeadObject", at, &e)),
         }
@@ -417,21 +396,16 @@ impl S3 {
     /// HeadObject of a snapshot's object that must be this snapshot's (UID metadata `uid`).
     async fn head_stored(&self, at: &Location, uid: &str) -> Result<StoredObject, Failure> {
         let obj = self
-            .client
-            .head_object()
-            .bucket(&at.bucket)
-            .key(&at.key)
-            .send()
+            .head_object(at)
             .await
-            .map_err(|e| match status_of(&e) {
-                Some(404) => Failure::transient(format!(
+            .map_err(|e| self.request_failure("HeadObject", at, &e))?
+            .ok_or_else(|| {
+                Failure::transient(format!(
                     "{} is gone right after it was stored (deleted meanwhile?); retry",
                     at.uri()
-                )),
-                _ => self.request_failure("HeadObject", at, &e),
+                ))
             })?;
-        let meta = obj.metadata();
-        let owner = meta.and_then(|m| m.get(META_UID)).map(String::as_str);
+        let owner = owner_of(&obj);
         if owner != Some(uid) {
             let holder = owner.map_or_else(
                 || format!("an object without {META_UID} metadata"),
@@ -443,15 +417,9 @@ impl S3 {
                 at.uri()
             )));
         }
-        let size = obj
-            .content_length()
-            .and_then(|n| u64::try_from(n).ok())
-            .ok_or_else(|| Failure::transient(format!("HeadObject {} gave no size", at.uri())))?;
         Ok(StoredObject {
-            size,
-            sha256: meta
-                .and_then(|m| m.get(META_SHA256))
-                .map(|s| s.to_ascii_lowercase()),
+            size: size_of(&obj, at)?,
+            sha256: sha256_of(&obj),
             etag: obj.e_tag().map(str::to_string),
         })
     }
@@ -733,28 +701,35 @@ impl S3 {
     /// Size and recorded sha256 (if any) of the object to restore.
     pub async fn head(&self, at: &Location) -> Result<(u64, Option<String>), Failure> {
         let obj = self
+            .head_object(at)
+            .await
+            .map_err(|e| self.request_failure("HeadObject", at, &e))?
+            .ok_or_else(|| {
+                Failure::permanent(format!(
+                    "the snapshot {} does not exist: fix spec.bootstrap.restore's S3 bucket and key (the exact object key)",
+                    at.uri()
+                ))
+            })?;
+        Ok((size_of(&obj, at)?, sha256_of(&obj)))
+    }
+
+    /// HeadObject of `at`; `Ok(None)` when there is no object there (404).
+    async fn head_object(
+        &self,
+        at: &Location,
+    ) -> Result<Option<HeadObjectOutput>, SdkError<HeadObjectError, HttpResponse>> {
+        match self
             .client
             .head_object()
             .bucket(&at.bucket)
             .key(&at.key)
             .send()
             .await
-            .map_err(|e| match status_of(&e) {
-                Some(404) => Failure::permanent(format!(
-                    "the snapshot {} does not exist: fix spec.bootstrap.restore's S3 bucket and key (the exact object key)",
-                    at.uri()
-                )),
-                _ => self.request_failure("HeadObject", at, &e),
-            })?;
-        let size = obj
-            .content_length()
-            .and_then(|n| u64::try_from(n).ok())
-            .ok_or_else(|| Failure::transient(format!("HeadObject {} gave no size", at.uri())))?;
-        let sha = obj
-            .metadata()
-            .and_then(|m| m.get(META_SHA256))
-            .map(|s| s.to_ascii_lowercase());
-        Ok((size, sha))
+        {
+            Ok(obj) => Ok(Some(obj)),
+            Err(e) if status_of(&e) == Some(404) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Download the object into `file` (created), returning its size and sha256.
@@ -894,6 +869,26 @@ fn urlencode_key(key: &str) -> String {
         }
     }
     out
+}
+
+/// The snapshot UID an object's metadata names (the agent stamps it on every upload).
+fn owner_of(obj: &HeadObjectOutput) -> Option<&str> {
+    obj.metadata()
+        .and_then(|m| m.get(META_UID))
+        .map(String::as_str)
+}
+
+/// The sha256 an object's metadata records, lower-case.
+fn sha256_of(obj: &HeadObjectOutput) -> Option<String> {
+    obj.metadata()
+        .and_then(|m| m.get(META_SHA256))
+        .map(|s| s.to_ascii_lowercase())
+}
+
+fn size_of(obj: &HeadObjectOutput, at: &Location) -> Result<u64, Failure> {
+    obj.content_length()
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| Failure::transient(format!("HeadObject {} gave no size", at.uri())))
 }
 
 #[cfg(test)]
