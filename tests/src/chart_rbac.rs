@@ -228,7 +228,13 @@ async fn set_up(
     let kubeconfig = cp
         .root()
         .join(format!("operator-{release}-{namespace}.kubeconfig"));
-    write_kubeconfig(&kubeconfig, cp, &service_account, &token)?;
+    crate::env::control_plane::write_kubeconfig_for(
+        &kubeconfig,
+        cp.server_url(),
+        cp.pki(),
+        (&service_account, serde_json::json!({"token": token})),
+        None,
+    )?;
     let identity = Identity {
         release: release.to_string(),
         namespace: namespace.to_string(),
@@ -406,39 +412,6 @@ async fn token(client: &Client, namespace: &str, service_account: &str) -> Resul
             what: format!("the TokenRequest for ServiceAccount {namespace}/{service_account}"),
             message: "answered without a token".into(),
         })
-}
-
-fn write_kubeconfig(
-    path: &Path,
-    cp: &ControlPlane,
-    service_account: &str,
-    token: &str,
-) -> Result<(), Error> {
-    let doc = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{
-            "name": "test",
-            "cluster": {
-                "server": cp.server_url(),
-                "certificate-authority": cp.pki().serving_ca_file,
-            },
-        }],
-        "users": [{
-            "name": service_account,
-            "user": {"token": token},
-        }],
-        "contexts": [{
-            "name": "operator",
-            "context": {"cluster": "test", "user": service_account},
-        }],
-        "current-context": "operator",
-    });
-    let yaml = serde_yaml::to_string(&doc).map_err(|e| Error::Kubeconfig {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    std::fs::write(path, yaml).map_err(Error::io(format!("writing {}", path.display())))
 }
 
 async fn client_for(kubeconfig: &Path) -> Result<Client, Error> {

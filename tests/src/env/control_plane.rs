@@ -827,6 +827,26 @@ async fn start_apiserver(
 }
 
 fn write_kubeconfig(path: &Path, server_url: &str, pki: &Pki) -> Result<(), Error> {
+    let admin = serde_json::json!({
+        "client-certificate": pki.admin_cert_file,
+        "client-key": pki.admin_key_file,
+    });
+    write_kubeconfig_for(path, server_url, pki, ("admin", admin), Some("default"))
+}
+
+/// A kubeconfig for the control plane at `server_url` (trusting its serving CA) as `user`
+/// (`(name, the kubeconfig's user entry)`), in `namespace` when given.
+pub(crate) fn write_kubeconfig_for(
+    path: &Path,
+    server_url: &str,
+    pki: &Pki,
+    (user_name, user): (&str, serde_json::Value),
+    namespace: Option<&str>,
+) -> Result<(), Error> {
+    let mut context = serde_json::json!({"cluster": "test", "user": user_name});
+    if let Some(ns) = namespace {
+        context["namespace"] = serde_json::json!(ns);
+    }
     let doc = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Config",
@@ -837,17 +857,8 @@ fn write_kubeconfig(path: &Path, server_url: &str, pki: &Pki) -> Result<(), Erro
                 "certificate-authority": pki.serving_ca_file,
             },
         }],
-        "users": [{
-            "name": "admin",
-            "user": {
-                "client-certificate": pki.admin_cert_file,
-                "client-key": pki.admin_key_file,
-            },
-        }],
-        "contexts": [{
-            "name": "test",
-            "context": {"cluster": "test", "user": "admin", "namespace": "default"},
-        }],
+        "users": [{"name": user_name, "user": user}],
+        "contexts": [{"name": "test", "context": context}],
         "current-context": "test",
     });
     let yaml = serde_yaml::to_string(&doc).map_err(|e| Error::Kubeconfig {
