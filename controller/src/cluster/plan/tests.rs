@@ -117,8 +117,16 @@ fn run(c: &EtcdCluster, members: Vec<MemberView>, etcd: EtcdView) -> Plan {
 /// [`run`] with `--replace-broken-members-after` at `after` seconds.
 fn run_with(c: &EtcdCluster, members: Vec<MemberView>, etcd: EtcdView, after: Option<i64>) -> Plan {
     plan(&Observed {
-        cluster: c,
         replace_broken_after: after.map(SignedDuration::from_secs),
+        ..observed(c, members, etcd)
+    })
+}
+
+/// What [`run`] plans from: `members` and `etcd` at `ts(100)`, nothing else in the way.
+fn observed(c: &EtcdCluster, members: Vec<MemberView>, etcd: EtcdView) -> Observed<'_> {
+    Observed {
+        cluster: c,
+        replace_broken_after: None,
         members,
         etcd,
         now: ts(100),
@@ -131,7 +139,7 @@ fn run_with(c: &EtcdCluster, members: Vec<MemberView>, etcd: EtcdView, after: Op
         image_repository: None,
         restoring: None,
         ca_trust: None,
-    })
+    }
 }
 
 #[test]
@@ -2463,19 +2471,6 @@ fn ca_change_run(fp: &str, cas: Option<&str>, want: &str, bundle: &[&str], leaf_
         .collect();
     let set = |fps: &[&str]| fps.iter().map(|s| s.to_string()).collect();
     plan(&Observed {
-        cluster: &c,
-        replace_broken_after: None,
-        members,
-        etcd: etcd(vec![
-            e(1, "c-a", false),
-            e(2, "c-b", false),
-            e(3, "c-c", false),
-        ]),
-        now: ts(100),
-        cert_manager_missing: false,
-        tls_secret_problem: None,
-        waiting_for_certificate: false,
-        auth_problem: None,
         trust_bundle: Some(want.into()),
         ca_trust: Some(crate::tls::CaTrust {
             bundles: crate::tls::CaSet {
@@ -2492,8 +2487,15 @@ fn ca_change_run(fp: &str, cas: Option<&str>, want: &str, bundle: &[&str], leaf_
             changed: Some(ts(50)),
         }),
         leader: Some(2),
-        image_repository: None,
-        restoring: None,
+        ..observed(
+            &c,
+            members,
+            etcd(vec![
+                e(1, "c-a", false),
+                e(2, "c-b", false),
+                e(3, "c-c", false),
+            ]),
+        )
     })
 }
 
@@ -2594,27 +2596,21 @@ fn an_adopted_member_whose_etcd_started_before_the_ca_changed_is_recorded_unknow
             })
             .collect();
         plan(&Observed {
-            cluster: &c,
-            replace_broken_after: None,
-            members,
-            etcd: etcd(vec![
-                e(1, "c-a", false),
-                e(2, "c-b", false),
-                e(3, "c-c", false),
-            ]),
-            now: ts(100),
-            cert_manager_missing: false,
-            tls_secret_problem: None,
-            waiting_for_certificate: false,
-            auth_problem: None,
             trust_bundle: Some("new".into()),
             ca_trust: Some(crate::tls::CaTrust {
                 changed: Some(ts(50)),
                 ..Default::default()
             }),
             leader: Some(2),
-            image_repository: None,
-            restoring: None,
+            ..observed(
+                &c,
+                members,
+                etcd(vec![
+                    e(1, "c-a", false),
+                    e(2, "c-b", false),
+                    e(3, "c-c", false),
+                ]),
+            )
         })
     };
     // c-a's etcd started before the change: it may run the old bundle.
