@@ -184,23 +184,6 @@ pub fn latched(cluster: &EtcdCluster) -> bool {
     cluster.status.as_ref().and_then(|s| s.auth_enabled) == Some(true)
 }
 
-/// The credentials to dial the cluster with: the user's root password once auth is on (and
-/// the cluster still asks for it), else none.
-pub async fn dial_credentials(
-    client: &Client,
-    cluster: &EtcdCluster,
-) -> Result<Option<Credentials>, AuthSecretError> {
-    if !wanted(cluster.spec.auth.as_ref()) || !latched(cluster) {
-        return Ok(None);
-    }
-    load(
-        client,
-        &cluster.namespace().unwrap_or_default(),
-        cluster.spec.auth.as_ref(),
-    )
-    .await
-}
-
 /// Where the operator keeps its record of the root passwords it set in etcd: one Secret in its
 /// own namespace (`--operator-namespace`, the Pod's namespace), named by `--auth-record-secret`.
 /// It never lives beside the clusters: writing there would need write access to every Secret of

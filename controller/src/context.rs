@@ -1,13 +1,14 @@
 //! What every reconcile shares: the API client, the operator's configuration, metrics and the
 //! event recorder.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Mutex;
 
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 
 use crate::auth::Credentials;
+use crate::etcd::access::{Access, ClusterKey, Pool};
 use crate::etcd::{Etcd, EtcdError};
 use crate::metrics::Metrics;
 use crate::tls::ClientTls;
@@ -52,10 +53,6 @@ impl Default for Config {
     }
 }
 
-/// A cached etcd client with what it was built for: the endpoints, and the TLS material's
-/// revision with the root password's fingerprint (`None` for plaintext without auth).
-type CachedEtcd = (Vec<String>, Option<String>, Etcd);
-
 pub struct Context {
     pub client: Client,
     pub config: Config,
@@ -63,11 +60,8 @@ pub struct Context {
     /// Whether cert-manager's API is installed (probed at start-up, re-asked while absent).
     pub cert_manager: crate::cert_manager::Detection,
     recorder: Recorder,
-    /// One etcd connection per cluster, kept across reconciles while its endpoints and TLS
-    /// material (the Secrets' resourceVersions) stay the same: a reconcile then costs the
-    /// membership call, not a new TCP, TLS and HTTP/2 handshake, and a renewed Secret is
-    /// picked up on the next reconcile.
-    etcd_clients: Mutex<HashMap<String, CachedEtcd>>,
+    /// The etcd clients kept across reconciles (see [`crate::etcd::access`]).
+    pub etcd: Pool,
     /// `(cluster incarnation, password fingerprint)` pairs known to be in the cluster's
     /// entry of the auth record, so it is read once per operator run, not per reconcile.
     auth_recorded: Mutex<HashSet<(String, String)>>,
@@ -88,14 +82,13 @@ impl Context {
             metrics,
             cert_manager: Default::default(),
             recorder,
-            etcd_clients: Mutex::default(),
+            etcd: Pool::default(),
             auth_recorded: Mutex::default(),
         }
     }
 
-    /// The cluster's etcd client for these endpoints (`key` names the cluster incarnation),
-    /// reused while the endpoints, the TLS material's revision and the root password are
-    /// unchanged.
+    /// The cluster's cached etcd client (see [`Pool::get`]); `key` is the cluster's
+    /// [`ClusterKey`] as a string.
     pub async fn etcd(
         &self,
         key: &str,
@@ -103,37 +96,15 @@ impl Context {
         tls: Option<&ClientTls>,
         creds: Option<&Credentials>,
     ) -> Result<Etcd, EtcdError> {
-        let revision = match (tls, creds) {
-            (None, None) => None,
-            (tls, creds) => Some(format!(
-                "{}/{}",
-                tls.map(|t| t.revision.as_str()).unwrap_or_default(),
-                creds.map(Credentials::fingerprint).unwrap_or_default()
-            )),
-        };
-        let cached = self.etcd_clients.lock().ok().and_then(|c| {
-            c.get(key)
-                .filter(|(e, r, _)| e.as_slice() == endpoints && *r == revision)
-                .map(|(_, _, client)| client.clone())
-        });
-        if let Some(client) = cached {
-            return Ok(client);
-        }
-        let client = Etcd::connect(endpoints, tls, creds, self.metrics.clone()).await?;
-        if let Ok(mut c) = self.etcd_clients.lock() {
-            c.insert(
-                key.to_string(),
-                (endpoints.to_vec(), revision, client.clone()),
-            );
-        }
-        Ok(client)
+        let access = Access::new(tls.cloned(), creds.cloned(), self.metrics.clone());
+        self.etcd
+            .get(&ClusterKey::from_raw(key), endpoints, &access)
+            .await
     }
 
     /// Drop a cluster's cached client (a call through it failed, or the cluster is gone).
     pub fn forget_etcd(&self, key: &str) {
-        if let Ok(mut c) = self.etcd_clients.lock() {
-            c.remove(key);
-        }
+        self.etcd.forget(&ClusterKey::from_raw(key));
     }
 
     /// Whether this password was already seen in the cluster's auth record.

@@ -23,6 +23,7 @@ pub mod schedule;
 pub mod snapshot;
 pub mod template;
 pub mod tls;
+pub mod topology;
 
 /// UID of the object's controlling owner (the EtcdCluster of a member, the member of a Pod or PVC).
 pub fn controller_uid(obj: &impl kube::Resource) -> Option<String> {
@@ -58,6 +59,15 @@ pub enum Error {
     TlsSecret(#[from] tls::TlsSecretError),
     #[error(transparent)]
     AuthSecret(#[from] auth::AuthSecretError),
+}
+
+impl From<etcd::access::LoadError> for Error {
+    fn from(e: etcd::access::LoadError) -> Self {
+        match e {
+            etcd::access::LoadError::Tls(e) => Error::TlsSecret(e),
+            etcd::access::LoadError::Auth(e) => Error::AuthSecret(e),
+        }
+    }
 }
 
 impl Error {

@@ -22,9 +22,10 @@ use crate::builders::pod::{
 use crate::builders::pvc::member_pvc;
 use crate::conditions::set_condition;
 use crate::context::{Context, FIELD_MANAGER};
-use crate::etcd::{format_id, parse_id, Etcd};
-use crate::naming;
+use crate::etcd::access::{Access, User};
+use crate::etcd::format_id;
 use crate::pods::pod_view;
+use crate::topology;
 use crate::{controller_uid, Error};
 use plan::{Claim, MemberFacts, PodFacts, Step};
 
@@ -473,23 +474,12 @@ async fn running_version(
     ctx: &Context,
 ) -> Option<String> {
     let cluster = cluster?;
-    let tls = cluster.spec.client_tls();
-    let url = naming::client_url(
-        &member.name_any(),
-        &naming::member_service(member),
-        &cluster.namespace()?,
-        tls,
-    );
-    let tls = crate::tls::load(
-        &ctx.client,
-        &cluster.namespace()?,
-        &cluster.name_any(),
-        cluster.spec.tls.as_ref(),
-    )
-    .await
-    .ok()?;
     // Status answers without a user even with auth on.
-    let mut etcd = Etcd::connect(&[url], tls.as_ref(), None, ctx.metrics.clone())
+    let access = Access::load(&ctx.client, &ctx.metrics, cluster, User::Anonymous)
+        .await
+        .ok()?;
+    let mut etcd = access
+        .dial(&[topology::client_url(member, cluster)])
         .await
         .ok()?;
     etcd.version().await.ok()
@@ -637,8 +627,6 @@ async fn remove_from_etcd(
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
     let cluster_name = cluster.name_any();
     let name = member.name_any();
-    let client_tls = cluster.spec.client_tls();
-    let peer_tls = cluster.peer_https();
     let members: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let selector = ListParams::default().labels(&labels::cluster_selector(&cluster_name));
@@ -649,14 +637,13 @@ async fn remove_from_etcd(
         .iter()
         .map(|p| (p.name_any(), pod_view(p).ready))
         .collect();
-    let other_voters: Vec<(String, String)> = members
+    let other_voters: Vec<EtcdMember> = members
         .list(&selector)
         .await?
         .items
-        .iter()
+        .into_iter()
         .filter(|m| m.name_any() != name)
         .filter(|m| m.status.as_ref().is_some_and(|s| s.is_voter))
-        .map(|m| (m.name_any(), naming::member_service(m)))
         .collect();
     if other_voters.is_empty() {
         // No other voter: this is the last member (or the cluster never formed); nothing to
@@ -665,39 +652,19 @@ async fn remove_from_etcd(
     }
     let endpoints: Vec<String> = other_voters
         .iter()
-        .filter(|(m, _)| ready.get(m).copied().unwrap_or(false))
-        .map(|(m, service)| naming::client_url(m, service, &ns, client_tls))
+        .filter(|m| ready.get(&m.name_any()).copied().unwrap_or(false))
+        .map(|m| topology::client_url(m, cluster))
         .collect();
     if endpoints.is_empty() {
         // Dropping the finalizer now would leave a ghost member in etcd that still counts
         // towards quorum; the member stays Terminating until a voter can take the MemberRemove.
         return Err(Error::EtcdUnavailable);
     }
-    let tls = crate::tls::load(&ctx.client, &ns, &cluster_name, cluster.spec.tls.as_ref()).await?;
     // MemberRemove needs root once auth is on.
-    let creds = crate::auth::dial_credentials(&ctx.client, cluster).await?;
-    let mut etcd = Etcd::connect(
-        &endpoints,
-        tls.as_ref(),
-        creds.as_ref(),
-        ctx.metrics.clone(),
-    )
-    .await?;
-    let url = naming::peer_url(&name, &naming::member_service(member), &ns, peer_tls);
+    let access = Access::load(&ctx.client, &ctx.metrics, cluster, User::Root).await?;
+    let mut etcd = access.dial(&endpoints).await?;
     let (_, listed) = etcd.member_list().await?;
-    let id = listed
-        .iter()
-        .find(|e| e.peer_urls.iter().any(|u| u == &url))
-        .map(|e| e.id)
-        .or_else(|| {
-            member
-                .status
-                .as_ref()
-                .and_then(|s| s.member_id.as_deref())
-                .and_then(parse_id)
-                .filter(|id| listed.iter().any(|e| e.id == *id))
-        });
-    if let Some(id) = id {
+    if let Some(id) = topology::entry_of(member, cluster, &listed).map(|e| e.id) {
         match etcd.member_remove(id).await {
             Ok(()) => {
                 tracing::info!(member = %name, id = %format_id(id), "removed member from etcd");
