@@ -58,7 +58,7 @@ const PURE: &[&str] = &[
     "defrag/plan.rs",
     "migrate/plan.rs",
     "builders/mod.rs",
-    "builders/pod.rs",
+    "builders/pod/mod.rs",
     "builders/pvc.rs",
     "builders/restore.rs",
     "builders/service.rs",
