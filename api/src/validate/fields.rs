@@ -3,6 +3,7 @@
 
 use super::Violation;
 
+/// A name the object refers to (a cluster, Secret, claim, issuer or bucket): never empty.
 pub(super) fn non_empty(field: &str, value: &str) -> Option<Violation> {
     value
         .is_empty()

@@ -22,9 +22,6 @@ static CHECK_INTERVAL_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
     regex::Regex::new(CHECK_INTERVAL_PATTERN).expect("CHECK_INTERVAL_PATTERN is a valid regex")
 });
 
-// ---------------------------------------------------------------------------------------------
-// EtcdSnapshotSchedule and EtcdDefragPolicy: objects that create runs named after themselves
-
 pub(super) const SCHEDULE_NAMES: &str =
     "the schedule names its snapshots <name>-<unix minutes> and their Jobs <snapshot>-snapshot";
 pub(super) const POLICY_NAMES: &str = "the policy names its runs <name>-<unix minutes>";
