@@ -79,7 +79,7 @@ pub(super) fn check_chains(
                     op,
                     Role::OperatorClient,
                     format!(
-                        "its tls.crt would be refused by etcd, which checks client certificates                          against {ca_secret} ca.crt: {e}{}",
+                        "its tls.crt would be refused by etcd, which checks client certificates against {ca_secret} ca.crt: {e}{}",
                         fix(&e, &ca_secret)
                     ),
                 )
@@ -96,7 +96,7 @@ pub(super) fn check_chains(
                         peer,
                         Role::Peer,
                         format!(
-                            "its tls.crt would be refused by the other members, which trust its                              ca.crt: {e}{}",
+                            "its tls.crt would be refused by the other members, which trust its ca.crt: {e}{}",
                             fix(&e, "the same Secret's")
                         ),
                     )

@@ -231,6 +231,7 @@ fn wrong_sans_and_foreign_cas_are_named_with_the_secret_and_the_fix() {
             && msg.contains("ca.crt"),
         "{msg}"
     );
+    assert!(!msg.contains("  "), "a run of spaces in the message: {msg}");
 
     let foreign_op = other.client_cert("root", &[]).unwrap();
     let op = secret(
@@ -248,6 +249,7 @@ fn wrong_sans_and_foreign_cas_are_named_with_the_secret_and_the_fix() {
         msg.contains("ns/c-op") && msg.contains("Secret ns/c-server ca.crt"),
         "{msg}"
     );
+    assert!(!msg.contains("  "), "a run of spaces in the message: {msg}");
 }
 
 #[test]
