@@ -20,6 +20,7 @@ pub mod naming;
 pub mod pods;
 pub mod run;
 pub mod schedule;
+pub mod shell;
 pub mod snapshot;
 pub mod template;
 pub mod tls;

@@ -433,7 +433,7 @@ async fn write(
     policy: &EtcdDefragPolicy,
     status: &EtcdDefragPolicyStatus,
 ) -> Result<(), Error> {
-    crate::schedule::write_status(api, policy, policy.status.as_ref(), status).await
+    crate::shell::write_status(api, policy, policy.status.as_ref(), status).await
 }
 
 pub fn error_policy(_policy: Arc<EtcdDefragPolicy>, error: &Error, _ctx: Arc<Context>) -> Requeue {

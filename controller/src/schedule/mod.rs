@@ -20,7 +20,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Resource, ResourceExt};
 
@@ -28,6 +28,7 @@ use crate::agent::s3::{Location, S3};
 use crate::agent::S3Args;
 use crate::conditions::set_condition;
 use crate::context::Context;
+use crate::shell;
 use crate::Error;
 
 use plan::{Due, Owned, Removal, Schedule, State, Unowned};
@@ -612,32 +613,7 @@ async fn write(
     schedule: &EtcdSnapshotSchedule,
     status: &EtcdSnapshotScheduleStatus,
 ) -> Result<(), Error> {
-    write_status(api, schedule, schedule.status.as_ref(), status).await
-}
-
-/// Merge-patch `obj`'s status from `old` to `new`, guarded by its resourceVersion (a conflict
-/// is retried by the next reconcile on fresh data).
-pub(crate) async fn write_status<K, S>(
-    api: &Api<K>,
-    obj: &K,
-    old: Option<&S>,
-    new: &S,
-) -> Result<(), Error>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-    S: serde::Serialize,
-{
-    let patch = serde_json::json!({
-        "metadata": {"resourceVersion": obj.resource_version()},
-        "status": crate::cluster::reconcile::status_merge_patch(old, new)?,
-    });
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
+    shell::write_status(api, schedule, schedule.status.as_ref(), status).await
 }
 
 pub fn error_policy(

@@ -17,13 +17,14 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
 use serde::Deserialize;
 
 use crate::conditions::set_condition;
 use crate::context::Context;
+use crate::shell;
 use crate::Error;
 
 /// The `Ready` condition of an EtcdSnapshot.
@@ -438,9 +439,8 @@ pub async fn reconcile(snapshot: Arc<EtcdSnapshot>, ctx: Arc<Context>) -> Result
         Step::Running { .. } | Step::Done => {}
     }
     let status = render(&snapshot, &step, now);
-    if snapshot.status.as_ref() != Some(&status) {
-        write(&snapshots, &snapshot, &status).await?;
-    }
+    shell::write_status_if_changed(&snapshots, &snapshot, snapshot.status.as_ref(), &status)
+        .await?;
     Ok(requeue)
 }
 
@@ -451,17 +451,7 @@ async fn write(
 ) -> Result<(), Error> {
     // Guarded by the read's resourceVersion: a concurrent writer makes this a retried conflict,
     // never a second Job decision on stale status.
-    let patch = serde_json::json!({
-        "metadata": {"resourceVersion": snapshot.resource_version()},
-        "status": crate::cluster::reconcile::status_merge_patch(snapshot.status.as_ref(), status)?,
-    });
-    api.patch_status(
-        &snapshot.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
+    shell::write_status(api, snapshot, snapshot.status.as_ref(), status).await
 }
 
 pub fn error_policy(_snapshot: Arc<EtcdSnapshot>, error: &Error, _ctx: Arc<Context>) -> Requeue {
