@@ -9,6 +9,7 @@ pub mod cert_manager;
 pub mod cluster;
 pub mod conditions;
 pub mod context;
+pub mod cron;
 pub mod defrag;
 pub mod etcd;
 pub mod install_tools;

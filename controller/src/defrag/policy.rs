@@ -24,8 +24,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::plan::{self, Gate};
 use crate::conditions::set_condition;
 use crate::context::Context;
-use crate::schedule::plan::{due, snapshot_name as run_name, Due, Schedule};
-use crate::schedule::{to_chrono, to_time};
+use crate::cron::{due, run_name, to_chrono, to_time, Due, Schedule};
 use crate::Error;
 
 /// The `Ready` condition: the policy parses and is being followed.

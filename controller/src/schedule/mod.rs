@@ -18,7 +18,7 @@ use api::v1alpha2::{
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
@@ -31,21 +31,14 @@ use crate::context::Context;
 use crate::shell;
 use crate::Error;
 
-use plan::{Due, Owned, Removal, Schedule, State, Unowned};
+use crate::cron::{due, run_name, to_chrono, to_time, Due, Schedule};
+use plan::{Owned, Removal, State, Unowned};
 
 /// The `Ready` condition: the schedule parses and is being followed.
 pub const READY: &str = "Ready";
 /// How often a schedule with unfinished snapshots looks again (their end may allow a run
 /// skipped by `Forbid`, and retention counts finished snapshots only).
 const ACTIVE_RECHECK: Duration = Duration::from_secs(15);
-
-pub(crate) fn to_chrono(t: &Time) -> DateTime<Utc> {
-    DateTime::from_timestamp(t.0.as_second(), 0).unwrap_or_default()
-}
-
-pub(crate) fn to_time(t: DateTime<Utc>) -> Time {
-    Time(Timestamp::from_second(t.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH))
-}
 
 /// The snapshots of `schedule` among `all`: labelled with its name and owned by it.
 fn owned_by<'a>(schedule: &EtcdSnapshotSchedule, all: &'a [EtcdSnapshot]) -> Vec<&'a EtcdSnapshot> {
@@ -86,7 +79,7 @@ fn new_snapshot(schedule: &EtcdSnapshotSchedule, at: DateTime<Utc>) -> Result<Et
         labels::merge_user_metadata(BTreeMap::new(), user.map(|m| &m.annotations));
     Ok(EtcdSnapshot {
         metadata: ObjectMeta {
-            name: Some(plan::snapshot_name(&name, at)),
+            name: Some(run_name(&name, at)),
             namespace: schedule.namespace(),
             labels: Some(labels::merge_user_metadata(
                 operator,
@@ -149,7 +142,7 @@ pub async fn reconcile(
             .or(schedule.metadata.creation_timestamp.as_ref())
             .map(to_chrono)
             .unwrap_or(now);
-        match plan::due(&cron, since, now, schedule.spec.starting_deadline_seconds) {
+        match due(&cron, since, now, schedule.spec.starting_deadline_seconds) {
             Due::Nothing => {}
             Due::Missed(t) => {
                 status.last_schedule_time = Some(to_time(t));
