@@ -3,6 +3,7 @@
 //! call one planner, perform one step and write status.
 
 pub mod agent;
+pub mod agent_job;
 pub mod auth;
 pub mod builders;
 pub mod cert_manager;

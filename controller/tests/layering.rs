@@ -129,11 +129,7 @@ const KNOWN_BORROWINGS: &[(&str, &str)] = &[
     ("schedule", "crate::agent::file_name"),
     ("schedule", "crate::agent::s3"),
     ("schedule", "crate::agent::S3Args"),
-    ("schedule", "crate::snapshot::job"),
-    ("schedule", "crate::snapshot::job_view"),
     ("cluster", "crate::member::volume"),
-    ("agent", "crate::snapshot::AgentReport"),
-    ("schedule", "crate::snapshot::AgentReport"),
 ];
 
 /// Every `crate::<controller>::<item>` path a module's files name, for controllers other than

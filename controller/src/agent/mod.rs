@@ -217,7 +217,7 @@ mod tests {
         let left = serde_json::to_string(&Outcome::LeftInPlace("theirs".into())).unwrap();
         assert_eq!(left, r#"{"leftInPlace":"theirs"}"#);
         assert_eq!(
-            crate::snapshot::AgentReport::parse(&left).and_then(|r| r.left_in_place),
+            crate::agent_job::AgentReport::parse(&left).and_then(|r| r.left_in_place),
             Some("theirs".to_string())
         );
     }

@@ -26,6 +26,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use crate::agent::s3::{Location, S3};
 use crate::agent::S3Args;
+use crate::agent_job;
 use crate::conditions::set_condition;
 use crate::context::Context;
 use crate::shell;
@@ -484,7 +485,7 @@ async fn delete_pvc_file(
     unowned: Unowned,
 ) -> Result<Stored, String> {
     let ns = snapshot.namespace().unwrap_or_default();
-    let name = crate::snapshot::job::prune_job_name(&snapshot.name_any());
+    let name = agent_job::prune_job_name(&snapshot.name_any());
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     let job = jobs
         .get_opt(&name)
@@ -499,9 +500,7 @@ async fn delete_pvc_file(
                 snapshot.name_any()
             ));
         };
-        let Some(want) =
-            crate::snapshot::job::prune_job(snapshot, image, unowned == Unowned::Leave)
-        else {
+        let Some(want) = agent_job::prune_job(snapshot, image, unowned == Unowned::Leave) else {
             return Ok(Stored::Deleted(format!("{uri} left in place")));
         };
         match jobs.create(&PostParams::default(), &want).await {
@@ -517,11 +516,11 @@ async fn delete_pvc_file(
         .await
         .map_err(|e| format!("listing the Pods of Job {ns}/{name}: {e}"))?
         .items;
-    let view = crate::snapshot::job_view(&job, &pods);
+    let view = agent_job::job_view(&job, &pods);
     let report = view
         .report
         .as_deref()
-        .and_then(crate::snapshot::AgentReport::parse)
+        .and_then(agent_job::AgentReport::parse)
         .unwrap_or_default();
     if view.succeeded {
         return Ok(Stored::Deleted(
