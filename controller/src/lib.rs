@@ -19,6 +19,7 @@ pub mod member;
 pub mod metrics;
 pub mod migrate;
 pub mod naming;
+pub mod objectstore;
 pub mod pods;
 pub mod run;
 pub mod schedule;

@@ -125,12 +125,7 @@ const CONTROLLERS: &[&str] = &[
 
 /// `(from module, to path)` borrowings across controllers that exist today. The redesign (see
 /// docs/architecture.md) moves what they share into shared modules and removes each entry.
-const KNOWN_BORROWINGS: &[(&str, &str)] = &[
-    ("schedule", "crate::agent::file_name"),
-    ("schedule", "crate::agent::s3"),
-    ("schedule", "crate::agent::S3Args"),
-    ("cluster", "crate::member::volume"),
-];
+const KNOWN_BORROWINGS: &[(&str, &str)] = &[("cluster", "crate::member::volume")];
 
 /// Every `crate::<controller>::<item>` path a module's files name, for controllers other than
 /// itself, as `(module, "crate::<controller>::<item>")`.
@@ -209,5 +204,5 @@ fn the_checks_read_the_tree_they_guard() {
     assert!(io_marker("    let pods: Api<Pod> = Api::namespaced(c, ns);").is_some());
     assert!(io_marker("async fn observe(ctx: &Context) {").is_some());
     assert!(io_marker("    security_context: Some(SecurityContext {").is_none());
-    assert!(borrowings().contains(&("schedule".into(), "crate::agent::s3".into())));
+    assert!(borrowings().contains(&("cluster".into(), "crate::member::volume".into())));
 }

@@ -24,11 +24,10 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Resource, ResourceExt};
 
-use crate::agent::s3::{Location, S3};
-use crate::agent::S3Args;
 use crate::agent_job;
 use crate::conditions::set_condition;
 use crate::context::Context;
+use crate::objectstore::{file_name, snapshot_key, Location, S3Args, S3};
 use crate::shell;
 use crate::Error;
 
@@ -388,7 +387,7 @@ fn pvc_uri(snapshot: &EtcdSnapshot) -> String {
     let Some(pvc) = &snapshot.spec.destination.pvc else {
         return String::new();
     };
-    let file = crate::agent::file_name(&snapshot.name_any());
+    let file = file_name(&snapshot.name_any());
     match pvc.sub_path.as_deref().map(|s| s.trim_matches('/')) {
         Some(sub) if !sub.is_empty() => format!("pvc://{}/{sub}/{file}", pvc.claim_name),
         _ => format!("pvc://{}/{file}", pvc.claim_name),
@@ -438,7 +437,7 @@ async fn delete_s3_object(
         })?,
         None => Location {
             bucket: s3.bucket.clone(),
-            key: crate::agent::s3::snapshot_key(s3.key.as_deref(), &name),
+            key: snapshot_key(s3.key.as_deref(), &name),
         },
     };
     let ns = snapshot.namespace().unwrap_or_default();
