@@ -27,6 +27,7 @@ pub mod shell;
 pub mod snapshot;
 pub mod template;
 pub mod tls;
+pub mod volume;
 
 /// UID of the object's controlling owner (the EtcdCluster of a member, the member of a Pod or PVC).
 pub fn controller_uid(obj: &impl kube::Resource) -> Option<String> {

@@ -25,11 +25,11 @@ use crate::context::{Context, FIELD_MANAGER};
 use crate::etcd::{format_id, parse_id, Etcd};
 use crate::naming;
 use crate::pods::pod_view;
+use crate::volume;
 use crate::{controller_uid, Error};
 use plan::{Claim, MemberFacts, PodFacts, Step};
 
 pub mod plan;
-pub mod volume;
 
 pub async fn reconcile(member: Arc<EtcdMember>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let started = Instant::now();
