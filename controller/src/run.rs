@@ -173,8 +173,8 @@ pub async fn run(
     )
     .graceful_shutdown_on(stopped(stop_rx.clone()))
     .run(
-        |object, ctx| lenient::reconcile_or_report(object, ctx, defrag::reconcile),
-        |object, error, ctx| lenient::error_policy(object, error, ctx, defrag::error_policy),
+        |object, ctx| lenient::reconcile_or_report(object, ctx, defrag::run::reconcile),
+        |object, error, ctx| lenient::error_policy(object, error, ctx, defrag::run::error_policy),
         ctx.clone(),
     )
     .for_each(|res| async move {
@@ -209,7 +209,7 @@ pub async fn run(
     )
     .owns(
         api::<EtcdDefrag>(&ctx, ns),
-        watcher::Config::default().labels(defrag::policy::POLICY_LABEL),
+        watcher::Config::default().labels(defrag::policy::plan::POLICY_LABEL),
     )
     .graceful_shutdown_on(stopped(stop_rx))
     .run(defrag::policy::reconcile, defrag::policy::error_policy, ctx)

@@ -60,7 +60,10 @@ const PURE: &[&str] = &[
     "agent_job.rs",
     "cron.rs",
     "cron/tests.rs",
-    "defrag/plan.rs",
+    "defrag/run/plan.rs",
+    "defrag/run/plan/tests.rs",
+    "defrag/policy/plan.rs",
+    "defrag/policy/plan/tests.rs",
     "migrate/plan.rs",
     "builders/mod.rs",
     "builders/pod.rs",
@@ -234,7 +237,7 @@ fn the_checks_read_the_tree_they_guard() {
     assert!(io_marker("async fn observe(ctx: &Context) {").is_some());
     assert!(io_marker("    security_context: Some(SecurityContext {").is_none());
     let sample =
-        "use crate::schedule::write_status;\nuse crate::cron::due;\nuse crate::defrag::plan;";
+        "use crate::schedule::write_status;\nuse crate::cron::due;\nuse crate::defrag::run::plan;";
     assert_eq!(
         borrowings_in("defrag", sample),
         BTreeSet::from([(
