@@ -6,6 +6,9 @@
 //!   ([`KNOWN_BORROWINGS`] is empty and stays so). Put what both need into a shared module.
 //! - Nothing in the controller imports the snapshot agent (`agent/`); only `main.rs` wires its
 //!   subcommands.
+//! - Every reconcile goes through the one wrapper (`shell.rs`): `run.rs` hands each controller's
+//!   reconcile and error policy to it, and no controller times, counts or backs off its own
+//!   reconciles (except the files in [`OWN_WRAPPERS`], on their way out).
 //!
 //! Source text is read as text: comments and strings are scanned too, which errs on the strict
 //! side (a doc comment naming `Api<…>` in a pure file must be reworded).
@@ -277,6 +280,51 @@ fn nothing_in_the_controller_imports_the_agent() {
         found.is_empty(),
         "only main.rs may reach the snapshot agent; move what is shared into a shared module \
          (objectstore.rs, agent_job.rs):\n{}",
+        found.join("\n")
+    );
+}
+
+/// Files that still time and count their reconciles themselves: the cluster's I/O shell, whose
+/// timing, metrics, conflict Event and error policy move into `shell.rs` when the cluster's split
+/// lands (then this list is empty; `shell::CLUSTER.records` says the same).
+const OWN_WRAPPERS: &[&str] = &["cluster/reconcile.rs"];
+
+#[test]
+fn every_reconcile_goes_through_the_one_wrapper() {
+    let run = fs::read_to_string(src().join("run.rs")).expect("run.rs");
+    let controllers: Vec<&str> = run
+        .split(".run(")
+        .skip(1)
+        .map(|rest| rest.split(".for_each(").next().unwrap_or(rest))
+        .collect();
+    assert_eq!(controllers.len(), 6, "six controllers are run in run.rs");
+    for handed in &controllers {
+        assert!(
+            handed.contains("shell::reconcile") && handed.contains("shell::error_policy"),
+            "a controller in run.rs is run without the wrapper in shell.rs: {handed}"
+        );
+    }
+    let mut found = Vec::new();
+    for file in rust_files(&src()) {
+        let rel = relative(&file);
+        if rel.starts_with("shell")
+            || rel == "metrics.rs"
+            || rel == "lenient.rs"
+            || OWN_WRAPPERS.contains(&rel.as_str())
+        {
+            continue;
+        }
+        let text = fs::read_to_string(&file).unwrap_or_default();
+        for marker in ["observe_reconcile(", "count_error(", "fn error_policy"] {
+            if text.contains(marker) {
+                found.push(format!("{rel}: {marker}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "reconciles are timed, counted and backed off in shell.rs only (add a row to its table \
+         instead):\n{}",
         found.join("\n")
     );
 }

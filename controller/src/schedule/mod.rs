@@ -607,15 +607,6 @@ async fn write(
     shell::write_status(api, schedule, schedule.status.as_ref(), status).await
 }
 
-pub fn error_policy(
-    _schedule: Arc<EtcdSnapshotSchedule>,
-    error: &Error,
-    _ctx: Arc<Context>,
-) -> Requeue {
-    tracing::warn!(%error, "EtcdSnapshotSchedule reconcile failed");
-    Requeue::requeue(Duration::from_secs(10))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

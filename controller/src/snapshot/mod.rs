@@ -368,10 +368,5 @@ async fn write(
     shell::write_status(api, snapshot, snapshot.status.as_ref(), status).await
 }
 
-pub fn error_policy(_snapshot: Arc<EtcdSnapshot>, error: &Error, _ctx: Arc<Context>) -> Requeue {
-    tracing::warn!(%error, "EtcdSnapshot reconcile failed");
-    Requeue::requeue(Duration::from_secs(5))
-}
-
 #[cfg(test)]
 mod tests;

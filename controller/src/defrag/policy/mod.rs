@@ -346,8 +346,3 @@ async fn write(
 ) -> Result<(), Error> {
     crate::shell::write_status(api, policy, policy.status.as_ref(), status).await
 }
-
-pub fn error_policy(_policy: Arc<EtcdDefragPolicy>, error: &Error, _ctx: Arc<Context>) -> Requeue {
-    tracing::warn!(%error, "EtcdDefragPolicy reconcile failed");
-    Requeue::requeue(Duration::from_secs(10))
-}

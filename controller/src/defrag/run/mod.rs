@@ -60,18 +60,10 @@ pub mod reason {
     pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 }
 
+/// Reconcile one EtcdDefrag (run through [`crate::shell::reconcile_lenient`]: timing, metrics
+/// and the error policy are the shell's).
 pub async fn reconcile(defrag: Arc<EtcdDefrag>, ctx: Arc<Context>) -> Result<Requeue, Error> {
-    let started = Instant::now();
-    let res = reconcile_inner(&defrag, &ctx).await;
-    ctx.metrics
-        .observe_reconcile("etcddefrag", started.elapsed());
-    res
-}
-
-pub fn error_policy(_defrag: Arc<EtcdDefrag>, error: &Error, ctx: Arc<Context>) -> Requeue {
-    ctx.metrics.count_error("etcddefrag", error.metric_label());
-    tracing::warn!(error = %error, "defrag reconcile failed");
-    Requeue::requeue(RECHECK)
+    reconcile_inner(&defrag, &ctx).await
 }
 
 async fn write(api: &Api<EtcdDefrag>, name: &str, status: &EtcdDefragStatus) -> Result<(), Error> {
