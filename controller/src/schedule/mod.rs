@@ -27,11 +27,11 @@ use kube::{Api, Resource, ResourceExt};
 use crate::agent_job;
 use crate::conditions::set_condition;
 use crate::context::Context;
+use crate::cron::{due, run_name, to_chrono, to_time, Due, Schedule};
 use crate::objectstore::{file_name, snapshot_key, Location, S3Args, S3};
 use crate::shell;
 use crate::Error;
 
-use crate::cron::{due, run_name, to_chrono, to_time, Due, Schedule};
 use plan::{Owned, Removal, State, Unowned};
 
 /// The `Ready` condition: the schedule parses and is being followed.
