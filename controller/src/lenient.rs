@@ -9,21 +9,19 @@
 //! namespace, name and the field that failed, and a Warning Event `InvalidSpec` on it — and left
 //! alone until it changes.
 //!
-//! This module owns only the decoding and the report; the reconcilers keep their typed
+//! This module owns only the decoding and the report; the reconcile wrapper
+//! ([`crate::shell::reconcile_lenient`]) calls them, and the reconcilers keep their typed
 //! signatures (`reconcile(Arc<K>, Arc<Context>)`).
 
 use std::borrow::Cow;
-use std::future::Future;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::runtime::controller::Action as Requeue;
 use kube::{Resource, ResourceExt};
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer};
 
 use crate::context::Context;
-use crate::Error;
 
 /// The Event reason on an object the operator cannot decode.
 pub const INVALID_SPEC_REASON: &str = "InvalidSpec";
@@ -107,41 +105,6 @@ impl<K: Resource<DynamicType = ()>> Resource for Lenient<K> {
     }
 }
 
-/// Reconcile a decodable object with `reconcile`; report an undecodable one and wait for it to
-/// change (an edit that fixes it triggers a new reconcile).
-pub async fn reconcile_or_report<K, F, Fut>(
-    object: Arc<Lenient<K>>,
-    ctx: Arc<Context>,
-    reconcile: F,
-) -> Result<Requeue, Error>
-where
-    K: Resource<DynamicType = ()>,
-    F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
-    Fut: Future<Output = Result<Requeue, Error>>,
-{
-    match object.decoded() {
-        Ok(typed) => reconcile(Arc::clone(typed), ctx).await,
-        Err(why) => {
-            report(object.as_ref(), why, &ctx).await;
-            Ok(Requeue::await_change())
-        }
-    }
-}
-
-/// The error policy for a [`Lenient`] object: the typed one's (an undecodable object never
-/// errors: it is reported and left alone).
-pub fn error_policy<K>(
-    object: Arc<Lenient<K>>,
-    error: &Error,
-    ctx: Arc<Context>,
-    typed_policy: fn(Arc<K>, &Error, Arc<Context>) -> Requeue,
-) -> Requeue {
-    match object.decoded() {
-        Ok(typed) => typed_policy(Arc::clone(typed), error, ctx),
-        Err(_) => Requeue::await_change(),
-    }
-}
-
 /// What the Warning Event says: the object, that it is skipped, the field, the problem, the fix.
 pub fn note<K: Resource<DynamicType = ()>>(object: &Lenient<K>, why: &Undecodable) -> String {
     format!(
@@ -156,7 +119,9 @@ pub fn note<K: Resource<DynamicType = ()>>(object: &Lenient<K>, why: &Undecodabl
     )
 }
 
-async fn report<K: Resource<DynamicType = ()>>(
+/// Report an object the operator cannot decode: logged with its namespace, name and the field
+/// that failed, counted as a reconcile error `Undecodable`, and a Warning Event on it.
+pub async fn report<K: Resource<DynamicType = ()>>(
     object: &Lenient<K>,
     why: &Undecodable,
     ctx: &Context,

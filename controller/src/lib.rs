@@ -3,12 +3,14 @@
 //! call one planner, perform one step and write status.
 
 pub mod agent;
+pub mod agent_job;
 pub mod auth;
 pub mod builders;
 pub mod cert_manager;
 pub mod cluster;
 pub mod conditions;
 pub mod context;
+pub mod cron;
 pub mod defrag;
 pub mod etcd;
 pub mod install_tools;
@@ -17,13 +19,16 @@ pub mod member;
 pub mod metrics;
 pub mod migrate;
 pub mod naming;
+pub mod objectstore;
 pub mod pods;
 pub mod run;
 pub mod schedule;
+pub mod shell;
 pub mod snapshot;
 pub mod template;
 pub mod tls;
 pub mod topology;
+pub mod volume;
 
 /// UID of the object's controlling owner (the EtcdCluster of a member, the member of a Pod or PVC).
 pub fn controller_uid(obj: &impl kube::Resource) -> Option<String> {

@@ -7,9 +7,10 @@
 //! to the run and on its own timer while it waits or runs; EtcdDefragPolicy on changes to the
 //! policy and its runs, and at its next fire time or check.
 //!
-//! EtcdClusters and EtcdMembers are watched as [`Lenient`] objects: one stored object the
-//! operator cannot decode is reported and skipped (see [`crate::lenient`]) instead of failing
-//! the watch of every object of its kind.
+//! Every reconcile runs through the one wrapper in [`crate::shell`] (timing, metrics, the error
+//! policy's back-off table). EtcdClusters, EtcdMembers, EtcdSnapshots and EtcdDefrags are
+//! watched as [`Lenient`] objects: one stored object the operator cannot decode is reported and
+//! skipped (see [`crate::lenient`]) instead of failing the watch of every object of its kind.
 
 use std::sync::Arc;
 
@@ -28,8 +29,8 @@ use kube::runtime::{watcher, Controller};
 use kube::{Api, ResourceExt};
 
 use crate::context::Context;
-use crate::lenient::{self, Lenient};
-use crate::{cluster, defrag, member, schedule, snapshot};
+use crate::lenient::Lenient;
+use crate::{cluster, defrag, member, schedule, shell, snapshot};
 
 fn api<K>(ctx: &Context, namespace: Option<&str>) -> Api<K>
 where
@@ -98,10 +99,15 @@ pub async fn run(
         })
         .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(
-            |object, ctx| lenient::reconcile_or_report(object, ctx, cluster::reconcile::reconcile),
-            |object, error, ctx| {
-                lenient::error_policy(object, error, ctx, cluster::reconcile::error_policy)
+            |object, ctx| {
+                shell::reconcile_lenient(
+                    &shell::CLUSTER,
+                    object,
+                    ctx,
+                    cluster::reconcile::reconcile,
+                )
             },
+            |_, error, _| shell::error_policy(&shell::CLUSTER, error),
             ctx.clone(),
         )
         .for_each(|res| async move {
@@ -138,8 +144,8 @@ pub async fn run(
         )
         .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(
-            |object, ctx| lenient::reconcile_or_report(object, ctx, member::reconcile),
-            |object, error, ctx| lenient::error_policy(object, error, ctx, member::error_policy),
+            |object, ctx| shell::reconcile_lenient(&shell::MEMBER, object, ctx, member::reconcile),
+            |_, error, _| shell::error_policy(&shell::MEMBER, error),
             ctx.clone(),
         )
         .for_each(|res| async move {
@@ -156,8 +162,8 @@ pub async fn run(
     .owns(api::<Job>(&ctx, ns), watcher::Config::default())
     .graceful_shutdown_on(stopped(stop_rx.clone()))
     .run(
-        |object, ctx| lenient::reconcile_or_report(object, ctx, snapshot::reconcile),
-        |object, error, ctx| lenient::error_policy(object, error, ctx, snapshot::error_policy),
+        |object, ctx| shell::reconcile_lenient(&shell::SNAPSHOT, object, ctx, snapshot::reconcile),
+        |_, error, _| shell::error_policy(&shell::SNAPSHOT, error),
         ctx.clone(),
     )
     .for_each(|res| async move {
@@ -173,8 +179,8 @@ pub async fn run(
     )
     .graceful_shutdown_on(stopped(stop_rx.clone()))
     .run(
-        |object, ctx| lenient::reconcile_or_report(object, ctx, defrag::reconcile),
-        |object, error, ctx| lenient::error_policy(object, error, ctx, defrag::error_policy),
+        |object, ctx| shell::reconcile_lenient(&shell::DEFRAG, object, ctx, defrag::run::reconcile),
+        |_, error, _| shell::error_policy(&shell::DEFRAG, error),
         ctx.clone(),
     )
     .for_each(|res| async move {
@@ -194,7 +200,11 @@ pub async fn run(
         watcher::Config::default().labels(labels::SCHEDULE),
     )
     .graceful_shutdown_on(stopped(stop_rx.clone()))
-    .run(schedule::reconcile, schedule::error_policy, ctx.clone())
+    .run(
+        |object, ctx| shell::reconcile(&shell::SCHEDULE, object, ctx, schedule::reconcile),
+        |_, error, _| shell::error_policy(&shell::SCHEDULE, error),
+        ctx.clone(),
+    )
     .for_each(|res| async move {
         if let Err(e) = res {
             tracing::debug!(error = %e, "schedule controller event");
@@ -209,10 +219,21 @@ pub async fn run(
     )
     .owns(
         api::<EtcdDefrag>(&ctx, ns),
-        watcher::Config::default().labels(defrag::policy::POLICY_LABEL),
+        watcher::Config::default().labels(defrag::policy::plan::POLICY_LABEL),
     )
     .graceful_shutdown_on(stopped(stop_rx))
-    .run(defrag::policy::reconcile, defrag::policy::error_policy, ctx)
+    .run(
+        |object, ctx| {
+            shell::reconcile(
+                &shell::DEFRAG_POLICY,
+                object,
+                ctx,
+                defrag::policy::reconcile,
+            )
+        },
+        |_, error, _| shell::error_policy(&shell::DEFRAG_POLICY, error),
+        ctx,
+    )
     .for_each(|res| async move {
         if let Err(e) = res {
             tracing::debug!(error = %e, "defrag policy controller event");

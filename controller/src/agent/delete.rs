@@ -5,7 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{check_snapshot_name, pvc, Failure};
+use super::{check_snapshot_name, pvc};
+use crate::objectstore::Failure;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct DeleteArgs {

@@ -6,7 +6,7 @@
 //! (`{"artifact":{...}}` or `{"error":"..."}`) and the exit codes: 0 success, 2 a permanent
 //! failure a retry cannot fix (overwrite refused, access denied, bad credentials, bad input),
 //! 1 anything else. Saving is in [`save`], restoring in [`restore`], the storage backends in
-//! [`s3`] and [`pvc`].
+//! [`s3`] (the agent's side of [`crate::objectstore`]) and [`pvc`].
 
 pub mod delete;
 pub mod pvc;
@@ -14,7 +14,12 @@ pub mod restore;
 pub mod s3;
 pub mod save;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use crate::objectstore::Failure;
+/// The object store's settings at their former path, which the snapshot agent's integration
+/// tests (`tests/tests/snapshot_agent.rs`) still name.
+pub use crate::objectstore::S3Args;
 
 use serde::Serialize;
 
@@ -27,69 +32,6 @@ pub enum AgentCommand {
     Restore(restore::RestoreArgs),
     /// Remove a pruned snapshot's file (and sidecars) from a PVC, if the snapshot wrote it.
     Delete(delete::DeleteArgs),
-}
-
-/// Where an S3 object lives and how to reach it (`--s3-*`); credentials come from the
-/// environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`).
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct S3Args {
-    /// Bucket; selects the S3 backend.
-    #[arg(long)]
-    pub s3_bucket: Option<String>,
-    /// Save: key prefix (the agent appends `<snapshot-name>.db`). Restore: the exact object key.
-    #[arg(long)]
-    pub s3_key: Option<String>,
-    /// Endpoint URL (`https://minio.example:9000`); AWS S3 when absent.
-    #[arg(long)]
-    pub s3_endpoint: Option<String>,
-    #[arg(long, default_value = "us-east-1")]
-    pub s3_region: String,
-    /// Path-style addressing (`<endpoint>/<bucket>/<key>`), as MinIO and Ceph usually need.
-    #[arg(long)]
-    pub s3_force_path_style: bool,
-    /// PEM CA bundle trusted for the endpoint instead of the system roots.
-    #[arg(long)]
-    pub s3_ca_file: Option<PathBuf>,
-}
-
-/// A failure, with the message the termination log carries.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    pub message: String,
-    /// A retry with the same input cannot succeed (exit 2).
-    pub permanent: bool,
-}
-
-impl Failure {
-    /// Bad input, refused overwrite, denied access: exit 2.
-    pub fn permanent(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            permanent: true,
-        }
-    }
-
-    /// Network, server or disk trouble a retry may get past: exit 1.
-    pub fn transient(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            permanent: false,
-        }
-    }
-
-    pub fn exit_code(&self) -> u8 {
-        if self.permanent {
-            2
-        } else {
-            1
-        }
-    }
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
 }
 
 /// The stored snapshot, as `EtcdSnapshot.status.artifact` takes it.
@@ -160,22 +102,6 @@ fn write_termination_log(path: &Path, outcome: &Outcome) {
     }
 }
 
-/// Lower-case hex of a digest.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
-}
-
-/// The object or file name of a snapshot: `<name>.db`.
-pub fn file_name(snapshot_name: &str) -> String {
-    format!("{snapshot_name}.db")
-}
-
 /// A snapshot name usable as a file name and key segment (a Kubernetes object name).
 pub fn check_snapshot_name(name: &str) -> Result<(), Failure> {
     let ok = !name.is_empty()
@@ -217,7 +143,7 @@ mod tests {
         let left = serde_json::to_string(&Outcome::LeftInPlace("theirs".into())).unwrap();
         assert_eq!(left, r#"{"leftInPlace":"theirs"}"#);
         assert_eq!(
-            crate::snapshot::AgentReport::parse(&left).and_then(|r| r.left_in_place),
+            crate::agent_job::AgentReport::parse(&left).and_then(|r| r.left_in_place),
             Some("theirs".to_string())
         );
     }
@@ -232,10 +158,5 @@ mod tests {
                 "{bad}"
             );
         }
-    }
-
-    #[test]
-    fn hex_is_lower_case() {
-        assert_eq!(hex(&[0, 0xab, 0x10]), "00ab10");
     }
 }

@@ -9,8 +9,7 @@ use std::path::{Component, Path, PathBuf};
 use futures::{Stream, StreamExt};
 use tokio::io::AsyncWriteExt;
 
-use super::s3::Uploaded;
-use super::{hex, Failure};
+use crate::objectstore::{hex, Failure, Uploaded};
 
 /// The snapshot file and the path the URI names (relative to the volume root).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,7 +20,7 @@ pub struct Target {
 
 /// `<mount>[/<sub_path>]/<name>.db`; `sub_path` must stay inside the volume.
 pub fn target(mount: &Path, sub_path: Option<&str>, name: &str) -> Result<Target, Failure> {
-    let file = super::file_name(name);
+    let file = crate::objectstore::file_name(name);
     let sub = sub_path.unwrap_or("").trim_matches('/');
     if !sub.is_empty() {
         let escapes = Path::new(sub)

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use super::pvc::{io_failure, recorded_sha256, sync_dir};
-use super::s3::{Location, Uploaded, S3};
-use super::{hex, Artifact, Failure, Outcome, S3Args};
+use super::{Artifact, Outcome};
+use crate::objectstore::{hex, Failure, Location, S3Args, Uploaded, S3};
 
 /// The work directory inside the data dir: the download and etcdutl's output.
 pub const WORK_DIR: &str = ".restore";

@@ -1,31 +1,24 @@
-//! The S3 backend: the client (rustls with an optional private CA, checksum headers only when
-//! an operation requires them), the key layout, the overwrite guard, the streaming multipart
-//! upload and the download for a restore.
+//! The agent's side of the object store: the streaming multipart upload of a snapshot and the
+//! download for a restore, as more methods of [`S3`] (the client itself, the overwrite guard
+//! and deletion are in [`crate::objectstore`], shared with the schedule's retention).
 
 use std::path::Path;
 use std::time::Duration;
 
-use aws_sdk_s3::config::http::HttpResponse;
-use aws_sdk_s3::config::retry::RetryConfig;
-use aws_sdk_s3::config::timeout::TimeoutConfig;
-use aws_sdk_s3::config::{
-    BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
-};
-use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_s3::operation::head_object::{HeadObjectError, HeadObjectOutput};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, MetadataDirective};
-use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext, TrustStore};
 use futures::{Stream, StreamExt};
 use tokio::io::AsyncWriteExt;
 use tokio::signal::unix::{signal, SignalKind};
 
-use super::{hex, Failure, S3Args};
+use crate::objectstore::{
+    error_text, hex, owner_of, sha256_of, size_of, status_of, Failure, Uploaded, META_SHA256,
+    META_UID,
+};
+/// The client and a location at their former path, which the snapshot agent's integration
+/// tests (`tests/tests/snapshot_agent.rs`) still name.
+pub use crate::objectstore::{Location, S3};
 
-/// Object metadata key of the snapshot's UID (`x-amz-meta-snapshot-uid`).
-pub const META_UID: &str = "snapshot-uid";
-/// Object metadata key of the snapshot's sha256 (hex).
-pub const META_SHA256: &str = "sha256";
 /// Fixed part size of the multipart upload: the agent's buffer (S3 allows 10,000 parts, so
 /// snapshots up to ~78 GiB; etcd's backend is at most 8 GiB).
 pub const PART_SIZE: usize = 8 * 1024 * 1024;
@@ -38,283 +31,7 @@ const ABORT_DEADLINE: Duration = Duration::from_secs(120);
 /// which the kubelet kills the agent.
 const ABORT_AFTER_SIGTERM: Duration = Duration::from_secs(20);
 
-/// Where the object lives, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Location {
-    pub bucket: String,
-    pub key: String,
-}
-
-impl Location {
-    pub fn uri(&self) -> String {
-        format!("s3://{}/{}", self.bucket, self.key)
-    }
-}
-
-/// The key a snapshot named `name` is stored at: `<name>.db` when `prefix` is empty,
-/// `<prefix><name>.db` when it ends in `/`, else `<prefix>/<name>.db`.
-pub fn snapshot_key(prefix: Option<&str>, name: &str) -> String {
-    let file = super::file_name(name);
-    match prefix.unwrap_or("") {
-        "" => file,
-        p if p.ends_with('/') => format!("{p}{file}"),
-        p => format!("{p}/{file}"),
-    }
-}
-
-/// A connected S3 client and the settings it was built from (for messages).
-pub struct S3 {
-    client: aws_sdk_s3::Client,
-    endpoint: String,
-}
-
 impl S3 {
-    /// Build the client from the flags and `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`.
-    pub fn new(args: &S3Args) -> Result<Self, Failure> {
-        let access = env_nonempty("AWS_ACCESS_KEY_ID")?;
-        let secret = env_nonempty("AWS_SECRET_ACCESS_KEY")?;
-        Self::with_credentials(args, access, secret)
-    }
-
-    /// Build the client from the flags and the given credentials (the schedule controller
-    /// reads them from the destination's Secret).
-    pub fn with_credentials(
-        args: &S3Args,
-        access: String,
-        secret: String,
-    ) -> Result<Self, Failure> {
-        if let Some(ep) = &args.s3_endpoint {
-            if !(ep.starts_with("http://") || ep.starts_with("https://")) {
-                return Err(Failure::permanent(format!(
-                    "--s3-endpoint {ep:?} is not an http:// or https:// URL; set the S3 endpoint to e.g. https://s3.example.com"
-                )));
-            }
-        }
-        let trust = match &args.s3_ca_file {
-            Some(path) => {
-                let pem = read_ca(path)?;
-                TrustStore::empty()
-                    .with_native_roots(false)
-                    .with_pem_certificate(pem)
-            }
-            None => TrustStore::default(),
-        };
-        let tls_context = TlsContext::builder()
-            .with_trust_store(trust)
-            .build()
-            .map_err(|e| Failure::permanent(format!("building the S3 TLS settings: {e}")))?;
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
-            .tls_context(tls_context)
-            .build_https();
-        let mut config = aws_sdk_s3::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(args.s3_region.clone()))
-            .credentials_provider(Credentials::new(access, secret, None, None, "environment"))
-            .force_path_style(args.s3_force_path_style)
-            .http_client(http)
-            // aws-sdk-s3 >= 1.69 adds CRC checksums to every upload by default; some MinIO and
-            // Ceph versions reject them. The sha256 is computed and recorded by the agent.
-            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
-            .retry_config(RetryConfig::standard().with_max_attempts(3))
-            .timeout_config(
-                TimeoutConfig::builder()
-                    .connect_timeout(Duration::from_secs(10))
-                    .read_timeout(Duration::from_secs(60))
-                    .operation_attempt_timeout(Duration::from_secs(300))
-                    .build(),
-            );
-        if let Some(ep) = &args.s3_endpoint {
-            config = config.endpoint_url(ep);
-        }
-        Ok(Self {
-            client: aws_sdk_s3::Client::from_conf(config.build()),
-            endpoint: args
-                .s3_endpoint
-                .clone()
-                .unwrap_or_else(|| format!("AWS S3 ({})", args.s3_region)),
-        })
-    }
-
-    /// Delete the object (retention); a missing object is not an error.
-    pub async fn delete(&self, at: &Location) -> Result<(), Failure> {
-        self.client
-            .delete_object()
-            .bucket(&at.bucket)
-            .key(&at.key)
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| {
-                Failure::transient(format!(
-                    "deleting {} at {}: {}",
-                    at.uri(),
-                    self.endpoint,
-                    e.message().unwrap_or("request failed")
-                ))
-            })
-    }
-
-    /// Abort every multipart upload in progress at exactly `at.key`: what a snapshot's agent
-    /// left when it was killed without its SIGTERM handler running (SIGKILL, a lost Node).
-    /// Retention calls this when it prunes the snapshot. Returns how many were aborted.
-    pub async fn abort_uploads(&self, at: &Location) -> Result<usize, Failure> {
-        let mut aborted = 0;
-        let mut key_marker: Option<String> = None;
-        let mut id_marker: Option<String> = None;
-        loop {
-            let listed = self
-                .client
-                .list_multipart_uploads()
-                .bucket(&at.bucket)
-                .prefix(&at.key)
-                .set_key_marker(key_marker.take())
-                .set_upload_id_marker(id_marker.take())
-                .send()
-                .await
-                .map_err(|e| self.request_failure("ListMultipartUploads", at, &e))?;
-            for upload in listed.uploads() {
-                let (Some(key), Some(id)) = (upload.key(), upload.upload_id()) else {
-                    continue;
-                };
-                if key != at.key {
-                    continue;
-                }
-                match self
-                    .client
-                    .abort_multipart_upload()
-                    .bucket(&at.bucket)
-                    .key(&at.key)
-                    .upload_id(id)
-                    .send()
-                    .await
-                {
-                    Ok(_) => aborted += 1,
-                    Err(e) if status_of(&e) == Some(404) => {}
-                    Err(e) => return Err(self.request_failure("AbortMultipartUpload", at, &e)),
-                }
-                tracing::info!(uri = %at.uri(), upload_id = id, "aborted a stale multipart upload");
-            }
-            if listed.is_truncated() != Some(true) {
-                return Ok(aborted);
-            }
-            key_marker = listed.next_key_marker().map(str::to_string);
-            id_marker = listed.next_upload_id_marker().map(str::to_string);
-            if key_marker.is_none() && id_marker.is_none() {
-                return Ok(aborted);
-            }
-        }
-    }
-
-    /// Delete the object at `at` if its UID metadata names `uid` (the snapshot wrote it), for
-    /// a Failed snapshot whose object may have been stored anyway (the agent crashed after
-    /// CompleteMultipartUpload, the Job was lost). `Ok(true)`: deleted; `Ok(false)`: no
-    /// object, or another snapshot's (or a foreign one), which stays.
-    pub async fn delete_if_owned(&self, at: &Location, uid: &str) -> Result<bool, Failure> {
-        match self.head_object(at).await {
-            Ok(Some(obj)) if owner_of(&obj) == Some(uid) => {
-                self.delete(at).await?;
-                Ok(true)
-            }
-            Ok(_) => Ok(false),
-            Err(e) => Err(self.request_failure("HeadObject", at, &e)),
-        }
-    }
-
-    /// The overwrite guard: a missing object may be written, an object stamped with `uid` lets
-    /// the upload go on (a retried Job: [`S3::save`] then reports that object); anything else, including an answer the agent cannot read
-    /// (403 without ListBucket), refuses.
-    pub async fn check_overwrite(&self, at: &Location, uid: &str) -> Result<(), Failure> {
-        match self.head_object(at).await {
-            Ok(None) => Ok(()),
-            Ok(Some(obj)) => {
-                match owner_of(&obj) {
-                    Some(o) if o == uid => {
-                        tracing::info!(uri = %at.uri(), "the object exists from an earlier attempt of this snapshot; it stays (the completion is conditional) and is what gets reported");
-                        Ok(())
-                    }
-                    Some(o) => Err(Failure::permanent(format!(
-                        "{} already holds the snapshot with UID {o}, not this one ({uid}); refusing to overwrite it: \
-                         choose another key (spec.destination.s3.key) or snapshot name, or delete the object",
-                        at.uri()
-                    ))),
-                    None => Err(Failure::permanent(format!(
-                        "{} already exists and has no {META_UID} metadata (it was not written by this operator); \
-                         refusing to overwrite it: choose another key (spec.destination.s3.key) or snapshot name",
-                        at.uri()
-                    ))),
-                }
-            }
-            Err(e) if status_of(&e) == Some(403) => Err(self.diagnose_forbidden(at).await),
-            Err(e) => Err(self.request_failure("HeadObject", at, &e)),
-        }
-    }
-
-    /// HeadObject carries no error body, so a 403 can be missing ListBucket (a missing key then
-    /// reads as 403) or rejected credentials. A one-key listing tells them apart.
-    async fn diagnose_forbidden(&self, at: &Location) -> Failure {
-        let listing = self
-            .client
-            .list_objects_v2()
-            .bucket(&at.bucket)
-            .prefix(&at.key)
-            .max_keys(1)
-            .send()
-            .await;
-        match listing {
-            Err(e) if is_credentials_error(&e) => Failure::permanent(format!(
-                "{} rejected the credentials ({}): check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the \
-                 credentials Secret (spec.destination.s3.credentialsSecretRef)",
-                self.endpoint,
-                error_text(&e)
-            )),
-            _ => Failure::permanent(format!(
-                "HeadObject of {} was denied (403), so the agent cannot tell whether an object would be \
-                 overwritten, and refuses to write (fail closed). Without s3:ListBucket S3 answers 403 even \
-                 for a missing key: grant s3:ListBucket on the bucket and s3:GetObject on the key prefix to \
-                 the credentials' user",
-                at.uri()
-            )),
-        }
-    }
-
-    fn request_failure<E: ProvideErrorMetadata + std::error::Error + 'static>(
-        &self,
-        what: &str,
-        at: &Location,
-        e: &SdkError<E, HttpResponse>,
-    ) -> Failure {
-        let detail = error_text(e);
-        if is_credentials_error(e) {
-            return Failure::permanent(format!(
-                "{what} {}: {} rejected the credentials ({detail}): check AWS_ACCESS_KEY_ID and \
-                 AWS_SECRET_ACCESS_KEY in the credentials Secret",
-                at.uri(),
-                self.endpoint
-            ));
-        }
-        match status_of(e) {
-            Some(403) => Failure::permanent(format!(
-                "{what} {} was denied (403: {detail}): grant the credentials' user s3:PutObject, s3:GetObject, \
-                 s3:AbortMultipartUpload and s3:ListBucket on the bucket",
-                at.uri()
-            )),
-            Some(404) if e.code() == Some("NoSuchBucket") => Failure::permanent(format!(
-                "{what} {}: the bucket {} does not exist on {}: create it or fix spec.destination.s3.bucket",
-                at.uri(),
-                at.bucket,
-                self.endpoint
-            )),
-            _ => Failure::transient(format!(
-                "{what} {} on {} failed: {detail}; check that the endpoint is reachable from the cluster \
-                 (spec.destination.s3.endpoint) and the server is up",
-                at.uri(),
-                self.endpoint
-            )),
-        }
-    }
-
     /// Store a snapshot at `at`, stamped with `uid`, and return what is stored there: this
     /// upload, or — when another Pod of the same Job stored the key first — that Pod's object.
     ///
@@ -698,40 +415,6 @@ impl S3 {
         }
     }
 
-    /// Size and recorded sha256 (if any) of the object to restore.
-    pub async fn head(&self, at: &Location) -> Result<(u64, Option<String>), Failure> {
-        let obj = self
-            .head_object(at)
-            .await
-            .map_err(|e| self.request_failure("HeadObject", at, &e))?
-            .ok_or_else(|| {
-                Failure::permanent(format!(
-                    "the snapshot {} does not exist: fix spec.bootstrap.restore's S3 bucket and key (the exact object key)",
-                    at.uri()
-                ))
-            })?;
-        Ok((size_of(&obj, at)?, sha256_of(&obj)))
-    }
-
-    /// HeadObject of `at`; `Ok(None)` when there is no object there (404).
-    async fn head_object(
-        &self,
-        at: &Location,
-    ) -> Result<Option<HeadObjectOutput>, SdkError<HeadObjectError, HttpResponse>> {
-        match self
-            .client
-            .head_object()
-            .bucket(&at.bucket)
-            .key(&at.key)
-            .send()
-            .await
-        {
-            Ok(obj) => Ok(Some(obj)),
-            Err(e) if status_of(&e) == Some(404) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
     /// Download the object into `file` (created), returning its size and sha256.
     pub async fn download(&self, at: &Location, file: &Path) -> Result<Uploaded, Failure> {
         let obj = self
@@ -790,74 +473,6 @@ struct StoredObject {
     etag: Option<String>,
 }
 
-/// Size and sha256 (hex) of what was stored or fetched.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Uploaded {
-    pub size: u64,
-    pub sha256: String,
-}
-
-fn env_nonempty(name: &str) -> Result<String, Failure> {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => Ok(v),
-        _ => Err(Failure::permanent(format!(
-            "{name} is not set: the S3 credentials come from the environment; put {name} in the \
-             credentials Secret (credentialsSecretRef)"
-        ))),
-    }
-}
-
-fn read_ca(path: &Path) -> Result<Vec<u8>, Failure> {
-    let pem = std::fs::read(path).map_err(|e| {
-        Failure::permanent(format!(
-            "--s3-ca-file {}: {e}; point it at a PEM CA bundle",
-            path.display()
-        ))
-    })?;
-    if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
-        return Err(Failure::permanent(format!(
-            "--s3-ca-file {} holds no PEM certificate; point it at the CA bundle of the S3 endpoint",
-            path.display()
-        )));
-    }
-    Ok(pem)
-}
-
-/// The HTTP status of a service answer (None when no answer came: connect, timeout, ...).
-fn status_of<E>(e: &SdkError<E, HttpResponse>) -> Option<u16> {
-    e.raw_response().map(|r| r.status().as_u16())
-}
-
-fn is_credentials_error<E: ProvideErrorMetadata>(e: &SdkError<E, HttpResponse>) -> bool {
-    matches!(
-        e.code(),
-        Some("InvalidAccessKeyId" | "SignatureDoesNotMatch" | "InvalidToken" | "ExpiredToken")
-    )
-}
-
-/// The error's code and message, or its source chain when no answer came.
-fn error_text<E: ProvideErrorMetadata + std::error::Error + 'static>(
-    e: &SdkError<E, HttpResponse>,
-) -> String {
-    if let (Some(code), msg) = (e.code(), e.message()) {
-        return match msg {
-            Some(m) => format!("{code}: {m}"),
-            None => code.to_string(),
-        };
-    }
-    if let Some(status) = status_of(e) {
-        return format!("HTTP {status}");
-    }
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
 /// Percent-encode a key for `x-amz-copy-source` (keeps `/`).
 fn urlencode_key(key: &str) -> String {
     let mut out = String::with_capacity(key.len());
@@ -871,43 +486,9 @@ fn urlencode_key(key: &str) -> String {
     out
 }
 
-/// The snapshot UID an object's metadata names (the agent stamps it on every upload).
-fn owner_of(obj: &HeadObjectOutput) -> Option<&str> {
-    obj.metadata()
-        .and_then(|m| m.get(META_UID))
-        .map(String::as_str)
-}
-
-/// The sha256 an object's metadata records, lower-case.
-fn sha256_of(obj: &HeadObjectOutput) -> Option<String> {
-    obj.metadata()
-        .and_then(|m| m.get(META_SHA256))
-        .map(|s| s.to_ascii_lowercase())
-}
-
-fn size_of(obj: &HeadObjectOutput, at: &Location) -> Result<u64, Failure> {
-    obj.content_length()
-        .and_then(|n| u64::try_from(n).ok())
-        .ok_or_else(|| Failure::transient(format!("HeadObject {} gave no size", at.uri())))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn key_layout_follows_the_prefix() {
-        assert_eq!(snapshot_key(None, "s1"), "s1.db");
-        assert_eq!(snapshot_key(Some(""), "s1"), "s1.db");
-        assert_eq!(snapshot_key(Some("backups/"), "s1"), "backups/s1.db");
-        assert_eq!(snapshot_key(Some("backups"), "s1"), "backups/s1.db");
-        assert_eq!(snapshot_key(Some("a/b"), "s1"), "a/b/s1.db");
-        let at = Location {
-            bucket: "b".into(),
-            key: snapshot_key(Some("p/"), "x"),
-        };
-        assert_eq!(at.uri(), "s3://b/p/x.db");
-    }
 
     #[test]
     fn copy_source_keys_are_percent_encoded() {

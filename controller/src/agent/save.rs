@@ -7,8 +7,8 @@ use std::time::Duration;
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use futures::Stream;
 
-use super::s3::{self, Location, S3};
-use super::{check_snapshot_name, pvc, Artifact, Failure, S3Args};
+use super::{check_snapshot_name, pvc, Artifact};
+use crate::objectstore::{self, Failure, Location, S3Args, S3};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct SaveArgs {
@@ -105,7 +105,7 @@ fn destination(args: &SaveArgs) -> Result<Destination, Failure> {
             }
             let at = Location {
                 bucket: bucket.clone(),
-                key: s3::snapshot_key(args.s3.s3_key.as_deref(), &args.snapshot_name),
+                key: objectstore::snapshot_key(args.s3.s3_key.as_deref(), &args.snapshot_name),
             };
             Ok(Destination::S3(S3::new(&args.s3)?, at))
         }

@@ -1,6 +1,6 @@
 //! Online volume growth, the cluster's part: members are given the latched target's
 //! `storage.size` when it grew (their controller expands the PVC, see
-//! `crate::member::volume`), and the `VolumesExpanded` condition sums up their
+//! `crate::volume`), and the `VolumesExpanded` condition sums up their
 //! `VolumeExpanded` conditions. Memory members are not grown: their size is the tmpfs limit of a
 //! running Pod, which only a new Pod changes. Pure.
 

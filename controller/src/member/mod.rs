@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use api::conditions::{member as mtype, reason};
 use api::labels;
@@ -25,39 +25,16 @@ use crate::context::{Context, FIELD_MANAGER};
 use crate::etcd::access::{Access, User};
 use crate::etcd::format_id;
 use crate::pods::pod_view;
-use crate::topology;
+use crate::{topology, volume};
 use crate::{controller_uid, Error};
 use plan::{Claim, MemberFacts, PodFacts, Step};
 
 pub mod plan;
-pub mod volume;
 
+/// Reconcile one EtcdMember (run through [`crate::shell::reconcile_lenient`]: timing, metrics,
+/// the `OwnershipConflict` Event and the error policy are the shell's).
 pub async fn reconcile(member: Arc<EtcdMember>, ctx: Arc<Context>) -> Result<Requeue, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&member, &ctx).await;
-    ctx.metrics
-        .observe_reconcile("etcdmember", started.elapsed());
-    if let Err(e) = &result {
-        ctx.metrics.count_error("etcdmember", e.metric_label());
-        if let Error::Conflict(why) = e {
-            // A Pod or PVC of the member's name that belongs to someone else: say so where
-            // `kubectl describe etcdmember` shows it.
-            ctx.event(
-                member.as_ref(),
-                true,
-                "OwnershipConflict",
-                "Reconcile",
-                why.clone(),
-            )
-            .await;
-        }
-    }
-    result
-}
-
-pub fn error_policy(_member: Arc<EtcdMember>, error: &Error, _ctx: Arc<Context>) -> Requeue {
-    tracing::warn!(%error, "EtcdMember reconcile failed");
-    Requeue::requeue(Duration::from_secs(5))
+    reconcile_inner(&member, &ctx).await
 }
 
 async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, Error> {

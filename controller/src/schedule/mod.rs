@@ -18,33 +18,27 @@ use api::v1alpha2::{
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Resource, ResourceExt};
 
-use crate::agent::s3::{Location, S3};
-use crate::agent::S3Args;
+use crate::agent_job;
 use crate::conditions::set_condition;
 use crate::context::Context;
+use crate::cron::{due, run_name, to_chrono, to_time, Due, Schedule};
+use crate::objectstore::{file_name, snapshot_key, Location, S3Args, S3};
+use crate::shell;
 use crate::Error;
 
-use plan::{Due, Owned, Removal, Schedule, State, Unowned};
+use plan::{Owned, Removal, State, Unowned};
 
 /// The `Ready` condition: the schedule parses and is being followed.
 pub const READY: &str = "Ready";
 /// How often a schedule with unfinished snapshots looks again (their end may allow a run
 /// skipped by `Forbid`, and retention counts finished snapshots only).
 const ACTIVE_RECHECK: Duration = Duration::from_secs(15);
-
-pub(crate) fn to_chrono(t: &Time) -> DateTime<Utc> {
-    DateTime::from_timestamp(t.0.as_second(), 0).unwrap_or_default()
-}
-
-pub(crate) fn to_time(t: DateTime<Utc>) -> Time {
-    Time(Timestamp::from_second(t.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH))
-}
 
 /// The snapshots of `schedule` among `all`: labelled with its name and owned by it.
 fn owned_by<'a>(schedule: &EtcdSnapshotSchedule, all: &'a [EtcdSnapshot]) -> Vec<&'a EtcdSnapshot> {
@@ -85,7 +79,7 @@ fn new_snapshot(schedule: &EtcdSnapshotSchedule, at: DateTime<Utc>) -> Result<Et
         labels::merge_user_metadata(BTreeMap::new(), user.map(|m| &m.annotations));
     Ok(EtcdSnapshot {
         metadata: ObjectMeta {
-            name: Some(plan::snapshot_name(&name, at)),
+            name: Some(run_name(&name, at)),
             namespace: schedule.namespace(),
             labels: Some(labels::merge_user_metadata(
                 operator,
@@ -148,7 +142,7 @@ pub async fn reconcile(
             .or(schedule.metadata.creation_timestamp.as_ref())
             .map(to_chrono)
             .unwrap_or(now);
-        match plan::due(&cron, since, now, schedule.spec.starting_deadline_seconds) {
+        match due(&cron, since, now, schedule.spec.starting_deadline_seconds) {
             Due::Nothing => {}
             Due::Missed(t) => {
                 status.last_schedule_time = Some(to_time(t));
@@ -393,7 +387,7 @@ fn pvc_uri(snapshot: &EtcdSnapshot) -> String {
     let Some(pvc) = &snapshot.spec.destination.pvc else {
         return String::new();
     };
-    let file = crate::agent::file_name(&snapshot.name_any());
+    let file = file_name(&snapshot.name_any());
     match pvc.sub_path.as_deref().map(|s| s.trim_matches('/')) {
         Some(sub) if !sub.is_empty() => format!("pvc://{}/{sub}/{file}", pvc.claim_name),
         _ => format!("pvc://{}/{file}", pvc.claim_name),
@@ -443,7 +437,7 @@ async fn delete_s3_object(
         })?,
         None => Location {
             bucket: s3.bucket.clone(),
-            key: crate::agent::s3::snapshot_key(s3.key.as_deref(), &name),
+            key: snapshot_key(s3.key.as_deref(), &name),
         },
     };
     let ns = snapshot.namespace().unwrap_or_default();
@@ -490,7 +484,7 @@ async fn delete_pvc_file(
     unowned: Unowned,
 ) -> Result<Stored, String> {
     let ns = snapshot.namespace().unwrap_or_default();
-    let name = crate::snapshot::job::prune_job_name(&snapshot.name_any());
+    let name = agent_job::prune_job_name(&snapshot.name_any());
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     let job = jobs
         .get_opt(&name)
@@ -505,9 +499,7 @@ async fn delete_pvc_file(
                 snapshot.name_any()
             ));
         };
-        let Some(want) =
-            crate::snapshot::job::prune_job(snapshot, image, unowned == Unowned::Leave)
-        else {
+        let Some(want) = agent_job::prune_job(snapshot, image, unowned == Unowned::Leave) else {
             return Ok(Stored::Deleted(format!("{uri} left in place")));
         };
         match jobs.create(&PostParams::default(), &want).await {
@@ -523,11 +515,11 @@ async fn delete_pvc_file(
         .await
         .map_err(|e| format!("listing the Pods of Job {ns}/{name}: {e}"))?
         .items;
-    let view = crate::snapshot::job_view(&job, &pods);
+    let view = agent_job::job_view(&job, &pods);
     let report = view
         .report
         .as_deref()
-        .and_then(crate::snapshot::AgentReport::parse)
+        .and_then(agent_job::AgentReport::parse)
         .unwrap_or_default();
     if view.succeeded {
         return Ok(Stored::Deleted(
@@ -612,41 +604,7 @@ async fn write(
     schedule: &EtcdSnapshotSchedule,
     status: &EtcdSnapshotScheduleStatus,
 ) -> Result<(), Error> {
-    write_status(api, schedule, schedule.status.as_ref(), status).await
-}
-
-/// Merge-patch `obj`'s status from `old` to `new`, guarded by its resourceVersion (a conflict
-/// is retried by the next reconcile on fresh data).
-pub(crate) async fn write_status<K, S>(
-    api: &Api<K>,
-    obj: &K,
-    old: Option<&S>,
-    new: &S,
-) -> Result<(), Error>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-    S: serde::Serialize,
-{
-    let patch = serde_json::json!({
-        "metadata": {"resourceVersion": obj.resource_version()},
-        "status": crate::cluster::reconcile::status_merge_patch(old, new)?,
-    });
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
-}
-
-pub fn error_policy(
-    _schedule: Arc<EtcdSnapshotSchedule>,
-    error: &Error,
-    _ctx: Arc<Context>,
-) -> Requeue {
-    tracing::warn!(%error, "EtcdSnapshotSchedule reconcile failed");
-    Requeue::requeue(Duration::from_secs(10))
+    shell::write_status(api, schedule, schedule.status.as_ref(), status).await
 }
 
 #[cfg(test)]

@@ -1,44 +1,7 @@
-//! The schedule's decisions, without I/O: parsing the cron expression and time zone, which run
-//! is due now (missed runs and the starting deadline), when to wake next, and which finished
-//! snapshots retention removes.
+//! The schedule's decisions, without I/O: which finished snapshots retention removes, and how
+//! each is removed. When a run is due is [`crate::cron`]'s, shared with defrag policies.
 
 use chrono::{DateTime, Utc};
-
-/// The cron expression and time zone, parsed as the webhook parses them at admission.
-pub use api::cron::{Schedule, ScheduleError};
-
-/// What to do now about creating a snapshot.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Due {
-    /// Take the run scheduled at this time.
-    Run(DateTime<Utc>),
-    /// The most recent run was missed by more than the starting deadline: skip it.
-    Missed(DateTime<Utc>),
-    /// Nothing is due.
-    Nothing,
-}
-
-/// The run due at `now`: the most recent fire time after `since` (the last scheduled run, or
-/// the schedule's creation), if it is not older than `starting_deadline_seconds`.
-pub fn due(
-    schedule: &Schedule,
-    since: DateTime<Utc>,
-    now: DateTime<Utc>,
-    starting_deadline_seconds: Option<i64>,
-) -> Due {
-    match schedule.latest_in(since, now) {
-        None => Due::Nothing,
-        Some(t) => match starting_deadline_seconds {
-            Some(d) if (now - t).num_seconds() > d => Due::Missed(t),
-            _ => Due::Run(t),
-        },
-    }
-}
-
-/// The snapshot a run at `at` creates: `<schedule>-<unix minutes>`.
-pub fn snapshot_name(schedule: &str, at: DateTime<Utc>) -> String {
-    format!("{schedule}-{}", at.timestamp().div_euclid(60))
-}
 
 /// Where one of the schedule's snapshots stands, as retention sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,29 +137,6 @@ mod tests {
 
     fn at(h: u32, m: u32) -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 3, 10, h, m, 0).unwrap()
-    }
-
-    #[test]
-    fn only_the_most_recent_missed_run_is_taken_within_the_deadline() {
-        let s = Schedule::parse("* * * * *", "UTC").unwrap();
-        let now = at(10, 5) + chrono::Duration::seconds(20);
-        // Five runs missed since 10:00: only 10:05 is taken.
-        assert_eq!(due(&s, at(10, 0), now, None), Due::Run(at(10, 5)));
-        assert_eq!(due(&s, at(10, 0), now, Some(30)), Due::Run(at(10, 5)));
-        assert_eq!(due(&s, at(10, 0), now, Some(10)), Due::Missed(at(10, 5)));
-        // The run at `since` itself is not taken again.
-        assert_eq!(due(&s, at(10, 5), now, None), Due::Nothing);
-        // Missed for years: still one run, the newest.
-        let long_ago = Utc.with_ymd_and_hms(2020, 1, 1, 0, 0, 0).unwrap();
-        assert_eq!(due(&s, long_ago, now, None), Due::Run(at(10, 5)));
-    }
-
-    #[test]
-    fn snapshot_names_carry_the_unix_minute() {
-        assert_eq!(
-            snapshot_name("nightly", Utc.timestamp_opt(1_800_000_000, 0).unwrap()),
-            "nightly-30000000"
-        );
     }
 
     fn owned(name: &str, m: u32, state: State) -> Owned {

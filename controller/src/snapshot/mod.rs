@@ -4,8 +4,6 @@
 //! that vanishes after the snapshot started fails it (it is never re-run silently: a second run
 //! could snapshot a different revision under the same name).
 
-pub mod job;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,13 +15,14 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
-use serde::Deserialize;
 
+use crate::agent_job::{self as job, job_view, AgentReport, JobView};
 use crate::conditions::set_condition;
 use crate::context::Context;
+use crate::shell;
 use crate::Error;
 
 /// The `Ready` condition of an EtcdSnapshot.
@@ -32,48 +31,6 @@ pub const READY: &str = "Ready";
 /// must log in as root) before it fails with `AuthLatchTimeout`.
 pub const AUTH_LATCH_TIMEOUT: Duration = Duration::from_secs(300);
 const RECHECK: Duration = Duration::from_secs(10);
-
-/// What the agent wrote to its termination message.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
-pub struct AgentReport {
-    #[serde(default)]
-    pub artifact: Option<SnapshotArtifact>,
-    #[serde(default)]
-    pub error: Option<String>,
-    /// A prune Job's `snapshot-agent delete`: what it removed.
-    #[serde(default)]
-    pub deleted: Option<String>,
-    /// A prune Job's `snapshot-agent delete --leave-unowned`: the file at the path is another
-    /// snapshot's (or nobody's) and stays; why.
-    #[serde(default, rename = "leftInPlace")]
-    pub left_in_place: Option<String>,
-}
-
-impl AgentReport {
-    /// The report in `message`, if it is one (a crash leaves the log's tail instead).
-    pub fn parse(message: &str) -> Option<Self> {
-        serde_json::from_str::<AgentReport>(message.trim())
-            .ok()
-            .filter(|r| {
-                r.artifact.is_some()
-                    || r.error.is_some()
-                    || r.deleted.is_some()
-                    || r.left_in_place.is_some()
-            })
-    }
-}
-
-/// The Job as far as the snapshot's phase is concerned.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct JobView {
-    pub active: bool,
-    pub succeeded: bool,
-    /// `Failed=True`: the backoff limit or the active deadline was reached.
-    pub failed: Option<String>,
-    /// The newest termination message of the Job's Pods: a success's report, or the last
-    /// failure's.
-    pub report: Option<String>,
-}
 
 /// Whether the cluster can be snapshotted now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -285,48 +242,6 @@ pub fn render(snapshot: &EtcdSnapshot, step: &Step, now: Timestamp) -> EtcdSnaps
     status
 }
 
-pub(crate) fn job_view(job: &Job, pods: &[Pod]) -> JobView {
-    let status = job.status.clone().unwrap_or_default();
-    let condition = |t: &str| {
-        status
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == t && c.status == "True")
-            .cloned()
-    };
-    let failed = condition("Failed").map(|c| {
-        let reason = c.reason.unwrap_or_default();
-        match c.message {
-            Some(m) if !m.is_empty() => format!("{reason}: {m}"),
-            _ => reason,
-        }
-    });
-    // The newest terminated agent container's message.
-    let mut terminated: Vec<(Timestamp, String)> = pods
-        .iter()
-        .filter_map(|p| {
-            let cs = p.status.as_ref()?.container_statuses.as_ref()?;
-            let t = cs
-                .iter()
-                .find(|c| c.name == job::CONTAINER)?
-                .state
-                .as_ref()?
-                .terminated
-                .clone()?;
-            let at = t.finished_at.map(|f| f.0).unwrap_or(Timestamp::UNIX_EPOCH);
-            Some((at, t.message.unwrap_or_default()))
-        })
-        .collect();
-    terminated.sort();
-    JobView {
-        active: status.active.unwrap_or(0) > 0,
-        succeeded: condition("Complete").is_some() || status.succeeded.unwrap_or(0) > 0,
-        failed,
-        report: terminated.pop().map(|(_, m)| m).filter(|m| !m.is_empty()),
-    }
-}
-
 pub async fn reconcile(snapshot: Arc<EtcdSnapshot>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let ns = snapshot.namespace().ok_or(Error::NoNamespace)?;
     let name = snapshot.name_any();
@@ -438,9 +353,8 @@ pub async fn reconcile(snapshot: Arc<EtcdSnapshot>, ctx: Arc<Context>) -> Result
         Step::Running { .. } | Step::Done => {}
     }
     let status = render(&snapshot, &step, now);
-    if snapshot.status.as_ref() != Some(&status) {
-        write(&snapshots, &snapshot, &status).await?;
-    }
+    shell::write_status_if_changed(&snapshots, &snapshot, snapshot.status.as_ref(), &status)
+        .await?;
     Ok(requeue)
 }
 
@@ -451,22 +365,7 @@ async fn write(
 ) -> Result<(), Error> {
     // Guarded by the read's resourceVersion: a concurrent writer makes this a retried conflict,
     // never a second Job decision on stale status.
-    let patch = serde_json::json!({
-        "metadata": {"resourceVersion": snapshot.resource_version()},
-        "status": crate::cluster::reconcile::status_merge_patch(snapshot.status.as_ref(), status)?,
-    });
-    api.patch_status(
-        &snapshot.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
-}
-
-pub fn error_policy(_snapshot: Arc<EtcdSnapshot>, error: &Error, _ctx: Arc<Context>) -> Requeue {
-    tracing::warn!(%error, "EtcdSnapshot reconcile failed");
-    Requeue::requeue(Duration::from_secs(5))
+    shell::write_status(api, snapshot, snapshot.status.as_ref(), status).await
 }
 
 #[cfg(test)]

@@ -11,11 +11,15 @@ use api::v1alpha2::DefragMemberStatus;
 use k8s_openapi::api::core::v1::Pod;
 
 use api::quantity::{format_bytes, to_bytes};
-use api::v1alpha2::{DefragPhase, DefragRule, EtcdDefrag};
+use api::v1alpha2::{DefragOutcome, DefragPhase, DefragRule, EtcdDefrag, EtcdDefragStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use crate::conditions::set_condition;
 use crate::etcd::{format_id, Alarm, MemberStatus};
+
+use super::READY;
 
 /// etcd's backend quota when `--quota-backend-bytes` is unset or 0.
 pub const DEFAULT_QUOTA_BYTES: i64 = 2 * 1024 * 1024 * 1024;
@@ -379,6 +383,48 @@ pub fn blocking_run(this: &EtcdDefrag, runs: &[EtcdDefrag]) -> Option<String> {
         .min_by_key(|d| key(d))
         .map(|d| d.name_any())
         .filter(|first| *first != this.name_any())
+}
+
+/// The run's phase (Pending before its first status).
+pub fn phase(d: &EtcdDefrag) -> DefragPhase {
+    d.status.as_ref().and_then(|s| s.phase).unwrap_or_default()
+}
+
+/// What a step changes: the new phase and the `Ready` condition.
+pub struct Outcome {
+    pub phase: DefragPhase,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The run's status after a step: its phase, the `Ready` condition, when it started and
+/// ended, and how many members it defragmented.
+pub fn render(defrag: &EtcdDefrag, status: &mut EtcdDefragStatus, o: &Outcome, now: Timestamp) {
+    let generation = defrag.metadata.generation;
+    status.observed_generation = generation;
+    set_condition(
+        &mut status.conditions,
+        READY,
+        o.phase == DefragPhase::Complete,
+        o.reason,
+        o.message.clone(),
+        generation,
+        now,
+    );
+    if o.phase != DefragPhase::Pending && status.started_at.is_none() {
+        status.started_at = Some(Time(now));
+    }
+    if o.phase.is_terminal() {
+        status.completed_at = Some(Time(now));
+    }
+    status.defragmented = Some(
+        status
+            .members
+            .iter()
+            .filter(|m| m.outcome == Some(DefragOutcome::Defragmented))
+            .count() as i32,
+    );
+    status.phase = Some(o.phase);
 }
 
 #[cfg(test)]

@@ -4,122 +4,33 @@
 //! as the run would judge it, so a check that finds nothing creates nothing. One run of a policy
 //! at a time: a run due while the previous one has not finished is skipped with an Event. The
 //! newest Complete and Failed runs are kept up to the history limits, older ones deleted.
-//! The runs themselves are the EtcdDefrag controller's ([`super`]).
+//! The runs themselves are the EtcdDefrag controller's ([`super::run`]).
+
+pub mod plan;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use api::labels;
 use api::v1alpha2::{
-    DefragPhase, EtcdCluster, EtcdDefrag, EtcdDefragPolicy, EtcdDefragPolicyStatus, EtcdDefragSpec,
-    LocalReference,
+    DefragPhase, EtcdCluster, EtcdDefrag, EtcdDefragPolicy, EtcdDefragPolicyStatus, LocalReference,
 };
 use chrono::{DateTime, Utc};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 
-use super::plan::{self, Gate};
+use super::run::observe::{access, observe};
 use crate::conditions::set_condition;
 use crate::context::Context;
-use crate::schedule::plan::{due, snapshot_name as run_name, Due, Schedule};
-use crate::schedule::{to_chrono, to_time};
+use crate::cron::{due, to_chrono, to_time, Due, Schedule};
 use crate::Error;
+use plan::{check_due, finished, first_selected, history_to_delete, new_run, Run, POLICY_LABEL};
 
 /// The `Ready` condition: the policy parses and is being followed.
 pub const READY: &str = "Ready";
-/// On the EtcdDefrags a policy creates: the policy's name.
-pub const POLICY_LABEL: &str = labels::DEFRAG_POLICY;
 /// How often a policy with an unfinished run looks again (its end feeds the history).
 const ACTIVE_RECHECK: Duration = Duration::from_secs(15);
-
-/// A run of the policy as the history sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Run {
-    pub name: String,
-    pub created: DateTime<Utc>,
-    pub phase: Option<DefragPhase>,
-}
-
-/// The finished runs beyond the newest `keep_complete` Complete and `keep_failed` Failed
-/// ones, oldest first. Unfinished runs are never deleted.
-pub fn history_to_delete(runs: &[Run], keep_complete: usize, keep_failed: usize) -> Vec<String> {
-    let mut gone = Vec::new();
-    for (phase, keep) in [
-        (DefragPhase::Complete, keep_complete),
-        (DefragPhase::Failed, keep_failed),
-    ] {
-        let mut of: Vec<&Run> = runs.iter().filter(|r| r.phase == Some(phase)).collect();
-        // Newest first; the name (it carries the minute) breaks ties.
-        of.sort_by(|a, b| b.created.cmp(&a.created).then(b.name.cmp(&a.name)));
-        gone.extend(
-            of.into_iter()
-                .skip(keep)
-                .map(|r| (r.created, r.name.clone())),
-        );
-    }
-    gone.sort();
-    gone.into_iter().map(|(_, n)| n).collect()
-}
-
-/// Whether a check is due: never made, or the last one `interval` seconds ago or more.
-pub fn check_due(last: Option<DateTime<Utc>>, interval: i64, now: DateTime<Utc>) -> bool {
-    last.is_none_or(|l| (now - l).num_seconds() >= interval)
-}
-
-/// The first member the rule selects and why, among `(member, dbSize, dbSizeInUse, quota)`: each
-/// member's usage is measured against the quota it runs with (its Pod's
-/// `--quota-backend-bytes`), which during a rollout of a new quota is not yet the spec's.
-pub fn first_selected(
-    rule: &api::v1alpha2::DefragRule,
-    members: &[(String, i64, i64, i64)],
-) -> Option<(String, String)> {
-    members.iter().find_map(|(name, size, in_use, quota)| {
-        match plan::gate(rule, *size, *in_use, *quota) {
-            Gate::Defragment(why) => Some((name.clone(), why)),
-            Gate::Skip(_) => None,
-        }
-    })
-}
-
-fn finished(d: &EtcdDefrag) -> bool {
-    d.status
-        .as_ref()
-        .and_then(|s| s.phase)
-        .is_some_and(DefragPhase::is_terminal)
-}
-
-/// The EtcdDefrag the policy creates at `at`.
-fn new_run(policy: &EtcdDefragPolicy, at: DateTime<Utc>) -> Result<EtcdDefrag, Error> {
-    let name = policy.name_any();
-    let mut run_labels = labels::cluster_labels(&policy.spec.cluster_ref.name);
-    run_labels.insert(POLICY_LABEL.to_string(), name.clone());
-    let owner = OwnerReference {
-        api_version: EtcdDefragPolicy::api_version(&()).to_string(),
-        kind: EtcdDefragPolicy::kind(&()).to_string(),
-        name: name.clone(),
-        uid: policy.uid().ok_or(Error::NoUid)?,
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    };
-    Ok(EtcdDefrag {
-        metadata: ObjectMeta {
-            name: Some(run_name(&name, at)),
-            namespace: policy.namespace(),
-            labels: Some(run_labels),
-            owner_references: Some(vec![owner]),
-            ..Default::default()
-        },
-        spec: EtcdDefragSpec {
-            cluster_ref: policy.spec.cluster_ref.clone(),
-            rule: policy.spec.rule.clone(),
-            ttl_seconds_after_finished: None,
-        },
-        status: None,
-    })
-}
 
 /// Create the run; an existing one of the same minute counts as created.
 async fn create_run(
@@ -167,11 +78,11 @@ async fn check(
             "EtcdCluster {cluster_name} (spec.clusterRef.name) does not exist in namespace {ns}"
         )));
     };
-    let (tls, creds) = match super::access(ctx, ns, &cluster).await? {
+    let (tls, creds) = match access(ctx, ns, &cluster).await? {
         Ok(x) => x,
         Err(message) => return Ok(Err(message)),
     };
-    let (observed, _, _) = super::observe(ctx, ns, &cluster, tls.as_ref(), creds.as_ref()).await?;
+    let (observed, _, _) = observe(ctx, ns, &cluster, tls.as_ref(), creds.as_ref()).await?;
     let sizes: Vec<(String, i64, i64, i64)> = observed
         .iter()
         .filter_map(|m| {
@@ -433,130 +344,5 @@ async fn write(
     policy: &EtcdDefragPolicy,
     status: &EtcdDefragPolicyStatus,
 ) -> Result<(), Error> {
-    crate::schedule::write_status(api, policy, policy.status.as_ref(), status).await
-}
-
-pub fn error_policy(_policy: Arc<EtcdDefragPolicy>, error: &Error, _ctx: Arc<Context>) -> Requeue {
-    tracing::warn!(%error, "EtcdDefragPolicy reconcile failed");
-    Requeue::requeue(Duration::from_secs(10))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use api::quantity::to_bytes;
-    use api::v1alpha2::DefragRule;
-    use chrono::TimeZone;
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-
-    fn at(m: u32) -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2026, 3, 10, 10, m, 0).unwrap()
-    }
-
-    #[test]
-    fn history_keeps_the_newest_complete_and_failed_runs_and_never_an_unfinished_one() {
-        let r = |name: &str, m: u32, phase: Option<DefragPhase>| Run {
-            name: name.into(),
-            created: at(m),
-            phase,
-        };
-        let runs = [
-            r("a", 1, Some(DefragPhase::Complete)),
-            r("b", 2, Some(DefragPhase::Failed)),
-            r("c", 3, Some(DefragPhase::Complete)),
-            r("d", 4, Some(DefragPhase::Failed)),
-            r("e", 5, Some(DefragPhase::Complete)),
-            r("f", 6, Some(DefragPhase::Running)),
-            r("g", 7, None),
-        ];
-        assert_eq!(history_to_delete(&runs, 2, 1), ["a", "b"]);
-        assert_eq!(history_to_delete(&runs, 0, 0), ["a", "b", "c", "d", "e"]);
-        assert!(history_to_delete(&runs, 3, 2).is_empty());
-    }
-
-    #[test]
-    fn a_check_is_due_first_and_then_every_interval() {
-        assert!(check_due(None, 600, at(0)));
-        assert!(!check_due(Some(at(0)), 600, at(9)));
-        assert!(check_due(Some(at(0)), 600, at(10)));
-    }
-
-    #[test]
-    fn the_check_selects_the_member_the_run_would_defragment() {
-        let mib = |n: i64| n * 1024 * 1024;
-        let rule = DefragRule {
-            free_space_above: Some(Quantity("8Mi".into())),
-            ..Default::default()
-        };
-        let quota = mib(2048);
-        let members = [
-            ("m-a".to_string(), mib(20), mib(15), quota),
-            ("m-b".to_string(), mib(30), mib(10), quota),
-        ];
-        let (member, why) = first_selected(&rule, &members).expect("m-b qualifies");
-        assert_eq!(member, "m-b");
-        assert!(why.contains("freeSpaceAbove"), "{why}");
-        assert_eq!(first_selected(&rule, &members[..1]), None);
-        // The default rule (200Mi) selects neither.
-        assert_eq!(first_selected(&DefragRule::default(), &members), None);
-        // Quota usage: 20Mi is above 80% of a 24Mi quota, so 5Mi reclaimable (over minReclaim 1Mi) qualifies.
-        let rule = DefragRule {
-            quota_usage_above: Some("80%".into()),
-            min_reclaim: Some(Quantity("1Mi".into())),
-            ..Default::default()
-        };
-        let small_quota = to_bytes(&Quantity("24Mi".into())).unwrap_or_default();
-        let small = [("m-a".to_string(), mib(20), mib(15), small_quota)];
-        let (member, why) = first_selected(&rule, &small).expect("m-a is over 80%");
-        assert_eq!(member, "m-a");
-        assert!(why.contains("80%"), "{why}");
-    }
-
-    #[test]
-    fn quota_usage_is_measured_against_the_quota_each_member_runs_with() {
-        // The spec's quota was raised to 2Gi and is being rolled out: m-a still runs with 24Mi
-        // (and is over 80% of it), m-b already runs with 2Gi (and is far below).
-        let mib = |n: i64| n * 1024 * 1024;
-        let rule = DefragRule {
-            quota_usage_above: Some("80%".into()),
-            min_reclaim: Some(Quantity("1Mi".into())),
-            ..Default::default()
-        };
-        let members = [
-            ("m-b".to_string(), mib(20), mib(15), mib(2048)),
-            ("m-a".to_string(), mib(20), mib(15), mib(24)),
-        ];
-        let (member, _) = first_selected(&rule, &members).expect("m-a is over 80% of its quota");
-        assert_eq!(member, "m-a");
-    }
-
-    #[test]
-    fn runs_are_named_with_the_minute_owned_by_the_policy_and_carry_its_rule() {
-        let mut p = EtcdDefragPolicy::new(
-            "nightly",
-            api::v1alpha2::EtcdDefragPolicySpec {
-                cluster_ref: LocalReference { name: "c".into() },
-                schedule: Some("0 3 * * *".into()),
-                rule: Some(DefragRule {
-                    all: Some(true),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-        );
-        p.metadata.namespace = Some("ns".into());
-        p.metadata.uid = Some("uid-1".into());
-        let run = new_run(&p, Utc.timestamp_opt(1_800_000_000, 0).unwrap()).unwrap();
-        assert_eq!(run.name_any(), "nightly-30000000");
-        assert_eq!(
-            run.labels().get(POLICY_LABEL).map(String::as_str),
-            Some("nightly")
-        );
-        assert_eq!(
-            run.labels().get(labels::CLUSTER).map(String::as_str),
-            Some("c")
-        );
-        assert_eq!(crate::controller_uid(&run).as_deref(), Some("uid-1"));
-        assert_eq!(run.spec.rule, p.spec.rule);
-    }
+    crate::shell::write_status(api, policy, policy.status.as_ref(), status).await
 }

@@ -1,7 +1,10 @@
 //! Online growth of a member's PVC: when `spec.storage.size` exceeds what the claim requests, the
 //! claim's request is raised (the StorageClass permitting), and the storage provider expands the
 //! volume under the running Pod; the member's `VolumeExpanded` condition says where that stands.
-//! The condition appears with the first growth and then stays. Pure.
+//! The condition appears with the first growth and then stays. Shared by the member controller
+//! (which grows the claim) and the cluster's `VolumesExpanded` summary.
+//!
+//! Pure: no I/O, no controller's module.
 
 use api::conditions::reason;
 use api::quantity::to_bytes;
