@@ -92,6 +92,21 @@ impl Access {
         Ok(Self::new(tls, creds, metrics.clone()))
     }
 
+    /// [`Access::load`], with a Secret the user must create or fix as `Ok(Err(message))` (for a
+    /// condition that waits on it) instead of an error to retry.
+    pub async fn load_or_why(
+        client: &kube::Client,
+        metrics: &Metrics,
+        cluster: &EtcdCluster,
+        user: User,
+    ) -> Result<Result<Self, String>, LoadError> {
+        match Self::load(client, metrics, cluster, user).await {
+            Ok(access) => Ok(Ok(access)),
+            Err(e) if e.is_user_fixable() => Ok(Err(e.to_string())),
+            Err(e) => Err(e),
+        }
+    }
+
     pub fn tls(&self) -> Option<&ClientTls> {
         self.tls.as_ref()
     }

@@ -25,8 +25,8 @@ use crate::context::{Context, FIELD_MANAGER};
 use crate::etcd::access::{Access, User};
 use crate::etcd::format_id;
 use crate::pods::pod_view;
-use crate::{topology, volume};
 use crate::{controller_uid, Error};
+use crate::{topology, volume};
 use plan::{Claim, MemberFacts, PodFacts, Step};
 
 pub mod plan;

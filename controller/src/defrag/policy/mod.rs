@@ -20,10 +20,11 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
 
-use super::run::observe::{access, observe};
+use super::run::observe::observe;
 use crate::conditions::set_condition;
 use crate::context::Context;
 use crate::cron::{due, to_chrono, to_time, Due, Schedule};
+use crate::etcd::access::{Access, User};
 use crate::Error;
 use plan::{check_due, finished, first_selected, history_to_delete, new_run, Run, POLICY_LABEL};
 
@@ -78,11 +79,11 @@ async fn check(
             "EtcdCluster {cluster_name} (spec.clusterRef.name) does not exist in namespace {ns}"
         )));
     };
-    let (tls, creds) = match access(ctx, ns, &cluster).await? {
+    let access = match Access::load_or_why(&ctx.client, &ctx.metrics, &cluster, User::Root).await? {
         Ok(x) => x,
         Err(message) => return Ok(Err(message)),
     };
-    let (observed, _, _) = observe(ctx, ns, &cluster, tls.as_ref(), creds.as_ref()).await?;
+    let (observed, _, _) = observe(ctx, ns, &cluster, &access).await?;
     let sizes: Vec<(String, i64, i64, i64)> = observed
         .iter()
         .filter_map(|m| {

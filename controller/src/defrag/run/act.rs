@@ -13,10 +13,9 @@ use kube::{Api, ResourceExt};
 use super::observe::Member;
 use super::plan::{self, render, MemberObservation, Outcome};
 use super::{reason, write, MEMBER_RPC_TIMEOUT, RECHECK, RETRY_PAUSE, STATUS_TIMEOUT};
-use crate::auth::Credentials;
 use crate::context::Context;
+use crate::etcd::access::Access;
 use crate::etcd::{format_id, Alarm, Etcd, MemberStatus};
-use crate::tls::ClientTls;
 use crate::Error;
 
 /// Write the status after a non-terminal step and look again after `again` (at once for zero).
@@ -93,8 +92,7 @@ pub(super) async fn complete(
     members: &[MemberObservation],
     conns: &[Member],
     alarms: &[(u64, Alarm)],
-    tls: Option<&ClientTls>,
-    creds: Option<&Credentials>,
+    access: &Access,
     now: Timestamp,
 ) -> Result<Requeue, Error> {
     let nospace: Vec<u64> = alarms
@@ -114,14 +112,7 @@ pub(super) async fn complete(
             let Some(url) = conns.first().map(|c| c.url.clone()) else {
                 return Ok(Requeue::requeue(RECHECK));
             };
-            let mut client = Etcd::connect_with_timeout(
-                &[url],
-                tls,
-                creds,
-                ctx.metrics.clone(),
-                MEMBER_RPC_TIMEOUT,
-            )
-            .await?;
+            let mut client = access.dial_with_timeout(&[url], MEMBER_RPC_TIMEOUT).await?;
             for id in &nospace {
                 client.disarm_nospace(*id).await?;
             }
@@ -201,12 +192,10 @@ pub(super) enum Unfinished {
 /// repeated: etcd ignores the caller giving up and runs the defragmentation to its end, so a
 /// second call would queue a second one behind it. The member is waited for instead.
 pub(super) async fn defragment(
-    ctx: &Context,
     client: &mut Etcd,
     limit: Duration,
     url: &str,
-    tls: Option<&ClientTls>,
-    creds: Option<&Credentials>,
+    access: &Access,
 ) -> Result<(MemberStatus, Option<String>), Unfinished> {
     let unanswered = match tokio::time::timeout(limit, client.defragment()).await {
         Ok(Ok(())) => match client.member_status().await {
@@ -217,7 +206,7 @@ pub(super) async fn defragment(
         Err(_) => format!("no answer within {}s", limit.as_secs_f32()),
     };
     tracing::info!(url, why = %unanswered, "the Defragment call ended without an answer; waiting for the member");
-    let after = await_answer(ctx, url, tls, creds).await?;
+    let after = await_answer(url, access).await?;
     Ok((after, Some(unanswered)))
 }
 
@@ -226,23 +215,13 @@ const AWAIT_ANSWER: Duration = Duration::from_secs(60);
 
 /// Wait until the member at `url` serves a read and answers `Status` again: a defragmenting
 /// member holds its backend locked, so a read waits until the defragmentation is over.
-pub(super) async fn await_answer(
-    ctx: &Context,
-    url: &str,
-    tls: Option<&ClientTls>,
-    creds: Option<&Credentials>,
-) -> Result<MemberStatus, Unfinished> {
+pub(super) async fn await_answer(url: &str, access: &Access) -> Result<MemberStatus, Unfinished> {
     let deadline = Instant::now() + AWAIT_ANSWER;
     loop {
         let answer = async {
-            let mut client = Etcd::connect_with_timeout(
-                &[url.to_string()],
-                tls,
-                creds,
-                ctx.metrics.clone(),
-                STATUS_TIMEOUT,
-            )
-            .await?;
+            let mut client = access
+                .dial_with_timeout(&[url.to_string()], STATUS_TIMEOUT)
+                .await?;
             client.serializable_read().await?;
             client.member_status().await
         }

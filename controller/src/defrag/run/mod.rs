@@ -9,7 +9,7 @@ mod act;
 pub(super) mod observe;
 
 use act::{await_answer, complete, defragment, finish, step, Unfinished};
-use observe::{access, observe, url_of};
+use observe::{observe, url_of};
 pub mod plan;
 
 use std::collections::BTreeSet;
@@ -28,7 +28,7 @@ use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Resource, ResourceExt};
 
 use crate::context::Context;
-use crate::etcd::Etcd;
+use crate::etcd::access::{Access, User};
 use crate::Error;
 use plan::{phase, render, Gate, Next, Outcome};
 
@@ -174,15 +174,14 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
         }
     }
 
-    let (tls, creds) = match access(ctx, &ns, &cluster).await? {
+    let access = match Access::load_or_why(&ctx.client, &ctx.metrics, &cluster, User::Root).await? {
         Ok(a) => a,
         Err(why) => {
             let o = wait(reason::CREDENTIALS_NOT_READY, why);
             return step(&api, &defrag, &mut status, &o, now, RECHECK).await;
         }
     };
-    let (members, conns, alarms) =
-        observe(ctx, &ns, &cluster, tls.as_ref(), creds.as_ref()).await?;
+    let (members, conns, alarms) = observe(ctx, &ns, &cluster, &access).await?;
     if let Some(why) = plan::unhealthy(cluster.spec.replicas, &members, &alarms) {
         let o = wait(
             reason::CLUSTER_UNHEALTHY,
@@ -228,8 +227,7 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
                 &members,
                 &conns,
                 &alarms,
-                tls.as_ref(),
-                creds.as_ref(),
+                &access,
                 now,
             )
             .await;
@@ -237,14 +235,9 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
         Some(Next::MoveLeader { from, to, to_id }) => {
             let url = url_of(&members, &conns, &from.name);
             let moved = async {
-                let mut client = Etcd::connect_with_timeout(
-                    std::slice::from_ref(&url),
-                    tls.as_ref(),
-                    creds.as_ref(),
-                    ctx.metrics.clone(),
-                    STATUS_TIMEOUT,
-                )
-                .await?;
+                let mut client = access
+                    .dial_with_timeout(std::slice::from_ref(&url), STATUS_TIMEOUT)
+                    .await?;
                 client.move_leader(to_id).await
             }
             .await;
@@ -342,23 +335,16 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
             let took = Instant::now();
             let limit = ctx.config.defrag_timeout.for_size(before);
             let result = if sent {
-                await_answer(ctx, &url, tls.as_ref(), creds.as_ref())
-                    .await
-                    .map(|after| {
-                        (
-                            after,
-                            Some("its earlier call was not seen to end".to_string()),
-                        )
-                    })
+                await_answer(&url, &access).await.map(|after| {
+                    (
+                        after,
+                        Some("its earlier call was not seen to end".to_string()),
+                    )
+                })
             } else {
-                let mut client = match Etcd::connect_with_timeout(
-                    std::slice::from_ref(&url),
-                    tls.as_ref(),
-                    creds.as_ref(),
-                    ctx.metrics.clone(),
-                    limit.max(STATUS_TIMEOUT),
-                )
-                .await
+                let mut client = match access
+                    .dial_with_timeout(std::slice::from_ref(&url), limit.max(STATUS_TIMEOUT))
+                    .await
                 {
                     Ok(c) => c,
                     // Nothing was sent: the next reconcile tries again.
@@ -391,7 +377,7 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
                 };
                 render(&defrag, &mut status, &o, Timestamp::now());
                 write(&api, &name, &status).await?;
-                defragment(ctx, &mut client, limit, &url, tls.as_ref(), creds.as_ref()).await
+                defragment(&mut client, limit, &url, &access).await
             };
             let judged = result.and_then(|(after, unanswered)| match unanswered {
                 None => Ok((after, why.clone())),

@@ -1,6 +1,5 @@
-//! What a defrag run (and a policy's check) sees of its cluster: the client TLS and root
-//! credentials, each running member's readiness, quota and own `Status`, and the alarms etcd
-//! lists. Reads only; it decides nothing (that is [`super::plan`]'s) and writes nothing.
+//! What a defrag run (and a policy's check) sees of its cluster: each running member's
+//! readiness, quota and own `Status`, and the alarms etcd lists. Reads only; it decides nothing (that is [`super::plan`]'s) and writes nothing.
 
 use api::v1alpha2::{EtcdCluster, EtcdMember};
 use k8s_openapi::api::core::v1::Pod;
@@ -9,35 +8,10 @@ use kube::{Api, ResourceExt};
 
 use super::plan::{self, MemberObservation};
 use super::STATUS_TIMEOUT;
-use crate::auth::{self, Credentials};
 use crate::context::Context;
-use crate::etcd::{Alarm, Etcd};
-use crate::tls::ClientTls;
-use crate::{naming, Error};
-
-/// The cluster's client TLS and root credentials, or why they cannot be used yet.
-pub(crate) async fn access(
-    ctx: &Context,
-    ns: &str,
-    cluster: &EtcdCluster,
-) -> Result<Result<(Option<ClientTls>, Option<Credentials>), String>, Error> {
-    let name = cluster.name_any();
-    let tls = match crate::tls::load(&ctx.client, ns, &name, cluster.spec.tls.as_ref()).await {
-        Ok(tls) => tls,
-        Err(e) if e.is_user_fixable() => return Ok(Err(e.to_string())),
-        Err(e) => return Err(e.into()),
-    };
-    let creds = if auth::wanted(cluster.spec.auth.as_ref()) && auth::latched(cluster) {
-        match auth::load(&ctx.client, ns, cluster.spec.auth.as_ref()).await {
-            Ok(c) => c,
-            Err(e) if e.is_user_fixable() => return Ok(Err(e.to_string())),
-            Err(e) => return Err(e.into()),
-        }
-    } else {
-        None
-    };
-    Ok(Ok((tls, creds)))
-}
+use crate::etcd::access::Access;
+use crate::etcd::Alarm;
+use crate::{topology, Error};
 
 /// A member's client URL with the connection to use for it.
 pub(crate) struct Member {
@@ -50,8 +24,7 @@ pub(crate) async fn observe(
     ctx: &Context,
     ns: &str,
     cluster: &EtcdCluster,
-    tls: Option<&ClientTls>,
-    creds: Option<&Credentials>,
+    access: &Access,
 ) -> Result<(Vec<MemberObservation>, Vec<Member>, Vec<(u64, Alarm)>), Error> {
     let name = cluster.name_any();
     let uid = cluster.uid().unwrap_or_default();
@@ -80,22 +53,12 @@ pub(crate) async fn observe(
                 && crate::controller_uid(*p) == m.uid()
         });
         let ready = pod.is_some_and(|p| crate::pods::pod_view(p).ready);
-        let url = naming::client_url(
-            &member,
-            &naming::member_service(m),
-            ns,
-            cluster.spec.client_tls(),
-        );
+        let url = topology::client_url(m, cluster);
         // A running Pod that is not Ready is asked too: a raised alarm fails etcd's /health.
         let status = if pod.is_some() {
-            match Etcd::connect_with_timeout(
-                std::slice::from_ref(&url),
-                tls,
-                creds,
-                ctx.metrics.clone(),
-                STATUS_TIMEOUT,
-            )
-            .await
+            match access
+                .dial_with_timeout(std::slice::from_ref(&url), STATUS_TIMEOUT)
+                .await
             {
                 Ok(mut client) => {
                     let status = client.member_status().await.map_err(|e| e.to_string());
