@@ -49,7 +49,18 @@ fn relative(p: &Path) -> String {
 /// The pure core: files whose logic takes values and returns values.
 const PURE: &[&str] = &[
     "cluster/plan/mod.rs",
+    "cluster/plan/action.rs",
+    "cluster/plan/bootstrap.rs",
+    "cluster/plan/formed.rs",
+    "cluster/plan/rollout.rs",
     "cluster/plan/tests/mod.rs",
+    "cluster/plan/tests/bootstrap.rs",
+    "cluster/plan/tests/locking.rs",
+    "cluster/plan/tests/holds.rs",
+    "cluster/plan/tests/formed.rs",
+    "cluster/plan/tests/replace.rs",
+    "cluster/plan/tests/rollout.rs",
+    "cluster/plan/tests/ca.rs",
     "cluster/status.rs",
     "cluster/view.rs",
     "cluster/ca_set.rs",
