@@ -62,6 +62,8 @@ const PURE: &[&str] = &[
     "cluster/plan/tests/rollout.rs",
     "cluster/plan/tests/ca.rs",
     "cluster/status.rs",
+    "cluster/auth/decide.rs",
+    "cluster/auth/decide/tests.rs",
     "cluster/view.rs",
     "cluster/ca_set.rs",
     "member/plan.rs",

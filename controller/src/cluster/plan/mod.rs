@@ -64,6 +64,9 @@ pub struct Observed<'a> {
     /// The seed's `restore` init container is running now (downloading and restoring the
     /// snapshot): the source it restores from (`s3://bucket/key`, `pvc://claim/path`).
     pub restoring: Option<String>,
+    /// The seed's `restore` init container failed (the agent's message, or the claim to restore
+    /// from does not exist); gathered only before the cluster has formed.
+    pub restore_failure: Option<String>,
 }
 
 /// Why the operator cannot act on a cluster for root-auth reasons; no membership change is made
@@ -129,8 +132,8 @@ pub struct Facts {
     pub etcd_error: Option<String>,
     /// Fields of the spec this operator version cannot act on yet (see [`unsupported_fields`]).
     pub unsupported: Vec<&'static str>,
-    /// The seed's `restore` init container failed (the agent's message); set by the reconciler
-    /// before the cluster has formed.
+    /// The seed's `restore` init container failed ([`Observed::restore_failure`], before the
+    /// cluster has formed).
     pub restore_failure: Option<String>,
     /// The seed is restoring from this source now ([`Observed::restoring`], before the cluster
     /// has formed).
@@ -513,6 +516,9 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         deadline = Some(o.now + deadline_in);
     }
     facts.restoring = restoring;
+    if !formed {
+        facts.restore_failure = o.restore_failure.clone();
+    }
     let is_reached = reached(&observed, &o.members, &o.etcd, formed);
     // The deadline bounds an attempt to reach a target the user asked for; once reached it is
     // cleared. A later divergence (a member lost or hung) is repaired without a deadline and

@@ -114,6 +114,7 @@ fn a_restore_running_past_the_deadline_is_not_a_failed_bootstrap() {
             leader: None,
             image_repository: None,
             restoring: restoring.map(str::to_string),
+            restore_failure: None,
             ca_trust: None,
         })
     };

@@ -140,6 +140,7 @@ fn observed(c: &EtcdCluster, members: Vec<MemberView>, etcd: EtcdView) -> Observ
         leader: None,
         image_repository: None,
         restoring: None,
+        restore_failure: None,
         ca_trust: None,
     }
 }
@@ -204,6 +205,7 @@ fn plan_trust(
         leader: Some(leader),
         image_repository: None,
         restoring: None,
+        restore_failure: None,
         ca_trust: None,
     })
 }

@@ -26,6 +26,7 @@ fn version_edit_rolls_the_members_one_at_a_time_the_leader_last() {
         leader: Some(leader),
         image_repository: None,
         restoring: None,
+        restore_failure: None,
         ca_trust: None,
     };
     let p = plan(&observed(members.clone(), 1));
@@ -360,6 +361,7 @@ fn a_paused_rollout_restarts_no_further_member_until_resumed() {
             leader: Some(1),
             image_repository: None,
             restoring: None,
+            restore_failure: None,
             ca_trust: None,
         })
     };
@@ -425,6 +427,7 @@ fn repository_run(
         leader: Some(leader),
         image_repository: Some(want.into()),
         restoring: None,
+        restore_failure: None,
         ca_trust: None,
     })
 }
@@ -524,6 +527,7 @@ fn a_new_image_repository_rolls_followers_one_at_a_time_and_the_leader_last() {
         leader: Some(1),
         image_repository: Some("new".into()),
         restoring: None,
+        restore_failure: None,
         ca_trust: None,
     });
     assert!(
@@ -584,6 +588,7 @@ fn memory_rollout_run(names: &[&str], cause: RolloutCause) -> (EtcdCluster, Plan
             _ => "old".into(),
         }),
         restoring: None,
+        restore_failure: None,
         ca_trust: None,
     });
     (c, p)
@@ -661,6 +666,7 @@ fn a_refused_memory_rollout_runs_no_deadline_and_a_scale_to_three_is_taken_at_on
         leader: Some(1),
         image_repository: None,
         restoring: None,
+        restore_failure: None,
         ca_trust: None,
     };
     let p = plan(&observed(vec![a.clone()], etcd(vec![e(1, "c-a", false)])));
