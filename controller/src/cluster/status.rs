@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::plan::{Action, Facts, Phase, Plan};
+use super::plan::{Action, Facts, Hold, Phase, Plan};
 use crate::conditions::set_condition;
 
 pub fn cluster_token(cluster: &EtcdCluster) -> String {
@@ -21,7 +21,6 @@ pub fn cluster_token(cluster: &EtcdCluster) -> String {
     )
 }
 
-/// The status to write after `plan` (and its action, when it latched the cluster ID).
 /// The message of `CertManagerNotInstalled` (Available and Progressing).
 const CERT_MANAGER_MISSING: &str = "spec.tls asks for cert-manager Certificates but the \
     cert-manager.io/v1 API (kind Certificate) is not installed, so nothing is created; install \
@@ -75,6 +74,34 @@ fn memory_rollout_unsafe(cluster: &EtcdCluster, facts: &Facts, member: &str) -> 
     )
 }
 
+/// The message of `SpecNotSupported`: the fields, and the way out.
+fn unsupported_message(fields: &[&str]) -> String {
+    format!(
+        "this operator version does not implement {} yet, so the cluster is not bootstrapped; \
+         these fields cannot change after create: delete the EtcdCluster and recreate it without them",
+        fields.join(", ")
+    )
+}
+
+/// The message of `ClusterIDMismatch` (Available and Degraded).
+fn id_mismatch_message(latched: &str, answered: &str) -> String {
+    format!(
+        "etcd answers with cluster ID {answered}, but this EtcdCluster formed cluster {latched}: \
+         its members reach another cluster; the operator changes nothing until the members \
+         serve cluster {latched} again (check the member Pods' data volumes and DNS)"
+    )
+}
+
+/// A TLS Secret cert-manager has not issued yet is a wait; any other problem is not ready.
+fn tls_reason(waiting_for_certificate: bool) -> &'static str {
+    if waiting_for_certificate {
+        reason::WAITING_FOR_CERTIFICATE
+    } else {
+        reason::TLS_SECRET_NOT_READY
+    }
+}
+
+/// The status to write after `plan` (and its action, when it latched the cluster ID).
 pub fn render(
     cluster: &EtcdCluster,
     plan: &Plan,
@@ -125,13 +152,10 @@ pub fn render(
                 .join(", ")
         )
     });
-    let id_mismatch = facts.cluster_id_mismatch.as_ref().map(|(latched, answered)| {
-        format!(
-            "etcd answers with cluster ID {answered}, but this EtcdCluster formed cluster {latched}: \
-             its members reach another cluster; the operator changes nothing until the members \
-             serve cluster {latched} again (check the member Pods' data volumes and DNS)"
-        )
-    });
+    let id_mismatch = facts
+        .cluster_id_mismatch
+        .as_ref()
+        .map(|(latched, answered)| id_mismatch_message(latched, answered));
 
     // A member whose Pod cannot be scheduled is not replaced unless its data is gone for good
     // (self-healing in concepts.md): the scheduler's own words say what to fix.
@@ -147,35 +171,21 @@ pub fn render(
         })
         .unwrap_or_default();
 
-    let unsupported = (!facts.unsupported.is_empty()).then(|| {
-        format!(
-            "this operator version does not implement {} yet, so the cluster is not bootstrapped; \
-             these fields cannot change after create: delete the EtcdCluster and recreate it without them",
-            facts.unsupported.join(", ")
-        )
-    });
-
-    let tls_reason = if facts.waiting_for_certificate {
-        reason::WAITING_FOR_CERTIFICATE
-    } else {
-        reason::TLS_SECRET_NOT_READY
-    };
-
-    // Available
-    match plan.phase {
-        _ if unsupported.is_some() => set(
+    // Available: a hold first, in its one precedence (see Hold::first).
+    match &plan.hold {
+        Some(Hold::Unsupported(fields)) => set(
             ctype::AVAILABLE,
             false,
             reason::SPEC_NOT_SUPPORTED,
-            unsupported.clone().unwrap_or_default(),
+            unsupported_message(fields),
         ),
-        Phase::BootstrapFailed => set(
+        Some(Hold::BootstrapFailed) => set(
             ctype::AVAILABLE,
             false,
             reason::BOOTSTRAP_FAILED,
             "the cluster did not form before the progress deadline; delete the EtcdCluster, wait until its EtcdMembers and PVCs are gone, then recreate it".into(),
         ),
-        Phase::DeadlineExceeded => set(
+        Some(Hold::DeadlineExceeded) => set(
             ctype::AVAILABLE,
             false,
             reason::DEADLINE_EXCEEDED,
@@ -184,28 +194,27 @@ pub fn render(
                 plan.observed.replicas, plan.observed.version
             ),
         ),
-        _ if facts.cert_manager_missing => set(
+        Some(Hold::CertManagerMissing) => set(
             ctype::AVAILABLE,
             false,
             reason::CERT_MANAGER_NOT_INSTALLED,
             CERT_MANAGER_MISSING.into(),
         ),
-        _ if facts.tls_secret_problem.is_some() => set(
+        Some(Hold::TlsSecret {
+            problem,
+            waiting_for_certificate,
+        }) => set(
             ctype::AVAILABLE,
             false,
-            tls_reason,
-            facts.tls_secret_problem.clone().unwrap_or_default(),
+            tls_reason(*waiting_for_certificate),
+            problem.clone(),
         ),
-        _ if facts.auth_problem.is_some() => {
-            if let Some(p) = &facts.auth_problem {
-                set(ctype::AVAILABLE, false, p.reason, p.message.clone());
-            }
-        }
-        _ if id_mismatch.is_some() => set(
+        Some(Hold::Auth(p)) => set(ctype::AVAILABLE, false, p.reason, p.message.clone()),
+        Some(Hold::ClusterIdMismatch { latched, answered }) => set(
             ctype::AVAILABLE,
             false,
             reason::CLUSTER_ID_MISMATCH,
-            id_mismatch.clone().unwrap_or_default(),
+            id_mismatch_message(latched, answered),
         ),
         _ if paused => set(ctype::AVAILABLE, false, reason::PAUSED, paused_message.clone()),
         _ if matches!(plan.action, Action::LatchClusterId { .. }) => set(
@@ -258,37 +267,44 @@ pub fn render(
         ),
     }
 
-    // Progressing
-    match plan.phase {
-        _ if unsupported.is_some() => set(
+    // Progressing: the holds that stop progress; root auth and a cluster ID mismatch show in
+    // Available and Degraded, and progress reads as it would without them.
+    match (&plan.hold, plan.phase) {
+        (Some(Hold::Unsupported(fields)), _) => set(
             ctype::PROGRESSING,
             false,
             reason::SPEC_NOT_SUPPORTED,
-            unsupported.clone().unwrap_or_default(),
+            unsupported_message(fields),
         ),
-        Phase::BootstrapFailed => set(
+        (Some(Hold::BootstrapFailed), _) => set(
             ctype::PROGRESSING,
             false,
             reason::BOOTSTRAP_FAILED,
             "bootstrap gave up at the progress deadline".into(),
         ),
-        Phase::DeadlineExceeded => set(
+        (Some(Hold::DeadlineExceeded), _) => set(
             ctype::PROGRESSING,
             false,
             reason::DEADLINE_EXCEEDED,
             "gave up at the progress deadline; waiting for a spec edit".into(),
         ),
-        _ if facts.cert_manager_missing => set(
+        (Some(Hold::CertManagerMissing), _) => set(
             ctype::PROGRESSING,
             false,
             reason::CERT_MANAGER_NOT_INSTALLED,
             CERT_MANAGER_MISSING.into(),
         ),
-        _ if facts.tls_secret_problem.is_some() => set(
+        (
+            Some(Hold::TlsSecret {
+                problem,
+                waiting_for_certificate,
+            }),
+            _,
+        ) => set(
             ctype::PROGRESSING,
             true,
-            tls_reason,
-            facts.tls_secret_problem.clone().unwrap_or_default(),
+            tls_reason(*waiting_for_certificate),
+            problem.clone(),
         ),
         _ if facts.memory_rollout_unsafe.is_some() => set(
             ctype::PROGRESSING,
@@ -306,7 +322,7 @@ pub fn render(
             reason::UNSAFE_CA_CHANGE,
             facts.unsafe_ca_change.clone().unwrap_or_default(),
         ),
-        Phase::Reconciled | Phase::Progressing
+        (_, Phase::Reconciled | Phase::Progressing)
             if target > 0 && plan.progress_deadline.is_none() && facts.trust_rollout.is_some() =>
         {
             let (done, total) = facts.trust_rollout.unwrap_or_default();
@@ -330,7 +346,7 @@ pub fn render(
                 ),
             )
         }
-        Phase::Reconciled | Phase::Progressing
+        (_, Phase::Reconciled | Phase::Progressing)
             if target > 0 && plan.progress_deadline.is_none() && facts.image_rollout.is_some() =>
         {
             let (done, total) = facts.image_rollout.unwrap_or_default();
@@ -353,13 +369,13 @@ pub fn render(
                 ),
             )
         }
-        Phase::Reconciled if target == 0 => set(
+        (_, Phase::Reconciled) if target == 0 => set(
             ctype::PROGRESSING,
             false,
             reason::PAUSED,
             paused_message.clone(),
         ),
-        Phase::Reconciled => set(
+        (_, Phase::Reconciled) => set(
             ctype::PROGRESSING,
             false,
             reason::RECONCILED,
@@ -368,25 +384,25 @@ pub fn render(
                 target, plan.observed.version
             ),
         ),
-        Phase::Progressing if !formed && facts.restore_failure.is_some() => set(
+        (_, Phase::Progressing) if !formed && facts.restore_failure.is_some() => set(
             ctype::PROGRESSING,
             true,
             reason::RESTORE_FAILED,
             restore_failed(facts),
         ),
-        Phase::Progressing if !formed && facts.restoring.is_some() => set(
+        (_, Phase::Progressing) if !formed && facts.restoring.is_some() => set(
             ctype::PROGRESSING,
             true,
             reason::RESTORING,
             restoring(facts),
         ),
-        Phase::Progressing if facts.seed_without_pod => set(
+        (_, Phase::Progressing) if facts.seed_without_pod => set(
             ctype::PROGRESSING,
             true,
             reason::WAITING_FOR_SEED,
             "the seed EtcdMember exists; waiting for its Pod".into(),
         ),
-        Phase::Progressing => {
+        (_, Phase::Progressing) => {
             // Keep the reason the target was locked with. WaitingForSeed only ever interrupts
             // a bootstrap, which works towards the initial snapshot: it is not a spec change.
             let previous = old
@@ -435,6 +451,8 @@ pub fn render(
                 format!("{message}{unschedulable_note}"),
             )
         }
+        // A deadline phase always comes with its hold, handled above.
+        (_, Phase::BootstrapFailed | Phase::DeadlineExceeded) => {}
     }
 
     // Degraded (meaningful once the cluster has formed, or when paused)
@@ -525,6 +543,7 @@ mod tests {
             locked_because: None,
             phase,
             action,
+            hold: Hold::first(&facts, phase),
             facts,
         }
     }

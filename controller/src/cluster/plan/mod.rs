@@ -23,12 +23,14 @@ pub use crate::etcd::{EtcdMemberInfo, EtcdView};
 mod action;
 mod bootstrap;
 mod formed;
+mod hold;
 mod rollout;
 
 pub use action::{Action, DeleteReason, Ghost};
 use bootstrap::plan_bootstrap;
 use formed::plan_formed;
 pub use formed::{scale_down_victim, CRASH_LOOP_RECENT, CRASH_LOOP_RESTARTS};
+pub use hold::Hold;
 pub use rollout::memory_rollout_unsafe;
 use rollout::{image_rollout, plan_rollout, runs_template, template_rollout, trust_rollout};
 
@@ -98,6 +100,9 @@ pub struct Plan {
     pub locked_because: Option<&'static str>,
     pub phase: Phase,
     pub action: Action,
+    /// What holds every membership change, if anything does ([`Hold::first`]): `action` then
+    /// waits, and the status says why.
+    pub hold: Option<Hold>,
     pub facts: Facts,
 }
 
@@ -536,55 +541,28 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     }
     let expired = !is_reached && deadline.is_some_and(|d| d <= o.now);
 
+    if !formed {
+        facts.unsupported = unsupported_fields(&cluster.spec);
+    }
+    // An unsupported spec is held before the deadline is looked at: it never runs out.
+    let phase = match (is_reached, expired && facts.unsupported.is_empty(), formed) {
+        (true, _, _) => Phase::Reconciled,
+        (false, true, true) => Phase::DeadlineExceeded,
+        (false, true, false) => Phase::BootstrapFailed,
+        (false, false, _) => Phase::Progressing,
+    };
+    let hold = Hold::first(&facts, phase);
     let mut out = Plan {
         observed: observed.clone(),
         progress_deadline: deadline,
         locked_because,
-        phase: if is_reached {
-            Phase::Reconciled
-        } else {
-            Phase::Progressing
-        },
+        phase,
         action: Action::None,
+        hold,
         facts,
     };
-    if !formed {
-        out.facts.unsupported = unsupported_fields(&cluster.spec);
-        if !out.facts.unsupported.is_empty() {
-            out.action = Action::Wait(format!(
-                "not bootstrapping: this operator version does not implement {} yet",
-                out.facts.unsupported.join(", ")
-            ));
-            return out;
-        }
-    }
-    if expired {
-        out.phase = if formed {
-            Phase::DeadlineExceeded
-        } else {
-            Phase::BootstrapFailed
-        };
-        out.action = Action::Wait("the progress deadline passed; edit the spec to retry".into());
-        return out;
-    }
-    if o.cert_manager_missing {
-        out.action = Action::Wait("cert-manager is not installed".into());
-        return out;
-    }
-    if let Some(problem) = &o.tls_secret_problem {
-        out.action = Action::Wait(format!("waiting for a usable TLS Secret: {problem}"));
-        return out;
-    }
-    if let Some(problem) = &o.auth_problem {
-        out.action = Action::Wait(format!("{}: {}", problem.reason, problem.message));
-        return out;
-    }
-    if let Some((latched, answered)) = &out.facts.cluster_id_mismatch {
-        // Whatever answers is not the cluster this EtcdCluster formed: changing its membership
-        // could only do harm.
-        out.action = Action::Wait(format!(
-            "etcd answers with cluster ID {answered}, not the latched {latched}; no membership change is made"
-        ));
+    if let Some(hold) = &out.hold {
+        out.action = Action::Wait(hold.wait_message());
         return out;
     }
 

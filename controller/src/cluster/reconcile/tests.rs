@@ -16,6 +16,7 @@ fn plan_at(phase: Phase, formed: bool, deadline: Option<Timestamp>) -> Plan {
         locked_because: None,
         phase,
         action: Action::None,
+        hold: None,
         facts: plan::Facts {
             formed,
             ..Default::default()
