@@ -7,23 +7,29 @@
 use std::time::Duration;
 
 use api::labels;
-use api::v1alpha2::{EtcdCluster, EtcdMember, EtcdMemberSpec, MemberTls, ObservedSpec};
+use api::v1alpha2::{EtcdCluster, EtcdMember};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::children;
 use super::observe::Seen;
-use super::plan::{self, Action, DataHome, DeleteReason, EtcdView, MemberView, Plan};
-use super::status;
+use super::plan::{self, Action, DataHome, DeleteReason, EtcdView, MemberView, Plan, Revision};
 use crate::builders::pod::{INITIAL_CLUSTER_STATE_ANNOTATION, STATE_EXISTING};
 use crate::context::Context;
 use crate::etcd::{format_id, Etcd};
 use crate::naming;
 use crate::Error;
+
+mod create;
+mod record;
+
+#[cfg(test)]
+pub(super) use create::member_tls;
+use create::{create_member, set_initial_cluster};
+use record::record;
 
 /// What the step left for the rest of the reconcile.
 pub(super) enum Acted {
@@ -290,52 +296,17 @@ pub(super) async fn act(
             .await;
             requeue = Some(Requeue::requeue(Duration::from_millis(200)));
         }
-        Action::RecordTrustBundle {
+        Action::Record {
             member,
-            trust_bundle,
+            revision,
+            value,
         } => {
-            // The CA set goes with the fingerprint; a fingerprint recorded as unknown (a Pod
-            // that may run an older bundle) has an unknown set too.
-            let cas = if trust_bundle == crate::cluster::ca_set::UNKNOWN {
-                Some(crate::cluster::ca_set::UNKNOWN)
-            } else {
-                seen.tls.trusted_cas.as_deref()
-            };
-            let mut annotations = vec![(labels::TRUST_BUNDLE_ANNOTATION, trust_bundle.as_str())];
-            annotations.extend(cas.map(|c| (labels::TRUSTED_CAS_ANNOTATION, c)));
-            record_on_pod_then_member(
-                &pods_api,
-                &members_api,
-                seen.members.pods.contains_key(member),
-                member,
-                &annotations,
-            )
-            .await?;
-            tracing::info!(cluster = %name, member = %member, trust_bundle = %trust_bundle, "recorded the CA bundle a member runs with");
-            requeue = Some(Requeue::requeue(Duration::from_millis(200)));
-        }
-        Action::RecordImageRepository { member, repository } => {
-            let annotation = (labels::IMAGE_REPOSITORY_ANNOTATION, repository.as_str());
-            record_on_pod_then_member(
-                &pods_api,
-                &members_api,
-                seen.members.pods.contains_key(member),
-                member,
-                &[annotation],
-            )
-            .await?;
-            tracing::info!(cluster = %name, member = %member, repository = %repository, "recorded the etcd image repository a member runs");
-            requeue = Some(Requeue::requeue(Duration::from_millis(200)));
-        }
-        Action::RecordTemplateHash {
-            member,
-            template_hash,
-        } => {
-            let patch = json!({"metadata": {"annotations": {labels::TEMPLATE_HASH_ANNOTATION: template_hash}}});
-            pods_api
-                .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
-            tracing::info!(cluster = %name, member = %member, template_hash = %template_hash, "recorded the template a member's Pod runs");
+            record(&pods_api, &members_api, seen, member, *revision, value).await?;
+            tracing::info!(cluster = %name, member = %member, value = %value, "{}", match revision {
+                Revision::TrustBundle => "recorded the CA bundle a member runs with",
+                Revision::ImageRepository => "recorded the etcd image repository a member runs",
+                Revision::Template => "recorded the template a member's Pod runs",
+            });
             requeue = Some(Requeue::requeue(Duration::from_millis(200)));
         }
         Action::RollMember {
@@ -387,14 +358,14 @@ pub(super) async fn act(
                 parts.push(format!("the etcd image repository {repository}"));
             }
             let what = parts.join(" and ");
-            let (done, total) = if *template {
-                plan.facts.template_rollout
+            let counted = if *template {
+                Revision::Template
             } else if trust_bundle.is_some() {
-                plan.facts.trust_rollout
+                Revision::TrustBundle
             } else {
-                plan.facts.image_rollout
-            }
-            .unwrap_or_default();
+                Revision::ImageRepository
+            };
+            let (done, total) = plan.facts.rollout(counted).unwrap_or_default();
             tracing::info!(cluster = %name, member = %member, done, total, "restarting member for {what}");
             ctx.event(
                 cluster,
@@ -486,98 +457,6 @@ fn replaced_note(member: &str, views: &[MemberView], ctx: &Context) -> String {
     )
 }
 
-/// Record what a member's running Pod already runs with (an annotation) on the Pod, then on the
-/// member. The Pod first: a crash in between leaves a member without a record, which records
-/// again; the other order would leave a Pod the member controller restarts.
-async fn record_on_pod_then_member(
-    pods_api: &Api<Pod>,
-    members_api: &Api<EtcdMember>,
-    has_pod: bool,
-    member: &str,
-    annotations: &[(&str, &str)],
-) -> Result<(), Error> {
-    let annotations: serde_json::Map<String, serde_json::Value> = annotations
-        .iter()
-        .map(|(k, v)| (k.to_string(), json!(v)))
-        .collect();
-    let patch = json!({"metadata": {"annotations": annotations}});
-    if has_pod {
-        pods_api
-            .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-    }
-    members_api
-        .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
-}
-
-/// Create the next EtcdMember from the locked target (`status.observed`), never from the live
-/// spec: an edit made while this target is in flight waits for the next target.
-async fn create_member(
-    cluster: &EtcdCluster,
-    ctx: &Context,
-    target: &ObservedSpec,
-    seed: bool,
-    trust_bundle: Option<&str>,
-    trusted_cas: Option<&str>,
-) -> Result<EtcdMember, Error> {
-    let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
-    let name = cluster.name_any();
-    let owner = cluster.controller_owner_ref(&()).ok_or(Error::NoUid)?;
-    let token = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.cluster_token.clone())
-        .unwrap_or_else(|| status::cluster_token(cluster));
-    let member = EtcdMember {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{name}-")),
-            namespace: Some(ns.clone()),
-            labels: Some(labels::merge_user_metadata(
-                labels::cluster_labels(&name),
-                target.additional_metadata.as_ref().map(|m| &m.labels),
-            )),
-            annotations: Some(labels::merge_user_metadata(
-                trust_bundle
-                    .map(|t| (labels::TRUST_BUNDLE_ANNOTATION.to_string(), t.to_string()))
-                    .into_iter()
-                    .chain(
-                        trusted_cas
-                            .map(|c| (labels::TRUSTED_CAS_ANNOTATION.to_string(), c.to_string())),
-                    )
-                    .chain([(
-                        labels::IMAGE_REPOSITORY_ANNOTATION.to_string(),
-                        ctx.config.etcd_image_repository.clone(),
-                    )])
-                    .collect(),
-                target.additional_metadata.as_ref().map(|m| &m.annotations),
-            ))
-            .filter(|a| !a.is_empty()),
-            owner_references: Some(vec![owner]),
-            finalizers: Some(vec![labels::MEMBER_CLEANUP_FINALIZER.to_string()]),
-            ..Default::default()
-        },
-        spec: EtcdMemberSpec {
-            // Only the seed of a cluster that has never bootstrapped restores (seeds are
-            // created only then); later members join the live cluster.
-            restore: seed
-                .then(|| cluster.spec.bootstrap.as_ref()?.restore.clone())
-                .flatten(),
-            ..plan::member_spec(&name, target, token, seed, member_tls(cluster))
-        },
-        status: None,
-    };
-    let api: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
-    let created = api.create(&PostParams::default(), &member).await?;
-    // The component label needs the generated name.
-    let member_name = created.name_any();
-    let patch = json!({"metadata": {"labels": {labels::APP_COMPONENT: member_name}}});
-    api.patch(&member_name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(created)
-}
-
 /// A member runs peer auto-TLS but the cluster's [`labels::PEER_AUTO_TLS_ANNOTATION`] is gone
 /// (removed by hand): without it every peer URL would be computed as `http://`, which etcd does
 /// not list, and new members could not join.
@@ -615,29 +494,4 @@ pub(super) async fn restore_peer_auto_tls(
     )
     .await;
     Ok(Requeue::requeue(Duration::from_millis(200)))
-}
-
-/// The member view of the cluster's TLS; on a peer auto-TLS cluster (adopted from the aenix
-/// operator) every new member runs `--peer-auto-tls` too, as etcd cannot mix TLS and plaintext
-/// peers.
-pub(super) fn member_tls(cluster: &EtcdCluster) -> Option<MemberTls> {
-    let tls = MemberTls::from_cluster(&cluster.name_any(), cluster.spec.tls.as_ref());
-    if !cluster.peer_auto_tls() {
-        return tls;
-    }
-    Some(MemberTls {
-        peer_auto_tls: true,
-        ..tls.unwrap_or_default()
-    })
-}
-
-async fn set_initial_cluster(
-    api: &Api<EtcdMember>,
-    member: &str,
-    initial_cluster: &str,
-) -> Result<(), Error> {
-    let patch = json!({"spec": {"initialCluster": initial_cluster}});
-    api.patch(member, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
 }

@@ -1,6 +1,8 @@
 //! The step a plan chooses ([`Action`]) and why a member is deleted ([`DeleteReason`]). Types
 //! only: deciding is for the planner, performing for the reconciler's `act`.
 
+use super::Revision;
+
 /// An etcd member that no EtcdMember of this cluster describes (matched by peer URL): left
 /// behind by a finalizer removed by hand, or added to etcd by someone else.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,24 +49,16 @@ pub enum Action {
     },
     /// `MemberRemove` of an etcd member no EtcdMember describes.
     RemoveGhost(Ghost),
-    /// Record the current trust bundle on a member (and its Pod) that never recorded one: it
-    /// was created before the operator tracked them, and is taken to run the current one.
-    RecordTrustBundle {
+    /// Record what a member (and its Pod) runs where nothing was recorded: the current trust
+    /// bundle or image repository on a member created before the operator tracked them (or
+    /// adopted), taken to run the current one (a trust bundle recorded as
+    /// [`crate::cluster::ca_set::UNKNOWN`] when it may run an older one); the template hash
+    /// of its member on a Pod created by an older operator version (or adopted), taken to run
+    /// that template. Nothing is restarted for lack of a record.
+    Record {
         member: String,
-        trust_bundle: String,
-    },
-    /// Record the operator's etcd image repository on a member (and its Pod) that never recorded
-    /// one: it was created before the operator tracked it (or adopted), and is taken to run it.
-    RecordImageRepository {
-        member: String,
-        repository: String,
-    },
-    /// Record on a member's Pod the template hash of its member (a Pod created by an older
-    /// operator version, or adopted): it runs that template, and is not restarted for lack of a
-    /// record.
-    RecordTemplateHash {
-        member: String,
-        template_hash: String,
+        revision: Revision,
+        value: String,
     },
     /// Give the member the current trust bundle and the locked target's template: the member
     /// controller restarts its Pod, which then runs them (a PVC member keeps its data and member

@@ -24,6 +24,7 @@ mod action;
 mod bootstrap;
 mod formed;
 mod hold;
+mod revision;
 mod rollout;
 
 pub use action::{Action, DeleteReason, Ghost};
@@ -31,8 +32,9 @@ use bootstrap::plan_bootstrap;
 use formed::plan_formed;
 pub use formed::{scale_down_victim, CRASH_LOOP_RECENT, CRASH_LOOP_RESTARTS};
 pub use hold::Hold;
+pub use revision::{Revision, Wanted};
 pub use rollout::memory_rollout_unsafe;
-use rollout::{image_rollout, plan_rollout, runs_template, template_rollout, trust_rollout};
+use rollout::plan_rollout;
 
 #[derive(Clone, Debug)]
 pub struct Observed<'a> {
@@ -162,6 +164,17 @@ pub struct Facts {
     /// those they loaded): no member is restarted for the new CA bundles. The message names the
     /// Secret and the safe procedure ([`super::ca_set::unsafe_change`]).
     pub unsafe_ca_change: Option<String>,
+}
+
+impl Facts {
+    /// How far the rollout of `revision` is: `(done, total)` while members run another one.
+    pub fn rollout(&self, revision: Revision) -> Option<(i32, i32)> {
+        match revision {
+            Revision::TrustBundle => self.trust_rollout,
+            Revision::ImageRepository => self.image_rollout,
+            Revision::Template => self.template_rollout,
+        }
+    }
 }
 
 /// Parts of the v1alpha2 API that this operator version accepts (they are valid, and
@@ -306,7 +319,7 @@ fn reached(target: &ObservedSpec, members: &[MemberView], etcd: &EtcdView, forme
         && live
             .iter()
             .all(|m| !m.dormant && !m.pending && m.pod.as_ref().is_some_and(|p| p.ready))
-        && live.iter().all(|m| runs_template(m, &template))
+        && live.iter().all(|m| Revision::Template.runs(m, &template))
 }
 
 /// Which etcd member (if any) is this CR, matched by peer URL (a learner has no name yet).
@@ -479,9 +492,13 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         .iter()
         .find(|m| m.dormant && !m.memory)
         .map(|m| api::labels::pvc_name(&m.name));
-    facts.trust_rollout = trust_rollout(o.trust_bundle.as_deref(), &live_members);
-    facts.template_rollout = template_rollout(&observed, &live_members);
-    facts.image_rollout = image_rollout(o.image_repository.as_deref(), &live_members);
+    let target_template = crate::template::target_hash(&observed);
+    facts.trust_rollout = Revision::TrustBundle.progress(o.trust_bundle.as_deref(), &live_members);
+    facts.template_rollout = (observed.replicas > 0)
+        .then(|| Revision::Template.progress(Some(&target_template), &live_members))
+        .flatten();
+    facts.image_rollout =
+        Revision::ImageRepository.progress(o.image_repository.as_deref(), &live_members);
     facts.rollout_paused = (facts.trust_rollout.is_some()
         || facts.template_rollout.is_some()
         || facts.image_rollout.is_some())

@@ -4,99 +4,12 @@
 
 use super::*;
 
-/// `m`'s Pod started with another trust bundle than `want`. A member without a Pod (a new one, or
-/// one whose Pod is being created again) starts with the bundle its member records.
-pub(super) fn pod_stale(m: &MemberView, want: &str) -> bool {
-    m.pod
-        .as_ref()
-        .is_some_and(|p| p.trust_bundle.as_deref() != Some(want))
-}
-
-/// Whether `m` runs (or will start with) the trust bundle `want`.
-pub(super) fn runs_trust_bundle(m: &MemberView, want: &str) -> bool {
-    m.trust_bundle.as_deref() == Some(want) && !pod_stale(m, want)
-}
-
-/// `m`'s Pod records another template than its member's (a Pod without a record runs its
-/// member's: see [`Action::RecordTemplateHash`]).
-pub(super) fn pod_behind_template(m: &MemberView) -> bool {
-    m.pod
-        .as_ref()
-        .and_then(|p| p.template_hash.as_ref())
-        .is_some_and(|h| *h != m.template_hash)
-}
-
-/// Whether `m` runs (or will start with) the template whose hash is `want`.
-pub(super) fn runs_template(m: &MemberView, want: &str) -> bool {
-    m.template_hash == want && !pod_behind_template(m)
-}
-
 /// `m` has a Pod and etcd does not run in it: the Pod cannot be scheduled, or the etcd container
 /// waits in `CrashLoopBackOff`.
 pub(super) fn pod_not_running(m: &MemberView) -> bool {
     m.pod
         .as_ref()
         .is_some_and(|p| !p.ready && (p.unschedulable.is_some() || p.crash_loop_backoff))
-}
-
-/// `(members running the current trust bundle, members)` while some do not; members that never
-/// recorded one are taken to run it (see [`Action::RecordTrustBundle`]).
-pub(super) fn trust_rollout(want: Option<&str>, live: &[&MemberView]) -> Option<(i32, i32)> {
-    let want = want?;
-    let done = live
-        .iter()
-        .filter(|m| m.trust_bundle.is_none() || runs_trust_bundle(m, want))
-        .count() as i32;
-    let total = live.len() as i32;
-    (done < total).then_some((done, total))
-}
-
-/// `m`'s Pod records another image repository than its member's (a Pod without a record runs
-/// its member's).
-pub(super) fn pod_behind_repository(m: &MemberView) -> bool {
-    m.pod
-        .as_ref()
-        .and_then(|p| p.image_repository.as_ref())
-        .is_some_and(|r| Some(r) != m.image_repository.as_ref())
-}
-
-/// `(members running the image repository `want`, members)` while some do not; members that
-/// never recorded one are taken to run it (see [`Action::RecordImageRepository`]).
-pub(super) fn image_rollout(want: Option<&str>, live: &[&MemberView]) -> Option<(i32, i32)> {
-    let want = want?;
-    let done = live
-        .iter()
-        .filter(|m| {
-            m.image_repository.is_none()
-                || (m.image_repository.as_deref() == Some(want) && !pod_behind_repository(m))
-        })
-        .count() as i32;
-    let total = live.len() as i32;
-    (done < total).then_some((done, total))
-}
-
-/// `(members running the target's template, members)` while some do not.
-pub(super) fn template_rollout(target: &ObservedSpec, live: &[&MemberView]) -> Option<(i32, i32)> {
-    if target.replicas == 0 {
-        return None;
-    }
-    let want = crate::template::target_hash(target);
-    let done = live.iter().filter(|m| runs_template(m, &want)).count() as i32;
-    let total = live.len() as i32;
-    (done < total).then_some((done, total))
-}
-
-/// Whether `m` is told to run the target's template, the trust bundle `trust` and the image
-/// repository `repository` (its Pod may still run the old ones).
-pub(super) fn told(
-    m: &MemberView,
-    template: &str,
-    trust: Option<&str>,
-    repository: Option<&str>,
-) -> bool {
-    m.template_hash == template
-        && trust.is_none_or(|t| m.trust_bundle.as_deref() == Some(t))
-        && repository.is_none_or(|r| m.image_repository.as_deref() == Some(r))
 }
 
 /// The Memory member a rollout would replace (a Memory member cannot restart with its data, so
@@ -115,12 +28,19 @@ pub fn memory_rollout_unsafe(
         return None;
     }
     let template = crate::template::target_hash(target);
-    let trust = o.trust_bundle.as_deref();
-    let repository = o.image_repository.as_deref();
     let stale = |m: &MemberView| {
-        let trust = trust.filter(|_| m.trust_bundle.is_some());
-        let repository = repository.filter(|_| m.image_repository.is_some());
-        !told(m, &template, trust, repository)
+        let wanted = Wanted {
+            template: &template,
+            trust_bundle: o
+                .trust_bundle
+                .as_deref()
+                .filter(|_| m.trust_bundle.is_some()),
+            image_repository: o
+                .image_repository
+                .as_deref()
+                .filter(|_| m.image_repository.is_some()),
+        };
+        !wanted.told(m)
     };
     let other_voter = |m: &MemberView| match o.etcd.members() {
         Some(members) => {
@@ -173,18 +93,20 @@ pub(super) fn plan_rollout(
             } else {
                 want
             };
-            return Some(Action::RecordTrustBundle {
+            return Some(Action::Record {
                 member: m.name.clone(),
-                trust_bundle: trust_bundle.to_string(),
+                revision: Revision::TrustBundle,
+                value: trust_bundle.to_string(),
             });
         }
     }
     let repository = o.image_repository.as_deref();
     if let Some(want) = repository {
         if let Some(m) = live.iter().find(|m| m.image_repository.is_none()) {
-            return Some(Action::RecordImageRepository {
+            return Some(Action::Record {
                 member: m.name.clone(),
-                repository: want.to_string(),
+                revision: Revision::ImageRepository,
+                value: want.to_string(),
             });
         }
     }
@@ -192,16 +114,22 @@ pub(super) fn plan_rollout(
         .iter()
         .find(|m| m.pod.as_ref().is_some_and(|p| p.template_hash.is_none()))
     {
-        return Some(Action::RecordTemplateHash {
+        return Some(Action::Record {
             member: m.name.clone(),
-            template_hash: m.template_hash.clone(),
+            revision: Revision::Template,
+            value: m.template_hash.clone(),
         });
     }
-    let told = |m: &MemberView| told(m, &template, trust, repository);
-    let pod_behind = |m: &MemberView| {
-        pod_behind_template(m) || trust.is_some_and(|t| pod_stale(m, t)) || pod_behind_repository(m)
+    let wanted = Wanted {
+        template: &template,
+        trust_bundle: trust,
+        image_repository: repository,
     };
-    if let Some(m) = live.iter().find(|m| told(m) && pod_behind(m) && !m.memory) {
+    let told = |m: &MemberView| wanted.told(m);
+    if let Some(m) = live
+        .iter()
+        .find(|m| told(m) && wanted.pod_behind(m) && !m.memory)
+    {
         return Some(Action::Wait(format!(
             "restarting member {} to run the new CA bundle, spec or etcd image",
             m.name

@@ -115,9 +115,10 @@ fn a_member_running_the_current_bundle_records_its_ca_set_without_a_restart() {
     let p = ca_change_run("t", None, "t", &["aa"], "aa");
     assert_eq!(
         p.action,
-        Action::RecordTrustBundle {
+        Action::Record {
             member: "c-a".into(),
-            trust_bundle: "t".into()
+            revision: Revision::TrustBundle,
+            value: "t".into()
         }
     );
     assert_eq!(p.facts.trust_rollout, None);
@@ -169,18 +170,20 @@ fn an_adopted_member_whose_etcd_started_before_the_ca_changed_is_recorded_unknow
     let p = run([40, 60, 60], [None, None, None]);
     assert_eq!(
         p.action,
-        Action::RecordTrustBundle {
+        Action::Record {
             member: "c-a".into(),
-            trust_bundle: crate::cluster::ca_set::UNKNOWN.into()
+            revision: Revision::TrustBundle,
+            value: crate::cluster::ca_set::UNKNOWN.into()
         }
     );
     // c-b started after it: it runs the current one.
     let p = run([40, 60, 60], [Some("unknown"), None, None]);
     assert_eq!(
         p.action,
-        Action::RecordTrustBundle {
+        Action::Record {
             member: "c-b".into(),
-            trust_bundle: "new".into()
+            revision: Revision::TrustBundle,
+            value: "new".into()
         }
     );
     // Recorded: c-a, unknown, is rolled (one at a time, the usual rollout).

@@ -134,9 +134,10 @@ fn members_without_a_recorded_ca_bundle_record_the_current_one_without_a_restart
     );
     assert_eq!(
         p.action,
-        Action::RecordTrustBundle {
+        Action::Record {
             member: "c-a".into(),
-            trust_bundle: "new".into()
+            revision: Revision::TrustBundle,
+            value: "new".into()
         }
     );
     // Not counted as a rollout: nothing is restarted for them.
@@ -442,9 +443,10 @@ fn members_without_a_recorded_image_repository_record_the_flag_without_a_restart
     );
     assert_eq!(
         p.action,
-        Action::RecordImageRepository {
+        Action::Record {
             member: "c-a".into(),
-            repository: "new".into()
+            revision: Revision::ImageRepository,
+            value: "new".into()
         }
     );
     assert_eq!(p.facts.image_rollout, None);
