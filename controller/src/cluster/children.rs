@@ -158,6 +158,7 @@ async fn sync_member_status(
     Ok(())
 }
 
+/// Merge `fields` into a member's status.
 pub(super) async fn patch_member_status(
     api: &Api<EtcdMember>,
     member: &str,
@@ -172,6 +173,8 @@ pub(super) async fn patch_member_status(
     Ok(())
 }
 
+/// Keep the headless and client Services in shape: create them, put back what was edited that
+/// members and clients depend on; one the cluster does not own is a conflict, never adopted.
 pub(super) async fn ensure_services(cluster: &EtcdCluster, ctx: &Context) -> Result<(), Error> {
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);

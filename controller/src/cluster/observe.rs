@@ -539,6 +539,7 @@ fn restore_source(cluster: &EtcdCluster) -> String {
     }
 }
 
+/// The message of a restore whose PersistentVolumeClaim does not exist: the claim, and the fix.
 fn missing_claim_message(claim: &str, ns: &str, sub_path: &str) -> String {
     format!(
         "spec.bootstrap.restore.source.pvc.claimName: PersistentVolumeClaim {claim:?} does not \

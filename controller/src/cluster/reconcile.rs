@@ -25,6 +25,8 @@ use crate::Error;
 /// Kubernetes event (a member falls out of quorum, a learner catches up).
 pub const HEALTH_RECHECK: Duration = Duration::from_secs(30);
 
+/// Reconcile an EtcdCluster: read it fresh and run one pass; a cluster gone meanwhile has its
+/// cached etcd client and its metrics forgotten. Every pass is timed and its error counted.
 pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let started = Instant::now();
     let result = match fresh_cluster(&cluster, &ctx).await {
@@ -66,6 +68,8 @@ async fn fresh_cluster(cluster: &EtcdCluster, ctx: &Context) -> Result<Option<Et
     Ok(api.get_opt(&cluster.name_any()).await?)
 }
 
+/// Requeue after a failed reconcile: at once for a stale write (plan again from a fresh read),
+/// after 5 s otherwise.
 pub fn error_policy(_cluster: Arc<EtcdCluster>, error: &Error, _ctx: Arc<Context>) -> Requeue {
     if error.is_stale_write() {
         // Someone wrote the EtcdCluster since this reconcile read it: plan again from a fresh
@@ -77,6 +81,7 @@ pub fn error_policy(_cluster: Arc<EtcdCluster>, error: &Error, _ctx: Arc<Context
     Requeue::requeue(Duration::from_secs(5))
 }
 
+/// One reconcile of a cluster read fresh: observe, plan, act, publish.
 async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue, Error> {
     if cluster.metadata.deletion_timestamp.is_some() {
         // Owner references garbage-collect everything; member finalizers see the deletion.

@@ -92,6 +92,7 @@ pub(in crate::cluster) fn member_tls(cluster: &EtcdCluster) -> Option<MemberTls>
     })
 }
 
+/// Set a member's `spec.initialCluster`: from then on it is no longer pending.
 pub(super) async fn set_initial_cluster(
     api: &Api<EtcdMember>,
     member: &str,
