@@ -1,10 +1,20 @@
-//! The EtcdCluster reconciler: `plan` decides, `status` renders conditions; the I/O shell lives
-//! in `reconcile`; `data_home` finds where a broken member's data lives; `ca_set` judges a CA change by the CAs each member loaded; `alarms` turns etcd's alarms into a condition; `volumes` grows member PVCs; `view` holds the member facts the planner and its rules read.
+//! The EtcdCluster controller. [`reconcile`] runs observe → plan → act → publish: `observe`
+//! gathers the facts, `plan` decides the one next step (pure), `act` performs it, `children`
+//! keeps the Services, PDB, Certificates and volumes in shape, `publish` renders (`status`, pure)
+//! and writes the status; `auth` performs root auth (decided purely in `auth::decide`).
+//! `data_home` finds where a broken member's data lives; `ca_set` judges a CA change by the CAs
+//! each member loaded; `alarms` turns etcd's alarms into a condition; `volumes` grows member
+//! PVCs; `view` holds the member facts the planner and its rules read.
 
+mod act;
 pub mod alarms;
+pub mod auth;
 pub mod ca_set;
+mod children;
 pub mod data_home;
+mod observe;
 pub mod plan;
+mod publish;
 pub mod reconcile;
 pub mod status;
 pub mod view;

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::plan::{Action, Facts, Phase, Plan};
+use super::plan::{Action, Facts, Hold, Phase, Plan};
 use crate::conditions::set_condition;
 
 pub fn cluster_token(cluster: &EtcdCluster) -> String {
@@ -21,7 +21,6 @@ pub fn cluster_token(cluster: &EtcdCluster) -> String {
     )
 }
 
-/// The status to write after `plan` (and its action, when it latched the cluster ID).
 /// The message of `CertManagerNotInstalled` (Available and Progressing).
 const CERT_MANAGER_MISSING: &str = "spec.tls asks for cert-manager Certificates but the \
     cert-manager.io/v1 API (kind Certificate) is not installed, so nothing is created; install \
@@ -75,6 +74,34 @@ fn memory_rollout_unsafe(cluster: &EtcdCluster, facts: &Facts, member: &str) -> 
     )
 }
 
+/// The message of `SpecNotSupported`: the fields, and the way out.
+fn unsupported_message(fields: &[&str]) -> String {
+    format!(
+        "this operator version does not implement {} yet, so the cluster is not bootstrapped; \
+         these fields cannot change after create: delete the EtcdCluster and recreate it without them",
+        fields.join(", ")
+    )
+}
+
+/// The message of `ClusterIDMismatch` (Available and Degraded).
+fn id_mismatch_message(latched: &str, answered: &str) -> String {
+    format!(
+        "etcd answers with cluster ID {answered}, but this EtcdCluster formed cluster {latched}: \
+         its members reach another cluster; the operator changes nothing until the members \
+         serve cluster {latched} again (check the member Pods' data volumes and DNS)"
+    )
+}
+
+/// A TLS Secret cert-manager has not issued yet is a wait; any other problem is not ready.
+fn tls_reason(waiting_for_certificate: bool) -> &'static str {
+    if waiting_for_certificate {
+        reason::WAITING_FOR_CERTIFICATE
+    } else {
+        reason::TLS_SECRET_NOT_READY
+    }
+}
+
+/// The status to write after `plan` (and its action, when it latched the cluster ID).
 pub fn render(
     cluster: &EtcdCluster,
     plan: &Plan,
@@ -125,13 +152,10 @@ pub fn render(
                 .join(", ")
         )
     });
-    let id_mismatch = facts.cluster_id_mismatch.as_ref().map(|(latched, answered)| {
-        format!(
-            "etcd answers with cluster ID {answered}, but this EtcdCluster formed cluster {latched}: \
-             its members reach another cluster; the operator changes nothing until the members \
-             serve cluster {latched} again (check the member Pods' data volumes and DNS)"
-        )
-    });
+    let id_mismatch = facts
+        .cluster_id_mismatch
+        .as_ref()
+        .map(|(latched, answered)| id_mismatch_message(latched, answered));
 
     // A member whose Pod cannot be scheduled is not replaced unless its data is gone for good
     // (self-healing in concepts.md): the scheduler's own words say what to fix.
@@ -147,35 +171,21 @@ pub fn render(
         })
         .unwrap_or_default();
 
-    let unsupported = (!facts.unsupported.is_empty()).then(|| {
-        format!(
-            "this operator version does not implement {} yet, so the cluster is not bootstrapped; \
-             these fields cannot change after create: delete the EtcdCluster and recreate it without them",
-            facts.unsupported.join(", ")
-        )
-    });
-
-    let tls_reason = if facts.waiting_for_certificate {
-        reason::WAITING_FOR_CERTIFICATE
-    } else {
-        reason::TLS_SECRET_NOT_READY
-    };
-
-    // Available
-    match plan.phase {
-        _ if unsupported.is_some() => set(
+    // Available: a hold first, in its one precedence (see Hold::first).
+    match &plan.hold {
+        Some(Hold::Unsupported(fields)) => set(
             ctype::AVAILABLE,
             false,
             reason::SPEC_NOT_SUPPORTED,
-            unsupported.clone().unwrap_or_default(),
+            unsupported_message(fields),
         ),
-        Phase::BootstrapFailed => set(
+        Some(Hold::BootstrapFailed) => set(
             ctype::AVAILABLE,
             false,
             reason::BOOTSTRAP_FAILED,
             "the cluster did not form before the progress deadline; delete the EtcdCluster, wait until its EtcdMembers and PVCs are gone, then recreate it".into(),
         ),
-        Phase::DeadlineExceeded => set(
+        Some(Hold::DeadlineExceeded) => set(
             ctype::AVAILABLE,
             false,
             reason::DEADLINE_EXCEEDED,
@@ -184,28 +194,27 @@ pub fn render(
                 plan.observed.replicas, plan.observed.version
             ),
         ),
-        _ if facts.cert_manager_missing => set(
+        Some(Hold::CertManagerMissing) => set(
             ctype::AVAILABLE,
             false,
             reason::CERT_MANAGER_NOT_INSTALLED,
             CERT_MANAGER_MISSING.into(),
         ),
-        _ if facts.tls_secret_problem.is_some() => set(
+        Some(Hold::TlsSecret {
+            problem,
+            waiting_for_certificate,
+        }) => set(
             ctype::AVAILABLE,
             false,
-            tls_reason,
-            facts.tls_secret_problem.clone().unwrap_or_default(),
+            tls_reason(*waiting_for_certificate),
+            problem.clone(),
         ),
-        _ if facts.auth_problem.is_some() => {
-            if let Some(p) = &facts.auth_problem {
-                set(ctype::AVAILABLE, false, p.reason, p.message.clone());
-            }
-        }
-        _ if id_mismatch.is_some() => set(
+        Some(Hold::Auth(p)) => set(ctype::AVAILABLE, false, p.reason, p.message.clone()),
+        Some(Hold::ClusterIdMismatch { latched, answered }) => set(
             ctype::AVAILABLE,
             false,
             reason::CLUSTER_ID_MISMATCH,
-            id_mismatch.clone().unwrap_or_default(),
+            id_mismatch_message(latched, answered),
         ),
         _ if paused => set(ctype::AVAILABLE, false, reason::PAUSED, paused_message.clone()),
         _ if matches!(plan.action, Action::LatchClusterId { .. }) => set(
@@ -258,37 +267,44 @@ pub fn render(
         ),
     }
 
-    // Progressing
-    match plan.phase {
-        _ if unsupported.is_some() => set(
+    // Progressing: the holds that stop progress; root auth and a cluster ID mismatch show in
+    // Available and Degraded, and progress reads as it would without them.
+    match (&plan.hold, plan.phase) {
+        (Some(Hold::Unsupported(fields)), _) => set(
             ctype::PROGRESSING,
             false,
             reason::SPEC_NOT_SUPPORTED,
-            unsupported.clone().unwrap_or_default(),
+            unsupported_message(fields),
         ),
-        Phase::BootstrapFailed => set(
+        (Some(Hold::BootstrapFailed), _) => set(
             ctype::PROGRESSING,
             false,
             reason::BOOTSTRAP_FAILED,
             "bootstrap gave up at the progress deadline".into(),
         ),
-        Phase::DeadlineExceeded => set(
+        (Some(Hold::DeadlineExceeded), _) => set(
             ctype::PROGRESSING,
             false,
             reason::DEADLINE_EXCEEDED,
             "gave up at the progress deadline; waiting for a spec edit".into(),
         ),
-        _ if facts.cert_manager_missing => set(
+        (Some(Hold::CertManagerMissing), _) => set(
             ctype::PROGRESSING,
             false,
             reason::CERT_MANAGER_NOT_INSTALLED,
             CERT_MANAGER_MISSING.into(),
         ),
-        _ if facts.tls_secret_problem.is_some() => set(
+        (
+            Some(Hold::TlsSecret {
+                problem,
+                waiting_for_certificate,
+            }),
+            _,
+        ) => set(
             ctype::PROGRESSING,
             true,
-            tls_reason,
-            facts.tls_secret_problem.clone().unwrap_or_default(),
+            tls_reason(*waiting_for_certificate),
+            problem.clone(),
         ),
         _ if facts.memory_rollout_unsafe.is_some() => set(
             ctype::PROGRESSING,
@@ -306,7 +322,7 @@ pub fn render(
             reason::UNSAFE_CA_CHANGE,
             facts.unsafe_ca_change.clone().unwrap_or_default(),
         ),
-        Phase::Reconciled | Phase::Progressing
+        (_, Phase::Reconciled | Phase::Progressing)
             if target > 0 && plan.progress_deadline.is_none() && facts.trust_rollout.is_some() =>
         {
             let (done, total) = facts.trust_rollout.unwrap_or_default();
@@ -330,7 +346,7 @@ pub fn render(
                 ),
             )
         }
-        Phase::Reconciled | Phase::Progressing
+        (_, Phase::Reconciled | Phase::Progressing)
             if target > 0 && plan.progress_deadline.is_none() && facts.image_rollout.is_some() =>
         {
             let (done, total) = facts.image_rollout.unwrap_or_default();
@@ -353,13 +369,13 @@ pub fn render(
                 ),
             )
         }
-        Phase::Reconciled if target == 0 => set(
+        (_, Phase::Reconciled) if target == 0 => set(
             ctype::PROGRESSING,
             false,
             reason::PAUSED,
             paused_message.clone(),
         ),
-        Phase::Reconciled => set(
+        (_, Phase::Reconciled) => set(
             ctype::PROGRESSING,
             false,
             reason::RECONCILED,
@@ -368,25 +384,25 @@ pub fn render(
                 target, plan.observed.version
             ),
         ),
-        Phase::Progressing if !formed && facts.restore_failure.is_some() => set(
+        (_, Phase::Progressing) if !formed && facts.restore_failure.is_some() => set(
             ctype::PROGRESSING,
             true,
             reason::RESTORE_FAILED,
             restore_failed(facts),
         ),
-        Phase::Progressing if !formed && facts.restoring.is_some() => set(
+        (_, Phase::Progressing) if !formed && facts.restoring.is_some() => set(
             ctype::PROGRESSING,
             true,
             reason::RESTORING,
             restoring(facts),
         ),
-        Phase::Progressing if facts.seed_without_pod => set(
+        (_, Phase::Progressing) if facts.seed_without_pod => set(
             ctype::PROGRESSING,
             true,
             reason::WAITING_FOR_SEED,
             "the seed EtcdMember exists; waiting for its Pod".into(),
         ),
-        Phase::Progressing => {
+        (_, Phase::Progressing) => {
             // Keep the reason the target was locked with. WaitingForSeed only ever interrupts
             // a bootstrap, which works towards the initial snapshot: it is not a spec change.
             let previous = old
@@ -435,6 +451,8 @@ pub fn render(
                 format!("{message}{unschedulable_note}"),
             )
         }
+        // A deadline phase always comes with its hold, handled above.
+        (_, Phase::BootstrapFailed | Phase::DeadlineExceeded) => {}
     }
 
     // Degraded (meaningful once the cluster has formed, or when paused)
@@ -495,483 +513,4 @@ pub fn render(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cluster::plan::Plan;
-    use api::v1alpha2::{EtcdClusterSpec, ObservedSpec};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-
-    fn cluster() -> EtcdCluster {
-        let mut c = EtcdCluster::new(
-            "c",
-            EtcdClusterSpec {
-                version: "3.6.11".into(),
-                ..Default::default()
-            },
-        );
-        c.metadata.namespace = Some("n".into());
-        c.metadata.uid = Some("u1".into());
-        c
-    }
-
-    fn plan(replicas: i32, phase: Phase, facts: Facts, action: Action) -> Plan {
-        Plan {
-            observed: ObservedSpec {
-                replicas,
-                version: "3.6.11".into(),
-                ..Default::default()
-            },
-            progress_deadline: None,
-            locked_because: None,
-            phase,
-            action,
-            facts,
-        }
-    }
-
-    fn cond<'a>(s: &'a EtcdClusterStatus, t: &str) -> &'a Condition {
-        s.conditions
-            .iter()
-            .find(|c| c.type_ == t)
-            .expect("condition")
-    }
-
-    fn now() -> Timestamp {
-        Timestamp::from_second(1_800_000_000).unwrap()
-    }
-
-    #[test]
-    fn healthy_cluster_reports_quorum_healthy_and_reconciled() {
-        let mut c = cluster();
-        c.status = Some(EtcdClusterStatus {
-            cluster_id: Some("00000000000000ab".into()),
-            ..Default::default()
-        });
-        let facts = Facts {
-            formed: true,
-            ready_members: 3,
-            voters: 3,
-            ready_voters: 3,
-            live_members: 3,
-            ..Default::default()
-        };
-        let s = render(
-            &c,
-            &plan(3, Phase::Reconciled, facts, Action::None),
-            None,
-            now(),
-        );
-        assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_HEALTHY);
-        assert_eq!(cond(&s, ctype::PROGRESSING).reason, reason::RECONCILED);
-        assert_eq!(cond(&s, ctype::DEGRADED).status, "False");
-        assert_eq!(s.cluster_token.as_deref(), Some("n-c-u1"));
-        assert_eq!(
-            s.selector.as_deref(),
-            Some("etcd-operator.cozystack.io/cluster=c")
-        );
-        assert_eq!(s.ready_members, 3);
-    }
-
-    #[test]
-    fn paused_message_names_the_preserved_pvc_or_says_never_bootstrapped() {
-        let mut c = cluster();
-        c.status = Some(EtcdClusterStatus {
-            cluster_id: Some("ab".into()),
-            ..Default::default()
-        });
-        let facts = Facts {
-            formed: true,
-            live_members: 1,
-            dormant_pvc: Some("data-c-x".into()),
-            ..Default::default()
-        };
-        let s = render(
-            &c,
-            &plan(0, Phase::Reconciled, facts, Action::None),
-            None,
-            now(),
-        );
-        let a = cond(&s, ctype::AVAILABLE);
-        assert_eq!(
-            (a.status.as_str(), a.reason.as_str()),
-            ("False", reason::PAUSED)
-        );
-        assert!(
-            a.message.contains("data is preserved on PVC data-c-x"),
-            "{}",
-            a.message
-        );
-        let s = render(
-            &cluster(),
-            &plan(0, Phase::Reconciled, Facts::default(), Action::None),
-            None,
-            now(),
-        );
-        assert!(cond(&s, ctype::AVAILABLE)
-            .message
-            .contains("never bootstrapped"));
-    }
-
-    #[test]
-    fn minority_ready_is_quorum_lost_and_majority_is_quorum_available() {
-        let mut c = cluster();
-        c.status = Some(EtcdClusterStatus {
-            cluster_id: Some("ab".into()),
-            ..Default::default()
-        });
-        let f = |ready| Facts {
-            formed: true,
-            ready_members: ready,
-            voters: 3,
-            ready_voters: ready,
-            live_members: 3,
-            ..Default::default()
-        };
-        let s = render(
-            &c,
-            &plan(3, Phase::Progressing, f(1), Action::None),
-            None,
-            now(),
-        );
-        assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_LOST);
-        assert_eq!(cond(&s, ctype::DEGRADED).reason, reason::QUORUM_LOST);
-        let s = render(
-            &c,
-            &plan(3, Phase::Progressing, f(2), Action::None),
-            None,
-            now(),
-        );
-        assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_AVAILABLE);
-        assert_eq!(cond(&s, ctype::DEGRADED).reason, reason::MEMBERS_UNHEALTHY);
-    }
-
-    #[test]
-    fn unchanged_condition_keeps_its_transition_time() {
-        let mut c = cluster();
-        c.status = Some(EtcdClusterStatus {
-            cluster_id: Some("ab".into()),
-            ..Default::default()
-        });
-        let facts = Facts {
-            formed: true,
-            ready_members: 1,
-            voters: 1,
-            ready_voters: 1,
-            live_members: 1,
-            ..Default::default()
-        };
-        let first = render(
-            &c,
-            &plan(1, Phase::Reconciled, facts.clone(), Action::None),
-            None,
-            now(),
-        );
-        c.status = Some(first.clone());
-        let later = Timestamp::from_second(1_800_000_999).unwrap();
-        let second = render(
-            &c,
-            &plan(1, Phase::Reconciled, facts, Action::None),
-            None,
-            later,
-        );
-        assert_eq!(
-            first, second,
-            "a steady cluster renders an identical status"
-        );
-    }
-
-    #[test]
-    fn a_failed_seed_restore_shows_the_agents_message_on_available_and_progressing() {
-        let facts = Facts {
-            restore_failure: Some("not enough space to restore: the snapshot is 2.0 MiB".into()),
-            live_members: 1,
-            ..Default::default()
-        };
-        let s = render(
-            &cluster(),
-            &plan(3, Phase::Progressing, facts, Action::None),
-            None,
-            now(),
-        );
-        for t in [ctype::AVAILABLE, ctype::PROGRESSING] {
-            let c = cond(&s, t);
-            assert_eq!(c.reason, reason::RESTORE_FAILED, "{t}");
-            assert!(
-                c.message.contains("not enough space to restore"),
-                "{t}: {}",
-                c.message
-            );
-            assert!(c.message.contains("-c restore"), "{t}: {}", c.message);
-        }
-        assert_eq!(cond(&s, ctype::AVAILABLE).status, "False");
-    }
-
-    #[test]
-    fn unsupported_fields_are_named_with_the_way_out() {
-        let facts = Facts {
-            unsupported: vec!["spec.auth.enabled"],
-            ..Default::default()
-        };
-        let s = render(
-            &cluster(),
-            &plan(3, Phase::Progressing, facts, Action::None),
-            None,
-            now(),
-        );
-        for t in [ctype::AVAILABLE, ctype::PROGRESSING] {
-            let c = cond(&s, t);
-            assert_eq!(c.status, "False");
-            assert_eq!(c.reason, reason::SPEC_NOT_SUPPORTED);
-            assert!(
-                c.message.contains("spec.auth.enabled") && c.message.contains("recreate"),
-                "{}",
-                c.message
-            );
-        }
-    }
-
-    #[test]
-    fn an_unusable_tls_secret_is_named_while_the_operator_waits_for_it() {
-        let problem = "Secret ns/c-peer-tls (spec.tls.peer.secretRef) does not exist; create it \
-                       with the keys tls.crt, tls.key, ca.crt";
-        let facts = Facts {
-            tls_secret_problem: Some(problem.to_string()),
-            ..Default::default()
-        };
-        let s = render(
-            &cluster(),
-            &plan(3, Phase::Progressing, facts, Action::None),
-            None,
-            now(),
-        );
-        for (t, status) in [(ctype::AVAILABLE, "False"), (ctype::PROGRESSING, "True")] {
-            let c = cond(&s, t);
-            assert_eq!(
-                (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
-                (status, reason::TLS_SECRET_NOT_READY, problem),
-                "{t}"
-            );
-        }
-    }
-
-    #[test]
-    fn cert_manager_waits_are_their_own_reasons() {
-        let waiting =
-            "waiting for cert-manager to issue Secret ns/c-server-tls for Certificate c-server";
-        let facts = Facts {
-            tls_secret_problem: Some(waiting.to_string()),
-            waiting_for_certificate: true,
-            ..Default::default()
-        };
-        let s = render(
-            &cluster(),
-            &plan(3, Phase::Progressing, facts, Action::None),
-            None,
-            now(),
-        );
-        for (t, status) in [(ctype::AVAILABLE, "False"), (ctype::PROGRESSING, "True")] {
-            let c = cond(&s, t);
-            assert_eq!(
-                (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
-                (status, reason::WAITING_FOR_CERTIFICATE, waiting),
-                "{t}"
-            );
-        }
-        let facts = Facts {
-            cert_manager_missing: true,
-            ..Default::default()
-        };
-        let s = render(
-            &cluster(),
-            &plan(3, Phase::Progressing, facts, Action::None),
-            None,
-            now(),
-        );
-        for t in [ctype::AVAILABLE, ctype::PROGRESSING] {
-            let c = cond(&s, t);
-            assert_eq!(
-                (c.status.as_str(), c.reason.as_str()),
-                ("False", reason::CERT_MANAGER_NOT_INSTALLED),
-                "{t}"
-            );
-            assert!(c.message.contains("install cert-manager"), "{}", c.message);
-        }
-    }
-
-    #[test]
-    fn terminal_phases_name_the_recovery() {
-        let s = render(
-            &cluster(),
-            &plan(3, Phase::BootstrapFailed, Facts::default(), Action::None),
-            None,
-            now(),
-        );
-        let a = cond(&s, ctype::AVAILABLE);
-        assert_eq!(a.reason, reason::BOOTSTRAP_FAILED);
-        assert!(a.message.contains("delete"), "{}", a.message);
-        let s = render(
-            &cluster(),
-            &plan(
-                3,
-                Phase::Progressing,
-                Facts {
-                    seed_without_pod: true,
-                    ..Default::default()
-                },
-                Action::None,
-            ),
-            None,
-            now(),
-        );
-        assert_eq!(
-            cond(&s, ctype::PROGRESSING).reason,
-            reason::WAITING_FOR_SEED
-        );
-    }
-
-    #[test]
-    fn a_refused_memory_rollout_names_the_member_why_and_the_ways_out() {
-        let mut c = cluster();
-        c.status = Some(EtcdClusterStatus {
-            cluster_id: Some("ab".into()),
-            ..Default::default()
-        });
-        let facts = Facts {
-            formed: true,
-            ready_members: 1,
-            voters: 1,
-            ready_voters: 1,
-            live_members: 1,
-            template_rollout: Some((0, 1)),
-            memory_rollout_unsafe: Some("c-x7k2p".into()),
-            ..Default::default()
-        };
-        let s = render(
-            &c,
-            &plan(1, Phase::Progressing, facts, Action::Wait("refused".into())),
-            None,
-            now(),
-        );
-        let p = cond(&s, ctype::PROGRESSING);
-        assert_eq!(
-            (p.status.as_str(), p.reason.as_str()),
-            ("False", reason::MEMORY_ROLLOUT_UNSAFE)
-        );
-        for part in [
-            "c-x7k2p",
-            "only copy",
-            "the spec",
-            "--replicas=3",
-            "revert the change",
-        ] {
-            assert!(p.message.contains(part), "{part}: {}", p.message);
-        }
-        // The cluster itself serves: only the rollout is refused.
-        assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_HEALTHY);
-    }
-
-    #[test]
-    fn a_running_restore_is_reported_with_its_source_unless_an_attempt_failed() {
-        let facts = Facts {
-            restoring: Some("pvc://backups/etcd/rc.db".into()),
-            live_members: 1,
-            ..Default::default()
-        };
-        let s = render(
-            &cluster(),
-            &plan(3, Phase::Progressing, facts.clone(), Action::None),
-            None,
-            now(),
-        );
-        for (t, status) in [(ctype::AVAILABLE, "False"), (ctype::PROGRESSING, "True")] {
-            let c = cond(&s, t);
-            assert_eq!(
-                (c.status.as_str(), c.reason.as_str()),
-                (status, reason::RESTORING),
-                "{t}"
-            );
-            assert!(
-                c.message.contains("pvc://backups/etcd/rc.db"),
-                "{t}: {}",
-                c.message
-            );
-        }
-        // A retry after a failed attempt keeps the failure's message.
-        let facts = Facts {
-            restore_failure: Some("checksum mismatch".into()),
-            ..facts
-        };
-        let s = render(
-            &cluster(),
-            &plan(3, Phase::Progressing, facts, Action::None),
-            None,
-            now(),
-        );
-        assert_eq!(cond(&s, ctype::PROGRESSING).reason, reason::RESTORE_FAILED);
-    }
-
-    #[test]
-    fn bootstrap_after_waiting_for_seed_is_still_the_initial_snapshot() {
-        let mut c = cluster();
-        let waiting = render(
-            &c,
-            &plan(
-                3,
-                Phase::Progressing,
-                Facts {
-                    seed_without_pod: true,
-                    ..Default::default()
-                },
-                Action::None,
-            ),
-            None,
-            now(),
-        );
-        c.status = Some(waiting);
-        let s = render(
-            &c,
-            &plan(3, Phase::Progressing, Facts::default(), Action::None),
-            None,
-            now(),
-        );
-        let p = cond(&s, ctype::PROGRESSING);
-        assert_eq!(
-            (p.status.as_str(), p.reason.as_str()),
-            ("True", reason::INITIAL_SNAPSHOT)
-        );
-    }
-
-    #[test]
-    fn a_member_whose_pod_cannot_be_scheduled_is_named_with_the_schedulers_message() {
-        let mut c = cluster();
-        c.status = Some(EtcdClusterStatus {
-            cluster_id: Some("ab".into()),
-            ..Default::default()
-        });
-        let message = "0/3 nodes are available: 3 Insufficient cpu.";
-        let facts = Facts {
-            formed: true,
-            ready_members: 2,
-            voters: 3,
-            ready_voters: 2,
-            live_members: 3,
-            template_rollout: Some((1, 3)),
-            unschedulable: Some(("c-b".into(), message.into())),
-            ..Default::default()
-        };
-        let s = render(
-            &c,
-            &plan(3, Phase::Progressing, facts, Action::None),
-            None,
-            now(),
-        );
-        for t in [ctype::DEGRADED, ctype::PROGRESSING] {
-            let m = &cond(&s, t).message;
-            assert!(
-                m.contains("member c-b's Pod cannot be scheduled") && m.contains(message),
-                "{t}: {m}"
-            );
-        }
-        assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_AVAILABLE);
-    }
-}
+mod tests;

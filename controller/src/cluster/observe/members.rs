@@ -1,0 +1,196 @@
+//! The cluster's EtcdMembers and what belongs to them, read fresh (not from caches): their Pods
+//! and PVCs by name and owner, the planner's view of each member, and where the data of a member
+//! that cannot run lives. Reads only.
+
+use std::collections::BTreeMap;
+
+use api::labels;
+use api::v1alpha2::{EtcdCluster, EtcdMember};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::ListParams;
+use kube::{Api, Resource, ResourceExt};
+
+use crate::cluster::plan::{DataHome, MemberView};
+use crate::context::Context;
+use crate::naming;
+use crate::pods::pod_view;
+use crate::Error;
+
+/// The cluster's members and what belongs to them: their Pods and PVCs, and the planner's view
+/// of each member.
+pub(in crate::cluster) struct Members {
+    pub items: Vec<EtcdMember>,
+    pub pods: BTreeMap<String, Pod>,
+    pub views: Vec<MemberView>,
+}
+
+/// The cluster's EtcdMembers: a fresh list, not a cache (a member created by the previous
+/// reconcile must be seen, or a lagging cache would make this one create a second).
+pub(in crate::cluster) async fn members(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+) -> Result<Vec<EtcdMember>, Error> {
+    let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
+    let uid = cluster.uid().ok_or(Error::NoUid)?;
+    let api: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
+    let selector = ListParams::default().labels(&labels::cluster_selector(&cluster.name_any()));
+    Ok(api
+        .list(&selector)
+        .await?
+        .items
+        .into_iter()
+        .filter(|m| owned_by(m, &uid))
+        .collect())
+}
+
+/// The members' Pods and PVCs, and the planner's view of each member (with where the data of a
+/// member that cannot run lives).
+pub(in crate::cluster) async fn member_children(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    members: Vec<EtcdMember>,
+) -> Result<Members, Error> {
+    let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
+    let client = ctx.client.clone();
+    let selector = ListParams::default().labels(&labels::cluster_selector(&cluster.name_any()));
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // Members that should have a Pod: added to etcd and not dormant.
+    let running = members
+        .iter()
+        .filter(|m| !m.spec.dormant && !m.spec.initial_cluster.is_empty())
+        .map(|m| m.name_any());
+    let pods = by_name(&pods_api, &selector, running).await?;
+    let pvcs_api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let claims = members
+        .iter()
+        .filter_map(|m| m.status.as_ref().and_then(|s| s.pvc_name.clone()));
+    let pvcs = by_name(&pvcs_api, &selector, claims).await?;
+    let mut views: Vec<MemberView> = members
+        .iter()
+        .map(|m| member_view(m, &pods, &pvcs))
+        .collect();
+    look_up_data_homes(&client, &members, &mut views, &pods, &pvcs).await;
+    Ok(Members {
+        items: members,
+        pods,
+        views,
+    })
+}
+
+/// Members that belong to this incarnation of the cluster (a recreated cluster of the same name
+/// must not adopt members of the previous one that are still being garbage-collected).
+fn owned_by(obj: &impl Resource, owner_uid: &str) -> bool {
+    crate::controller_uid(obj).as_deref() == Some(owner_uid)
+}
+
+/// The planner's view of a member: its CR, its own Pod (by name and owner, not by label: a
+/// relabelled Pod is still the member's), and whether the PVC it had is gone.
+fn member_view(
+    m: &EtcdMember,
+    pods: &BTreeMap<String, Pod>,
+    pvcs: &BTreeMap<String, PersistentVolumeClaim>,
+) -> MemberView {
+    let name = m.name_any();
+    let status = m.status.clone().unwrap_or_default();
+    let uid = m.uid().unwrap_or_default();
+    let pod = pods.get(&name).filter(|p| owned_by(*p, &uid));
+    let pvc_gone = status
+        .pvc_name
+        .as_ref()
+        .is_some_and(|claim| !pvcs.get(claim).is_some_and(|c| owned_by(c, &uid)));
+    MemberView {
+        created: m
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .unwrap_or(Timestamp::UNIX_EPOCH),
+        deleting: m.metadata.deletion_timestamp.is_some(),
+        bootstrap: m.spec.bootstrap,
+        dormant: m.spec.dormant,
+        pending: m.spec.initial_cluster.is_empty(),
+        memory: m.spec.storage.is_memory(),
+        voter: status.is_voter,
+        version: m.spec.version.clone(),
+        recorded_pod_uid: status.pod_uid.clone(),
+        service: m
+            .annotations()
+            .contains_key(api::labels::HEADLESS_SERVICE_ANNOTATION)
+            .then(|| naming::member_service(m)),
+        pod: pod.map(pod_view),
+        data_lost: !m.spec.storage.is_memory() && pvc_gone,
+        trust_bundle: m
+            .annotations()
+            .get(api::labels::TRUST_BUNDLE_ANNOTATION)
+            .cloned(),
+        trusted_cas: m
+            .annotations()
+            .get(api::labels::TRUSTED_CAS_ANNOTATION)
+            .cloned(),
+        template_hash: crate::template::hash(&m.spec),
+        data_home: DataHome::Unknown,
+        image_repository: m
+            .annotations()
+            .get(api::labels::IMAGE_REPOSITORY_ANNOTATION)
+            .cloned(),
+        name,
+    }
+}
+
+/// Where the data of each member whose Pod cannot run lives (see [`DataHome`]): only those,
+/// so a healthy cluster costs no Node or PV read. A member that serves, waits to be added, is
+/// dormant or being deleted keeps [`DataHome::Unknown`].
+async fn look_up_data_homes(
+    client: &kube::Client,
+    members: &[EtcdMember],
+    views: &mut [MemberView],
+    pods: &BTreeMap<String, Pod>,
+    pvcs: &BTreeMap<String, PersistentVolumeClaim>,
+) {
+    for (m, v) in members.iter().zip(views.iter_mut()) {
+        let cannot_run = v
+            .pod
+            .as_ref()
+            .is_some_and(|p| !p.ready && (p.unschedulable.is_some() || p.terminating));
+        if !cannot_run || v.deleting || v.pending || v.dormant {
+            continue;
+        }
+        let uid = m.uid().unwrap_or_default();
+        let pod = pods.get(&v.name).filter(|p| owned_by(*p, &uid));
+        let pvc = m
+            .status
+            .as_ref()
+            .and_then(|s| s.pvc_name.as_ref())
+            .and_then(|claim| pvcs.get(claim))
+            .filter(|c| owned_by(*c, &uid));
+        v.data_home = crate::cluster::data_home::look_up(client, m, pod, pvc).await;
+    }
+}
+
+/// Objects of the cluster by name: one list by the cluster label, then a GET for each wanted
+/// name the list missed (someone removed the label: it is still the member's object).
+async fn by_name<K>(
+    api: &Api<K>,
+    selector: &ListParams,
+    wanted: impl Iterator<Item = String>,
+) -> Result<BTreeMap<String, K>, Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut found: BTreeMap<String, K> = api
+        .list(selector)
+        .await?
+        .items
+        .into_iter()
+        .map(|o| (o.name_any(), o))
+        .collect();
+    for name in wanted {
+        if let std::collections::btree_map::Entry::Vacant(slot) = found.entry(name) {
+            if let Some(o) = api.get_opt(slot.key()).await? {
+                slot.insert(o);
+            }
+        }
+    }
+    Ok(found)
+}

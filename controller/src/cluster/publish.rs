@@ -1,0 +1,178 @@
+//! The end of a reconcile: the metrics, the status rendered from the plan (with the volume and
+//! alarm conditions), root auth turned on once the cluster is ready for it, and the status
+//! written only when it changed, with a Warning Event when the cluster parks or refuses a
+//! rollout. Membership is never changed here.
+
+use std::time::Duration;
+
+use api::conditions::{cluster as ctype, reason};
+use api::v1alpha2::{EtcdCluster, EtcdClusterStatus, EtcdMember};
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::Action as Requeue;
+use kube::{Api, ResourceExt};
+
+use super::observe::{self, Seen};
+use super::plan::Plan;
+use super::reconcile::write_status;
+use super::{alarms, auth, status, volumes};
+use crate::context::Context;
+use crate::etcd::Etcd;
+use crate::Error;
+
+/// Record the metrics, render and write the status after `plan` (its step latched
+/// `latched`, if any). `stored` is the cluster as last written. Returns a requeue when root auth
+/// was just turned on (the next reconcile logs in).
+pub(super) async fn publish(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    plan: &Plan,
+    seen: &mut Seen,
+    latched: Option<String>,
+    stored: &EtcdCluster,
+) -> Result<Option<Requeue>, Error> {
+    let mut requeue = None;
+    let etcd_counts = seen.etcd_view.members().map(|m| {
+        let learners = m.iter().filter(|e| e.is_learner).count() as i64;
+        (m.len() as i64 - learners, learners)
+    });
+    ctx.metrics.record_cluster(
+        &seen.ns,
+        &seen.name,
+        i64::from(plan.facts.ready_members),
+        etcd_counts,
+    );
+    let members = &seen.members.items;
+    let mut new_status = status::render(cluster, plan, latched, Timestamp::now());
+    if let Some(size) = plan.observed.storage.as_ref().map(|s| &s.size) {
+        volumes::set_volumes_condition(
+            &mut new_status.conditions,
+            members,
+            size,
+            cluster.metadata.generation,
+            Timestamp::now(),
+        );
+    }
+    // A raised alarm fails every member's /health, so no Pod is Ready and `etcd` is None:
+    // the alarms are then read from the voters' Pods directly.
+    // Bounded: Pods that are not Ready because they are down must not slow the reconcile.
+    if let Some(client) = seen.etcd.as_mut() {
+        show_alarms(cluster, ctx, client, members, &mut new_status).await;
+    } else if seen.formed && !seen.auth.cannot_log_in() {
+        let urls = observe::unready_voter_endpoints(cluster, members, &seen.members.views);
+        if !urls.is_empty() {
+            let read = async {
+                let metrics = ctx.metrics.clone();
+                let tls = seen.tls.client.as_ref();
+                if let Ok(mut client) =
+                    Etcd::connect(&urls, tls, seen.auth.dial_creds(), metrics).await
+                {
+                    show_alarms(cluster, ctx, &mut client, members, &mut new_status).await;
+                }
+            };
+            if tokio::time::timeout(UNREADY_ALARM_READ, read)
+                .await
+                .is_err()
+            {
+                tracing::debug!(cluster = %seen.name, "no unready voter answered the alarm list");
+            }
+        }
+    }
+    if seen.auth.wanted && !seen.auth.on && auth::ready_to_enable_auth(plan) {
+        if let (Some(client), Some(creds)) = (seen.etcd.as_mut(), seen.auth.creds.as_ref()) {
+            auth::enable_auth(cluster, ctx, client, creds).await?;
+            ctx.forget_etcd(&seen.key);
+            new_status.auth_enabled = Some(true);
+            requeue = Some(Requeue::requeue(Duration::from_millis(200)));
+        }
+    }
+    if stored.status.as_ref() != Some(&new_status) {
+        let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &seen.ns);
+        write_status(&api, stored, &new_status).await?;
+        announce_parking(cluster, ctx, stored.status.as_ref(), &new_status).await;
+    }
+    Ok(requeue)
+}
+
+/// How long a reconcile tries to read the alarms from voters whose Pods are not Ready.
+const UNREADY_ALARM_READ: Duration = Duration::from_secs(2);
+
+/// etcd's NOSPACE and CORRUPT alarms as the `Alarm` condition, with an Event when one is
+/// raised. A failed alarm read leaves the condition as it was.
+async fn show_alarms(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    client: &mut Etcd,
+    members: &[EtcdMember],
+    new_status: &mut api::v1alpha2::EtcdClusterStatus,
+) {
+    let alarms = match client.alarms().await {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::debug!(cluster = %cluster.name_any(), error = %e, "could not list etcd alarms");
+            return;
+        }
+    };
+    let names = members
+        .iter()
+        .filter_map(|m| {
+            let id = m.status.as_ref()?.member_id.as_deref()?;
+            Some((crate::etcd::parse_id(id)?, m.name_any()))
+        })
+        .collect();
+    let was = new_status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == alarms::ALARM)
+        .map(|c| c.reason.clone());
+    alarms::set_alarm_condition(
+        &mut new_status.conditions,
+        &alarms,
+        &names,
+        cluster.metadata.generation,
+        Timestamp::now(),
+    );
+    if let Some(c) = new_status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == alarms::ALARM && c.status == "True")
+    {
+        if was.as_deref() != Some(c.reason.as_str()) {
+            ctx.event(cluster, true, "EtcdAlarm", "AlarmList", c.message.clone())
+                .await;
+        }
+    }
+}
+
+/// A Warning Event the moment a cluster parks at its deadline or refuses a rollout, where
+/// `kubectl describe` shows it.
+async fn announce_parking(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    old: Option<&EtcdClusterStatus>,
+    new: &EtcdClusterStatus,
+) {
+    let available = |s: Option<&EtcdClusterStatus>| {
+        s.and_then(|s| s.conditions.iter().find(|c| c.type_ == ctype::AVAILABLE))
+            .map(|c| (c.reason.clone(), c.message.clone()))
+    };
+    let Some((why, message)) = available(Some(new)) else {
+        return;
+    };
+    let parked = why == reason::BOOTSTRAP_FAILED || why == reason::DEADLINE_EXCEEDED;
+    if parked && available(old).map(|(r, _)| r) != Some(why.clone()) {
+        ctx.event(cluster, true, &why, "ProgressDeadline", message)
+            .await;
+    }
+    // A refused rollout: once, when the cluster starts reporting it.
+    let progressing = |s: Option<&EtcdClusterStatus>| {
+        s.and_then(|s| s.conditions.iter().find(|c| c.type_ == ctype::PROGRESSING))
+            .map(|c| (c.reason.clone(), c.message.clone()))
+    };
+    if let Some((why, message)) = progressing(Some(new)) {
+        if (why == reason::MEMORY_ROLLOUT_UNSAFE || why == reason::UNSAFE_CA_CHANGE)
+            && progressing(old).map(|(r, _)| r) != Some(why.clone())
+        {
+            ctx.event(cluster, true, &why, "Rollout", message).await;
+        }
+    }
+}

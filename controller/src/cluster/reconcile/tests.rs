@@ -1,0 +1,121 @@
+use super::*;
+use crate::cluster::act::{member_tls, needs_peer_auto_tls_restored};
+use crate::cluster::plan::{self, Action, Phase};
+use api::labels;
+use api::v1alpha2::{EtcdClusterStatus, ObservedSpec};
+use api::v1alpha2::{EtcdMember, MemberTls};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+fn plan_at(phase: Phase, formed: bool, deadline: Option<Timestamp>) -> Plan {
+    Plan {
+        observed: ObservedSpec {
+            replicas: 3,
+            ..Default::default()
+        },
+        progress_deadline: deadline,
+        locked_because: None,
+        phase,
+        action: Action::None,
+        hold: None,
+        facts: plan::Facts {
+            formed,
+            ..Default::default()
+        },
+    }
+}
+
+#[test]
+fn a_running_deadline_wakes_the_reconcile_when_it_expires() {
+    let now = Timestamp::from_second(1_800_000_000).unwrap();
+    let at = |secs| Some(now + k8s_openapi::jiff::SignedDuration::from_secs(secs));
+    // Before formation, nothing sends an event when a seed Pod stays Pending: the deadline
+    // itself (or the seed re-dial) must wake the reconcile.
+    let r = next_check(&plan_at(Phase::Progressing, false, at(3)), now);
+    assert_eq!(r, Requeue::requeue(Duration::from_millis(3100)));
+    let r = next_check(&plan_at(Phase::Progressing, false, at(600)), now);
+    assert_eq!(r, Requeue::requeue(SEED_RECHECK));
+    let r = next_check(&plan_at(Phase::Progressing, true, at(10)), now);
+    assert_eq!(r, Requeue::requeue(Duration::from_millis(10_100)));
+    // Parked: only a spec edit (a watch event) resumes it.
+    let r = next_check(&plan_at(Phase::BootstrapFailed, false, at(-5)), now);
+    assert_eq!(r, Requeue::await_change());
+    let r = next_check(&plan_at(Phase::Reconciled, true, None), now);
+    assert_eq!(r, Requeue::requeue(HEALTH_RECHECK));
+}
+
+#[test]
+fn status_patch_clears_fields_the_new_status_dropped() {
+    let old = EtcdClusterStatus {
+        progress_deadline: Some(Time(Timestamp::from_second(1_800_000_000).unwrap())),
+        observed: Some(ObservedSpec {
+            replicas: 3,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let new = EtcdClusterStatus {
+        observed: old.observed.clone(),
+        ..Default::default()
+    };
+    let patch = status_merge_patch(Some(&old), &new).unwrap();
+    assert_eq!(patch["progressDeadline"], serde_json::Value::Null);
+    assert!(patch.as_object().unwrap().contains_key("progressDeadline"));
+    assert_eq!(patch["observed"]["replicas"], 3);
+}
+
+/// A field dropped inside a nested object (the latched target losing `resources` when the
+/// spec no longer sets them) must be cleared too: applied to the old status, the patch gives
+/// exactly the new one.
+#[test]
+fn status_patch_clears_nested_fields_the_new_status_dropped() {
+    let old: EtcdClusterStatus = serde_json::from_value(serde_json::json!({
+        "observed": {
+            "replicas": 3,
+            "version": "3.6.16",
+            "resources": {"requests": {"cpu": "100m"}},
+            "options": {"quota-backend-bytes": "1"}
+        },
+        "conditions": [{"type": "Available", "status": "True", "reason": "QuorumHealthy",
+                        "message": "", "lastTransitionTime": "2026-11-23T00:00:00Z"}]
+    }))
+    .unwrap();
+    let new: EtcdClusterStatus = serde_json::from_value(serde_json::json!({
+        "observed": {"replicas": 5, "version": "3.6.16"},
+    }))
+    .unwrap();
+    let patch = status_merge_patch(Some(&old), &new).unwrap();
+    let mut applied = serde_json::to_value(&old).unwrap();
+    json_patch::merge(&mut applied, &patch);
+    assert_eq!(
+        applied,
+        serde_json::to_value(&new).unwrap(),
+        "patch {patch}"
+    );
+}
+
+#[test]
+fn a_lost_peer_auto_tls_annotation_is_restored_only_for_auto_tls_members() {
+    let mut cluster = EtcdCluster::new("c", Default::default());
+    let member = |auto: bool| {
+        let mut m = EtcdMember::new("c-a", Default::default());
+        m.spec.tls = auto.then(|| MemberTls {
+            peer_auto_tls: true,
+            ..MemberTls::default()
+        });
+        m
+    };
+    assert!(needs_peer_auto_tls_restored(
+        &cluster,
+        &[member(false), member(true)]
+    ));
+    assert!(!needs_peer_auto_tls_restored(&cluster, &[member(false)]));
+    cluster.metadata.annotations = Some(
+        [(
+            labels::PEER_AUTO_TLS_ANNOTATION.to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+    );
+    assert!(!needs_peer_auto_tls_restored(&cluster, &[member(true)]));
+    assert_eq!(member_tls(&cluster).map(|t| t.peer_auto_tls), Some(true));
+}
