@@ -7,11 +7,8 @@ use std::sync::Mutex;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 
-use crate::auth::Credentials;
-use crate::etcd::access::{Access, ClusterKey, Pool};
-use crate::etcd::{Etcd, EtcdError};
+use crate::etcd::access::Pool;
 use crate::metrics::Metrics;
-use crate::tls::ClientTls;
 
 pub use crate::naming::FIELD_MANAGER;
 
@@ -85,26 +82,6 @@ impl Context {
             etcd: Pool::default(),
             auth_recorded: Mutex::default(),
         }
-    }
-
-    /// The cluster's cached etcd client (see [`Pool::get`]); `key` is the cluster's
-    /// [`ClusterKey`] as a string.
-    pub async fn etcd(
-        &self,
-        key: &str,
-        endpoints: &[String],
-        tls: Option<&ClientTls>,
-        creds: Option<&Credentials>,
-    ) -> Result<Etcd, EtcdError> {
-        let access = Access::new(tls.cloned(), creds.cloned(), self.metrics.clone());
-        self.etcd
-            .get(&ClusterKey::from_raw(key), endpoints, &access)
-            .await
-    }
-
-    /// Drop a cluster's cached client (a call through it failed, or the cluster is gone).
-    pub fn forget_etcd(&self, key: &str) {
-        self.etcd.forget(&ClusterKey::from_raw(key));
     }
 
     /// Whether this password was already seen in the cluster's auth record.

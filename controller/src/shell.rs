@@ -44,18 +44,6 @@ pub struct Controller {
     /// announced as a Warning Event `OwnershipConflict` on the reconciled object: only a person
     /// can resolve it.
     pub conflict_event: bool,
-    /// Who records the reconcile metrics and the conflict Event.
-    pub records: Records,
-}
-
-/// Who records a controller's reconcile metrics and conflict Event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Records {
-    /// The wrapper, for every controller once `cluster::reconcile::reconcile` stops doing it.
-    Wrapper,
-    /// The reconciler itself (the cluster controller's, until its own timing, metrics and
-    /// Event move here): the wrapper only applies the error policy, so nothing is counted twice.
-    Reconciler,
 }
 
 /// How soon a failed reconcile is retried, by kind of error.
@@ -91,7 +79,6 @@ pub const CLUSTER: Controller = Controller {
         other: Duration::from_secs(5),
     },
     conflict_event: true,
-    records: Records::Reconciler,
 };
 
 pub const MEMBER: Controller = Controller {
@@ -99,7 +86,6 @@ pub const MEMBER: Controller = Controller {
     kind: "EtcdMember",
     backoff: Backoff::uniform(Duration::from_secs(5)),
     conflict_event: true,
-    records: Records::Wrapper,
 };
 
 pub const SNAPSHOT: Controller = Controller {
@@ -107,7 +93,6 @@ pub const SNAPSHOT: Controller = Controller {
     kind: "EtcdSnapshot",
     backoff: Backoff::uniform(Duration::from_secs(5)),
     conflict_event: false,
-    records: Records::Wrapper,
 };
 
 pub const SCHEDULE: Controller = Controller {
@@ -115,7 +100,6 @@ pub const SCHEDULE: Controller = Controller {
     kind: "EtcdSnapshotSchedule",
     backoff: Backoff::uniform(Duration::from_secs(10)),
     conflict_event: false,
-    records: Records::Wrapper,
 };
 
 pub const DEFRAG: Controller = Controller {
@@ -123,7 +107,6 @@ pub const DEFRAG: Controller = Controller {
     kind: "EtcdDefrag",
     backoff: Backoff::uniform(Duration::from_secs(5)),
     conflict_event: false,
-    records: Records::Wrapper,
 };
 
 pub const DEFRAG_POLICY: Controller = Controller {
@@ -131,7 +114,6 @@ pub const DEFRAG_POLICY: Controller = Controller {
     kind: "EtcdDefragPolicy",
     backoff: Backoff::uniform(Duration::from_secs(10)),
     conflict_event: false,
-    records: Records::Wrapper,
 };
 
 /// The Event reason of an ownership conflict.
@@ -150,9 +132,6 @@ where
     F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
     Fut: Future<Output = Result<Requeue, Error>>,
 {
-    if controller.records == Records::Reconciler {
-        return reconcile(object, ctx).await;
-    }
     let started = Instant::now();
     let result = reconcile(Arc::clone(&object), Arc::clone(&ctx)).await;
     ctx.metrics
@@ -240,14 +219,11 @@ fn clear_dropped(old: &serde_json::Value, patch: &mut serde_json::Value) {
     }
 }
 
-/// Merge-patch `obj`'s status from `old` to `new`, guarded by its resourceVersion (a conflict
-/// is retried by the next reconcile on fresh data).
-pub async fn write_status<K, S>(
-    api: &Api<K>,
-    obj: &K,
-    old: Option<&S>,
-    new: &S,
-) -> Result<(), Error>
+/// Merge-patch `obj`'s status from `old` to `new`, guarded by the resourceVersion this reconcile
+/// read: a concurrent write (the runbook's forced deadline, another status edit) makes it fail
+/// with a conflict instead of being silently reverted, and the reconcile is retried from a fresh
+/// read. Returns the written object.
+pub async fn write_status<K, S>(api: &Api<K>, obj: &K, old: Option<&S>, new: &S) -> Result<K, Error>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     S: serde::Serialize,
@@ -256,13 +232,13 @@ where
         "metadata": {"resourceVersion": obj.resource_version()},
         "status": status_merge_patch(old, new)?,
     });
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
+    Ok(api
+        .patch_status(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?)
 }
 
 /// [`write_status`], only when `new` differs from `old` (an unchanged status is not written).
@@ -279,7 +255,7 @@ where
     if old == Some(new) {
         return Ok(());
     }
-    write_status(api, obj, old, new).await
+    write_status(api, obj, old, new).await.map(drop)
 }
 
 #[cfg(test)]

@@ -309,11 +309,6 @@ fn nothing_in_the_controller_imports_the_agent() {
     );
 }
 
-/// Files that still time and count their reconciles themselves: the cluster's I/O shell, whose
-/// timing, metrics, conflict Event and error policy move into `shell.rs` when the cluster's split
-/// lands (then this list is empty; `shell::CLUSTER.records` says the same).
-const OWN_WRAPPERS: &[&str] = &["cluster/reconcile.rs"];
-
 #[test]
 fn every_reconcile_goes_through_the_one_wrapper() {
     let run = fs::read_to_string(src().join("run.rs")).expect("run.rs");
@@ -332,11 +327,7 @@ fn every_reconcile_goes_through_the_one_wrapper() {
     let mut found = Vec::new();
     for file in rust_files(&src()) {
         let rel = relative(&file);
-        if rel.starts_with("shell")
-            || rel == "metrics.rs"
-            || rel == "lenient.rs"
-            || OWN_WRAPPERS.contains(&rel.as_str())
-        {
+        if rel.starts_with("shell") || rel == "metrics.rs" || rel == "lenient.rs" {
             continue;
         }
         let text = fs::read_to_string(&file).unwrap_or_default();
@@ -443,6 +434,31 @@ fn no_cluster_controller_file_grows_past_600_lines_of_code() {
     assert!(
         found.is_empty(),
         "split these by concept (at most {MAX} lines of code each):\n{}",
+        found.join("\n")
+    );
+}
+
+/// Reaching a cluster's etcd is written once: `etcd/access.rs` is the only file that dials
+/// (`Etcd::connect…`); everything else asks it. The snapshot agent, a subcommand that runs in
+/// the snapshot Jobs with its own flags, dials its one endpoint itself.
+#[test]
+fn only_etcd_access_builds_etcd_clients() {
+    let mut found = Vec::new();
+    for file in rust_files(&src()) {
+        let rel = relative(&file);
+        if rel == "etcd/access.rs" || rel == "etcd/client.rs" || rel.starts_with("agent/") {
+            continue;
+        }
+        let text = fs::read_to_string(&file).unwrap_or_default();
+        for marker in ["Etcd::connect", "Client::connect(", "ConnectOptions"] {
+            if text.contains(marker) {
+                found.push(format!("{rel}: {marker}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "dial etcd through etcd::access (Access::load / Access::new, then dial):\n{}",
         found.join("\n")
     );
 }

@@ -3,7 +3,7 @@
 //! progress deadline through the status subresource while the operator is reconciling).
 
 use api::v1alpha2::{EtcdCluster, EtcdClusterStatus};
-use controller::cluster::reconcile::write_status;
+use controller::shell::write_status;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Patch, PatchParams, PostParams};
@@ -31,7 +31,9 @@ async fn status_write_from_a_stale_read_never_reverts_a_concurrent_status_edit()
         ..Default::default()
     };
     let read = api.get("st").await.or_panic();
-    let read = write_status(&api, &read, &initial).await.or_panic();
+    let read = write_status(&api, &read, read.status.as_ref(), &initial)
+        .await
+        .or_panic();
 
     // The operator has read the cluster (`read`); now a person forces the deadline.
     let past = Time(Timestamp::now() - SignedDuration::from_secs(1));
@@ -49,7 +51,7 @@ async fn status_write_from_a_stale_read_never_reverts_a_concurrent_status_edit()
         ready_members: 1,
         ..Default::default()
     };
-    let result = write_status(&api, &read, &planned).await;
+    let result = write_status(&api, &read, read.status.as_ref(), &planned).await;
     assert!(
         result.as_ref().is_err_and(|e| e.is_stale_write()),
         "a write from a stale read must be refused as a conflict, got {result:?}"
@@ -66,6 +68,8 @@ async fn status_write_from_a_stale_read_never_reverts_a_concurrent_status_edit()
 
     // From a fresh read the same write goes through.
     let fresh = api.get("st").await.or_panic();
-    let written = write_status(&api, &fresh, &planned).await.or_panic();
+    let written = write_status(&api, &fresh, fresh.status.as_ref(), &planned)
+        .await
+        .or_panic();
     assert_eq!(written.status.map(|s| s.ready_members), Some(1));
 }

@@ -19,9 +19,9 @@ use super::observe::Seen;
 use super::plan::{self, Action, DataHome, DeleteReason, EtcdView, MemberView, Plan, Revision};
 use crate::builders::pod::{INITIAL_CLUSTER_STATE_ANNOTATION, STATE_EXISTING};
 use crate::context::Context;
-use crate::etcd::{format_id, Etcd};
-use crate::naming;
+use crate::etcd::format_id;
 use crate::Error;
+use crate::{naming, topology};
 
 mod create;
 mod record;
@@ -385,19 +385,8 @@ pub(super) async fn act(
             let Some(leader_member) = leader_member else {
                 return Err(Error::EtcdUnavailable);
             };
-            let url = naming::client_url(
-                from,
-                &naming::member_service(leader_member),
-                &seen.ns,
-                cluster.spec.client_tls(),
-            );
-            let mut direct = Etcd::connect(
-                std::slice::from_ref(&url),
-                seen.tls.client.as_ref(),
-                seen.auth.dial_creds(),
-                ctx.metrics.clone(),
-            )
-            .await?;
+            let url = topology::client_url(leader_member, cluster);
+            let mut direct = seen.access(&ctx.metrics).dial(&[url]).await?;
             direct.move_leader(*to_id).await?;
             tracing::info!(cluster = %name, from = %from, to = %to, "moved leadership before restarting the leader");
             ctx.event(

@@ -13,8 +13,8 @@ use serde_json::json;
 
 use crate::auth::{self as record, Credentials};
 use crate::context::Context;
+use crate::etcd::access::{Access, ClusterKey};
 use crate::etcd::Etcd;
-use crate::tls::ClientTls;
 use crate::Error;
 
 pub mod decide;
@@ -55,7 +55,7 @@ pub(super) async fn enable_auth(
 pub(super) async fn latch_auth(
     cluster: &EtcdCluster,
     ctx: &Context,
-    key: &str,
+    key: &ClusterKey,
     on: bool,
 ) -> Result<Requeue, Error> {
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
@@ -66,7 +66,7 @@ pub(super) async fn latch_auth(
         &Patch::Merge(json!({"status": {"authEnabled": on}})),
     )
     .await?;
-    ctx.forget_etcd(key);
+    ctx.etcd.forget(key);
     Ok(Requeue::requeue(Duration::from_millis(200)))
 }
 
@@ -76,18 +76,18 @@ pub(super) async fn latch_auth(
 pub(super) async fn record_working_password(
     cluster: &EtcdCluster,
     ctx: &Context,
-    key: &str,
+    key: &ClusterKey,
     creds: &Credentials,
 ) -> Result<(), Error> {
     let fingerprint = creds.fingerprint();
-    if ctx.auth_recorded(key, &fingerprint) {
+    if ctx.auth_recorded(key.as_str(), &fingerprint) {
         return Ok(());
     }
     let applied = record::read_applied(&ctx.client, &ctx.config.auth_record, cluster).await?;
     if applied.current.as_ref() != Some(creds) || applied.previous.is_some() {
         record::write_applied(&ctx.client, &ctx.config.auth_record, cluster, creds, None).await?;
     }
-    ctx.mark_auth_recorded(key, &fingerprint);
+    ctx.mark_auth_recorded(key.as_str(), &fingerprint);
     Ok(())
 }
 
@@ -97,12 +97,12 @@ pub(super) async fn rotate_root_password(
     cluster: &EtcdCluster,
     ctx: &Context,
     endpoints: &[String],
-    tls: Option<&ClientTls>,
+    access: &Access,
     creds: &Credentials,
 ) -> Result<bool, Error> {
     let applied = record::read_applied(&ctx.client, &ctx.config.auth_record, cluster).await?;
     for old in applied.candidates(creds) {
-        let mut etcd = match Etcd::connect(endpoints, tls, Some(&old), ctx.metrics.clone()).await {
+        let mut etcd = match access.with_creds(Some(old.clone())).dial(endpoints).await {
             Ok(etcd) => etcd,
             Err(e) if e.auth_refusal().is_some() => continue,
             Err(e) => return Err(e.into()),

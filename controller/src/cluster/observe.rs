@@ -19,10 +19,11 @@ use super::auth::{self, AuthStep};
 use super::plan::{self, AuthProblem, EtcdView, MemberView, Observed};
 use crate::auth::Credentials;
 use crate::context::Context;
+use crate::etcd::access::{Access, ClusterKey};
 use crate::etcd::{Etcd, EtcdError};
-use crate::naming;
 use crate::tls::{CaTrust, ClientTls};
 use crate::Error;
+use crate::{naming, topology};
 
 mod members;
 
@@ -73,7 +74,7 @@ pub(super) struct Seen {
     pub ns: String,
     pub name: String,
     /// The key of the cluster's cached etcd client: namespace, name and UID.
-    pub key: String,
+    pub key: ClusterKey,
     pub formed: bool,
     pub members: Members,
     pub cert_manager_missing: bool,
@@ -89,6 +90,16 @@ pub(super) struct Seen {
 }
 
 impl Seen {
+    /// How this reconcile reaches the cluster's etcd: the client TLS it read and root's
+    /// credentials once auth is on.
+    pub fn access(&self, metrics: &crate::metrics::Metrics) -> Access {
+        Access::new(
+            self.tls.client.clone(),
+            self.auth.dial_creds().cloned(),
+            metrics.clone(),
+        )
+    }
+
     /// The planner's input.
     pub fn observed<'a>(
         &self,
@@ -127,7 +138,8 @@ pub(super) async fn etcd(
 ) -> Result<ControlFlow<Requeue, Seen>, Error> {
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
     let name = cluster.name_any();
-    let uid = cluster.uid().ok_or(Error::NoUid)?;
+    // The cached client is keyed by the cluster's incarnation.
+    cluster.uid().ok_or(Error::NoUid)?;
     let formed = cluster
         .status
         .as_ref()
@@ -138,7 +150,7 @@ pub(super) async fn etcd(
         // voters whose Pods run, which may well answer.
         endpoints = unready_voter_endpoints(cluster, &members.items, &members.views);
     }
-    let key = format!("{ns}/{name}/{uid}");
+    let key = ClusterKey::of(cluster);
     let tls = if cert_manager_missing {
         TlsSeen::default()
     } else {
@@ -150,7 +162,8 @@ pub(super) async fn etcd(
         EtcdView::NotAsked
     } else {
         let dial_creds = auth.dial_creds();
-        match list_members(ctx, &key, &endpoints, tls.client.as_ref(), dial_creds).await {
+        let access = Access::new(tls.client.clone(), dial_creds.cloned(), ctx.metrics.clone());
+        match list_members(ctx, &key, &endpoints, &access).await {
             Ok((client, view)) => {
                 if let Some(creds) = dial_creds {
                     auth::record_working_password(cluster, ctx, &key, creds).await?;
@@ -167,14 +180,8 @@ pub(super) async fn etcd(
                 );
                 match (step, dial_creds) {
                     (AuthStep::RotatePassword, Some(creds)) => {
-                        if auth::rotate_root_password(
-                            cluster,
-                            ctx,
-                            &endpoints,
-                            tls.client.as_ref(),
-                            creds,
-                        )
-                        .await?
+                        if auth::rotate_root_password(cluster, ctx, &endpoints, &access, creds)
+                            .await?
                         {
                             return Ok(ControlFlow::Break(Requeue::requeue(
                                 Duration::from_millis(200),
@@ -408,8 +415,6 @@ fn voter_endpoints(
     views: &[MemberView],
     formed: bool,
 ) -> Vec<String> {
-    let ns = cluster.namespace().unwrap_or_default();
-    let client_tls = cluster.spec.client_tls();
     members
         .iter()
         .zip(views)
@@ -418,9 +423,7 @@ fn voter_endpoints(
             let voter = m.status.as_ref().is_some_and(|s| s.is_voter);
             ready && (voter || (!formed && m.spec.bootstrap))
         })
-        .map(|(m, _)| {
-            naming::client_url(&m.name_any(), &naming::member_service(m), &ns, client_tls)
-        })
+        .map(|(m, _)| topology::client_url(m, cluster))
         .collect()
 }
 
@@ -431,7 +434,6 @@ pub(super) fn unready_voter_endpoints(
     members: &[EtcdMember],
     views: &[MemberView],
 ) -> Vec<String> {
-    let ns = cluster.namespace().unwrap_or_default();
     members
         .iter()
         .zip(views)
@@ -440,14 +442,7 @@ pub(super) fn unready_voter_endpoints(
                 && !v.deleting
                 && m.status.as_ref().is_some_and(|s| s.is_voter)
         })
-        .map(|(m, _)| {
-            naming::client_url(
-                &m.name_any(),
-                &naming::member_service(m),
-                &ns,
-                cluster.spec.client_tls(),
-            )
-        })
+        .map(|(m, _)| topology::client_url(m, cluster))
         .collect()
 }
 
@@ -469,12 +464,11 @@ fn replace_broken_after(cluster: &EtcdCluster, ctx: &Context) -> Option<SignedDu
 /// failed is dropped from the cache.
 async fn list_members(
     ctx: &Context,
-    key: &str,
+    key: &ClusterKey,
     endpoints: &[String],
-    tls: Option<&ClientTls>,
-    creds: Option<&Credentials>,
+    access: &Access,
 ) -> Result<(Etcd, EtcdView), EtcdError> {
-    let mut client = ctx.etcd(key, endpoints, tls, creds).await?;
+    let mut client = ctx.etcd.get(key, endpoints, access).await?;
     match client.member_list().await {
         Ok((cluster_id, members)) => Ok((
             client,
@@ -484,7 +478,7 @@ async fn list_members(
             },
         )),
         Err(e) => {
-            ctx.forget_etcd(key);
+            ctx.etcd.forget(key);
             Err(e)
         }
     }

@@ -13,11 +13,10 @@ use kube::{Api, ResourceExt};
 
 use super::observe::{self, Seen};
 use super::plan::Plan;
-use super::reconcile::write_status;
 use super::{alarms, auth, status, volumes};
 use crate::context::Context;
 use crate::etcd::Etcd;
-use crate::Error;
+use crate::{shell, Error};
 
 /// Record the metrics, render and write the status after `plan` (its step latched
 /// `latched`, if any). `stored` is the cluster as last written. Returns a requeue when root auth
@@ -61,11 +60,7 @@ pub(super) async fn publish(
         let urls = observe::unready_voter_endpoints(cluster, members, &seen.members.views);
         if !urls.is_empty() {
             let read = async {
-                let metrics = ctx.metrics.clone();
-                let tls = seen.tls.client.as_ref();
-                if let Ok(mut client) =
-                    Etcd::connect(&urls, tls, seen.auth.dial_creds(), metrics).await
-                {
+                if let Ok(mut client) = seen.access(&ctx.metrics).dial(&urls).await {
                     show_alarms(cluster, ctx, &mut client, members, &mut new_status).await;
                 }
             };
@@ -80,14 +75,14 @@ pub(super) async fn publish(
     if seen.auth.wanted && !seen.auth.on && auth::ready_to_enable_auth(plan) {
         if let (Some(client), Some(creds)) = (seen.etcd.as_mut(), seen.auth.creds.as_ref()) {
             auth::enable_auth(cluster, ctx, client, creds).await?;
-            ctx.forget_etcd(&seen.key);
+            ctx.etcd.forget(&seen.key);
             new_status.auth_enabled = Some(true);
             requeue = Some(Requeue::requeue(Duration::from_millis(200)));
         }
     }
     if stored.status.as_ref() != Some(&new_status) {
         let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &seen.ns);
-        write_status(&api, stored, &new_status).await?;
+        shell::write_status(&api, stored, stored.status.as_ref(), &new_status).await?;
         announce_parking(cluster, ctx, stored.status.as_ref(), &new_status).await;
     }
     Ok(requeue)

@@ -1,62 +1,43 @@
 //! The EtcdCluster reconcile, in four steps: observe (fresh lists, the Secrets, etcd's view;
 //! [`super::observe`]), plan (pure; [`super::plan`]), act (the one step planned;
 //! [`super::act`]), publish (the owned children, then the status written only when it changed;
-//! [`super::children`], [`super::publish`]). Also the requeue policy and the status writer other
-//! controllers share. It decides nothing itself: every decision is the planner's.
+//! [`super::children`], [`super::publish`]). Also the requeue policy. It decides nothing itself:
+//! every decision is the planner's.
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use api::v1alpha2::{EtcdCluster, EtcdClusterStatus};
+use api::v1alpha2::EtcdCluster;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
-use serde_json::json;
 
 use super::act::{self, Acted};
 use super::plan::{self, Action, Phase, Plan};
 use super::{children, observe, publish, status};
 use crate::context::Context;
-use crate::Error;
+use crate::etcd::access::ClusterKey;
+use crate::{shell, Error};
 
 /// How often a formed cluster's membership and health are re-checked: etcd can change without a
 /// Kubernetes event (a member falls out of quorum, a learner catches up).
 pub const HEALTH_RECHECK: Duration = Duration::from_secs(30);
 
-/// Reconcile an EtcdCluster: read it fresh and run one pass; a cluster gone meanwhile has its
-/// cached etcd client and its metrics forgotten. Every pass is timed and its error counted.
+/// Reconcile an EtcdCluster (run through [`crate::shell::reconcile_lenient`]: timing, metrics,
+/// the `OwnershipConflict` Event and the error policy are the shell's): read it fresh and run one
+/// pass; a cluster gone meanwhile has its cached etcd client and its metrics forgotten.
 pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<Requeue, Error> {
-    let started = Instant::now();
-    let result = match fresh_cluster(&cluster, &ctx).await {
-        Ok(Some(fresh)) => reconcile_inner(&fresh, &ctx).await,
-        Ok(None) => {
-            if let (Some(ns), Some(uid)) = (cluster.namespace(), cluster.uid()) {
-                ctx.forget_etcd(&format!("{ns}/{}/{uid}", cluster.name_any()));
+    match fresh_cluster(&cluster, &ctx).await? {
+        Some(fresh) => reconcile_inner(&fresh, &ctx).await,
+        None => {
+            ctx.etcd.forget(&ClusterKey::of(&cluster));
+            if let Some(ns) = cluster.namespace() {
                 ctx.metrics.forget_cluster(&ns, &cluster.name_any());
             }
             Ok(Requeue::await_change())
         }
-        Err(e) => Err(e),
-    };
-    ctx.metrics
-        .observe_reconcile("etcdcluster", started.elapsed());
-    if let Err(e) = &result {
-        ctx.metrics.count_error("etcdcluster", e.metric_label());
-        if let Error::Conflict(why) = e {
-            // Only a person can resolve it (an object in the way); say so where they look.
-            ctx.event(
-                cluster.as_ref(),
-                true,
-                "OwnershipConflict",
-                "Reconcile",
-                why.clone(),
-            )
-            .await;
-        }
     }
-    result
 }
 
 /// The cluster as the API has it now, not as the watch cache last saw it: the cache can lag
@@ -66,19 +47,6 @@ async fn fresh_cluster(cluster: &EtcdCluster, ctx: &Context) -> Result<Option<Et
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
     let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
     Ok(api.get_opt(&cluster.name_any()).await?)
-}
-
-/// Requeue after a failed reconcile: at once for a stale write (plan again from a fresh read),
-/// after 5 s otherwise.
-pub fn error_policy(_cluster: Arc<EtcdCluster>, error: &Error, _ctx: Arc<Context>) -> Requeue {
-    if error.is_stale_write() {
-        // Someone wrote the EtcdCluster since this reconcile read it: plan again from a fresh
-        // read rather than overwrite their change.
-        tracing::debug!(%error, "EtcdCluster changed during the reconcile; retrying");
-        return Requeue::requeue(Duration::from_millis(200));
-    }
-    tracing::warn!(%error, "EtcdCluster reconcile failed");
-    Requeue::requeue(Duration::from_secs(5))
 }
 
 /// One reconcile of a cluster read fresh: observe, plan, act, publish.
@@ -115,7 +83,7 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     if plan.locked_because.is_some() && !matches!(plan.action, Action::None | Action::Wait(_)) {
         let status_api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
         let locked = status::render(cluster, &plan, None, now);
-        stored = write_status(&status_api, &stored, &locked).await?;
+        stored = shell::write_status(&status_api, &stored, stored.status.as_ref(), &locked).await?;
     }
 
     // Act.
@@ -188,57 +156,6 @@ pub const TLS_SECRET_RECHECK: Duration = Duration::from_secs(10);
 
 /// How often a cluster held for a missing cert-manager looks for it again.
 pub const CERT_MANAGER_RECHECK: Duration = Duration::from_secs(15);
-
-/// Write the cluster's status with optimistic concurrency: the patch carries the
-/// `resourceVersion` this reconcile read, so a concurrent write (the runbook's forced deadline,
-/// another status edit) makes it fail with a conflict instead of being silently reverted; the
-/// reconcile is then retried from a fresh read. Returns the written object.
-pub async fn write_status(
-    api: &Api<EtcdCluster>,
-    read: &EtcdCluster,
-    new: &EtcdClusterStatus,
-) -> Result<EtcdCluster, Error> {
-    let patch = json!({
-        "metadata": {"resourceVersion": read.resource_version()},
-        "status": status_merge_patch(read.status.as_ref(), new)?,
-    });
-    Ok(api
-        .patch_status(
-            &read.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?)
-}
-
-/// A JSON merge patch from `old` to `new`: fields `new` no longer has are sent as `null`, or a
-/// merge patch would leave them in place (and the status would never converge).
-pub fn status_merge_patch<T: serde::Serialize>(
-    old: Option<&T>,
-    new: &T,
-) -> Result<serde_json::Value, Error> {
-    let mut patch = serde_json::to_value(new)?;
-    if let Some(old) = old {
-        clear_dropped(&serde_json::to_value(old)?, &mut patch);
-    }
-    Ok(patch)
-}
-
-/// Add a `null` to `patch` for every key of `old` it lacks, at every depth where both are
-/// objects (RFC 7386 merges nested objects key by key, so a key dropped inside one would stay).
-fn clear_dropped(old: &serde_json::Value, patch: &mut serde_json::Value) {
-    let (serde_json::Value::Object(old), serde_json::Value::Object(fields)) = (old, patch) else {
-        return;
-    };
-    for (key, old_value) in old {
-        match fields.get_mut(key) {
-            Some(new_value) => clear_dropped(old_value, new_value),
-            None => {
-                fields.insert(key.clone(), serde_json::Value::Null);
-            }
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests;

@@ -185,9 +185,8 @@ impl ClusterKey {
         ))
     }
 
-    /// A key already rendered as `namespace/name/uid`.
-    pub fn from_raw(key: &str) -> Self {
-        Self(key.to_string())
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 

@@ -27,7 +27,7 @@ impl Etcd {
     /// Dials `endpoints` (`https://` ones with `tls`: the cluster's CA as the only trust anchor,
     /// the operator-client identity when the cluster uses mTLS; the server name checked against
     /// the member's DNS name), logged in as `root` with `creds` once auth is on.
-    pub async fn connect(
+    pub(super) async fn connect(
         endpoints: &[String],
         tls: Option<&ClientTls>,
         creds: Option<&Credentials>,
@@ -38,7 +38,7 @@ impl Etcd {
 
     /// [`Etcd::connect`] with another bound on each call (a defragmentation takes longer than
     /// a membership call).
-    pub async fn connect_with_timeout(
+    pub(super) async fn connect_with_timeout(
         endpoints: &[String],
         tls: Option<&ClientTls>,
         creds: Option<&Credentials>,

@@ -23,7 +23,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::builders::service::{client_service, headless_service};
-use crate::etcd::Etcd;
+use crate::etcd::access::Access;
 use crate::metrics::Metrics;
 use crate::naming::CLIENT_PORT;
 use plan::{EtcdMemberFacts, Facts, PodFacts, StatefulSetFacts};
@@ -175,7 +175,9 @@ async fn member_list(endpoints: &[String]) -> Result<(u64, Vec<EtcdMemberFacts>)
     if endpoints.is_empty() {
         return Err("no Ready Pod to ask (pass --etcd-endpoints)".into());
     }
-    let mut etcd = Etcd::connect(endpoints, None, None, Metrics::new())
+    // No client TLS material and no user, as the migration has always dialed.
+    let mut etcd = Access::new(None, None, Metrics::new())
+        .dial(endpoints)
         .await
         .map_err(|e| format!("connecting to {}: {e}", endpoints.join(",")))?;
     let (cluster_id, members) = etcd

@@ -604,7 +604,9 @@ async fn write(
     schedule: &EtcdSnapshotSchedule,
     status: &EtcdSnapshotScheduleStatus,
 ) -> Result<(), Error> {
-    shell::write_status(api, schedule, schedule.status.as_ref(), status).await
+    shell::write_status(api, schedule, schedule.status.as_ref(), status)
+        .await
+        .map(drop)
 }
 
 #[cfg(test)]

@@ -365,7 +365,9 @@ async fn write(
 ) -> Result<(), Error> {
     // Guarded by the read's resourceVersion: a concurrent writer makes this a retried conflict,
     // never a second Job decision on stale status.
-    shell::write_status(api, snapshot, snapshot.status.as_ref(), status).await
+    shell::write_status(api, snapshot, snapshot.status.as_ref(), status)
+        .await
+        .map(drop)
 }
 
 #[cfg(test)]

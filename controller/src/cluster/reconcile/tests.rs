@@ -2,9 +2,8 @@ use super::*;
 use crate::cluster::act::{member_tls, needs_peer_auto_tls_restored};
 use crate::cluster::plan::{self, Action, Phase};
 use api::labels;
-use api::v1alpha2::{EtcdClusterStatus, ObservedSpec};
+use api::v1alpha2::ObservedSpec;
 use api::v1alpha2::{EtcdMember, MemberTls};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 fn plan_at(phase: Phase, formed: bool, deadline: Option<Timestamp>) -> Plan {
     Plan {
@@ -41,56 +40,6 @@ fn a_running_deadline_wakes_the_reconcile_when_it_expires() {
     assert_eq!(r, Requeue::await_change());
     let r = next_check(&plan_at(Phase::Reconciled, true, None), now);
     assert_eq!(r, Requeue::requeue(HEALTH_RECHECK));
-}
-
-#[test]
-fn status_patch_clears_fields_the_new_status_dropped() {
-    let old = EtcdClusterStatus {
-        progress_deadline: Some(Time(Timestamp::from_second(1_800_000_000).unwrap())),
-        observed: Some(ObservedSpec {
-            replicas: 3,
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let new = EtcdClusterStatus {
-        observed: old.observed.clone(),
-        ..Default::default()
-    };
-    let patch = status_merge_patch(Some(&old), &new).unwrap();
-    assert_eq!(patch["progressDeadline"], serde_json::Value::Null);
-    assert!(patch.as_object().unwrap().contains_key("progressDeadline"));
-    assert_eq!(patch["observed"]["replicas"], 3);
-}
-
-/// A field dropped inside a nested object (the latched target losing `resources` when the
-/// spec no longer sets them) must be cleared too: applied to the old status, the patch gives
-/// exactly the new one.
-#[test]
-fn status_patch_clears_nested_fields_the_new_status_dropped() {
-    let old: EtcdClusterStatus = serde_json::from_value(serde_json::json!({
-        "observed": {
-            "replicas": 3,
-            "version": "3.6.16",
-            "resources": {"requests": {"cpu": "100m"}},
-            "options": {"quota-backend-bytes": "1"}
-        },
-        "conditions": [{"type": "Available", "status": "True", "reason": "QuorumHealthy",
-                        "message": "", "lastTransitionTime": "2026-11-23T00:00:00Z"}]
-    }))
-    .unwrap();
-    let new: EtcdClusterStatus = serde_json::from_value(serde_json::json!({
-        "observed": {"replicas": 5, "version": "3.6.16"},
-    }))
-    .unwrap();
-    let patch = status_merge_patch(Some(&old), &new).unwrap();
-    let mut applied = serde_json::to_value(&old).unwrap();
-    json_patch::merge(&mut applied, &patch);
-    assert_eq!(
-        applied,
-        serde_json::to_value(&new).unwrap(),
-        "patch {patch}"
-    );
 }
 
 #[test]

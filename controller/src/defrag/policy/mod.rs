@@ -345,5 +345,7 @@ async fn write(
     policy: &EtcdDefragPolicy,
     status: &EtcdDefragPolicyStatus,
 ) -> Result<(), Error> {
-    crate::shell::write_status(api, policy, policy.status.as_ref(), status).await
+    crate::shell::write_status(api, policy, policy.status.as_ref(), status)
+        .await
+        .map(drop)
 }
