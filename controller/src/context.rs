@@ -8,6 +8,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 
 use crate::etcd::access::Pool;
+use crate::events::{Action, Reason, Transitional};
 use crate::metrics::Metrics;
 
 pub use crate::naming::FIELD_MANAGER;
@@ -102,8 +103,8 @@ impl Context {
         &self,
         obj: &K,
         warning: bool,
-        reason: &str,
-        action: &str,
+        reason: impl Into<Transitional<Reason>>,
+        action: impl Into<Transitional<Action>>,
         note: String,
     ) {
         self.event_related(obj, None, warning, reason, action, note)
@@ -117,10 +118,12 @@ impl Context {
         obj: &K,
         related: Option<k8s_openapi::api::core::v1::ObjectReference>,
         warning: bool,
-        reason: &str,
-        action: &str,
+        reason: impl Into<Transitional<Reason>>,
+        action: impl Into<Transitional<Action>>,
         note: String,
     ) {
+        let reason = reason.into().0;
+        let action = action.into().0;
         let event = Event {
             type_: if warning {
                 EventType::Warning

@@ -22,9 +22,7 @@ use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer};
 
 use crate::context::Context;
-
-/// The Event reason on an object the operator cannot decode.
-pub const INVALID_SPEC_REASON: &str = "InvalidSpec";
+use crate::events::{Action, Reason};
 
 /// An object of kind `K` as the watch delivers it: its metadata always, the typed object when it
 /// decodes, otherwise why not.
@@ -139,8 +137,8 @@ pub async fn report<K: Resource<DynamicType = ()>>(
     ctx.event(
         object,
         true,
-        INVALID_SPEC_REASON,
-        "Decode",
+        Reason::InvalidSpec,
+        Action::Decode,
         note(object, why),
     )
     .await;

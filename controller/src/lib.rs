@@ -13,6 +13,7 @@ pub mod context;
 pub mod cron;
 pub mod defrag;
 pub mod etcd;
+pub mod events;
 pub mod install_tools;
 pub mod lenient;
 pub mod member;

@@ -25,6 +25,7 @@ use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Resource, ResourceExt};
 
 use crate::context::Context;
+use crate::events::{Action, Reason};
 use crate::lenient::{self, Lenient};
 use crate::Error;
 
@@ -116,9 +117,6 @@ pub const DEFRAG_POLICY: Controller = Controller {
     conflict_event: false,
 };
 
-/// The Event reason of an ownership conflict.
-pub const OWNERSHIP_CONFLICT_REASON: &str = "OwnershipConflict";
-
 /// Run `reconcile` on `object`: timed, counted, its error counted by label and, for an
 /// ownership conflict, announced on the object (see [`Controller`]).
 pub async fn reconcile<K, F, Fut>(
@@ -142,8 +140,8 @@ where
             ctx.event(
                 object.as_ref(),
                 true,
-                OWNERSHIP_CONFLICT_REASON,
-                "Reconcile",
+                Reason::OwnershipConflict,
+                Action::Reconcile,
                 why.clone(),
             )
             .await;

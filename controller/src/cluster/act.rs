@@ -20,6 +20,7 @@ use super::plan::{self, Action, DataHome, DeleteReason, EtcdView, MemberView, Pl
 use crate::builders::pod::{INITIAL_CLUSTER_STATE_ANNOTATION, STATE_EXISTING};
 use crate::context::Context;
 use crate::etcd::format_id;
+use crate::events::{Action as EventAction, Reason};
 use crate::Error;
 use crate::{naming, topology};
 
@@ -73,8 +74,8 @@ pub(super) async fn act(
             ctx.event(
                 cluster,
                 false,
-                "Bootstrapping",
-                "CreateSeed",
+                Reason::Bootstrapping,
+                EventAction::CreateSeed,
                 format!("created seed member {seed_name}"),
             )
             .await;
@@ -114,8 +115,8 @@ pub(super) async fn act(
                 ctx.event(
                     cluster,
                     false,
-                    "MemberAdded",
-                    "MemberAddAsLearner",
+                    Reason::MemberAdded,
+                    EventAction::MemberAddAsLearner,
                     format!("added {member_name} as a learner"),
                 )
                 .await;
@@ -143,8 +144,8 @@ pub(super) async fn act(
                 ctx.event(
                     cluster,
                     false,
-                    "MemberAdded",
-                    "MemberAddAsLearner",
+                    Reason::MemberAdded,
+                    EventAction::MemberAddAsLearner,
                     format!("added {member} as a learner"),
                 )
                 .await;
@@ -174,8 +175,8 @@ pub(super) async fn act(
             ctx.event(
                 cluster,
                 false,
-                "ClusterDiscovered",
-                "LatchClusterID",
+                Reason::ClusterDiscovered,
+                EventAction::LatchClusterId,
                 format!("cluster formed with ID {}", format_id(*cluster_id)),
             )
             .await;
@@ -191,8 +192,8 @@ pub(super) async fn act(
                     ctx.event(
                         cluster,
                         false,
-                        "MemberPromoted",
-                        "MemberPromote",
+                        Reason::MemberPromoted,
+                        EventAction::MemberPromote,
                         format!("promoted {member} to voter"),
                     )
                     .await;
@@ -207,16 +208,16 @@ pub(super) async fn act(
         }
         Action::DeleteMember { member, why } => {
             let (reason, note) = match why {
-                DeleteReason::ScaleDown => ("ScalingDown", format!("removing member {member} (newest first)")),
-                DeleteReason::Pause => ("Pausing", format!("removing member {member} on the way to a pause")),
-                DeleteReason::MemoryPodLost => ("ReplacingMember", format!("member {member} lost its Pod and its tmpfs data; replacing it")),
-                DeleteReason::CrashLooping => ("ReplacingMember", format!("member {member} is crash-looping; replacing it while the others keep quorum")),
-                DeleteReason::DataLost => ("ReplacingMember", format!("member {member} lost its PVC and its data; removing it from etcd and replacing it, never restarting it on an empty volume under its old member ID")),
-                DeleteReason::ReplaceAdopted => ("ReplacingAdoptedMember", format!("replacing member {member}, adopted from the aenix operator, by a native one as {} asks", labels::REPLACE_ADOPTED_ANNOTATION)),
-                DeleteReason::Rollout => ("RollingRestart", format!("replacing Memory member {member} so that its successor runs the new CA bundle or spec (a Memory member cannot restart without losing its data)")),
-                DeleteReason::Unschedulable | DeleteReason::NodeNotReady => ("MemberReplaced", replaced_note(member, &seen.members.views, ctx)),
+                DeleteReason::ScaleDown => (Reason::ScalingDown, format!("removing member {member} (newest first)")),
+                DeleteReason::Pause => (Reason::Pausing, format!("removing member {member} on the way to a pause")),
+                DeleteReason::MemoryPodLost => (Reason::ReplacingMember, format!("member {member} lost its Pod and its tmpfs data; replacing it")),
+                DeleteReason::CrashLooping => (Reason::ReplacingMember, format!("member {member} is crash-looping; replacing it while the others keep quorum")),
+                DeleteReason::DataLost => (Reason::ReplacingMember, format!("member {member} lost its PVC and its data; removing it from etcd and replacing it, never restarting it on an empty volume under its old member ID")),
+                DeleteReason::ReplaceAdopted => (Reason::ReplacingAdoptedMember, format!("replacing member {member}, adopted from the aenix operator, by a native one as {} asks", labels::REPLACE_ADOPTED_ANNOTATION)),
+                DeleteReason::Rollout => (Reason::RollingRestart, format!("replacing Memory member {member} so that its successor runs the new CA bundle or spec (a Memory member cannot restart without losing its data)")),
+                DeleteReason::Unschedulable | DeleteReason::NodeNotReady => (Reason::MemberReplaced, replaced_note(member, &seen.members.views, ctx)),
             };
-            tracing::info!(cluster = %name, member = %member, reason, "deleting member");
+            tracing::info!(cluster = %name, member = %member, reason = reason.reason(), "deleting member");
             members_api.delete(member, &DeleteParams::default()).await?;
             if matches!(
                 why,
@@ -225,7 +226,7 @@ pub(super) async fn act(
                 // On the member too: the cluster's Events of one reason fold into one series,
                 // and each replacement is to be found by the member it replaced.
                 if let Some(m) = seen.members.items.iter().find(|m| m.name_any() == *member) {
-                    ctx.event(m, true, reason, "DeleteMember", note.clone())
+                    ctx.event(m, true, reason, EventAction::DeleteMember, note.clone())
                         .await;
                 }
             }
@@ -240,7 +241,7 @@ pub(super) async fn act(
                         | DeleteReason::NodeNotReady
                 ),
                 reason,
-                "DeleteMember",
+                EventAction::DeleteMember,
                 note,
             )
             .await;
@@ -255,8 +256,8 @@ pub(super) async fn act(
                 ctx.event(
                     cluster,
                     false,
-                    "Paused",
-                    "SetDormant",
+                    Reason::Paused,
+                    EventAction::SetDormant,
                     format!("member {member} is dormant; its PVC keeps the data"),
                 )
                 .await;
@@ -265,8 +266,8 @@ pub(super) async fn act(
                 ctx.event(
                     cluster,
                     false,
-                    "Resumed",
-                    "WakeDormant",
+                    Reason::Resumed,
+                    EventAction::WakeDormant,
                     format!("waking dormant member {member}"),
                 )
                 .await;
@@ -286,8 +287,8 @@ pub(super) async fn act(
             ctx.event(
                 cluster,
                 true,
-                "GhostMemberRemoved",
-                "MemberRemove",
+                Reason::GhostMemberRemoved,
+                EventAction::MemberRemove,
                 format!(
                     "removed etcd member {id} ({}) that no EtcdMember describes",
                     ghost.peer_url
@@ -370,8 +371,8 @@ pub(super) async fn act(
             ctx.event(
                 cluster,
                 false,
-                "RollingRestart",
-                "RestartMember",
+                Reason::RollingRestart,
+                EventAction::RestartMember,
                 format!(
                     "restarting member {member} ({role}) for {what}; {done} of {total} members \
                      are updated"
@@ -392,8 +393,8 @@ pub(super) async fn act(
             ctx.event(
                 cluster,
                 false,
-                "LeaderMoved",
-                "MoveLeader",
+                Reason::LeaderMoved,
+                EventAction::MoveLeader,
                 format!("moved leadership from {from} to {to} before restarting {from}"),
             )
             .await;
@@ -473,8 +474,8 @@ pub(super) async fn restore_peer_auto_tls(
     ctx.event(
         cluster,
         true,
-        "PeerAutoTLSRestored",
-        "Annotate",
+        Reason::PeerAutoTlsRestored,
+        EventAction::Annotate,
         format!(
             "members run etcd's --peer-auto-tls: the annotation {}=true was set back (etcd cannot \
              mix TLS and plaintext peers; see docs/migration.md)",

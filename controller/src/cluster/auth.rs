@@ -15,6 +15,7 @@ use crate::auth::{self as record, Credentials};
 use crate::context::Context;
 use crate::etcd::access::{Access, ClusterKey};
 use crate::etcd::Etcd;
+use crate::events::{Action, Reason};
 use crate::Error;
 
 pub mod decide;
@@ -40,8 +41,8 @@ pub(super) async fn enable_auth(
     ctx.event(
         cluster,
         false,
-        "AuthEnabled",
-        "AuthEnable",
+        Reason::AuthEnabled,
+        Action::AuthEnable,
         format!(
             "etcd authentication is on: user root with the role root, password from Secret {}",
             auth_secret_name(cluster)
@@ -123,8 +124,8 @@ pub(super) async fn rotate_root_password(
         ctx.event(
             cluster,
             false,
-            "RootPasswordRotated",
-            "UserChangePassword",
+            Reason::RootPasswordRotated,
+            Action::UserChangePassword,
             format!(
                 "the root password in Secret {} changed; etcd's root password now matches it",
                 auth_secret_name(cluster)

@@ -20,6 +20,7 @@ use super::volumes;
 use crate::builders::{pdb, service};
 use crate::context::{Context, FIELD_MANAGER};
 use crate::etcd::format_id;
+use crate::events::{Action, Reason};
 use crate::naming;
 use crate::Error;
 
@@ -73,8 +74,14 @@ pub(super) async fn keep_in_shape(
     };
     if let Some(conflict) = ensure_pdb(cluster, ctx, voters, plan.observed.replicas).await? {
         // Not the operator's to touch; everything else goes on, and the PDB is retried.
-        ctx.event(cluster, true, "OwnershipConflict", "Reconcile", conflict)
-            .await;
+        ctx.event(
+            cluster,
+            true,
+            Reason::OwnershipConflict,
+            Action::Reconcile,
+            conflict,
+        )
+        .await;
         return Ok(Some(Requeue::requeue(Duration::from_secs(5))));
     }
     Ok(None)
@@ -108,8 +115,8 @@ async fn grow_member_volumes(
     ctx.event(
         cluster,
         false,
-        "VolumeExpansion",
-        "ExpandVolume",
+        Reason::VolumeExpansion,
+        Action::ExpandVolume,
         format!(
             "spec.storage.size is {}: the PVCs of {} grow online, without restarts",
             size.0,

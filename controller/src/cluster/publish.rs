@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use api::conditions::{cluster as ctype, reason};
+use api::conditions::cluster as ctype;
 use api::v1alpha2::{EtcdCluster, EtcdClusterStatus, EtcdMember};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action as Requeue;
@@ -16,6 +16,7 @@ use super::plan::Plan;
 use super::{alarms, auth, status, volumes};
 use crate::context::Context;
 use crate::etcd::Etcd;
+use crate::events::{Action, Reason};
 use crate::{shell, Error};
 
 /// Record the metrics, render and write the status after `plan` (its step latched
@@ -132,8 +133,14 @@ async fn show_alarms(
         .find(|c| c.type_ == alarms::ALARM && c.status == "True")
     {
         if was.as_deref() != Some(c.reason.as_str()) {
-            ctx.event(cluster, true, "EtcdAlarm", "AlarmList", c.message.clone())
-                .await;
+            ctx.event(
+                cluster,
+                true,
+                Reason::EtcdAlarm,
+                Action::AlarmList,
+                c.message.clone(),
+            )
+            .await;
         }
     }
 }
@@ -153,10 +160,11 @@ async fn announce_parking(
     let Some((why, message)) = available(Some(new)) else {
         return;
     };
-    let parked = why == reason::BOOTSTRAP_FAILED || why == reason::DEADLINE_EXCEEDED;
-    if parked && available(old).map(|(r, _)| r) != Some(why.clone()) {
-        ctx.event(cluster, true, &why, "ProgressDeadline", message)
-            .await;
+    if let Some(parked) = Reason::parked(&why) {
+        if available(old).map(|(r, _)| r) != Some(why.clone()) {
+            ctx.event(cluster, true, parked, Action::ProgressDeadline, message)
+                .await;
+        }
     }
     // A refused rollout: once, when the cluster starts reporting it.
     let progressing = |s: Option<&EtcdClusterStatus>| {
@@ -164,10 +172,11 @@ async fn announce_parking(
             .map(|c| (c.reason.clone(), c.message.clone()))
     };
     if let Some((why, message)) = progressing(Some(new)) {
-        if (why == reason::MEMORY_ROLLOUT_UNSAFE || why == reason::UNSAFE_CA_CHANGE)
-            && progressing(old).map(|(r, _)| r) != Some(why.clone())
-        {
-            ctx.event(cluster, true, &why, "Rollout", message).await;
+        if let Some(refused) = Reason::rollout_refused(&why) {
+            if progressing(old).map(|(r, _)| r) != Some(why.clone()) {
+                ctx.event(cluster, true, refused, Action::Rollout, message)
+                    .await;
+            }
         }
     }
 }

@@ -28,6 +28,7 @@ use crate::agent_job;
 use crate::conditions::set_condition;
 use crate::context::Context;
 use crate::cron::{due, run_name, to_chrono, to_time, Due, Schedule};
+use crate::events::{Action, Reason};
 use crate::objectstore::{file_name, snapshot_key, Location, S3Args, S3};
 use crate::shell;
 use crate::Error;
@@ -122,8 +123,14 @@ pub async fn reconcile(
                 "InvalidSchedule",
                 e.to_string(),
             );
-            ctx.event(&schedule, true, "InvalidSchedule", "Parse", e.to_string())
-                .await;
+            ctx.event(
+                &schedule,
+                true,
+                Reason::InvalidSchedule,
+                Action::Parse,
+                e.to_string(),
+            )
+            .await;
             write(&schedules, &schedule, &status).await?;
             return Ok(Requeue::await_change());
         }
@@ -149,8 +156,8 @@ pub async fn reconcile(
                 ctx.event(
                     &schedule,
                     true,
-                    "MissedSchedule",
-                    "Skip",
+                    Reason::MissedSchedule,
+                    Action::Skip,
                     format!(
                         "the run at {t} is past spec.startingDeadlineSeconds ({}s); skipped",
                         schedule.spec.starting_deadline_seconds.unwrap_or_default()
@@ -173,8 +180,8 @@ pub async fn reconcile(
                             ctx.event(
                                 &schedule,
                                 false,
-                                "SnapshotReplaced",
-                                "Delete",
+                                Reason::SnapshotReplaced,
+                                Action::Delete,
                                 format!("deleted unfinished EtcdSnapshot {a} (concurrencyPolicy Replace)"),
                             )
                             .await;
@@ -192,8 +199,8 @@ pub async fn reconcile(
                             ctx.event(
                                 &schedule,
                                 false,
-                                "SnapshotCreated",
-                                "Create",
+                                Reason::SnapshotCreated,
+                                Action::Create,
                                 format!("created EtcdSnapshot {sname} for the run at {t}"),
                             )
                             .await;
@@ -304,7 +311,7 @@ async fn prune(
             Err(message) => {
                 // The object stays (and is retried next time) rather than losing track of the
                 // stored file.
-                ctx.event(schedule, true, "PruneFailed", "Prune", message)
+                ctx.event(schedule, true, Reason::PruneFailed, Action::Prune, message)
                     .await;
                 continue;
             }
@@ -314,8 +321,8 @@ async fn prune(
         ctx.event(
             schedule,
             false,
-            "SnapshotPruned",
-            "Prune",
+            Reason::SnapshotPruned,
+            Action::Prune,
             format!("deleted EtcdSnapshot {gone} ({stored}) by spec.retention"),
         )
         .await;

@@ -25,6 +25,7 @@ use crate::conditions::set_condition;
 use crate::context::Context;
 use crate::cron::{due, to_chrono, to_time, Due, Schedule};
 use crate::etcd::access::{Access, User};
+use crate::events::{Action, Reason};
 use crate::Error;
 use plan::{check_due, finished, first_selected, history_to_delete, new_run, Run, POLICY_LABEL};
 
@@ -51,8 +52,8 @@ async fn create_run(
             ctx.event(
                 policy,
                 false,
-                "DefragCreated",
-                "Create",
+                Reason::DefragCreated,
+                Action::Create,
                 format!("created EtcdDefrag {name}: {why}"),
             )
             .await;
@@ -125,8 +126,14 @@ pub async fn reconcile(policy: Arc<EtcdDefragPolicy>, ctx: Arc<Context>) -> Resu
                     "InvalidSchedule",
                     e.to_string(),
                 );
-                ctx.event(&policy, true, "InvalidSchedule", "Parse", e.to_string())
-                    .await;
+                ctx.event(
+                    &policy,
+                    true,
+                    Reason::InvalidSchedule,
+                    Action::Parse,
+                    e.to_string(),
+                )
+                .await;
                 write(&policies, &policy, &status).await?;
                 return Ok(Requeue::await_change());
             }
@@ -176,8 +183,8 @@ pub async fn reconcile(policy: Arc<EtcdDefragPolicy>, ctx: Arc<Context>) -> Resu
                     ctx.event(
                         &policy,
                         false,
-                        "DefragSkipped",
-                        "Skip",
+                        Reason::DefragSkipped,
+                        Action::Skip,
                         format!(
                             "skipped the run at {t}: EtcdDefrag {} of this policy has not finished",
                             active.join(", ")

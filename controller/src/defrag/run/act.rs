@@ -16,6 +16,7 @@ use super::{reason, write, MEMBER_RPC_TIMEOUT, RECHECK, RETRY_PAUSE, STATUS_TIME
 use crate::context::Context;
 use crate::etcd::access::Access;
 use crate::etcd::{format_id, Alarm, Etcd, MemberStatus};
+use crate::events::{Action, Reason};
 use crate::Error;
 
 /// Write the status after a non-terminal step and look again after `again` (at once for zero).
@@ -64,11 +65,11 @@ pub(super) async fn finish(
         defrag,
         o.phase != DefragPhase::Complete,
         if o.phase == DefragPhase::Complete {
-            "DefragComplete"
+            Reason::DefragComplete
         } else {
-            "DefragFailed"
+            Reason::DefragFailed
         },
-        "Defragment",
+        Action::Defragment,
         o.message.clone(),
     )
     .await;
@@ -131,13 +132,19 @@ pub(super) async fn complete(
             ctx.event(
                 cluster,
                 false,
-                "AlarmDisarmed",
-                "AlarmDisarm",
+                Reason::AlarmDisarmed,
+                Action::AlarmDisarm,
                 message.clone(),
             )
             .await;
-            ctx.event(defrag, false, "AlarmDisarmed", "AlarmDisarm", message)
-                .await;
+            ctx.event(
+                defrag,
+                false,
+                Reason::AlarmDisarmed,
+                Action::AlarmDisarm,
+                message,
+            )
+            .await;
         }
     }
     let failed: Vec<String> = status

@@ -29,6 +29,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use crate::context::Context;
 use crate::etcd::access::{Access, User};
+use crate::events::{Action, Reason};
 use crate::Error;
 use plan::{phase, render, Gate, Next, Outcome};
 
@@ -202,8 +203,8 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
         ctx.event(
             &defrag,
             false,
-            "DefragStarted",
-            "Defragment",
+            Reason::DefragStarted,
+            Action::Defragment,
             format!("started defragmenting cluster {cluster_name}"),
         )
         .await;
@@ -248,8 +249,8 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
                         &defrag,
                         Some(member_ref(&ns, &from.name)),
                         false,
-                        "LeaderMoved",
-                        "MoveLeader",
+                        Reason::LeaderMoved,
+                        Action::MoveLeader,
                         format!(
                             "moved leadership from {} to {} before defragmenting {}",
                             from.name, to.name, from.name
@@ -413,8 +414,8 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
                         &defrag,
                         Some(member_ref(&ns, &member.name)),
                         false,
-                        "MemberDefragmented",
-                        "Defragment",
+                        Reason::MemberDefragmented,
+                        Action::Defragment,
                         format!(
                             "defragmented {role} {}: dbSize {} -> {}, reclaimed {}",
                             member.name,
@@ -447,8 +448,8 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
                         &defrag,
                         Some(member_ref(&ns, &member.name)),
                         true,
-                        "MemberDefragFailed",
-                        "Defragment",
+                        Reason::MemberDefragFailed,
+                        Action::Defragment,
                         format!("defragmenting {role} {} failed: {e}", member.name),
                     )
                     .await;

@@ -1,0 +1,353 @@
+//! Every Kubernetes Event the controller emits: its reason ([`Reason`]) and its action
+//! ([`Action`]), each spelled once. The strings are part of the user-facing contract
+//! (`kubectl describe`, alerting on reasons, the e2e suites): never rename one.
+//!
+//! This module only names Events; it does no I/O ([`crate::context::Context::event`] publishes
+//! them). Condition types and reasons live in `api::conditions`; an Event that repeats a
+//! condition's reason takes the string from there.
+
+use api::conditions::reason as condition;
+
+/// The reason of an Event: what happened, as `kubectl describe` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    // EtcdCluster: membership
+    Bootstrapping,
+    ClusterDiscovered,
+    MemberAdded,
+    MemberPromoted,
+    ScalingDown,
+    Pausing,
+    ReplacingMember,
+    ReplacingAdoptedMember,
+    MemberReplaced,
+    Paused,
+    Resumed,
+    GhostMemberRemoved,
+    RollingRestart,
+    LeaderMoved,
+    // EtcdCluster: TLS, auth, volumes, alarms
+    PeerAutoTlsRestored,
+    AuthEnabled,
+    RootPasswordRotated,
+    VolumeExpansion,
+    EtcdAlarm,
+    // EtcdCluster: parked or refused (the Available or Progressing condition's reason)
+    BootstrapFailed,
+    DeadlineExceeded,
+    MemoryRolloutUnsafe,
+    UnsafeCaChange,
+    // EtcdMember
+    PodCreated,
+    PodDeleted,
+    PodRestarted,
+    PvcCreated,
+    VolumeExpansionRequested,
+    VolumeExpanded,
+    MemberRemoved,
+    // EtcdSnapshot (a failure repeats the Ready condition's reason)
+    SnapshotStarted,
+    SnapshotStored,
+    SnapshotJobLost,
+    JobFailed,
+    AuthLatchTimeout,
+    // EtcdSnapshotSchedule, EtcdDefragPolicy
+    InvalidSchedule,
+    MissedSchedule,
+    SnapshotCreated,
+    SnapshotReplaced,
+    SnapshotPruned,
+    PruneFailed,
+    DefragCreated,
+    DefragSkipped,
+    // EtcdDefrag
+    DefragStarted,
+    DefragComplete,
+    DefragFailed,
+    MemberDefragmented,
+    MemberDefragFailed,
+    AlarmDisarmed,
+    // Any kind
+    InvalidSpec,
+    OwnershipConflict,
+}
+
+impl Reason {
+    /// Every reason, in declaration order.
+    pub const ALL: &[Reason] = &[
+        Reason::Bootstrapping,
+        Reason::ClusterDiscovered,
+        Reason::MemberAdded,
+        Reason::MemberPromoted,
+        Reason::ScalingDown,
+        Reason::Pausing,
+        Reason::ReplacingMember,
+        Reason::ReplacingAdoptedMember,
+        Reason::MemberReplaced,
+        Reason::Paused,
+        Reason::Resumed,
+        Reason::GhostMemberRemoved,
+        Reason::RollingRestart,
+        Reason::LeaderMoved,
+        Reason::PeerAutoTlsRestored,
+        Reason::AuthEnabled,
+        Reason::RootPasswordRotated,
+        Reason::VolumeExpansion,
+        Reason::EtcdAlarm,
+        Reason::BootstrapFailed,
+        Reason::DeadlineExceeded,
+        Reason::MemoryRolloutUnsafe,
+        Reason::UnsafeCaChange,
+        Reason::PodCreated,
+        Reason::PodDeleted,
+        Reason::PodRestarted,
+        Reason::PvcCreated,
+        Reason::VolumeExpansionRequested,
+        Reason::VolumeExpanded,
+        Reason::MemberRemoved,
+        Reason::SnapshotStarted,
+        Reason::SnapshotStored,
+        Reason::SnapshotJobLost,
+        Reason::JobFailed,
+        Reason::AuthLatchTimeout,
+        Reason::InvalidSchedule,
+        Reason::MissedSchedule,
+        Reason::SnapshotCreated,
+        Reason::SnapshotReplaced,
+        Reason::SnapshotPruned,
+        Reason::PruneFailed,
+        Reason::DefragCreated,
+        Reason::DefragSkipped,
+        Reason::DefragStarted,
+        Reason::DefragComplete,
+        Reason::DefragFailed,
+        Reason::MemberDefragmented,
+        Reason::MemberDefragFailed,
+        Reason::AlarmDisarmed,
+        Reason::InvalidSpec,
+        Reason::OwnershipConflict,
+    ];
+
+    /// The Event's `reason` field.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Reason::Bootstrapping => "Bootstrapping",
+            Reason::ClusterDiscovered => "ClusterDiscovered",
+            Reason::MemberAdded => "MemberAdded",
+            Reason::MemberPromoted => "MemberPromoted",
+            Reason::ScalingDown => "ScalingDown",
+            Reason::Pausing => "Pausing",
+            Reason::ReplacingMember => "ReplacingMember",
+            Reason::ReplacingAdoptedMember => "ReplacingAdoptedMember",
+            Reason::MemberReplaced => "MemberReplaced",
+            Reason::Paused => "Paused",
+            Reason::Resumed => "Resumed",
+            Reason::GhostMemberRemoved => "GhostMemberRemoved",
+            Reason::RollingRestart => "RollingRestart",
+            Reason::LeaderMoved => "LeaderMoved",
+            Reason::PeerAutoTlsRestored => "PeerAutoTLSRestored",
+            Reason::AuthEnabled => "AuthEnabled",
+            Reason::RootPasswordRotated => "RootPasswordRotated",
+            Reason::VolumeExpansion => "VolumeExpansion",
+            Reason::EtcdAlarm => "EtcdAlarm",
+            Reason::BootstrapFailed => condition::BOOTSTRAP_FAILED,
+            Reason::DeadlineExceeded => condition::DEADLINE_EXCEEDED,
+            Reason::MemoryRolloutUnsafe => condition::MEMORY_ROLLOUT_UNSAFE,
+            Reason::UnsafeCaChange => condition::UNSAFE_CA_CHANGE,
+            Reason::PodCreated => "PodCreated",
+            Reason::PodDeleted => "PodDeleted",
+            Reason::PodRestarted => "PodRestarted",
+            Reason::PvcCreated => "PVCCreated",
+            Reason::VolumeExpansionRequested => "VolumeExpansionRequested",
+            Reason::VolumeExpanded => "VolumeExpanded",
+            Reason::MemberRemoved => "MemberRemoved",
+            Reason::SnapshotStarted => "SnapshotStarted",
+            Reason::SnapshotStored => "SnapshotStored",
+            Reason::SnapshotJobLost => condition::SNAPSHOT_JOB_LOST,
+            Reason::JobFailed => condition::JOB_FAILED,
+            Reason::AuthLatchTimeout => condition::AUTH_LATCH_TIMEOUT,
+            Reason::InvalidSchedule => "InvalidSchedule",
+            Reason::MissedSchedule => "MissedSchedule",
+            Reason::SnapshotCreated => "SnapshotCreated",
+            Reason::SnapshotReplaced => "SnapshotReplaced",
+            Reason::SnapshotPruned => "SnapshotPruned",
+            Reason::PruneFailed => "PruneFailed",
+            Reason::DefragCreated => "DefragCreated",
+            Reason::DefragSkipped => "DefragSkipped",
+            Reason::DefragStarted => "DefragStarted",
+            Reason::DefragComplete => "DefragComplete",
+            Reason::DefragFailed => "DefragFailed",
+            Reason::MemberDefragmented => "MemberDefragmented",
+            Reason::MemberDefragFailed => "MemberDefragFailed",
+            Reason::AlarmDisarmed => "AlarmDisarmed",
+            Reason::InvalidSpec => "InvalidSpec",
+            Reason::OwnershipConflict => "OwnershipConflict",
+        }
+    }
+
+    /// The Event announcing a cluster parked at its progress deadline, when the Available
+    /// condition's reason says so (`None` for any other reason).
+    pub fn parked(available_reason: &str) -> Option<Reason> {
+        match available_reason {
+            condition::BOOTSTRAP_FAILED => Some(Reason::BootstrapFailed),
+            condition::DEADLINE_EXCEEDED => Some(Reason::DeadlineExceeded),
+            _ => None,
+        }
+    }
+
+    /// The Event announcing a refused rollout, when the Progressing condition's reason says so
+    /// (`None` for any other reason).
+    pub fn rollout_refused(progressing_reason: &str) -> Option<Reason> {
+        match progressing_reason {
+            condition::MEMORY_ROLLOUT_UNSAFE => Some(Reason::MemoryRolloutUnsafe),
+            condition::UNSAFE_CA_CHANGE => Some(Reason::UnsafeCaChange),
+            _ => None,
+        }
+    }
+
+    /// The Event of a failed snapshot, repeating the Ready condition's reason (`None` for a
+    /// reason that is not a failure).
+    pub fn snapshot_failed(ready_reason: &str) -> Option<Reason> {
+        match ready_reason {
+            condition::SNAPSHOT_JOB_LOST => Some(Reason::SnapshotJobLost),
+            condition::JOB_FAILED => Some(Reason::JobFailed),
+            condition::AUTH_LATCH_TIMEOUT => Some(Reason::AuthLatchTimeout),
+            _ => None,
+        }
+    }
+}
+
+/// The action of an Event: what the operator did (or tried), the Event's `action` field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Annotate,
+    AlarmDisarm,
+    AlarmList,
+    AuthEnable,
+    Complete,
+    Create,
+    CreateJob,
+    CreateSeed,
+    Decode,
+    Defragment,
+    Delete,
+    DeleteMember,
+    ExpandVolume,
+    Fail,
+    LatchClusterId,
+    MemberAddAsLearner,
+    MemberPromote,
+    MemberRemove,
+    MoveLeader,
+    Parse,
+    Pause,
+    ProgressDeadline,
+    Prune,
+    Reconcile,
+    RestartMember,
+    RollingRestart,
+    Rollout,
+    SetDormant,
+    Skip,
+    UserChangePassword,
+    WakeDormant,
+}
+
+impl Action {
+    /// Every action, in declaration order.
+    pub const ALL: &[Action] = &[
+        Action::Annotate,
+        Action::AlarmDisarm,
+        Action::AlarmList,
+        Action::AuthEnable,
+        Action::Complete,
+        Action::Create,
+        Action::CreateJob,
+        Action::CreateSeed,
+        Action::Decode,
+        Action::Defragment,
+        Action::Delete,
+        Action::DeleteMember,
+        Action::ExpandVolume,
+        Action::Fail,
+        Action::LatchClusterId,
+        Action::MemberAddAsLearner,
+        Action::MemberPromote,
+        Action::MemberRemove,
+        Action::MoveLeader,
+        Action::Parse,
+        Action::Pause,
+        Action::ProgressDeadline,
+        Action::Prune,
+        Action::Reconcile,
+        Action::RestartMember,
+        Action::RollingRestart,
+        Action::Rollout,
+        Action::SetDormant,
+        Action::Skip,
+        Action::UserChangePassword,
+        Action::WakeDormant,
+    ];
+
+    /// The Event's `action` field.
+    pub fn action(&self) -> &'static str {
+        match self {
+            Action::Annotate => "Annotate",
+            Action::AlarmDisarm => "AlarmDisarm",
+            Action::AlarmList => "AlarmList",
+            Action::AuthEnable => "AuthEnable",
+            Action::Complete => "Complete",
+            Action::Create => "Create",
+            Action::CreateJob => "CreateJob",
+            Action::CreateSeed => "CreateSeed",
+            Action::Decode => "Decode",
+            Action::Defragment => "Defragment",
+            Action::Delete => "Delete",
+            Action::DeleteMember => "DeleteMember",
+            Action::ExpandVolume => "ExpandVolume",
+            Action::Fail => "Fail",
+            Action::LatchClusterId => "LatchClusterID",
+            Action::MemberAddAsLearner => "MemberAddAsLearner",
+            Action::MemberPromote => "MemberPromote",
+            Action::MemberRemove => "MemberRemove",
+            Action::MoveLeader => "MoveLeader",
+            Action::Parse => "Parse",
+            Action::Pause => "Pause",
+            Action::ProgressDeadline => "ProgressDeadline",
+            Action::Prune => "Prune",
+            Action::Reconcile => "Reconcile",
+            Action::RestartMember => "RestartMember",
+            Action::RollingRestart => "RollingRestart",
+            Action::Rollout => "Rollout",
+            Action::SetDormant => "SetDormant",
+            Action::Skip => "Skip",
+            Action::UserChangePassword => "UserChangePassword",
+            Action::WakeDormant => "WakeDormant",
+        }
+    }
+}
+
+/// An Event's reason or action as [`crate::context::Context::event`] publishes it: from the
+/// enums above, or (until member/ is converted) a string.
+pub struct Transitional<T>(pub &'static str, std::marker::PhantomData<T>);
+
+impl From<Reason> for Transitional<Reason> {
+    fn from(r: Reason) -> Self {
+        Transitional(r.reason(), std::marker::PhantomData)
+    }
+}
+
+impl From<Action> for Transitional<Action> {
+    fn from(a: Action) -> Self {
+        Transitional(a.action(), std::marker::PhantomData)
+    }
+}
+
+impl<T> From<&'static str> for Transitional<T> {
+    fn from(s: &'static str) -> Self {
+        Transitional(s, std::marker::PhantomData)
+    }
+}
+
+#[cfg(test)]
+mod tests;
