@@ -9,6 +9,9 @@ pub mod cluster {
     /// Not in the reference API: whether every member's PVC holds `spec.storage.size` after it
     /// grew (appears with the first growth, then stays).
     pub const VOLUMES_EXPANDED: &str = "VolumesExpanded";
+    /// Not in the reference API: the NOSPACE and CORRUPT alarms etcd has raised, by member
+    /// (appears with the first alarm, then stays).
+    pub const ALARM: &str = "Alarm";
 }
 
 /// EtcdMember condition types.
@@ -22,6 +25,24 @@ pub mod member {
 
 /// EtcdSnapshot condition types.
 pub mod snapshot {
+    pub const READY: &str = "Ready";
+}
+
+/// EtcdSnapshotSchedule condition types.
+pub mod schedule {
+    /// The schedule parses and is being followed.
+    pub const READY: &str = "Ready";
+}
+
+/// EtcdDefrag condition types.
+pub mod defrag {
+    /// True once Complete; its reason says what the run waits for or did.
+    pub const READY: &str = "Ready";
+}
+
+/// EtcdDefragPolicy condition types.
+pub mod defrag_policy {
+    /// The policy parses and is being followed.
     pub const READY: &str = "Ready";
 }
 
@@ -97,6 +118,10 @@ pub mod reason {
     pub const VOLUME_EXPANSION_NOT_SUPPORTED: &str = "VolumeExpansionNotSupported";
     /// The API server refused the larger request; the message is its answer.
     pub const VOLUME_EXPANSION_FAILED: &str = "VolumeExpansionFailed";
+    // EtcdCluster Alarm (not in the reference API)
+    pub const NO_SPACE: &str = "NoSpace";
+    pub const CORRUPT: &str = "Corrupt";
+    pub const NO_ALARM: &str = "NoAlarm";
     // EtcdSnapshot Ready
     pub const JOB_CREATED: &str = "JobCreated";
     pub const JOB_RUNNING: &str = "JobRunning";
@@ -106,4 +131,16 @@ pub mod reason {
     pub const SNAPSHOT_JOB_LOST: &str = "SnapshotJobLost";
     pub const JOB_FAILED: &str = "JobFailed";
     pub const SNAPSHOT_STORED: &str = "SnapshotStored";
+    // EtcdSnapshotSchedule Ready, EtcdDefragPolicy Ready
+    pub const INVALID_SCHEDULE: &str = "InvalidSchedule";
+    pub const SUSPENDED: &str = "Suspended";
+    pub const SCHEDULED: &str = "Scheduled";
+    // EtcdDefrag Ready (also CLUSTER_NOT_FOUND and DEADLINE_EXCEEDED above)
+    pub const CLUSTER_UNHEALTHY: &str = "ClusterUnhealthy";
+    pub const WAITING_FOR_RUN: &str = "WaitingForRun";
+    pub const CREDENTIALS_NOT_READY: &str = "CredentialsNotReady";
+    pub const RUNNING: &str = "Running";
+    pub const COMPLETE: &str = "Complete";
+    pub const MEMBERS_FAILED: &str = "MembersFailed";
+    pub const LEADER_FAILED: &str = "LeaderFailed";
 }

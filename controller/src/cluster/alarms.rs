@@ -7,14 +7,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 
+use api::conditions::cluster::ALARM;
+use api::conditions::reason::{CORRUPT, NO_ALARM, NO_SPACE};
+
 use crate::conditions::set_condition;
 use crate::etcd::{format_id, Alarm};
-
-/// The condition type.
-pub const ALARM: &str = "Alarm";
-pub const NO_SPACE: &str = "NoSpace";
-pub const CORRUPT: &str = "Corrupt";
-pub const NO_ALARM: &str = "NoAlarm";
 
 /// Set the `Alarm` condition from etcd's alarm list; `names` maps member IDs to EtcdMember
 /// names. CORRUPT wins over NOSPACE (it is the one that needs a member replaced).

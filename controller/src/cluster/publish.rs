@@ -118,7 +118,7 @@ async fn show_alarms(
     let was = new_status
         .conditions
         .iter()
-        .find(|c| c.type_ == alarms::ALARM)
+        .find(|c| c.type_ == ctype::ALARM)
         .map(|c| c.reason.clone());
     alarms::set_alarm_condition(
         &mut new_status.conditions,
@@ -130,7 +130,7 @@ async fn show_alarms(
     if let Some(c) = new_status
         .conditions
         .iter()
-        .find(|c| c.type_ == alarms::ALARM && c.status == "True")
+        .find(|c| c.type_ == ctype::ALARM && c.status == "True")
     {
         if was.as_deref() != Some(c.reason.as_str()) {
             ctx.event(

@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use api::conditions::reason;
+use api::conditions::schedule::READY;
 use api::labels;
 use api::v1alpha2::{
     ConcurrencyPolicy, EtcdSnapshot, EtcdSnapshotSchedule, EtcdSnapshotScheduleStatus,
@@ -35,8 +37,6 @@ use crate::Error;
 
 use plan::{Owned, Removal, State, Unowned};
 
-/// The `Ready` condition: the schedule parses and is being followed.
-pub const READY: &str = "Ready";
 /// How often a schedule with unfinished snapshots looks again (their end may allow a run
 /// skipped by `Forbid`, and retention counts finished snapshots only).
 const ACTIVE_RECHECK: Duration = Duration::from_secs(15);
@@ -120,7 +120,7 @@ pub async fn reconcile(
                 &schedule,
                 &mut status,
                 false,
-                "InvalidSchedule",
+                reason::INVALID_SCHEDULE,
                 e.to_string(),
             );
             ctx.event(
@@ -233,12 +233,12 @@ pub async fn reconcile(
     }
     let (reason, message) = if schedule.spec.suspended() {
         (
-            "Suspended",
+            reason::SUSPENDED,
             "spec.suspend is true: no new snapshots".to_string(),
         )
     } else {
         (
-            "Scheduled",
+            reason::SCHEDULED,
             match cron.next_after(now) {
                 Some(next) => format!("next run at {next}"),
                 None => "the schedule has no future run".to_string(),

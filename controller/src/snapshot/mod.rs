@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use api::conditions::reason;
+use api::conditions::snapshot::READY;
 use api::v1alpha2::{
     EtcdCluster, EtcdSnapshot, EtcdSnapshotStatus, SnapshotArtifact, SnapshotPhase,
 };
@@ -26,8 +27,6 @@ use crate::events::{Action, Reason};
 use crate::shell;
 use crate::Error;
 
-/// The `Ready` condition of an EtcdSnapshot.
-pub const READY: &str = "Ready";
 /// How long a snapshot of an auth cluster waits for the operator to enable auth (the agent
 /// must log in as root) before it fails with `AuthLatchTimeout`.
 pub const AUTH_LATCH_TIMEOUT: Duration = Duration::from_secs(300);

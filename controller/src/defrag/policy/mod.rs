@@ -11,6 +11,8 @@ pub mod plan;
 use std::sync::Arc;
 use std::time::Duration;
 
+use api::conditions::defrag_policy::READY;
+use api::conditions::reason;
 use api::v1alpha2::{
     DefragPhase, EtcdCluster, EtcdDefrag, EtcdDefragPolicy, EtcdDefragPolicyStatus, LocalReference,
 };
@@ -29,8 +31,6 @@ use crate::events::{Action, Reason};
 use crate::Error;
 use plan::{check_due, finished, first_selected, history_to_delete, new_run, Run, POLICY_LABEL};
 
-/// The `Ready` condition: the policy parses and is being followed.
-pub const READY: &str = "Ready";
 /// How often a policy with an unfinished run looks again (its end feeds the history).
 const ACTIVE_RECHECK: Duration = Duration::from_secs(15);
 
@@ -123,7 +123,7 @@ pub async fn reconcile(policy: Arc<EtcdDefragPolicy>, ctx: Arc<Context>) -> Resu
                     &policy,
                     &mut status,
                     false,
-                    "InvalidSchedule",
+                    reason::INVALID_SCHEDULE,
                     e.to_string(),
                 );
                 ctx.event(
@@ -278,7 +278,10 @@ pub async fn reconcile(policy: Arc<EtcdDefragPolicy>, ctx: Arc<Context>) -> Resu
             + chrono::Duration::seconds(i)
     });
     let (reason, message) = if policy.spec.suspended() {
-        ("Suspended", "spec.suspend is true: no new runs".to_string())
+        (
+            reason::SUSPENDED,
+            "spec.suspend is true: no new runs".to_string(),
+        )
     } else {
         let mut parts = Vec::new();
         if let Some(t) = next_fire {
@@ -290,7 +293,7 @@ pub async fn reconcile(policy: Arc<EtcdDefragPolicy>, ctx: Arc<Context>) -> Resu
         if let Some(note) = last_check_note.or_else(|| previous_note(&policy)) {
             parts.push(note);
         }
-        ("Scheduled", parts.join("; "))
+        (reason::SCHEDULED, parts.join("; "))
     };
     set_ready(&policy, &mut status, true, reason, message);
     if policy.status.as_ref() != Some(&status) {

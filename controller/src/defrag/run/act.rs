@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use api::conditions::reason;
 use api::quantity::format_bytes;
 use api::v1alpha2::{DefragOutcome, DefragPhase, EtcdCluster, EtcdDefrag, EtcdDefragStatus};
 use k8s_openapi::jiff::Timestamp;
@@ -12,7 +13,7 @@ use kube::{Api, ResourceExt};
 
 use super::observe::Member;
 use super::plan::{self, render, MemberObservation, Outcome};
-use super::{reason, write, MEMBER_RPC_TIMEOUT, RECHECK, RETRY_PAUSE, STATUS_TIMEOUT};
+use super::{write, MEMBER_RPC_TIMEOUT, RECHECK, RETRY_PAUSE, STATUS_TIMEOUT};
 use crate::context::Context;
 use crate::etcd::access::Access;
 use crate::etcd::{format_id, Alarm, Etcd, MemberStatus};

@@ -16,6 +16,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use api::conditions::reason;
 use api::quantity::format_bytes;
 use api::v1alpha2::{
     DefragMemberStatus, DefragOutcome, DefragPhase, EtcdCluster, EtcdDefrag, EtcdDefragStatus,
@@ -33,9 +34,6 @@ use crate::events::{Action, Reason};
 use crate::Error;
 use plan::{phase, render, Gate, Next, Outcome};
 
-/// The `Ready` condition of an EtcdDefrag: True once Complete; its reason says what the run
-/// waits for or did.
-pub const READY: &str = "Ready";
 /// Bound on a run's `AlarmDisarm` call. A `Defragment` call's bound is sized to the member's
 /// database ([`plan::DefragTimeout`]).
 pub const MEMBER_RPC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -48,18 +46,6 @@ const RETRY_PAUSE: Duration = Duration::from_secs(2);
 const RECHECK: Duration = Duration::from_secs(5);
 /// How soon a run looks again after moving leadership (the members see the new leader).
 const RECHECK_SOON: Duration = Duration::from_secs(1);
-
-pub mod reason {
-    pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
-    pub const CLUSTER_UNHEALTHY: &str = "ClusterUnhealthy";
-    pub const WAITING_FOR_RUN: &str = "WaitingForRun";
-    pub const CREDENTIALS_NOT_READY: &str = "CredentialsNotReady";
-    pub const RUNNING: &str = "Running";
-    pub const COMPLETE: &str = "Complete";
-    pub const MEMBERS_FAILED: &str = "MembersFailed";
-    pub const LEADER_FAILED: &str = "LeaderFailed";
-    pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
-}
 
 /// Reconcile one EtcdDefrag (run through [`crate::shell::reconcile_lenient`]: timing, metrics
 /// and the error policy are the shell's).

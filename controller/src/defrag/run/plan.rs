@@ -10,6 +10,7 @@ use std::time::Duration;
 use api::v1alpha2::DefragMemberStatus;
 use k8s_openapi::api::core::v1::Pod;
 
+use api::conditions::defrag::READY;
 use api::quantity::{format_bytes, to_bytes};
 use api::v1alpha2::{DefragOutcome, DefragPhase, DefragRule, EtcdDefrag, EtcdDefragStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -18,8 +19,6 @@ use kube::ResourceExt;
 
 use crate::conditions::set_condition;
 use crate::etcd::{format_id, Alarm, MemberStatus};
-
-use super::READY;
 
 /// etcd's backend quota when `--quota-backend-bytes` is unset or 0.
 pub const DEFAULT_QUOTA_BYTES: i64 = 2 * 1024 * 1024 * 1024;
