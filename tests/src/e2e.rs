@@ -4,7 +4,7 @@
 //! real etcd client.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use api::v1alpha2::{EtcdCluster, EtcdClusterSpec, EtcdMember};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
@@ -14,6 +14,7 @@ use serde_json::json;
 use tokio::sync::OnceCell;
 
 use crate::env::ControlPlane;
+use crate::harness::eventually;
 use crate::operator::Operator;
 use crate::podrunner::PodRunner;
 use crate::OrPanic;
@@ -175,21 +176,22 @@ impl Env {
         timeout: Duration,
         check: impl Fn(&EtcdCluster) -> bool,
     ) -> EtcdCluster {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let what = format!(
+            "{ns}/{name}: {what} (operator log: {})",
+            self.operator.log().display()
+        );
+        eventually(&what, timeout, || async {
             let c = self.cluster(ns, name).await;
             if check(&c) {
-                return c;
+                Ok(c)
+            } else {
+                Err(format!(
+                    "status: {}",
+                    serde_json::to_string_pretty(&c.status).unwrap_or_default()
+                ))
             }
-            if Instant::now() > deadline {
-                panic!(
-                    "{ns}/{name}: timed out after {timeout:?} waiting for {what}; status: {}\noperator log: {}",
-                    serde_json::to_string_pretty(&c.status).unwrap_or_default(),
-                    self.operator.log().display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        })
+        .await
     }
 
     /// Wait for `replicas` Ready members and `Available=True/QuorumHealthy`.
@@ -302,9 +304,12 @@ impl Env {
         write_keys(&self.client(), ns, cluster, count).await
     }
 
-    /// Every key is present with its value (see [`check_keys`]).
+    /// Every key [`Env::write_keys`] wrote is present with its value, read linearizably through
+    /// the cluster (see [`check_keys`]).
     pub async fn check_keys(&self, ns: &str, cluster: &str, keys: &BTreeMap<String, String>) {
-        check_keys(&self.client(), ns, cluster, keys).await
+        let mut etcd = self.etcd_client(ns, cluster).await;
+        let what = format!("{ns}/{cluster}");
+        check_keys(&mut etcd, &what, "e2e/", keys, Keys::AtLeast).await
     }
 }
 
@@ -374,21 +379,43 @@ pub async fn read_keys(etcd: &mut etcd_client::Client, prefix: &str) -> BTreeMap
         .collect()
 }
 
-/// Every key is present with its value (read linearizably through the cluster).
-pub async fn check_keys(client: &Client, ns: &str, cluster: &str, keys: &BTreeMap<String, String>) {
-    let mut etcd = etcd_client(client, ns, cluster).await;
-    let got = read_keys(&mut etcd, "e2e/").await;
+/// What [`check_keys`] demands of the keys it reads back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keys {
+    /// Every written key is there with its value; other keys under the prefix may be too.
+    AtLeast,
+    /// The keys under the prefix are exactly the written ones, with their values.
+    Exactly,
+}
+
+/// The suites' one check that data survived: read every key under `prefix` linearizably through
+/// `etcd` and compare with `keys` as `expect` says; panics naming `what`, the keys missing or
+/// changed and, with [`Keys::Exactly`], the unexpected ones.
+pub async fn check_keys(
+    etcd: &mut etcd_client::Client,
+    what: &str,
+    prefix: &str,
+    keys: &BTreeMap<String, String>,
+    expect: Keys,
+) {
+    let got = read_keys(etcd, prefix).await;
     let missing: Vec<_> = keys
         .iter()
         .filter(|(k, v)| got.get(*k) != Some(v))
         .map(|(k, _)| k)
         .collect();
+    let unexpected: Vec<_> = match expect {
+        Keys::AtLeast => Vec::new(),
+        Keys::Exactly => got.keys().filter(|k| !keys.contains_key(*k)).collect(),
+    };
     assert!(
-        missing.is_empty(),
-        "{ns}/{cluster}: {} of {} keys lost: {:?}",
+        missing.is_empty() && unexpected.is_empty(),
+        "{what}: {} of {} keys lost or changed: {:?}; {} unexpected keys: {:?}",
         missing.len(),
         keys.len(),
-        &missing[..missing.len().min(10)]
+        &missing[..missing.len().min(10)],
+        unexpected.len(),
+        &unexpected[..unexpected.len().min(10)]
     );
 }
 

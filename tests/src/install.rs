@@ -249,7 +249,9 @@ impl Installed {
     }
 
     pub async fn check_keys(&self, ns: &str, cluster: &str, keys: &BTreeMap<String, String>) {
-        crate::e2e::check_keys(&self.client(), ns, cluster, keys).await
+        let mut etcd = crate::e2e::etcd_client(&self.client(), ns, cluster).await;
+        let what = format!("{ns}/{cluster}");
+        crate::e2e::check_keys(&mut etcd, &what, "e2e/", keys, crate::e2e::Keys::AtLeast).await
     }
 
     /// The names of the release's Pods with their restart counts, to show nothing restarted.

@@ -32,7 +32,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
-use tests::e2e::{pod_ready, put_keys, read_keys, Env};
+use tests::adopt::{
+    controller_ref, create_raw, etcd_at, member_list, restarts, wait_pods_ready, OrPanicNone,
+};
+use tests::e2e::{check_keys, pod_ready, put_keys, Env, Keys};
 use tests::env::pki::Leaf;
 use tests::env::ControlPlane;
 use tests::operator::{bin_dir, Operator};
@@ -61,21 +64,6 @@ fn aenix_labels() -> Value {
         "app.kubernetes.io/instance": NAME,
         "app.kubernetes.io/managed-by": "etcd-operator",
     })
-}
-
-fn controller_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> Value {
-    json!([{
-        "apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
-        "controller": true, "blockOwnerDeletion": true,
-    }])
-}
-
-async fn create_raw<K>(api: &Api<K>, body: Value) -> K
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let obj: K = serde_json::from_value(body).or_panic();
-    api.create(&PostParams::default(), &obj).await.or_panic()
 }
 
 async fn install_aenix_crd(client: &Client) {
@@ -162,20 +150,6 @@ struct Before {
     keys: BTreeMap<String, String>,
 }
 
-/// etcd through the given members' DNS names under `service`.
-async fn etcd_at(ns: &str, members: &[(String, String)]) -> etcd_client::Client {
-    let endpoints: Vec<String> = members
-        .iter()
-        .map(|(m, service)| format!("http://{m}.{service}.{ns}.svc:2379"))
-        .collect();
-    let options = etcd_client::ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(5))
-        .with_timeout(Duration::from_secs(10));
-    etcd_client::Client::connect(endpoints, Some(options))
-        .await
-        .or_panic()
-}
-
 /// etcd through every Ready Pod of the cluster, each under its own subdomain (adopted Pods live
 /// under `<cluster>-headless`, native ones under `<cluster>`).
 async fn etcd_of(client: &Client, ns: &str) -> etcd_client::Client {
@@ -201,27 +175,12 @@ async fn membership(
     client: &Client,
     ns: &str,
 ) -> (String, BTreeMap<String, (String, String, bool)>) {
-    let mut etcd = etcd_of(client, ns).await;
-    let list = etcd.member_list().await.or_panic();
-    let cluster_id = format!(
-        "{:016x}",
-        list.header().map(|h| h.cluster_id()).unwrap_or_default()
-    );
-    let members = list
-        .members()
-        .iter()
-        .map(|m| {
-            (
-                format!("{:016x}", m.id()),
-                (
-                    m.name().to_string(),
-                    m.peer_urls().first().cloned().unwrap_or_default(),
-                    m.is_learner(),
-                ),
-            )
-        })
+    let (cluster_id, listed) = member_list(&mut etcd_of(client, ns).await).await;
+    let members = listed
+        .into_iter()
+        .map(|m| (m.id, (m.name, m.peer_url, m.learner)))
         .collect();
-    (cluster_id, members)
+    (format!("{cluster_id:016x}"), members)
 }
 
 /// Voters etcd lists right now, if a Ready member answers (members come and go meanwhile).
@@ -247,34 +206,6 @@ async fn try_voters(client: &Client, ns: &str) -> Option<usize> {
         .ok()?;
     let list = etcd.member_list().await.ok()?;
     Some(list.members().iter().filter(|m| !m.is_learner()).count())
-}
-
-async fn check_keys(client: &Client, ns: &str, keys: &BTreeMap<String, String>) {
-    let mut etcd = etcd_of(client, ns).await;
-    let got = read_keys(&mut etcd, "e2e/").await;
-    assert_eq!(&got, keys, "keys differ");
-}
-
-async fn wait_pods_ready(client: &Client, ns: &str, names: &[String]) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let deadline = Instant::now() + BOOT;
-    for name in names {
-        loop {
-            if pods
-                .get_opt(name)
-                .await
-                .or_panic()
-                .is_some_and(|p| pod_ready(&p))
-            {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "Pod {ns}/{name} never became Ready"
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    }
 }
 
 /// The aenix cluster as its operator and the StatefulSet controller leave it, running.
@@ -390,7 +321,7 @@ async fn build_aenix_cluster(client: &Client, ns: &str) -> Before {
             json!(format!("data-{m}"));
         create_raw(&pods, pod).await;
     }
-    wait_pods_ready(client, ns, &names).await;
+    wait_pods_ready(client, ns, &names, BOOT).await;
     Api::<StatefulSet>::namespaced(client.clone(), ns)
         .patch_status(
             NAME,
@@ -433,17 +364,6 @@ async fn build_aenix_cluster(client: &Client, ns: &str) -> Before {
         );
     }
     before
-}
-
-trait OrPanicNone<T> {
-    fn or_panic_none(self) -> T;
-}
-
-impl<T> OrPanicNone<T> for Option<T> {
-    #[track_caller]
-    fn or_panic_none(self) -> T {
-        self.unwrap_or_else(|| panic!("a value the apiserver always sets is missing"))
-    }
 }
 
 /// A kubeconfig for [`MIGRATING_USER`], a cluster admin (`O=system:masters`) with its own client
@@ -628,15 +548,6 @@ async fn versions(client: &Client, ns: &str) -> BTreeMap<String, String> {
         );
     }
     out
-}
-
-fn restarts(p: &Pod) -> i32 {
-    p.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.name == "etcd"))
-        .map(|c| c.restart_count)
-        .unwrap_or(0)
 }
 
 /// The adopted Pods are the aenix ones, running since before the migration, each owned by its
@@ -840,7 +751,14 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
         .status
         .unwrap_or_default();
     assert_eq!(status.cluster_id.as_ref(), Some(&before.cluster_id));
-    check_keys(&client, &ns, &before.keys).await;
+    check_keys(
+        &mut etcd_of(&client, &ns).await,
+        &ns,
+        "e2e/",
+        &before.keys,
+        Keys::Exactly,
+    )
+    .await;
 
     // Our operator takes it from here and keeps it as it is.
     let operator = Operator::start(cp, &lease_ns, None).await.or_panic();
@@ -868,7 +786,14 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
             "the operator changed etcd membership while adopting ({write:?}); {log}"
         );
     }
-    check_keys(&client, &ns, &before.keys).await;
+    check_keys(
+        &mut etcd_of(&client, &ns).await,
+        &ns,
+        "e2e/",
+        &before.keys,
+        Keys::Exactly,
+    )
+    .await;
 
     // The peer auto-TLS annotation, removed by hand, is set back: without it the operator would
     // compute http:// peer URLs and new members could not join.
@@ -904,7 +829,14 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
     assert_eq!(native.len(), 1, "one member was added");
     assert_native(&client, &ns, &native[0]).await;
     assert_adopted(&client, &ns, &before, false, &log).await;
-    check_keys(&client, &ns, &before.keys).await;
+    check_keys(
+        &mut etcd_of(&client, &ns).await,
+        &ns,
+        "e2e/",
+        &before.keys,
+        Keys::Exactly,
+    )
+    .await;
 
     // On request, the adopted members are replaced one at a time by native ones.
     Api::<EtcdCluster>::namespaced(client.clone(), &ns)
@@ -959,7 +891,14 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
     for m in env.members(&ns, NAME).await {
         assert_native(&client, &ns, &m).await;
     }
-    check_keys(&client, &ns, &before.keys).await;
+    check_keys(
+        &mut etcd_of(&client, &ns).await,
+        &ns,
+        "e2e/",
+        &before.keys,
+        Keys::Exactly,
+    )
+    .await;
     // The legacy headless Service went with the last adopted member.
     let deadline = Instant::now() + Duration::from_secs(60);
     while services

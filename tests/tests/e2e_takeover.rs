@@ -16,10 +16,13 @@ use std::time::{Duration, Instant};
 use api::v1alpha2::{EtcdCluster, EtcdMember};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
-use tests::e2e::{condition, pod_ready, Env};
+use tests::adopt::{
+    self, controller_ref, create_raw, member_list, restarts, wait_pods_ready, OrPanicNone,
+};
+use tests::e2e::{condition, Env};
 use tests::env::ControlPlane;
 use tests::operator::Operator;
 use tests::podrunner::PodRunner;
@@ -47,28 +50,12 @@ fn member_labels(member: &str) -> Value {
     l
 }
 
-/// A controller owner reference, as controller-runtime's `SetControllerReference` writes it.
-fn controller_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> Value {
-    json!([{
-        "apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
-        "controller": true, "blockOwnerDeletion": true,
-    }])
-}
-
 fn peer_url(member: &str, ns: &str) -> String {
     format!("http://{member}.{NAME}.{ns}.svc:2380")
 }
 
 fn dynamic<K: kube::Resource<DynamicType = ()>>(client: &Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<K>(&()))
-}
-
-async fn create_raw<K>(api: &Api<K>, body: Value) -> K
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let obj: K = serde_json::from_value(body).or_panic();
-    api.create(&PostParams::default(), &obj).await.or_panic()
 }
 
 /// The member Pod exactly as the reference's `buildPod` renders it for a plaintext PVC member.
@@ -148,63 +135,21 @@ struct Before {
     etcd: BTreeSet<(String, String, bool)>,
 }
 
-fn restarts(p: &Pod) -> i32 {
-    p.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.name == "etcd"))
-        .map(|c| c.restart_count)
-        .unwrap_or(0)
-}
-
-async fn wait_pod_ready(client: &Client, ns: &str, name: &str) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let deadline = Instant::now() + BOOT;
-    loop {
-        if pods
-            .get_opt(name)
-            .await
-            .or_panic()
-            .is_some_and(|p| pod_ready(&p))
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "Pod {ns}/{name} never became Ready"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
+/// etcd through the given members' DNS names under the cluster's headless Service.
 async fn etcd_at(ns: &str, members: &[String]) -> etcd_client::Client {
-    let endpoints: Vec<String> = members
+    let members: Vec<(String, String)> = members
         .iter()
-        .map(|m| format!("http://{m}.{NAME}.{ns}.svc:2379"))
+        .map(|m| (m.clone(), NAME.to_string()))
         .collect();
-    let options = etcd_client::ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(5))
-        .with_timeout(Duration::from_secs(10));
-    etcd_client::Client::connect(endpoints, Some(options))
-        .await
-        .or_panic()
+    adopt::etcd_at(ns, &members).await
 }
 
 /// `(id, name, is_learner)` of every etcd member.
 async fn etcd_membership(ns: &str, members: &[String]) -> (u64, BTreeSet<(String, String, bool)>) {
-    let mut etcd = etcd_at(ns, members).await;
-    let list = etcd.member_list().await.or_panic();
-    let cluster_id = list.header().map(|h| h.cluster_id()).unwrap_or_default();
-    let set = list
-        .members()
-        .iter()
-        .map(|m| {
-            (
-                format!("{:016x}", m.id()),
-                m.name().to_string(),
-                m.is_learner(),
-            )
-        })
+    let (cluster_id, listed) = member_list(&mut etcd_at(ns, members).await).await;
+    let set = listed
+        .into_iter()
+        .map(|m| (m.id, m.name, m.learner))
         .collect();
     (cluster_id, set)
 }
@@ -300,17 +245,6 @@ async fn start_member(
     name
 }
 
-trait OrPanicNone<T> {
-    fn or_panic_none(self) -> T;
-}
-
-impl<T> OrPanicNone<T> for Option<T> {
-    #[track_caller]
-    fn or_panic_none(self) -> T {
-        self.unwrap_or_else(|| panic!("a value the apiserver always sets is missing"))
-    }
-}
-
 /// Build the reference cluster and return what must survive the takeover.
 async fn build_reference_cluster(client: &Client, ns: &str) -> (Before, BTreeMap<String, String>) {
     let clusters = dynamic::<EtcdCluster>(client, ns);
@@ -377,7 +311,7 @@ async fn build_reference_cluster(client: &Client, ns: &str) -> (Before, BTreeMap
     let pending = reference_member(client, ns, &cluster_uid, &token, true).await;
     let seed_entry = format!("{}={}", pending.0, peer_url(&pending.0, ns));
     let seed = start_member(client, ns, pending, seed_entry).await;
-    wait_pod_ready(client, ns, &seed).await;
+    wait_pods_ready(client, ns, std::slice::from_ref(&seed), BOOT).await;
     let mut names = vec![seed.clone()];
     for _ in 0..2 {
         let mut etcd = etcd_at(ns, &names).await;
@@ -420,7 +354,7 @@ async fn build_reference_cluster(client: &Client, ns: &str) -> (Before, BTreeMap
             .collect();
         parts.sort();
         let joiner = start_member(client, ns, pending, parts.join(",")).await;
-        wait_pod_ready(client, ns, &joiner).await;
+        wait_pods_ready(client, ns, std::slice::from_ref(&joiner), BOOT).await;
         let deadline = Instant::now() + BOOT;
         while let Err(e) = etcd.member_promote(id).await {
             assert!(Instant::now() < deadline, "MemberPromote({id:016x}): {e}");

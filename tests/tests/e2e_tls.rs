@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use tests::e2e::{condition, env, spec, Env};
+use tests::e2e::{check_keys, condition, env, spec, Env, Keys};
 use tests::env::{cert_manager, CertManager, ControlPlane};
 use tests::operator::Operator;
 use tests::rollout::{endpoints, uids, Writer};
@@ -31,11 +31,6 @@ const BOOT: Duration = Duration::from_secs(180);
 
 async fn write_keys(etcd: &mut etcd_client::Client, count: usize) -> BTreeMap<String, String> {
     tests::e2e::put_keys(etcd, "tls/", count).await
-}
-
-async fn check_keys(etcd: &mut etcd_client::Client, keys: &BTreeMap<String, String>) {
-    let got = tests::e2e::read_keys(etcd, "tls/").await;
-    assert_eq!(&got, keys, "every key kept with its value");
 }
 
 /// A read through `etcd` fails (the listener refuses this client).
@@ -147,7 +142,7 @@ async fn byo_mtls_cluster_waits_for_its_secret_then_serves_only_tls_clients_and_
     let ca = m.client_ca.cert_pem().to_string();
     let mut etcd = dial(env, &ns, name, Some((&ca, Some(pair(&m.operator))))).await;
     let keys = write_keys(&mut etcd, 100).await;
-    check_keys(&mut etcd, &keys).await;
+    check_keys(&mut etcd, "tls", "tls/", &keys, Keys::Exactly).await;
 
     // Plaintext is refused, and so is TLS without a client certificate.
     assert!(
@@ -186,7 +181,10 @@ async fn byo_mtls_cluster_waits_for_its_secret_then_serves_only_tls_clients_and_
     assert_eq!(member_list_over_mtls(env, &ns, name).await.len(), 5);
     check_keys(
         &mut dial(env, &ns, name, Some((&ca, Some(pair(&m.operator))))).await,
+        "tls",
+        "tls/",
         &keys,
+        Keys::Exactly,
     )
     .await;
     env.scale(&ns, name, 3).await;
@@ -194,7 +192,10 @@ async fn byo_mtls_cluster_waits_for_its_secret_then_serves_only_tls_clients_and_
     assert_eq!(member_list_over_mtls(env, &ns, name).await.len(), 3);
     check_keys(
         &mut dial(env, &ns, name, Some((&ca, Some(pair(&m.operator))))).await,
+        "tls",
+        "tls/",
         &keys,
+        Keys::Exactly,
     )
     .await;
 }
@@ -219,7 +220,7 @@ async fn server_tls_only_and_peer_only_clusters_form_and_serve() {
     let ca = srv.client_ca.cert_pem().to_string();
     let mut etcd = dial(env, &ns, "srv", Some((&ca, None))).await;
     let keys = write_keys(&mut etcd, 20).await;
-    check_keys(&mut etcd, &keys).await;
+    check_keys(&mut etcd, "tls", "tls/", &keys, Keys::Exactly).await;
     assert!(
         refused(dial(env, &ns, "srv", None).await).await,
         "plaintext client served"
@@ -250,7 +251,7 @@ async fn server_tls_only_and_peer_only_clusters_form_and_serve() {
     env.wait_healthy(&ns, "peer", 3, BOOT).await;
     let mut etcd = dial(env, &ns, "peer", None).await;
     let keys = write_keys(&mut etcd, 20).await;
-    check_keys(&mut etcd, &keys).await;
+    check_keys(&mut etcd, "tls", "tls/", &keys, Keys::Exactly).await;
     let (code, stdout, stderr) = env
         .etcdctl(
             &ns,
@@ -571,7 +572,7 @@ async fn cert_manager_mtls_cluster_gets_its_certificates_serves_only_tls_clients
     let op = Some((op_crt.as_str(), op_key.as_str()));
     let mut etcd = dial(env, &ns, name, Some((&ca, op))).await;
     let keys = write_keys(&mut etcd, 100).await;
-    check_keys(&mut etcd, &keys).await;
+    check_keys(&mut etcd, "tls", "tls/", &keys, Keys::Exactly).await;
     assert!(
         refused(dial(env, &ns, name, None).await).await,
         "plaintext client served"
@@ -592,11 +593,25 @@ async fn cert_manager_mtls_cluster_gets_its_certificates_serves_only_tls_clients
     // 3 → 5 → 3 through the operator's TLS client, every key kept.
     env.scale(&ns, name, 5).await;
     env.wait_healthy(&ns, name, 5, BOOT).await;
-    check_keys(&mut dial(env, &ns, name, Some((&ca, op))).await, &keys).await;
+    check_keys(
+        &mut dial(env, &ns, name, Some((&ca, op))).await,
+        "tls",
+        "tls/",
+        &keys,
+        Keys::Exactly,
+    )
+    .await;
     env.scale(&ns, name, 3).await;
     env.wait_healthy(&ns, name, 3, BOOT).await;
     assert_eq!(member_list_over_mtls(env, &ns, name).await.len(), 3);
-    check_keys(&mut dial(env, &ns, name, Some((&ca, op))).await, &keys).await;
+    check_keys(
+        &mut dial(env, &ns, name, Some((&ca, op))).await,
+        "tls",
+        "tls/",
+        &keys,
+        Keys::Exactly,
+    )
+    .await;
 
     // cert-manager renews the server and peer leaves (a manual trigger, as `cmctl renew` does):
     // every member serves the new server certificate with no restart and no failed request.
@@ -649,7 +664,14 @@ async fn cert_manager_mtls_cluster_gets_its_certificates_serves_only_tls_clients
         "requests failed during the renewal: {report:?}"
     );
     assert!(!report.written.is_empty());
-    check_keys(&mut dial(env, &ns, name, Some((&ca, op))).await, &keys).await;
+    check_keys(
+        &mut dial(env, &ns, name, Some((&ca, op))).await,
+        "tls",
+        "tls/",
+        &keys,
+        Keys::Exactly,
+    )
+    .await;
 }
 
 /// Ask cert-manager to re-issue `certificate` now: the `Issuing` condition `cmctl renew` sets.
