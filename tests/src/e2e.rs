@@ -38,6 +38,13 @@ pub async fn env() -> &'static Env {
 /// A control plane, a pod runner from `runner` and the operator with `extra` arguments (for a
 /// test binary that needs other settings than [`env`]'s).
 pub async fn start(runner: crate::podrunner::PodRunnerBuilder, extra: &[&str]) -> Env {
+    stage(runner).await.operator(None, extra).await
+}
+
+/// The shared start's first step, for a suite that prepares what the operator must find when it
+/// starts (stored objects, a cluster built by hand): the binary's control plane, a pod runner
+/// from `runner`, and the namespace the operator will run in. [`Staged::operator`] finishes it.
+pub async fn stage(runner: crate::podrunner::PodRunnerBuilder) -> Staged {
     let cp = ControlPlane::builder()
         .with_crds()
         .with_controller_manager()
@@ -47,17 +54,38 @@ pub async fn start(runner: crate::podrunner::PodRunnerBuilder, extra: &[&str]) -
         .or_panic();
     let runner = runner.start(cp).await.or_panic();
     let lease_ns = cp.namespace("operator").await.or_panic();
-    // The pod runner maps `etcd-operator:test` to the cargo-built binaries: snapshot Jobs
-    // run the agent from it.
-    let mut args = vec![OPERATOR_IMAGE_ARG];
-    args.extend_from_slice(extra);
-    let operator = Operator::start_with(cp, &lease_ns, None, &args)
-        .await
-        .or_panic();
-    Env {
+    Staged {
         cp,
         runner,
-        operator,
+        lease_ns,
+    }
+}
+
+/// The control plane and pod runner of the shared start, before the operator runs.
+pub struct Staged {
+    pub cp: &'static ControlPlane,
+    pub runner: PodRunner,
+    /// The operator's own namespace (its Lease, `POD_NAMESPACE`) unless it watches one namespace.
+    pub lease_ns: String,
+}
+
+impl Staged {
+    /// Start the operator with `extra` arguments: cluster-wide with its Lease in
+    /// [`Staged::lease_ns`], or, with `watch`, limited to that namespace and its Lease there.
+    pub async fn operator(self, watch: Option<&str>, extra: &[&str]) -> Env {
+        // The pod runner maps `etcd-operator:test` to the cargo-built binaries: snapshot Jobs
+        // run the agent from it.
+        let mut args = vec![OPERATOR_IMAGE_ARG];
+        args.extend_from_slice(extra);
+        let lease_ns = watch.unwrap_or(&self.lease_ns);
+        let operator = Operator::start_with(self.cp, lease_ns, watch, &args)
+            .await
+            .or_panic();
+        Env {
+            cp: self.cp,
+            runner: self.runner,
+            operator,
+        }
     }
 }
 

@@ -35,10 +35,11 @@ use serde_json::{json, Value};
 use tests::adopt::{
     controller_ref, create_raw, etcd_at, member_list, restarts, wait_pods_ready, OrPanicNone,
 };
-use tests::e2e::{check_keys, pod_ready, put_keys, Env, Keys};
+use tests::e2e::{check_keys, pod_ready, put_keys, Keys};
 use tests::env::pki::Leaf;
 use tests::env::ControlPlane;
-use tests::operator::{bin_dir, Operator};
+use tests::harness::{eventually_every, throughout};
+use tests::operator::bin_dir;
 use tests::podrunner::PodRunner;
 use tests::webhook::{self, FailurePolicy, Webhook};
 use tests::OrPanic;
@@ -74,26 +75,27 @@ async fn install_aenix_crd(client: &Client) {
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => panic!("creating the aenix CRD: {e}"),
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let established = crds
-            .get(&crd.name_any())
-            .await
-            .or_panic()
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the aenix CRD is not established"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually_every(
+        "the aenix CRD established",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || async {
+            let conditions = crds
+                .get(&crd.name_any())
+                .await
+                .or_panic()
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default();
+            let established = conditions
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            established
+                .then_some(())
+                .ok_or_else(|| format!("{conditions:?}"))
+        },
+    )
+    .await;
 }
 
 fn member_name(i: usize) -> String {
@@ -605,14 +607,8 @@ fn tests_controller_uid(obj: &impl kube::Resource) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native_members() {
-    let cp: &'static ControlPlane = ControlPlane::builder()
-        .with_crds()
-        .with_controller_manager()
-        .with_scheduler()
-        .shared()
-        .await
-        .or_panic();
-    let runner = PodRunner::builder().start(cp).await.or_panic();
+    let staged = tests::e2e::stage(PodRunner::builder()).await;
+    let cp = staged.cp;
     let client = cp.client().or_panic();
     install_aenix_crd(&client).await;
     let ns = cp.namespace("aenix").await.or_panic();
@@ -634,8 +630,7 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
     .or_panic();
     // The operator runs later as the chart's ServiceAccount in its own namespace: that identity
     // is the webhook's `--controller-username`, as the chart sets it.
-    let lease_ns = cp.namespace("operator").await.or_panic();
-    let operator_user = tests::chart_rbac::Identity::for_operator(cp, &lease_ns, None)
+    let operator_user = tests::chart_rbac::Identity::for_operator(cp, &staged.lease_ns, None)
         .await
         .or_panic()
         .username();
@@ -761,19 +756,13 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
     .await;
 
     // Our operator takes it from here and keeps it as it is.
-    let operator = Operator::start(cp, &lease_ns, None).await.or_panic();
-    let env = Env {
-        cp,
-        runner,
-        operator,
-    };
+    let env = staged.operator(None, &[]).await;
     let log = format!("operator log: {}", env.operator.log().display());
     env.wait_healthy(&ns, NAME, 3, BOOT).await;
-    let settle = Instant::now() + SETTLE;
-    while Instant::now() < settle {
-        assert_adopted(&client, &ns, &before, true, &log).await;
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    throughout(SETTLE, Duration::from_secs(2), || {
+        assert_adopted(&client, &ns, &before, true, &log)
+    })
+    .await;
     let text = std::fs::read_to_string(env.operator.log()).unwrap_or_default();
     for write in [
         "added member as learner",
@@ -808,14 +797,18 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
         )
         .await
         .or_panic();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !clusters.get(NAME).await.or_panic().peer_auto_tls() {
-        assert!(
-            Instant::now() < deadline,
-            "the removed peer auto-TLS annotation was not set back; {log}"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    eventually_every(
+        &format!("the removed peer auto-TLS annotation set back; {log}"),
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || async {
+            let c = clusters.get(NAME).await.or_panic();
+            c.peer_auto_tls()
+                .then_some(())
+                .ok_or_else(|| format!("annotations: {:?}", c.annotations()))
+        },
+    )
+    .await;
 
     // A scale-up adds a native member.
     env.scale(&ns, NAME, 4).await;
@@ -849,30 +842,35 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
         )
         .await
         .or_panic();
-    let deadline = Instant::now() + BOOT * 4;
-    let mut min_voters = usize::MAX;
-    loop {
-        let members = env.members(&ns, NAME).await;
-        let adopted = members
-            .iter()
-            .filter(|m| before.pods.contains_key(&m.name_any()))
-            .count();
-        let voters = try_voters(&client, &ns).await;
-        if let Some(voters) = voters {
-            min_voters = min_voters.min(voters);
-        }
-        let c = env.cluster(&ns, NAME).await;
-        // etcd's own count too: the status written just before the last adopted member's
-        // removal still reads healthy with 4 while etcd lists 3.
-        if adopted == 0 && tests::e2e::healthy(&c, 4) && voters == Some(4) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "adopted members left: {adopted}; {log}"
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    let min_voters = std::cell::Cell::new(usize::MAX);
+    eventually_every(
+        &format!("the adopted members replaced; {log}"),
+        BOOT * 4,
+        Duration::from_secs(2),
+        || async {
+            let members = env.members(&ns, NAME).await;
+            let adopted = members
+                .iter()
+                .filter(|m| before.pods.contains_key(&m.name_any()))
+                .count();
+            let voters = try_voters(&client, &ns).await;
+            if let Some(voters) = voters {
+                min_voters.set(min_voters.get().min(voters));
+            }
+            let c = env.cluster(&ns, NAME).await;
+            // etcd's own count too: the status written just before the last adopted member's
+            // removal still reads healthy with 4 while etcd lists 3.
+            if adopted == 0 && tests::e2e::healthy(&c, 4) && voters == Some(4) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "adopted members left: {adopted}; etcd voters: {voters:?}"
+                ))
+            }
+        },
+    )
+    .await;
+    let min_voters = min_voters.get();
     assert!(
         min_voters >= 3,
         "a replacement left fewer than 3 voters of 4 ({min_voters}): not one at a time"
@@ -900,19 +898,22 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
     )
     .await;
     // The legacy headless Service went with the last adopted member.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while services
-        .get_opt(&format!("{NAME}-headless"))
-        .await
-        .or_panic()
-        .is_some()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the legacy headless Service outlived the adopted members"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    eventually_every(
+        "the legacy headless Service gone with the adopted members",
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || async {
+            match services
+                .get_opt(&format!("{NAME}-headless"))
+                .await
+                .or_panic()
+            {
+                Some(_) => Err("still there".to_string()),
+                None => Ok(()),
+            }
+        },
+    )
+    .await;
 }
 
 /// A member the operator created: no reserved annotation, its Pod under the cluster's own Service.

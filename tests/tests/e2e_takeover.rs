@@ -23,8 +23,7 @@ use tests::adopt::{
     self, controller_ref, create_raw, member_list, restarts, wait_pods_ready, OrPanicNone,
 };
 use tests::e2e::{condition, Env};
-use tests::env::ControlPlane;
-use tests::operator::Operator;
+use tests::harness::{eventually_every, throughout};
 use tests::podrunner::PodRunner;
 use tests::OrPanic;
 
@@ -314,25 +313,24 @@ async fn build_reference_cluster(client: &Client, ns: &str) -> (Before, BTreeMap
     wait_pods_ready(client, ns, std::slice::from_ref(&seed), BOOT).await;
     let mut names = vec![seed.clone()];
     for _ in 0..2 {
-        let mut etcd = etcd_at(ns, &names).await;
+        let etcd = etcd_at(ns, &names).await;
         let pending = reference_member(client, ns, &cluster_uid, &token, false).await;
         let url = peer_url(&pending.0, ns);
-        let deadline = Instant::now() + BOOT;
-        let added = loop {
-            match etcd
-                .member_add(
-                    [url.clone()],
-                    Some(etcd_client::MemberAddOptions::new().with_is_learner()),
-                )
-                .await
-            {
-                Ok(r) => break r,
-                Err(e) => {
-                    assert!(Instant::now() < deadline, "MemberAddAsLearner({url}): {e}");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
-        };
+        let added = eventually_every(
+            &format!("MemberAddAsLearner({url})"),
+            BOOT,
+            Duration::from_secs(1),
+            || async {
+                etcd.clone()
+                    .member_add(
+                        [url.clone()],
+                        Some(etcd_client::MemberAddOptions::new().with_is_learner()),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .await;
         let id = added.member().map(|m| m.id()).or_panic_none();
         // As the reference: every listed member by name (a learner not started yet is named
         // after its peer URL's host), sorted.
@@ -355,11 +353,18 @@ async fn build_reference_cluster(client: &Client, ns: &str) -> (Before, BTreeMap
         parts.sort();
         let joiner = start_member(client, ns, pending, parts.join(",")).await;
         wait_pods_ready(client, ns, std::slice::from_ref(&joiner), BOOT).await;
-        let deadline = Instant::now() + BOOT;
-        while let Err(e) = etcd.member_promote(id).await {
-            assert!(Instant::now() < deadline, "MemberPromote({id:016x}): {e}");
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
+        eventually_every(
+            &format!("MemberPromote({id:016x})"),
+            BOOT,
+            Duration::from_secs(1),
+            || async {
+                etcd.clone()
+                    .member_promote(id)
+                    .await
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .await;
         names.push(joiner);
     }
 
@@ -578,35 +583,22 @@ async fn assert_adopted_as_is(env: &Env, ns: &str, before: &Before) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_reference_cluster_is_adopted_without_restarts_then_scales_3_5_3() {
-    let cp: &'static ControlPlane = ControlPlane::builder()
-        .with_crds()
-        .with_controller_manager()
-        .with_scheduler()
-        .shared()
-        .await
-        .or_panic();
-    let runner = PodRunner::builder().start(cp).await.or_panic();
+    let staged = tests::e2e::stage(PodRunner::builder()).await;
+    let cp = staged.cp;
     let client = cp.client().or_panic();
     let ns = cp.namespace("takeover").await.or_panic();
     let started = Instant::now();
     let (before, keys) = build_reference_cluster(&client, &ns).await;
     eprintln!("reference cluster built in {:?}", started.elapsed());
 
-    let lease_ns = cp.namespace("operator").await.or_panic();
-    let operator = Operator::start(cp, &lease_ns, None).await.or_panic();
-    let env = Env {
-        cp,
-        runner,
-        operator,
-    };
+    let env = staged.operator(None, &[]).await;
 
     // Watch the adopted cluster for a while: nothing restarts, nothing in etcd changes, the
     // status is continued.
-    let settle = Instant::now() + SETTLE;
-    while Instant::now() < settle {
-        assert_adopted_as_is(&env, &ns, &before).await;
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    throughout(SETTLE, Duration::from_secs(2), || {
+        assert_adopted_as_is(&env, &ns, &before)
+    })
+    .await;
     // Status continued, not restarted: the reference's latched target is kept as the current
     // target (no relatch: Progressing never flipped to SpecChanged), the Services untouched.
     let now = dynamic::<EtcdCluster>(&client, &ns)
