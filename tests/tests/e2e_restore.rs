@@ -20,6 +20,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tests::e2e::{condition, env, spec, Env};
+use tests::harness::throughout;
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(240);
@@ -460,10 +461,11 @@ async fn s3_and_pvc_snapshots_restore_into_new_clusters_and_a_small_volume_fails
     )
     .await;
     // Hold MinIO past the deadline (but within the agent's 60 s read timeout).
-    let mut reported = false;
-    while created.elapsed() < Duration::from_secs(deadline_seconds as u64 + 15)
-        || restore_started.elapsed() < Duration::from_secs(20)
-    {
+    let reported = std::cell::Cell::new(false);
+    let hold = (Duration::from_secs(deadline_seconds as u64 + 15))
+        .saturating_sub(created.elapsed())
+        .max(Duration::from_secs(20).saturating_sub(restore_started.elapsed()));
+    throughout(hold, Duration::from_millis(500), || async {
         let c = env.cluster(&ns, "slow").await;
         never_failed(&c);
         if let Some((status, _, message)) =
@@ -471,10 +473,11 @@ async fn s3_and_pvc_snapshots_restore_into_new_clusters_and_a_small_volume_fails
         {
             assert_eq!(status, "True");
             assert!(message.contains(&source), "{message}");
-            reported = true;
+            reported.set(true);
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    })
+    .await;
+    let reported = reported.get();
     assert!(
         restore_started.elapsed() < Duration::from_secs(55),
         "the hold outlasted the agent's read timeout: the test would measure a failed attempt"
