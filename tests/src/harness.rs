@@ -28,20 +28,33 @@ pub async fn eventually_every<T, F, Fut>(
     what: &str,
     timeout: Duration,
     every: Duration,
-    mut probe: F,
+    probe: F,
 ) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,
 {
+    poll(timeout, every, probe).await.unwrap_or_else(|last| {
+        panic!("timed out after {timeout:?} waiting for {what}; last: {last}")
+    })
+}
+
+/// The poll under [`eventually`], for support code that reports instead of panicking (or adds
+/// to the panic what only a timeout is worth fetching): `probe` every `every` until it returns
+/// `Ok`, else, once `timeout` has passed, `Err` with its last answer.
+pub async fn poll<T, E, F, Fut>(timeout: Duration, every: Duration, mut probe: F) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
     let deadline = Instant::now() + timeout;
     loop {
         let last = match probe().await {
-            Ok(v) => return v,
+            Ok(v) => return Ok(v),
             Err(e) => e,
         };
         if Instant::now() > deadline {
-            panic!("timed out after {timeout:?} waiting for {what}; last: {last}");
+            return Err(last);
         }
         tokio::time::sleep(every).await;
     }

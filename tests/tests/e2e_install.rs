@@ -915,19 +915,19 @@ async fn cel_only_install_on_kubernetes_1_29_rejects_with_the_field() {
     let ns = cp.namespace("cel-only").await.or_panic();
     // helm returns before the CRDs are served (no --wait without Pods to wait for): retry
     // until the kind is known.
-    let (ok, out) = {
-        let mut last = (false, String::new());
-        for _ in 0..40 {
-            last = kubectl_apply(&cp, &paused_memory_cluster(&ns, "bad", VERSION)).await;
-            if !last.1.contains("no matches for kind")
-                && !last.1.contains("the server could not find")
-            {
-                break;
+    let (ok, out) = eventually(
+        "the EtcdCluster kind served",
+        Duration::from_secs(10),
+        || async {
+            let (ok, out) = kubectl_apply(&cp, &paused_memory_cluster(&ns, "bad", VERSION)).await;
+            if out.contains("no matches for kind") || out.contains("the server could not find") {
+                Err(out)
+            } else {
+                Ok((ok, out))
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        last
-    };
+        },
+    )
+    .await;
     assert!(
         !ok,
         "Kubernetes 1.29 without the webhook accepted a Memory cluster of 0 replicas:\n{out}"
