@@ -13,7 +13,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::OnceCell;
 
-use crate::env::ControlPlane;
+use crate::env::{ControlPlane, Kubernetes};
 use crate::harness::eventually;
 use crate::operator::Operator;
 use crate::podrunner::PodRunner;
@@ -45,14 +45,82 @@ pub async fn start(runner: crate::podrunner::PodRunnerBuilder, extra: &[&str]) -
 /// starts (stored objects, a cluster built by hand): the binary's control plane, a pod runner
 /// from `runner`, and the namespace the operator will run in. [`Staged::operator`] finishes it.
 pub async fn stage(runner: crate::podrunner::PodRunnerBuilder) -> Staged {
-    let cp = ControlPlane::builder()
-        .with_crds()
-        .with_controller_manager()
-        .with_scheduler()
-        .shared()
-        .await
-        .or_panic();
-    let runner = runner.start(cp).await.or_panic();
+    stage_with(Start::default().runner(runner)).await
+}
+
+/// What the shared start builds. The default is [`env`]'s: the current Kubernetes with the CRDs,
+/// kube-controller-manager and kube-scheduler, and a pod runner; the options are for the suites
+/// that need less or another Kubernetes.
+pub struct Start {
+    kubernetes: Kubernetes,
+    crds: bool,
+    runner: Option<crate::podrunner::PodRunnerBuilder>,
+    apart: Option<&'static str>,
+}
+
+impl Default for Start {
+    fn default() -> Self {
+        Self {
+            kubernetes: Kubernetes::default(),
+            crds: true,
+            runner: Some(PodRunner::builder()),
+            apart: None,
+        }
+    }
+}
+
+impl Start {
+    /// The pod runner from `runner`.
+    pub fn runner(mut self, runner: crate::podrunner::PodRunnerBuilder) -> Self {
+        self.runner = Some(runner);
+        self
+    }
+
+    /// No pod runner, and so neither kube-controller-manager nor kube-scheduler: nothing runs
+    /// Pods (the operator's objects are only stored).
+    pub fn without_pods(mut self) -> Self {
+        self.runner = None;
+        self
+    }
+
+    /// Without the project's CRDs (for a suite whose chart install brings them).
+    pub fn without_crds(mut self) -> Self {
+        self.crds = false;
+        self
+    }
+
+    /// Kubernetes `kubernetes` instead of the current one.
+    pub fn kubernetes(mut self, kubernetes: Kubernetes) -> Self {
+        self.kubernetes = kubernetes;
+        self
+    }
+
+    /// A control plane no other test of the binary gets (the same shape with another `tag`
+    /// is another control plane): for a test that must not see what the others install, such
+    /// as cert-manager's API.
+    pub fn apart(mut self, tag: &'static str) -> Self {
+        self.apart = Some(tag);
+        self
+    }
+}
+
+/// The shared start's first step with `start`'s options: see [`stage`].
+pub async fn stage_with(start: Start) -> Staged {
+    let mut cp = ControlPlane::builder().kubernetes(start.kubernetes);
+    if start.crds {
+        cp = cp.with_crds();
+    }
+    if start.runner.is_some() {
+        cp = cp.with_controller_manager().with_scheduler();
+    }
+    if let Some(tag) = start.apart {
+        cp = cp.apart(tag);
+    }
+    let cp = cp.shared().await.or_panic();
+    let runner = match start.runner {
+        Some(runner) => Some(runner.start(cp).await.or_panic()),
+        None => None,
+    };
     let lease_ns = cp.namespace("operator").await.or_panic();
     Staged {
         cp,
@@ -64,7 +132,8 @@ pub async fn stage(runner: crate::podrunner::PodRunnerBuilder) -> Staged {
 /// The control plane and pod runner of the shared start, before the operator runs.
 pub struct Staged {
     pub cp: &'static ControlPlane,
-    pub runner: PodRunner,
+    /// `None` for a start [`Start::without_pods`].
+    pub runner: Option<PodRunner>,
     /// The operator's own namespace (its Lease, `POD_NAMESPACE`) unless it watches one namespace.
     pub lease_ns: String,
 }
@@ -73,19 +142,27 @@ impl Staged {
     /// Start the operator with `extra` arguments: cluster-wide with its Lease in
     /// [`Staged::lease_ns`], or, with `watch`, limited to that namespace and its Lease there.
     pub async fn operator(self, watch: Option<&str>, extra: &[&str]) -> Env {
+        let operator = self.operator_only(watch, extra).await;
+        let runner = self
+            .runner
+            .expect("a start without_pods has no Env: use Staged::operator_only");
+        Env {
+            cp: self.cp,
+            runner,
+            operator,
+        }
+    }
+
+    /// [`Staged::operator`]'s operator alone, for a start [`Start::without_pods`].
+    pub async fn operator_only(&self, watch: Option<&str>, extra: &[&str]) -> Operator {
         // The pod runner maps `etcd-operator:test` to the cargo-built binaries: snapshot Jobs
         // run the agent from it.
         let mut args = vec![OPERATOR_IMAGE_ARG];
         args.extend_from_slice(extra);
         let lease_ns = watch.unwrap_or(&self.lease_ns);
-        let operator = Operator::start_with(self.cp, lease_ns, watch, &args)
+        Operator::start_with(self.cp, lease_ns, watch, &args)
             .await
-            .or_panic();
-        Env {
-            cp: self.cp,
-            runner: self.runner,
-            operator,
-        }
+            .or_panic()
     }
 }
 

@@ -23,6 +23,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams
 use kube::{Api, Client, ResourceExt};
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{json, Value};
+use tests::e2e::Start;
 use tests::env::{ControlPlane, Kubernetes};
 use tests::harness::eventually;
 use tests::install::{
@@ -883,11 +884,15 @@ async fn admits_and_denies(env: &Installed, ns: &str, mode: &str) {
 /// bad object naming the field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cel_only_install_on_kubernetes_1_29_rejects_with_the_field() {
-    let cp = ControlPlane::builder()
-        .kubernetes(Kubernetes::V1_29)
-        .start()
-        .await
-        .or_panic();
+    // No CRDs (the chart brings them), no pod runner (nothing here runs a Pod).
+    let cp = tests::e2e::stage_with(
+        Start::default()
+            .kubernetes(Kubernetes::V1_29)
+            .without_crds()
+            .without_pods(),
+    )
+    .await
+    .cp;
     let helm = tests::helm::Helm::new(Some(cp.kubeconfig())).or_panic();
     let chart = tests::helm::chart_dir();
     helm.run([
@@ -919,7 +924,7 @@ async fn cel_only_install_on_kubernetes_1_29_rejects_with_the_field() {
         "the EtcdCluster kind served",
         Duration::from_secs(10),
         || async {
-            let (ok, out) = kubectl_apply(&cp, &paused_memory_cluster(&ns, "bad", VERSION)).await;
+            let (ok, out) = kubectl_apply(cp, &paused_memory_cluster(&ns, "bad", VERSION)).await;
             if out.contains("no matches for kind") || out.contains("the server could not find") {
                 Err(out)
             } else {

@@ -15,9 +15,8 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use tests::e2e::{check_keys, condition, env, spec, Env, Keys};
-use tests::env::{cert_manager, CertManager, ControlPlane};
-use tests::operator::Operator;
+use tests::e2e::{check_keys, condition, env, spec, stage_with, Env, Keys, Start};
+use tests::env::{cert_manager, CertManager};
 use tests::rollout::{endpoints, uids, Writer};
 use tests::tls::{
     create_operator_secret, create_peer_secret, create_secret, create_server_secret, dial, mint,
@@ -700,9 +699,15 @@ async fn renew(env: &Env, ns: &str, certificate: &str) {
 /// cluster says which Certificate and Secret it waits for, still without a member.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_cert_manager_a_cert_manager_cluster_is_held_and_nothing_is_created() {
-    let cp = ControlPlane::builder().with_crds().start().await.or_panic();
-    let lease_ns = cp.namespace("operator").await.or_panic();
-    let operator = Operator::start(&cp, &lease_ns, None).await.or_panic();
+    // Apart from the binary's other tests: none of them installs cert-manager's API here.
+    let staged = stage_with(
+        Start::default()
+            .without_pods()
+            .apart("without cert-manager"),
+    )
+    .await;
+    let cp = staged.cp;
+    let operator = staged.operator_only(None, &[]).await;
     let client = cp.client().or_panic();
     let ns = cp.namespace("tls-nocm").await.or_panic();
     let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
