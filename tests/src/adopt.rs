@@ -87,12 +87,7 @@ pub async fn etcd_at(ns: &str, members: &[(String, String)]) -> etcd_client::Cli
         .iter()
         .map(|(m, service)| format!("http://{m}.{service}.{ns}.svc:2379"))
         .collect();
-    let options = etcd_client::ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(5))
-        .with_timeout(Duration::from_secs(10));
-    etcd_client::Client::connect(endpoints, Some(options))
-        .await
-        .or_panic()
+    crate::e2e::dial(endpoints).await
 }
 
 /// One entry of etcd's member list.

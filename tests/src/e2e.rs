@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use api::v1alpha2::{EtcdCluster, EtcdClusterSpec, EtcdMember};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -271,6 +271,18 @@ impl Env {
             .items
     }
 
+    /// The Events about the object `name` in `ns` (any kind), as listed.
+    pub async fn events(&self, ns: &str, name: &str) -> Vec<Event> {
+        Api::<Event>::namespaced(self.client(), ns)
+            .list(&ListParams::default())
+            .await
+            .or_panic()
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(name))
+            .collect()
+    }
+
     /// Wait until `check` holds for the cluster; on timeout, panic with the last status and the
     /// operator's log location.
     pub async fn wait_for(
@@ -434,6 +446,11 @@ pub async fn etcd_client(client: &Client, ns: &str, cluster: &str) -> etcd_clien
         !endpoints.is_empty(),
         "{ns}/{cluster}: no ready member to dial"
     );
+    dial(endpoints).await
+}
+
+/// A plain etcd client of `endpoints` (5 s to connect, 10 s a request).
+pub async fn dial(endpoints: Vec<String>) -> etcd_client::Client {
     let options = etcd_client::ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(5))
         .with_timeout(Duration::from_secs(10));

@@ -161,15 +161,8 @@ pub fn uids(pods: &[Pod]) -> BTreeMap<String, String> {
 
 /// Cluster Events with `reason`, oldest first, as their messages.
 pub async fn event_messages(env: &Env, ns: &str, cluster: &str, reason: &str) -> Vec<String> {
-    let mut events: Vec<Event> = Api::<Event>::namespaced(env.client(), ns)
-        .list(&ListParams::default())
-        .await
-        .or_panic()
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(cluster))
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .collect();
+    let mut events: Vec<Event> = env.events(ns, cluster).await;
+    events.retain(|e| e.reason.as_deref() == Some(reason));
     events.sort_by_key(|e| {
         e.event_time
             .as_ref()

@@ -10,8 +10,8 @@ use std::time::Duration;
 use api::v1alpha2::{AuthSpec, ClientTlsSpec, EtcdClusterSpec, SecretReference, TlsSpec};
 use certs::mint::TestCa;
 use etcd_client::{Certificate, ConnectOptions, TlsOptions};
-use k8s_openapi::api::core::v1::{Event, Secret};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tests::e2e::{condition, env, spec, Env};
@@ -184,15 +184,8 @@ async fn set_recorded(env: &Env, ns: &str, cluster: &str, entry: Option<(&str, O
 }
 
 async fn event_reasons(env: &Env, ns: &str, cluster: &str) -> Vec<String> {
-    Api::<Event>::namespaced(env.client(), ns)
-        .list(&ListParams::default())
-        .await
-        .or_panic()
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(cluster))
-        .filter_map(|e| e.reason)
-        .collect()
+    let events = env.events(ns, cluster).await;
+    events.into_iter().filter_map(|e| e.reason).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,7 +20,7 @@ use api::v1alpha2::{
     DefragOutcome, DefragPhase, DefragRule, EtcdDefrag, EtcdDefragPolicy, EtcdDefragSpec,
     EtcdOptions, LocalReference,
 };
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, LogParams, Patch, PatchParams, PostParams};
@@ -114,13 +114,9 @@ fn terminal(d: &EtcdDefrag) -> bool {
 }
 
 async fn events(env: &Env, ns: &str, object: &str) -> Vec<(String, String)> {
-    Api::<Event>::namespaced(env.client(), ns)
-        .list(&ListParams::default())
-        .await
-        .or_panic()
-        .items
+    let events = env.events(ns, object).await;
+    events
         .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(object))
         .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
         .collect()
 }

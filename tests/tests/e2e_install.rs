@@ -134,14 +134,10 @@ async fn wait_serving(pods: &[Pod], ca_pem: &[u8], want: &CertificateDer<'static
 
 /// `name → uid` of every Pod in `ns`: the same objects, not merely the same names.
 async fn pod_uids(client: &Client, ns: &str) -> BTreeMap<String, String> {
-    Api::<Pod>::namespaced(client.clone(), ns)
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
         .list(&Default::default())
-        .await
-        .or_panic()
-        .items
-        .iter()
-        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
-        .collect()
+        .await;
+    tests::rollout::uids(&pods.or_panic().items)
 }
 
 fn pod_ip(p: &Pod) -> IpAddr {

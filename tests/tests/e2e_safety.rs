@@ -8,11 +8,12 @@ use std::time::Duration;
 use api::conditions::{cluster as ctype, member as mtype, reason};
 use api::labels;
 use api::v1alpha2::{EtcdMember, StorageMedium};
-use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
+use tests::adopt::restarts;
 use tests::e2e::{condition, env, pod_ready, spec, Env};
 use tests::harness::{eventually, eventually_every, seen, throughout, POLL};
 use tests::OrPanic;
@@ -50,14 +51,6 @@ async fn etcd_ids(env: &Env, ns: &str, cluster: &str) -> BTreeSet<String> {
         .iter()
         .map(|m| format!("{:016x}", m.id()))
         .collect()
-}
-
-async fn events_for(env: &Env, ns: &str, name: &str) -> Vec<Event> {
-    let api: Api<Event> = Api::namespaced(env.client(), ns);
-    api.list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
-        .await
-        .or_panic()
-        .items
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,14 +124,6 @@ async fn member_with_old_restarts_that_hangs_briefly_is_not_replaced() {
     let target = non_seed(env, &ns, "rs").await;
     let pods: Api<Pod> = Api::namespaced(env.client(), &ns);
 
-    let restarts = |p: &Pod| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.name == "etcd"))
-            .map(|c| c.restart_count)
-            .unwrap_or(0)
-    };
     let unchanged = |names: &Vec<String>, when: &str| {
         assert_eq!(
             names,
@@ -208,7 +193,7 @@ async fn seed_stuck_pending_fails_bootstrap_when_the_deadline_expires_by_itself(
         },
     )
     .await;
-    let events = events_for(env, &ns, "ex").await;
+    let events = env.events(&ns, "ex").await;
     assert!(
         events
             .iter()
@@ -307,7 +292,7 @@ async fn ghost_member_without_an_etcdmember_is_reported_and_removed() {
     )
     .await;
     env.wait_healthy(&ns, "gh", 3, BOOT).await;
-    let events = events_for(env, &ns, "gh").await;
+    let events = env.events(&ns, "gh").await;
     let note = events
         .iter()
         .find(|e| e.reason.as_deref() == Some("GhostMemberRemoved"))
@@ -448,7 +433,7 @@ async fn foreign_pdb_with_the_cluster_name_is_never_overwritten_or_deleted() {
         BOOT,
         Duration::from_millis(300),
         || async {
-            let events = events_for(env, &ns, "pd").await;
+            let events = env.events(&ns, "pd").await;
             let conflict = events.iter().any(|e| {
                 e.reason.as_deref() == Some("OwnershipConflict")
                     && e.message
@@ -633,7 +618,7 @@ async fn a_rollout_of_a_one_member_memory_cluster_is_refused_and_keeps_every_key
         },
     )
     .await;
-    let warned = events_for(env, &ns, "mr").await.iter().any(|e| {
+    let warned = env.events(&ns, "mr").await.iter().any(|e| {
         e.type_.as_deref() == Some("Warning")
             && e.reason.as_deref() == Some(reason::MEMORY_ROLLOUT_UNSAFE)
     });
