@@ -6,6 +6,7 @@
 //! on this crate.
 
 pub mod adopt;
+pub mod backup;
 pub mod chart_rbac;
 pub mod corpus;
 pub mod e2e;

@@ -10,15 +10,15 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use api::v1alpha2::{
-    BootstrapSpec, EtcdCluster, EtcdClusterSpec, EtcdMember, EtcdSnapshot, EtcdSnapshotSpec,
-    LocalReference, PvcLocation, RestoreSource, RestoreSpec, S3Location, SecretReference,
-    SnapshotDestination, SnapshotPhase, StorageSpec,
+    BootstrapSpec, EtcdCluster, EtcdClusterSpec, EtcdMember, EtcdSnapshot, PvcLocation,
+    RestoreSource, RestoreSpec, S3Location, SecretReference, SnapshotDestination, SnapshotPhase,
+    StorageSpec,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
-use serde_json::json;
+use tests::backup::{create_backups_claim, create_snapshot};
 use tests::e2e::{condition, env, spec, Env};
 use tests::harness::throughout;
 use tests::OrPanic;
@@ -32,28 +32,6 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-async fn create_snapshot(
-    env: &Env,
-    ns: &str,
-    name: &str,
-    cluster: &str,
-    dest: SnapshotDestination,
-) {
-    let s = EtcdSnapshot::new(
-        name,
-        EtcdSnapshotSpec {
-            cluster_ref: LocalReference {
-                name: cluster.to_string(),
-            },
-            destination: dest,
-        },
-    );
-    Api::<EtcdSnapshot>::namespaced(env.client(), ns)
-        .create(&PostParams::default(), &s)
-        .await
-        .or_panic();
 }
 
 /// The snapshot once it reached a terminal phase; it must be Complete.
@@ -187,13 +165,7 @@ async fn s3_and_pvc_snapshots_restore_into_new_clusters_and_a_small_volume_fails
 
     // MinIO on the pod bridge, a Service for it, and the writer's credentials.
     let (minio, _minio_root, endpoint) = env.minio(&ns).await;
-    let _: PersistentVolumeClaim = tests::harness::create(
-        &client,
-        &ns,
-        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "backups"},
-               "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
-    )
-    .await;
+    create_backups_claim(env, &ns).await;
 
     // A 3-member cluster with data, snapshotted to S3 and to the PVC.
     let name = "rc";
