@@ -283,6 +283,26 @@ impl Env {
             .collect()
     }
 
+    /// Wait until the cluster is `Available=False` for `reason` with a message naming `naming`;
+    /// returns the message.
+    pub async fn wait_unavailable(
+        &self,
+        ns: &str,
+        name: &str,
+        reason: &str,
+        naming: &str,
+        timeout: Duration,
+    ) -> String {
+        let what = format!("Available=False/{reason} naming {naming}");
+        let c = self
+            .wait_for(ns, name, &what, timeout, |c| {
+                condition(c, "Available")
+                    .is_some_and(|(st, r, m)| st == "False" && r == reason && m.contains(naming))
+            })
+            .await;
+        condition(&c, "Available").expect("Available condition").2
+    }
+
     /// Wait until `check` holds for the cluster; on timeout, panic with the last status and the
     /// operator's log location.
     pub async fn wait_for(

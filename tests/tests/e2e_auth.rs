@@ -207,20 +207,9 @@ async fn auth_cluster_refuses_anonymous_clients_scales_as_root_and_rotates_its_p
     // Secret to create with which key.
     env.create_cluster(&ns, name, auth_spec(3, "au-server-tls", "au-root"))
         .await;
-    let c = env
-        .wait_for(
-            &ns,
-            name,
-            "AuthRequiredNotConfigured naming the Secret",
-            BOOT,
-            |c| {
-                condition(c, "Available").is_some_and(|(st, r, m)| {
-                    st == "False" && r == "AuthRequiredNotConfigured" && m.contains("au-root")
-                })
-            },
-        )
+    let msg = env
+        .wait_unavailable(&ns, name, "AuthRequiredNotConfigured", "au-root", BOOT)
         .await;
-    let (_, _, msg) = condition(&c, "Available").expect("Available");
     assert!(msg.contains("key password"), "{msg}");
     assert!(
         env.members(&ns, name).await.is_empty(),

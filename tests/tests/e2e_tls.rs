@@ -81,20 +81,9 @@ async fn byo_mtls_cluster_waits_for_its_secret_then_serves_only_tls_clients_and_
         ),
     )
     .await;
-    let c = env
-        .wait_for(
-            &ns,
-            name,
-            "TLSSecretNotReady naming the peer Secret",
-            BOOT,
-            |c| {
-                condition(c, "Available").is_some_and(|(st, r, msg)| {
-                    st == "False" && r == "TLSSecretNotReady" && msg.contains("sec-peer-tls")
-                })
-            },
-        )
+    let msg = env
+        .wait_unavailable(&ns, name, "TLSSecretNotReady", "sec-peer-tls", BOOT)
         .await;
-    let (_, _, msg) = condition(&c, "Available").expect("Available condition");
     assert!(msg.contains("spec.tls.peer.secretRef"), "{msg}");
     assert!(
         env.members(&ns, name).await.is_empty(),
