@@ -14,7 +14,7 @@ use serde_json::json;
 use tokio::sync::OnceCell;
 
 use crate::env::{ControlPlane, Kubernetes};
-use crate::harness::eventually;
+use crate::harness::{eventually_every, POLL};
 use crate::operator::Operator;
 use crate::podrunner::PodRunner;
 use crate::OrPanic;
@@ -317,7 +317,21 @@ impl Env {
             "{ns}/{name}: {what} (operator log: {})",
             self.operator.log().display()
         );
-        eventually(&what, timeout, || async {
+        self.wait_for_every(ns, name, &what, timeout, POLL, check)
+            .await
+    }
+
+    /// [`Env::wait_for`] asking every `every`, with `what` said as given.
+    pub async fn wait_for_every(
+        &self,
+        ns: &str,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        every: Duration,
+        check: impl Fn(&EtcdCluster) -> bool,
+    ) -> EtcdCluster {
+        eventually_every(what, timeout, every, || async {
             let c = self.cluster(ns, name).await;
             if check(&c) {
                 Ok(c)

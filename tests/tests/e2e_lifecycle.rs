@@ -117,18 +117,16 @@ impl Scope {
             self.ns,
             self.logs()
         );
-        eventually_every(&what, timeout, Duration::from_millis(200), || async {
-            let c = self.env.cluster(&self.ns, name).await;
-            if check(&c) {
-                Ok(c)
-            } else {
-                Err(format!(
-                    "status: {}",
-                    serde_json::to_string_pretty(&c.status).unwrap_or_default()
-                ))
-            }
-        })
-        .await
+        self.env
+            .wait_for_every(
+                &self.ns,
+                name,
+                &what,
+                timeout,
+                Duration::from_millis(200),
+                check,
+            )
+            .await
     }
 
     /// Wait until a condition has this status and reason; returns its message.
