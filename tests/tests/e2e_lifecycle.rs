@@ -29,7 +29,7 @@ use serde_json::json;
 use tokio::sync::OnceCell;
 
 use tests::e2e::{condition, pod_ready, spec, Env};
-use tests::harness::eventually_every;
+use tests::harness::{eventually_every, poll};
 use tests::operator::Operator;
 use tests::podrunner::PodRunner;
 use tests::OrPanic;
@@ -178,10 +178,20 @@ impl Scope {
                 "--wait=false",
             ])
             .await;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline && !self.env.pods(&self.ns, name).await.is_empty() {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        // Best effort: a cleanup, not a check.
+        let _ = poll(
+            Duration::from_secs(30),
+            Duration::from_millis(500),
+            || async {
+                let pods = self.env.pods(&self.ns, name).await;
+                if pods.is_empty() {
+                    Ok(())
+                } else {
+                    Err(())
+                }
+            },
+        )
+        .await;
     }
 }
 

@@ -5,7 +5,7 @@
 //! and a control plane without cert-manager, where such a cluster is held.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use api::v1alpha2::{
     ClientCertManagerSpec, ClientTlsSpec, EtcdCluster, EtcdClusterSpec, EtcdMember, IssuerKind,
@@ -17,6 +17,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use tests::e2e::{check_keys, condition, env, spec, stage_with, Env, Keys, Start};
 use tests::env::{cert_manager, CertManager};
+use tests::harness::eventually_every;
 use tests::rollout::{endpoints, uids, Writer};
 use tests::tls::{
     create_operator_secret, create_peer_secret, create_secret, create_server_secret, dial, mint,
@@ -615,31 +616,36 @@ async fn cert_manager_mtls_cluster_gets_its_certificates_serves_only_tls_clients
     for certificate in ["cm-server", "cm-peer"] {
         renew(env, &ns, certificate).await;
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    let new_server = loop {
-        let now = secret_key(env, &ns, "cm-server-tls", "tls.crt").await;
-        if now != old_server {
-            break now;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "cert-manager did not renew cm-server"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let new_server = eventually_every(
+        "cert-manager to renew cm-server",
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        || async {
+            let now = secret_key(env, &ns, "cm-server-tls", "tls.crt").await;
+            if now != old_server {
+                Ok(now)
+            } else {
+                Err("the old certificate".to_string())
+            }
+        },
+    )
+    .await;
     for p in &pods {
         let host = format!("{}.{name}.{ns}.svc", p.name_any());
-        loop {
-            let served = served_certificate(&host, 2379, &ca, (&op_crt, &op_key)).await;
-            if served.as_ref().is_ok_and(|der| *der == der_of(&new_server)) {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{host} does not serve the renewed certificate: {served:?}"
-            );
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
+        eventually_every(
+            &format!("{host} to serve the renewed certificate"),
+            deadline.saturating_duration_since(Instant::now()),
+            Duration::from_secs(1),
+            || async {
+                let served = served_certificate(&host, 2379, &ca, (&op_crt, &op_key)).await;
+                if served.as_ref().is_ok_and(|der| *der == der_of(&new_server)) {
+                    return Ok(());
+                }
+                Err(format!("{served:?}"))
+            },
+        )
+        .await;
     }
     let report = writer.finish().await;
     assert_eq!(
