@@ -890,19 +890,9 @@ async fn cel_only_install_on_kubernetes_1_29_rejects_with_the_field() {
     .await
     .cp;
     let helm = tests::helm::Helm::new(Some(cp.kubeconfig())).or_panic();
-    let chart = tests::helm::chart_dir();
-    helm.run([
-        "install",
-        RELEASE,
-        &chart.to_string_lossy(),
-        "--namespace",
-        NAMESPACE,
-        "--create-namespace",
-        "--set",
-        "webhook.enabled=false",
-    ])
-    .await
-    .or_panic();
+    helm.install_chart(RELEASE, NAMESPACE, &["webhook.enabled=false"])
+        .await
+        .or_panic();
     let client = cp.client().or_panic();
     assert!(
         Api::<ValidatingWebhookConfiguration>::all(client.clone())
