@@ -11,45 +11,8 @@ use crate::etcd::access::Pool;
 use crate::events::{Action, Reason, Transitional};
 use crate::metrics::Metrics;
 
+pub use crate::config::{Config, DEFAULT_REPLACE_BROKEN_MEMBERS_AFTER};
 pub use crate::naming::FIELD_MANAGER;
-
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Repository of the etcd image; the tag is `v<version>`.
-    pub etcd_image_repository: String,
-    /// Cluster DNS suffix (for certificate SANs).
-    pub cluster_domain: String,
-    /// The operator's own image: snapshot Jobs run it as the snapshot agent.
-    pub operator_image: Option<String>,
-    /// How long a member's Pod may stay unschedulable before the member is replaced
-    /// (`--replace-broken-members-after`); `None`: never.
-    pub replace_broken_members_after: Option<std::time::Duration>,
-    /// The Secret in the operator's own namespace recording the root passwords it set in etcd.
-    pub auth_record: crate::auth::RecordRef,
-    /// The bound on one member's `Defragment` call, sized to its database.
-    pub defrag_timeout: crate::defrag::plan::DefragTimeout,
-}
-
-/// `--replace-broken-members-after`'s default: long enough for a Node reboot or a slow volume
-/// attach, short enough that a cluster does not run a member short for long.
-pub const DEFAULT_REPLACE_BROKEN_MEMBERS_AFTER: std::time::Duration =
-    std::time::Duration::from_secs(300);
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            etcd_image_repository: "quay.io/coreos/etcd".to_string(),
-            cluster_domain: "cluster.local".to_string(),
-            operator_image: None,
-            replace_broken_members_after: Some(DEFAULT_REPLACE_BROKEN_MEMBERS_AFTER),
-            auth_record: crate::auth::RecordRef {
-                namespace: "default".to_string(),
-                name: crate::auth::DEFAULT_RECORD_SECRET.to_string(),
-            },
-            defrag_timeout: crate::defrag::plan::DefragTimeout::default(),
-        }
-    }
-}
 
 pub struct Context {
     pub client: Client,

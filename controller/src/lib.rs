@@ -9,6 +9,7 @@ pub mod builders;
 pub mod cert_manager;
 pub mod cluster;
 pub mod conditions;
+pub mod config;
 pub mod context;
 pub mod cron;
 pub mod defrag;

@@ -280,7 +280,7 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|| client.default_namespace().to_string()),
             name: args.auth_record_secret.clone(),
         },
-        defrag_timeout: controller::defrag::run::plan::DefragTimeout {
+        defrag_timeout: controller::config::DefragTimeout {
             base: args.defrag_timeout_base,
             per_gib: args.defrag_timeout_per_gib,
         },

@@ -3,12 +3,42 @@
 //! Pure.
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-
-use crate::cluster::plan::PodView;
 
 /// The etcd container's name in every member Pod.
 pub const ETCD_CONTAINER: &str = "etcd";
+
+/// What a member Pod says, as the planners read it (the cluster's, through
+/// `cluster::view::MemberView`, and the member's readiness).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodView {
+    pub uid: String,
+    pub ready: bool,
+    pub restart_count: i32,
+    /// The etcd container's last termination was an OOM kill.
+    pub oom_killed: bool,
+    /// The Pod cannot be scheduled (`PodScheduled=False/Unschedulable`): since when, and the
+    /// scheduler's message (a Node gone with the member's local volume, a lost PVC, ...).
+    pub unschedulable: Option<(Timestamp, String)>,
+    /// The Pod's deletion was requested (an eviction, a drain) and it has not gone yet.
+    pub terminating: bool,
+    /// The etcd container is waiting in `CrashLoopBackOff` right now.
+    pub crash_loop_backoff: bool,
+    /// When the etcd container last terminated (`lastState.terminated.finishedAt`).
+    pub last_exit: Option<Timestamp>,
+    /// [`api::labels::TRUST_BUNDLE_ANNOTATION`] on the Pod: the CA bundles it started with.
+    pub trust_bundle: Option<String>,
+    /// [`api::labels::TRUSTED_CAS_ANNOTATION`] on the Pod: the CAs it started trusting.
+    pub trusted_cas: Option<String>,
+    /// When the etcd container started (`state.running.startedAt`): etcd loaded its CA bundles
+    /// from the Secrets as they were then.
+    pub started: Option<Timestamp>,
+    /// [`api::labels::TEMPLATE_HASH_ANNOTATION`] on the Pod: the template it was built from.
+    pub template_hash: Option<String>,
+    /// [`api::labels::IMAGE_REPOSITORY_ANNOTATION`] on the Pod: the repository it runs.
+    pub image_repository: Option<String>,
+}
 
 pub fn pod_view(pod: &Pod) -> PodView {
     let status = pod.status.as_ref();

@@ -4,16 +4,17 @@
 //! real etcd client.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use api::v1alpha2::{EtcdCluster, EtcdClusterSpec, EtcdMember};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::OnceCell;
 
-use crate::env::ControlPlane;
+use crate::env::{ControlPlane, Kubernetes};
+use crate::harness::{eventually_every, POLL};
 use crate::operator::Operator;
 use crate::podrunner::PodRunner;
 use crate::OrPanic;
@@ -37,26 +38,131 @@ pub async fn env() -> &'static Env {
 /// A control plane, a pod runner from `runner` and the operator with `extra` arguments (for a
 /// test binary that needs other settings than [`env`]'s).
 pub async fn start(runner: crate::podrunner::PodRunnerBuilder, extra: &[&str]) -> Env {
-    let cp = ControlPlane::builder()
-        .with_crds()
-        .with_controller_manager()
-        .with_scheduler()
-        .shared()
-        .await
-        .or_panic();
-    let runner = runner.start(cp).await.or_panic();
+    stage(runner).await.operator(None, extra).await
+}
+
+/// The shared start's first step, for a suite that prepares what the operator must find when it
+/// starts (stored objects, a cluster built by hand): the binary's control plane, a pod runner
+/// from `runner`, and the namespace the operator will run in. [`Staged::operator`] finishes it.
+pub async fn stage(runner: crate::podrunner::PodRunnerBuilder) -> Staged {
+    stage_with(Start::default().runner(runner)).await
+}
+
+/// What the shared start builds. The default is [`env`]'s: the current Kubernetes with the CRDs,
+/// kube-controller-manager and kube-scheduler, and a pod runner; the options are for the suites
+/// that need less or another Kubernetes.
+pub struct Start {
+    kubernetes: Kubernetes,
+    crds: bool,
+    runner: Option<crate::podrunner::PodRunnerBuilder>,
+    apart: Option<&'static str>,
+}
+
+impl Default for Start {
+    fn default() -> Self {
+        Self {
+            kubernetes: Kubernetes::default(),
+            crds: true,
+            runner: Some(PodRunner::builder()),
+            apart: None,
+        }
+    }
+}
+
+impl Start {
+    /// The pod runner from `runner`.
+    pub fn runner(mut self, runner: crate::podrunner::PodRunnerBuilder) -> Self {
+        self.runner = Some(runner);
+        self
+    }
+
+    /// No pod runner, and so neither kube-controller-manager nor kube-scheduler: nothing runs
+    /// Pods (the operator's objects are only stored).
+    pub fn without_pods(mut self) -> Self {
+        self.runner = None;
+        self
+    }
+
+    /// Without the project's CRDs (for a suite whose chart install brings them).
+    pub fn without_crds(mut self) -> Self {
+        self.crds = false;
+        self
+    }
+
+    /// Kubernetes `kubernetes` instead of the current one.
+    pub fn kubernetes(mut self, kubernetes: Kubernetes) -> Self {
+        self.kubernetes = kubernetes;
+        self
+    }
+
+    /// A control plane no other test of the binary gets (the same shape with another `tag`
+    /// is another control plane): for a test that must not see what the others install, such
+    /// as cert-manager's API.
+    pub fn apart(mut self, tag: &'static str) -> Self {
+        self.apart = Some(tag);
+        self
+    }
+}
+
+/// The shared start's first step with `start`'s options: see [`stage`].
+pub async fn stage_with(start: Start) -> Staged {
+    let mut cp = ControlPlane::builder().kubernetes(start.kubernetes);
+    if start.crds {
+        cp = cp.with_crds();
+    }
+    if start.runner.is_some() {
+        cp = cp.with_controller_manager().with_scheduler();
+    }
+    if let Some(tag) = start.apart {
+        cp = cp.apart(tag);
+    }
+    let cp = cp.shared().await.or_panic();
+    let runner = match start.runner {
+        Some(runner) => Some(runner.start(cp).await.or_panic()),
+        None => None,
+    };
     let lease_ns = cp.namespace("operator").await.or_panic();
-    // The pod runner maps `etcd-operator:test` to the cargo-built binaries: snapshot Jobs
-    // run the agent from it.
-    let mut args = vec![OPERATOR_IMAGE_ARG];
-    args.extend_from_slice(extra);
-    let operator = Operator::start_with(cp, &lease_ns, None, &args)
-        .await
-        .or_panic();
-    Env {
+    Staged {
         cp,
         runner,
-        operator,
+        lease_ns,
+    }
+}
+
+/// The control plane and pod runner of the shared start, before the operator runs.
+pub struct Staged {
+    pub cp: &'static ControlPlane,
+    /// `None` for a start [`Start::without_pods`].
+    pub runner: Option<PodRunner>,
+    /// The operator's own namespace (its Lease, `POD_NAMESPACE`) unless it watches one namespace.
+    pub lease_ns: String,
+}
+
+impl Staged {
+    /// Start the operator with `extra` arguments: cluster-wide with its Lease in
+    /// [`Staged::lease_ns`], or, with `watch`, limited to that namespace and its Lease there.
+    pub async fn operator(self, watch: Option<&str>, extra: &[&str]) -> Env {
+        let operator = self.operator_only(watch, extra).await;
+        let runner = self
+            .runner
+            .expect("a start without_pods has no Env: use Staged::operator_only");
+        Env {
+            cp: self.cp,
+            runner,
+            operator,
+        }
+    }
+
+    /// [`Staged::operator`]'s operator alone, for a start [`Start::without_pods`].
+    pub async fn operator_only(&self, watch: Option<&str>, extra: &[&str]) -> Operator {
+        // The pod runner maps `etcd-operator:test` to the cargo-built binaries: snapshot Jobs
+        // run the agent from it.
+        let mut args = vec![OPERATOR_IMAGE_ARG];
+        args.extend_from_slice(extra);
+        let lease_ns = watch.unwrap_or(&self.lease_ns);
+        Operator::start_with(self.cp, lease_ns, watch, &args)
+            .await
+            .or_panic()
     }
 }
 
@@ -165,6 +271,38 @@ impl Env {
             .items
     }
 
+    /// The Events about the object `name` in `ns` (any kind), as listed.
+    pub async fn events(&self, ns: &str, name: &str) -> Vec<Event> {
+        Api::<Event>::namespaced(self.client(), ns)
+            .list(&ListParams::default())
+            .await
+            .or_panic()
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(name))
+            .collect()
+    }
+
+    /// Wait until the cluster is `Available=False` for `reason` with a message naming `naming`;
+    /// returns the message.
+    pub async fn wait_unavailable(
+        &self,
+        ns: &str,
+        name: &str,
+        reason: &str,
+        naming: &str,
+        timeout: Duration,
+    ) -> String {
+        let what = format!("Available=False/{reason} naming {naming}");
+        let c = self
+            .wait_for(ns, name, &what, timeout, |c| {
+                condition(c, "Available")
+                    .is_some_and(|(st, r, m)| st == "False" && r == reason && m.contains(naming))
+            })
+            .await;
+        condition(&c, "Available").expect("Available condition").2
+    }
+
     /// Wait until `check` holds for the cluster; on timeout, panic with the last status and the
     /// operator's log location.
     pub async fn wait_for(
@@ -175,21 +313,36 @@ impl Env {
         timeout: Duration,
         check: impl Fn(&EtcdCluster) -> bool,
     ) -> EtcdCluster {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let what = format!(
+            "{ns}/{name}: {what} (operator log: {})",
+            self.operator.log().display()
+        );
+        self.wait_for_every(ns, name, &what, timeout, POLL, check)
+            .await
+    }
+
+    /// [`Env::wait_for`] asking every `every`, with `what` said as given.
+    pub async fn wait_for_every(
+        &self,
+        ns: &str,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        every: Duration,
+        check: impl Fn(&EtcdCluster) -> bool,
+    ) -> EtcdCluster {
+        eventually_every(what, timeout, every, || async {
             let c = self.cluster(ns, name).await;
             if check(&c) {
-                return c;
+                Ok(c)
+            } else {
+                Err(format!(
+                    "status: {}",
+                    serde_json::to_string_pretty(&c.status).unwrap_or_default()
+                ))
             }
-            if Instant::now() > deadline {
-                panic!(
-                    "{ns}/{name}: timed out after {timeout:?} waiting for {what}; status: {}\noperator log: {}",
-                    serde_json::to_string_pretty(&c.status).unwrap_or_default(),
-                    self.operator.log().display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        })
+        .await
     }
 
     /// Wait for `replicas` Ready members and `Available=True/QuorumHealthy`.
@@ -302,9 +455,12 @@ impl Env {
         write_keys(&self.client(), ns, cluster, count).await
     }
 
-    /// Every key is present with its value (see [`check_keys`]).
+    /// Every key [`Env::write_keys`] wrote is present with its value, read linearizably through
+    /// the cluster (see [`check_keys`]).
     pub async fn check_keys(&self, ns: &str, cluster: &str, keys: &BTreeMap<String, String>) {
-        check_keys(&self.client(), ns, cluster, keys).await
+        let mut etcd = self.etcd_client(ns, cluster).await;
+        let what = format!("{ns}/{cluster}");
+        check_keys(&mut etcd, &what, "e2e/", keys, Keys::AtLeast).await
     }
 }
 
@@ -324,6 +480,11 @@ pub async fn etcd_client(client: &Client, ns: &str, cluster: &str) -> etcd_clien
         !endpoints.is_empty(),
         "{ns}/{cluster}: no ready member to dial"
     );
+    dial(endpoints).await
+}
+
+/// A plain etcd client of `endpoints` (5 s to connect, 10 s a request).
+pub async fn dial(endpoints: Vec<String>) -> etcd_client::Client {
     let options = etcd_client::ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(5))
         .with_timeout(Duration::from_secs(10));
@@ -374,21 +535,43 @@ pub async fn read_keys(etcd: &mut etcd_client::Client, prefix: &str) -> BTreeMap
         .collect()
 }
 
-/// Every key is present with its value (read linearizably through the cluster).
-pub async fn check_keys(client: &Client, ns: &str, cluster: &str, keys: &BTreeMap<String, String>) {
-    let mut etcd = etcd_client(client, ns, cluster).await;
-    let got = read_keys(&mut etcd, "e2e/").await;
+/// What [`check_keys`] demands of the keys it reads back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keys {
+    /// Every written key is there with its value; other keys under the prefix may be too.
+    AtLeast,
+    /// The keys under the prefix are exactly the written ones, with their values.
+    Exactly,
+}
+
+/// The suites' one check that data survived: read every key under `prefix` linearizably through
+/// `etcd` and compare with `keys` as `expect` says; panics naming `what`, the keys missing or
+/// changed and, with [`Keys::Exactly`], the unexpected ones.
+pub async fn check_keys(
+    etcd: &mut etcd_client::Client,
+    what: &str,
+    prefix: &str,
+    keys: &BTreeMap<String, String>,
+    expect: Keys,
+) {
+    let got = read_keys(etcd, prefix).await;
     let missing: Vec<_> = keys
         .iter()
         .filter(|(k, v)| got.get(*k) != Some(v))
         .map(|(k, _)| k)
         .collect();
+    let unexpected: Vec<_> = match expect {
+        Keys::AtLeast => Vec::new(),
+        Keys::Exactly => got.keys().filter(|k| !keys.contains_key(*k)).collect(),
+    };
     assert!(
-        missing.is_empty(),
-        "{ns}/{cluster}: {} of {} keys lost: {:?}",
+        missing.is_empty() && unexpected.is_empty(),
+        "{what}: {} of {} keys lost or changed: {:?}; {} unexpected keys: {:?}",
         missing.len(),
         keys.len(),
-        &missing[..missing.len().min(10)]
+        &missing[..missing.len().min(10)],
+        unexpected.len(),
+        &unexpected[..unexpected.len().min(10)]
     );
 }
 

@@ -1,4 +1,5 @@
-//! Small helpers the suites share: waiting for a condition with a deadline, and creating
+//! Small helpers the suites share: waiting for a condition with a deadline (the one wait
+//! primitive, [`eventually`]: no suite writes its own poll loop), and creating
 //! namespaced objects from JSON manifests. Both panic with what they were doing: they are for
 //! test bodies, not for the support code.
 
@@ -9,22 +10,77 @@ use kube::api::{Api, PostParams};
 use kube::Client;
 use serde_json::Value;
 
-/// Poll `probe` every 250 ms until it returns `Ok`, panicking after `timeout` with its last error.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+/// How often [`eventually`] asks.
+pub const POLL: Duration = Duration::from_millis(250);
+
+/// The suites' one way to wait: poll `probe` every [`POLL`] until it returns `Ok`, panicking
+/// after `timeout` with `what` and the probe's last answer (its `Err`: say there what was seen).
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, probe: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,
 {
+    eventually_every(what, timeout, POLL, probe).await
+}
+
+/// [`eventually`] asking every `every` (for probes too costly to repeat every [`POLL`]).
+pub async fn eventually_every<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    probe: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    poll(timeout, every, probe).await.unwrap_or_else(|last| {
+        panic!("timed out after {timeout:?} waiting for {what}; last: {last}")
+    })
+}
+
+/// The poll under [`eventually`], for support code that reports instead of panicking (or adds
+/// to the panic what only a timeout is worth fetching): `probe` every `every` until it returns
+/// `Ok`, else, once `timeout` has passed, `Err` with its last answer.
+pub async fn poll<T, E, F, Fut>(timeout: Duration, every: Duration, mut probe: F) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
     let deadline = Instant::now() + timeout;
     loop {
         let last = match probe().await {
-            Ok(v) => return v,
+            Ok(v) => return Ok(v),
             Err(e) => e,
         };
         if Instant::now() > deadline {
-            panic!("timed out after {timeout:?} waiting for {what}; last: {last}");
+            return Err(last);
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// `Ok(value)` when `value` passes `check`, else `Err` showing it: the probe of an
+/// [`eventually`] that waits for a value to look right.
+pub fn seen<T: std::fmt::Debug>(value: T, check: impl FnOnce(&T) -> bool) -> Result<T, String> {
+    if check(&value) {
+        Ok(value)
+    } else {
+        Err(format!("{value:?}"))
+    }
+}
+
+/// Run `check` (which panics on what it must not see) every `every` for `period`: the way to
+/// say that something holds for a while, where [`eventually`] says that it comes.
+pub async fn throughout<F, Fut>(period: Duration, every: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let until = Instant::now() + period;
+    while Instant::now() < until {
+        check().await;
+        tokio::time::sleep(every).await;
     }
 }
 

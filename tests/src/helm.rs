@@ -89,6 +89,30 @@ impl Helm {
         chart_dir()
     }
 
+    /// `helm install <release> <the chart> --namespace <namespace> --create-namespace` with a
+    /// `--set` for each of `sets` (no `--wait`); its stdout.
+    pub async fn install_chart(
+        &self,
+        release: &str,
+        namespace: &str,
+        sets: &[&str],
+    ) -> Result<String, Error> {
+        let chart = chart_dir();
+        let chart = chart.to_string_lossy();
+        let mut args = vec![
+            "install",
+            release,
+            &chart,
+            "--namespace",
+            namespace,
+            "--create-namespace",
+        ];
+        for set in sets {
+            args.extend(["--set", set]);
+        }
+        self.run(args).await
+    }
+
     /// Run `helm <args>`; its stdout on success, else [`Error::Failed`] with its stderr.
     pub async fn run<I, S>(&self, args: I) -> Result<String, Error>
     where

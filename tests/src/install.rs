@@ -8,7 +8,7 @@
 //! ClusterRoles), so the scenarios that install it take turns through [`Installed::turn`].
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use api::v1alpha2::EtcdCluster;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -20,6 +20,7 @@ use tokio::sync::{Mutex, MutexGuard, OnceCell};
 use crate::e2e::{condition, healthy, pod_ready};
 use crate::env::cert_manager::CertManager;
 use crate::env::ControlPlane;
+use crate::harness::{eventually_every, poll};
 use crate::helm::{chart_dir, Error, Helm};
 use crate::operator::bin_dir;
 use crate::podrunner::PodRunner;
@@ -158,46 +159,59 @@ impl Installed {
     /// Wait until exactly `replicas` Pods of the Deployment are Ready and none is terminating
     /// (a rollout finished), returning them.
     pub async fn wait_rolled_out(&self, deployment: &str, replicas: usize) -> Vec<Pod> {
-        let deadline = Instant::now() + Duration::from_secs(240);
-        loop {
-            let d = Api::<Deployment>::namespaced(self.client(), NAMESPACE)
-                .get(deployment)
-                .await
-                .or_panic();
-            let status = d.status.clone().unwrap_or_default();
-            let generation = d.metadata.generation.unwrap_or_default();
-            let pods = self.deployment_pods(deployment).await;
-            let done = status.observed_generation == Some(generation)
-                && status.updated_replicas.unwrap_or_default() as usize == replicas
-                && status.ready_replicas.unwrap_or_default() as usize == replicas
-                && status.replicas.unwrap_or_default() as usize == replicas
-                && pods.len() == replicas
-                && pods.iter().all(pod_ready);
-            if done {
-                return pods;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "deployment {NAMESPACE}/{deployment} did not roll out to {replicas} ready Pods; \
-                     status {}; pod runner journal {}",
-                    serde_json::to_string(&status).unwrap_or_default(),
-                    self.runner.journal().display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        eventually_every(
+            &format!(
+                "deployment {NAMESPACE}/{deployment} to roll out to {replicas} ready Pods; pod \
+                 runner journal {}",
+                self.runner.journal().display()
+            ),
+            Duration::from_secs(240),
+            Duration::from_millis(500),
+            || async {
+                let d = Api::<Deployment>::namespaced(self.client(), NAMESPACE)
+                    .get(deployment)
+                    .await
+                    .or_panic();
+                let status = d.status.clone().unwrap_or_default();
+                let generation = d.metadata.generation.unwrap_or_default();
+                let pods = self.deployment_pods(deployment).await;
+                let done = status.observed_generation == Some(generation)
+                    && status.updated_replicas.unwrap_or_default() as usize == replicas
+                    && status.ready_replicas.unwrap_or_default() as usize == replicas
+                    && status.replicas.unwrap_or_default() as usize == replicas
+                    && pods.len() == replicas
+                    && pods.iter().all(pod_ready);
+                if done {
+                    return Ok(pods);
+                }
+                Err(format!(
+                    "status {}",
+                    serde_json::to_string(&status).unwrap_or_default()
+                ))
+            },
+        )
+        .await
     }
 
     /// Wait until the cluster is serving `replicas` healthy members; panics with its status.
     pub async fn wait_healthy(&self, ns: &str, name: &str, replicas: i32) -> EtcdCluster {
         let api: Api<EtcdCluster> = Api::namespaced(self.client(), ns);
-        let deadline = Instant::now() + Duration::from_secs(240);
-        loop {
-            let c = api.get(name).await.or_panic();
-            if healthy(&c, replicas) {
-                return c;
-            }
-            if Instant::now() > deadline {
+        let last = poll(
+            Duration::from_secs(240),
+            Duration::from_millis(500),
+            || async {
+                let c = api.get(name).await.or_panic();
+                if healthy(&c, replicas) {
+                    Ok(c)
+                } else {
+                    Err(c)
+                }
+            },
+        )
+        .await;
+        match last {
+            Ok(c) => c,
+            Err(c) => {
                 let logs = self
                     .cp
                     .kubectl(&[
@@ -219,7 +233,6 @@ impl Installed {
                     serde_json::to_string_pretty(&c.status).unwrap_or_default(),
                 );
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 
@@ -249,7 +262,9 @@ impl Installed {
     }
 
     pub async fn check_keys(&self, ns: &str, cluster: &str, keys: &BTreeMap<String, String>) {
-        crate::e2e::check_keys(&self.client(), ns, cluster, keys).await
+        let mut etcd = crate::e2e::etcd_client(&self.client(), ns, cluster).await;
+        let what = format!("{ns}/{cluster}");
+        crate::e2e::check_keys(&mut etcd, &what, "e2e/", keys, crate::e2e::Keys::AtLeast).await
     }
 
     /// The names of the release's Pods with their restart counts, to show nothing restarted.

@@ -5,6 +5,8 @@
 //! Nothing here runs without `ETCD_OPERATOR_TESTBINS`; unit tests of the other crates never depend
 //! on this crate.
 
+pub mod adopt;
+pub mod backup;
 pub mod chart_rbac;
 pub mod corpus;
 pub mod e2e;

@@ -3,6 +3,7 @@
 //! time between two successful writes (the unavailability a client saw); a wait for a rollout to
 //! finish that samples the Ready members meanwhile; and the restart order from the Events.
 
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
 use crate::e2e::{condition, Env};
+use crate::harness::eventually;
 use crate::OrPanic;
 
 pub struct Writer {
@@ -159,15 +161,8 @@ pub fn uids(pods: &[Pod]) -> BTreeMap<String, String> {
 
 /// Cluster Events with `reason`, oldest first, as their messages.
 pub async fn event_messages(env: &Env, ns: &str, cluster: &str, reason: &str) -> Vec<String> {
-    let mut events: Vec<Event> = Api::<Event>::namespaced(env.client(), ns)
-        .list(&ListParams::default())
-        .await
-        .or_panic()
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(cluster))
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .collect();
+    let mut events: Vec<Event> = env.events(ns, cluster).await;
+    events.retain(|e| e.reason.as_deref() == Some(reason));
     events.sort_by_key(|e| {
         e.event_time
             .as_ref()
@@ -219,34 +214,37 @@ pub async fn wait_rolled(
     before: &BTreeMap<String, String>,
     within: Duration,
 ) -> (usize, BTreeSet<String>) {
-    let started = Instant::now();
-    let mut fewest_ready = usize::MAX;
-    let mut reasons = BTreeSet::new();
-    loop {
-        let pods = env.pods(ns, cluster).await;
-        let ready = pods.iter().filter(|p| crate::e2e::pod_ready(p)).count();
-        fewest_ready = fewest_ready.min(ready);
-        let c = env.cluster(ns, cluster).await;
-        let progressing = condition(&c, "Progressing");
-        if let Some((st, r, _)) = &progressing {
-            if st == "True" {
-                reasons.insert(r.clone());
+    let fewest_ready = Cell::new(usize::MAX);
+    let reasons = RefCell::new(BTreeSet::new());
+    eventually(
+        &format!("{ns}/{cluster}: members rolled"),
+        within,
+        || async {
+            let pods = env.pods(ns, cluster).await;
+            let ready = pods.iter().filter(|p| crate::e2e::pod_ready(p)).count();
+            fewest_ready.set(fewest_ready.get().min(ready));
+            let c = env.cluster(ns, cluster).await;
+            let progressing = condition(&c, "Progressing");
+            if let Some((st, r, _)) = &progressing {
+                if st == "True" {
+                    reasons.borrow_mut().insert(r.clone());
+                }
             }
-        }
-        let replaced = pods.len() == before.len()
-            && pods
-                .iter()
-                .all(|p| before.get(&p.name_any()) != p.uid().as_ref());
-        let settled = progressing.is_some_and(|(st, _, _)| st == "False");
-        if replaced && settled && crate::e2e::healthy(&c, replicas as i32) {
-            return (fewest_ready, reasons);
-        }
-        assert!(
-            started.elapsed() < within,
-            "{ns}/{cluster}: members not rolled within {within:?}: pods {:?}, conditions {:?}",
-            uids(&pods),
-            c.status.map(|s| s.conditions)
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+            let replaced = pods.len() == before.len()
+                && pods
+                    .iter()
+                    .all(|p| before.get(&p.name_any()) != p.uid().as_ref());
+            let settled = progressing.is_some_and(|(st, _, _)| st == "False");
+            if replaced && settled && crate::e2e::healthy(&c, replicas as i32) {
+                return Ok(());
+            }
+            Err(format!(
+                "pods {:?}, conditions {:?}",
+                uids(&pods),
+                c.status.map(|s| s.conditions)
+            ))
+        },
+    )
+    .await;
+    (fewest_ready.get(), reasons.into_inner())
 }

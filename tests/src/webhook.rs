@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use certs::mint::{SecretMount, TestCa};
 use k8s_openapi::api::admissionregistration::v1::{
@@ -524,20 +524,25 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>, String>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match probe().await {
-            Ok(Some(value)) => return Ok(value),
-            Ok(None) => {}
-            Err(e) => return Err(failed(format!("waiting for {what}"), e)),
+    // `poll` retries on `Err`: a `Some` or a failure of the probe ends it (`Ok`), `None` does not.
+    let answer = crate::harness::poll(timeout, POLL, || {
+        let answer = probe();
+        async move {
+            match answer.await {
+                Ok(Some(value)) => Ok(Ok(value)),
+                Ok(None) => Err(()),
+                Err(e) => Ok(Err(e)),
+            }
         }
-        if Instant::now() >= deadline {
-            return Err(failed(
-                format!("waiting for {what}"),
-                format!("not reached within {timeout:?}"),
-            ));
-        }
-        tokio::time::sleep(POLL).await;
+    })
+    .await;
+    match answer {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(failed(format!("waiting for {what}"), e)),
+        Err(()) => Err(failed(
+            format!("waiting for {what}"),
+            format!("not reached within {timeout:?}"),
+        )),
     }
 }
 

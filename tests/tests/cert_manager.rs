@@ -8,7 +8,7 @@
 //! binary; each test works in its own namespace.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
@@ -18,6 +18,7 @@ use kube::Client;
 use serde_json::{json, Value};
 use tests::env::cert_manager::{api_resource, condition_true};
 use tests::env::{CertManager, ControlPlane};
+use tests::harness;
 use tests::OrPanic;
 use tokio::sync::OnceCell;
 use x509_parser::certificate::X509Certificate;
@@ -62,25 +63,24 @@ impl Env {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, String>>,
     {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            let last = match probe().await {
-                Ok(value) => return value,
-                Err(last) => last,
-            };
-            if let Err(e) = self.cm.check_running().and(self.cp.check_running()) {
-                panic!("waiting for {what}: {e}");
+        let described = format!(
+            "{what} (cert-manager logs: {} and {})",
+            self.cm.controller().log().display(),
+            self.cm.cainjector().log().display()
+        );
+        harness::eventually(&described, TIMEOUT, || {
+            let answer = probe();
+            async move {
+                let answer = answer.await;
+                if answer.is_err() {
+                    if let Err(e) = self.cm.check_running().and(self.cp.check_running()) {
+                        panic!("waiting for {what}: {e}");
+                    }
+                }
+                answer
             }
-            if Instant::now() > deadline {
-                panic!(
-                    "timed out after {TIMEOUT:?} waiting for {what}; last: {last}; cert-manager \
-                     logs: {} and {}",
-                    self.cm.controller().log().display(),
-                    self.cm.cainjector().log().display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        })
+        .await
     }
 
     /// Wait until `kind` `ns/name` has `Ready=True` and, for a Certificate, its issuance is

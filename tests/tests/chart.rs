@@ -1402,18 +1402,8 @@ async fn installed() -> &'static (Helm, String) {
         .get_or_init(|| async {
             let cp = install_plane().await;
             let helm = Helm::new(Some(cp.kubeconfig())).or_panic();
-            let chart = helm::chart_dir();
             let out = helm
-                .run([
-                    "install",
-                    RELEASE,
-                    &chart.to_string_lossy(),
-                    "--namespace",
-                    NAMESPACE,
-                    "--create-namespace",
-                    "--set",
-                    "webhook.enabled=true",
-                ])
+                .install_chart(RELEASE, NAMESPACE, &["webhook.enabled=true"])
                 .await
                 .or_panic();
             (helm, out)
@@ -1617,25 +1607,17 @@ async fn watch_namespace_install_is_allowed_only_in_that_namespace() {
     let cp = install_plane().await;
     let client = cp.client().or_panic();
     let helm = Helm::new(Some(cp.kubeconfig())).or_panic();
-    let chart = helm::chart_dir();
     let (release, ns, sa) = ("scoped", "scoped-system", "scoped-etcd-operator");
     // The watched namespace must exist: the chart puts its Role there.
     cp.kubectl_ok(&["create", "namespace", "team-a"])
         .await
         .or_panic();
-    helm.run([
-        "install",
+    // The CRDs belong to the cluster-wide release of this apiserver.
+    helm.install_chart(
         release,
-        &chart.to_string_lossy(),
-        "--namespace",
         ns,
-        "--create-namespace",
-        // The CRDs belong to the cluster-wide release of this apiserver.
-        "--set",
-        "crds.enabled=false",
-        "--set",
-        "watchNamespace=team-a",
-    ])
+        &["crds.enabled=false", "watchNamespace=team-a"],
+    )
     .await
     .or_panic();
     for (group, resource, verb, scope) in CONTROLLER_CALLS {

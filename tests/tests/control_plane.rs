@@ -2,29 +2,17 @@
 //! kube-scheduler): its controllers and scheduler act on objects, and dropping it leaves no
 //! process and no files behind. The end-to-end suites build on exactly this.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use tests::env::ControlPlane;
+use tests::harness::{eventually, seen};
 use tests::OrPanic;
 
-async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
+const TIMEOUT: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn controllers_and_scheduler_act_and_drop_leaves_nothing_running() {
@@ -56,27 +44,33 @@ async fn controllers_and_scheduler_act_and_drop_leaves_nothing_running() {
 
     // The deployment and replicaset controllers (kube-controller-manager) make a Pod ...
     let replicasets = Api::<ReplicaSet>::namespaced(client.clone(), &ns);
-    eventually("a ReplicaSet for the Deployment", || {
-        let replicasets = replicasets.clone();
-        async move {
-            let list = replicasets.list(&ListParams::default()).await.ok()?;
-            (!list.items.is_empty()).then_some(())
-        }
+    eventually("a ReplicaSet for the Deployment", TIMEOUT, || async {
+        let list = replicasets
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        seen(list.items.len(), |n| *n > 0).map(drop)
     })
     .await;
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     // ... and the scheduler, with no Node to offer, marks it unschedulable.
-    eventually("the scheduler to judge the Pod", || {
-        let pods = pods.clone();
-        async move {
-            let list = pods.list(&ListParams::default()).await.ok()?;
-            let pod = list.items.into_iter().next()?;
-            let conditions = pod.status?.conditions?;
+    eventually("the scheduler to judge the Pod", TIMEOUT, || async {
+        let list = pods
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let conditions = list
+            .items
+            .into_iter()
+            .next()
+            .and_then(|pod| pod.status?.conditions);
+        seen(conditions, |conditions| {
             conditions
                 .iter()
+                .flatten()
                 .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))
-                .then_some(())
-        }
+        })
+        .map(drop)
     })
     .await;
 

@@ -10,8 +10,8 @@ use std::time::Duration;
 use api::v1alpha2::{AuthSpec, ClientTlsSpec, EtcdClusterSpec, SecretReference, TlsSpec};
 use certs::mint::TestCa;
 use etcd_client::{Certificate, ConnectOptions, TlsOptions};
-use k8s_openapi::api::core::v1::{Event, Secret};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tests::e2e::{condition, env, spec, Env};
@@ -184,15 +184,8 @@ async fn set_recorded(env: &Env, ns: &str, cluster: &str, entry: Option<(&str, O
 }
 
 async fn event_reasons(env: &Env, ns: &str, cluster: &str) -> Vec<String> {
-    Api::<Event>::namespaced(env.client(), ns)
-        .list(&ListParams::default())
-        .await
-        .or_panic()
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(cluster))
-        .filter_map(|e| e.reason)
-        .collect()
+    let events = env.events(ns, cluster).await;
+    events.into_iter().filter_map(|e| e.reason).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -214,20 +207,9 @@ async fn auth_cluster_refuses_anonymous_clients_scales_as_root_and_rotates_its_p
     // Secret to create with which key.
     env.create_cluster(&ns, name, auth_spec(3, "au-server-tls", "au-root"))
         .await;
-    let c = env
-        .wait_for(
-            &ns,
-            name,
-            "AuthRequiredNotConfigured naming the Secret",
-            BOOT,
-            |c| {
-                condition(c, "Available").is_some_and(|(st, r, m)| {
-                    st == "False" && r == "AuthRequiredNotConfigured" && m.contains("au-root")
-                })
-            },
-        )
+    let msg = env
+        .wait_unavailable(&ns, name, "AuthRequiredNotConfigured", "au-root", BOOT)
         .await;
-    let (_, _, msg) = condition(&c, "Available").expect("Available");
     assert!(msg.contains("key password"), "{msg}");
     assert!(
         env.members(&ns, name).await.is_empty(),

@@ -2,15 +2,18 @@
 //! processes by the pod runner. Every scenario that promises to keep data writes keys first and
 //! checks every key after.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use api::labels;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::{Api, ResourceExt};
 use tests::e2e::{condition, env, pod_ready, read_member_keys, spec};
+use tests::harness::{eventually, eventually_every, seen};
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(180);
+/// How often the slower waits here ask.
+const HALF: Duration = Duration::from_millis(500);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_member_cluster_bootstraps_with_services_and_pdb() {
@@ -226,14 +229,13 @@ async fn member_deleted_without_a_ready_voter_waits_to_leave_etcd_before_it_goes
     for h in hung {
         env.runner.resume_container(&ns, h, "etcd").unwrap();
     }
-    let deadline = std::time::Instant::now() + BOOT;
-    while env.member_names(&ns, "gh").await.contains(&victim) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{victim} was never finalized after the voters came back"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    eventually_every(
+        &format!("{victim} finalized after the voters came back"),
+        BOOT,
+        HALF,
+        || async { seen(env.member_names(&ns, "gh").await, |n| !n.contains(&victim)) },
+    )
+    .await;
     env.wait_healthy(&ns, "gh", 3, BOOT).await;
     let etcd = env.etcd_members(&ns, "gh").await;
     assert_eq!(etcd.len(), 3, "a replacement joined, no ghost: {etcd:?}");
@@ -318,23 +320,29 @@ async fn killed_member_pod_is_recreated_on_its_pvc_and_data_survives() {
         .unwrap();
     // The victim's Pod comes back: a new Pod (new UID) of the same name, Ready.
     let pods: Api<Pod> = Api::namespaced(env.client(), &ns);
-    let deadline = Instant::now() + BOOT;
-    let recreated = loop {
-        if let Some(p) = pods.get_opt(&victim).await.or_panic() {
-            if p.uid().unwrap_or_default() != pod_uid
-                && p.metadata.deletion_timestamp.is_none()
-                && pod_ready(&p)
-            {
-                break p;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{victim} was not recreated and Ready in {BOOT:?}; operator log: {}",
+    let recreated = eventually(
+        &format!(
+            "{victim} recreated and Ready; operator log: {}",
             env.operator.log().display()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+        ),
+        BOOT,
+        || async {
+            match pods.get_opt(&victim).await.or_panic() {
+                Some(p)
+                    if p.uid().unwrap_or_default() != pod_uid
+                        && p.metadata.deletion_timestamp.is_none()
+                        && pod_ready(&p) =>
+                {
+                    Ok(p)
+                }
+                p => Err(format!(
+                    "{:?}",
+                    p.map(|p| (p.uid(), pod_ready(&p), p.metadata.deletion_timestamp))
+                )),
+            }
+        },
+    )
+    .await;
     env.wait_healthy(&ns, "pl", 3, BOOT).await;
     let members_after: Vec<String> = env.member_names(&ns, "pl").await;
     assert_eq!(
@@ -353,25 +361,28 @@ async fn killed_member_pod_is_recreated_on_its_pvc_and_data_survives() {
     );
     // The member's own data survived: it alone (its own endpoint, serializable reads answered
     // from its local store) holds every key.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let own = read_member_keys(&recreated, "e2e/").await;
-        let missing: Vec<&String> = keys
-            .keys()
-            .filter(|k| own.get(*k) != keys.get(*k))
-            .collect();
-        if missing.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{victim} alone lacks {} of {} keys: {:?}",
-            missing.len(),
-            keys.len(),
-            &missing[..missing.len().min(10)]
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    eventually_every(
+        &format!("{victim} alone to hold every key"),
+        Duration::from_secs(10),
+        HALF,
+        || async {
+            let own = read_member_keys(&recreated, "e2e/").await;
+            let missing: Vec<&String> = keys
+                .keys()
+                .filter(|k| own.get(*k) != keys.get(*k))
+                .collect();
+            if missing.is_empty() {
+                return Ok(());
+            }
+            Err(format!(
+                "{victim} alone lacks {} of {} keys: {:?}",
+                missing.len(),
+                keys.len(),
+                &missing[..missing.len().min(10)]
+            ))
+        },
+    )
+    .await;
     env.check_keys(&ns, "pl", &keys).await;
 }
 
@@ -396,18 +407,12 @@ async fn memory_member_whose_pod_is_deleted_is_replaced_by_a_new_member() {
         .await
         .unwrap();
     // The lost member is replaced by a new one (a new name), and the victim leaves.
-    let deadline = std::time::Instant::now() + BOOT;
-    loop {
-        let names: Vec<String> = env.member_names(&ns, "mem").await;
-        if !names.contains(&victim) && names.len() == 3 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "member {victim} was not replaced: {names:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    eventually_every(&format!("member {victim} replaced"), BOOT, HALF, || async {
+        seen(env.member_names(&ns, "mem").await, |names| {
+            !names.contains(&victim) && names.len() == 3
+        })
+    })
+    .await;
     env.wait_healthy(&ns, "mem", 3, BOOT).await;
     let etcd = env.etcd_members(&ns, "mem").await;
     assert_eq!(etcd.len(), 3);
@@ -437,25 +442,28 @@ async fn deleting_a_formed_cluster_removes_every_owned_object_without_deadlock()
         .unwrap();
     // The member finalizers see the cluster going and skip MemberRemove; owner references
     // garbage-collect the rest.
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let members = env.members(&ns, "gone").await.len();
-        let pods = env.pods(&ns, "gone").await.len();
-        let pvcs = env.pvcs(&ns, "gone").await.len();
-        let rest = env
-            .cp
-            .kubectl_ok(&["get", "etcdcluster,svc,pdb", "-n", &ns, "-o", "name"])
-            .await
-            .unwrap();
-        if members + pods + pvcs == 0 && rest.trim().is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "left behind: {members} members, {pods} pods, {pvcs} PVCs, {rest:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    eventually_every(
+        "every owned object gone",
+        Duration::from_secs(120),
+        HALF,
+        || async {
+            let members = env.members(&ns, "gone").await.len();
+            let pods = env.pods(&ns, "gone").await.len();
+            let pvcs = env.pvcs(&ns, "gone").await.len();
+            let rest = env
+                .cp
+                .kubectl_ok(&["get", "etcdcluster,svc,pdb", "-n", &ns, "-o", "name"])
+                .await
+                .unwrap();
+            if members + pods + pvcs == 0 && rest.trim().is_empty() {
+                return Ok(());
+            }
+            Err(format!(
+                "left behind: {members} members, {pods} pods, {pvcs} PVCs, {rest:?}"
+            ))
+        },
+    )
+    .await;
 }
 
 /// A restore from a claim that does not exist: the seed cannot start, and the cluster says which
@@ -527,22 +535,25 @@ async fn drifted_services_are_restored_and_a_foreign_service_is_never_adopted() 
             .await
             .unwrap();
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let selector = get("sv-client", "{.spec.selector}").await;
-        let published = get("sv", "{.spec.publishNotReadyAddresses}").await;
-        if selector.contains("etcd-operator.cozystack.io/cluster")
-            && !selector.contains("elsewhere")
-            && published == "true"
-        {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "Services not restored: selector {selector}, publishNotReadyAddresses {published}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    eventually_every(
+        "Services restored",
+        Duration::from_secs(60),
+        HALF,
+        || async {
+            let selector = get("sv-client", "{.spec.selector}").await;
+            let published = get("sv", "{.spec.publishNotReadyAddresses}").await;
+            if selector.contains("etcd-operator.cozystack.io/cluster")
+                && !selector.contains("elsewhere")
+                && published == "true"
+            {
+                return Ok(());
+            }
+            Err(format!(
+                "selector {selector}, publishNotReadyAddresses {published}"
+            ))
+        },
+    )
+    .await;
 
     // Someone else's Service named like a new cluster's client Service.
     env.cp
@@ -558,31 +569,31 @@ async fn drifted_services_are_restored_and_a_foreign_service_is_never_adopted() 
         .await
         .unwrap();
     env.create_cluster(&ns, "other", spec(1)).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let events = env
-            .cp
-            .kubectl_ok(&[
-                "get",
-                "events",
-                "-n",
-                &ns,
-                "--field-selector",
-                "involvedObject.name=other,reason=OwnershipConflict",
-                "-o",
-                "jsonpath={.items[*].note}{.items[*].message}",
-            ])
-            .await
-            .unwrap();
-        if events.contains("other-client") && events.contains("not owned") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no OwnershipConflict event: {events:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    eventually_every(
+        "an OwnershipConflict event",
+        Duration::from_secs(60),
+        HALF,
+        || async {
+            let events = env
+                .cp
+                .kubectl_ok(&[
+                    "get",
+                    "events",
+                    "-n",
+                    &ns,
+                    "--field-selector",
+                    "involvedObject.name=other,reason=OwnershipConflict",
+                    "-o",
+                    "jsonpath={.items[*].note}{.items[*].message}",
+                ])
+                .await
+                .unwrap();
+            seen(events, |e| {
+                e.contains("other-client") && e.contains("not owned")
+            })
+        },
+    )
+    .await;
     assert!(
         env.members(&ns, "other").await.is_empty(),
         "nothing built on a foreign Service"

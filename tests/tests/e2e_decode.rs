@@ -16,7 +16,7 @@
 //! bound and format of the two fields, writes the objects, then installs the real CRDs (and
 //! checks they now refuse such a write) before the operator starts.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
@@ -25,9 +25,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::{json, Value};
 use tests::corpus;
-use tests::e2e::{spec, Env};
+use tests::e2e::{self, spec, Env};
 use tests::env::ControlPlane;
-use tests::operator::Operator;
+use tests::harness::{eventually, eventually_every};
 use tests::podrunner::PodRunner;
 use tests::OrPanic;
 
@@ -96,28 +96,25 @@ fn dynamic_api(cp: &ControlPlane, ns: &str, kind: &str) -> Api<DynamicObject> {
 /// The first Warning Event with `reason` on the object `name` in `ns`, waited for.
 async fn warning_on(cp: &ControlPlane, ns: &str, name: &str, reason: &str) -> Event {
     let events: Api<Event> = Api::namespaced(cp.client().or_panic(), ns);
-    let deadline = Instant::now() + REPORTED;
-    loop {
-        let found = events
-            .list(&ListParams::default())
-            .await
-            .or_panic()
-            .items
-            .into_iter()
-            .find(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                    && e.type_.as_deref() == Some("Warning")
-                    && e.reason.as_deref() == Some(reason)
-            });
-        if let Some(event) = found {
-            return event;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no Warning {reason} Event on {ns}/{name} within {REPORTED:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    eventually(
+        &format!("a Warning {reason} Event on {ns}/{name}"),
+        REPORTED,
+        || async {
+            events
+                .list(&ListParams::default())
+                .await
+                .or_panic()
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                        && e.type_.as_deref() == Some("Warning")
+                        && e.reason.as_deref() == Some(reason)
+                })
+                .ok_or_else(|| "none yet".to_string())
+        },
+    )
+    .await
 }
 
 /// The operator's log without terminal colour codes.
@@ -142,14 +139,8 @@ fn plain_log(env: &Env) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undecodable_cluster_and_member_are_reported_while_a_good_cluster_becomes_ready() {
-    let cp = ControlPlane::builder()
-        .with_crds()
-        .with_controller_manager()
-        .with_scheduler()
-        .shared()
-        .await
-        .or_panic();
-    let runner = PodRunner::builder().start(cp).await.or_panic();
+    let staged = e2e::stage(PodRunner::builder()).await;
+    let cp = staged.cp;
     let ns = cp.namespace("decode").await.or_panic();
 
     // The CRDs as an older release shipped them, and the objects written under them.
@@ -171,19 +162,19 @@ async fn undecodable_cluster_and_member_are_reported_while_a_good_cluster_become
         "bad",
         json!({"version": "3.6.16", "progressDeadlineSeconds": TOO_BIG}),
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match dynamic_api(cp, &ns, "EtcdCluster").create(&pp, &bad).await {
-            Ok(_) => break,
-            Err(kube::Error::Api(status)) if status.code == 422 => assert!(
-                Instant::now() < deadline,
-                "the loosened CRD never admitted progressDeadlineSeconds {TOO_BIG}: {}",
-                status.message
-            ),
-            Err(e) => panic!("creating the bad EtcdCluster: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually_every(
+        &format!("the loosened CRD to admit progressDeadlineSeconds {TOO_BIG}"),
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || async {
+            match dynamic_api(cp, &ns, "EtcdCluster").create(&pp, &bad).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 422 => Err(status.message),
+                Err(e) => panic!("creating the bad EtcdCluster: {e}"),
+            }
+        },
+    )
+    .await;
     let spread = json!([{"maxSkew": TOO_BIG, "topologyKey": "topology.kubernetes.io/zone",
                          "whenUnsatisfiable": "DoNotSchedule"}]);
     dynamic_api(cp, &ns, "EtcdMember")
@@ -202,37 +193,36 @@ async fn undecodable_cluster_and_member_are_reported_while_a_good_cluster_become
 
     // Today's CRDs: such a write is refused now, and the stored objects stay as they are.
     cp.install_crds(api::crd::all()).await.or_panic();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let dry = PostParams {
-            dry_run: true,
-            ..Default::default()
-        };
-        let again = object(
-            "EtcdCluster",
-            &ns,
-            "bad-again",
-            json!({"version": "3.6.16", "progressDeadlineSeconds": TOO_BIG}),
-        );
-        match dynamic_api(cp, &ns, "EtcdCluster")
-            .create(&dry, &again)
-            .await
-        {
-            Err(kube::Error::Api(status)) if status.code == 422 => {
-                assert!(
-                    status.message.contains("spec.progressDeadlineSeconds"),
-                    "{}",
-                    status.message
-                );
-                break;
+    let status = eventually_every(
+        &format!("the bounded CRD to refuse progressDeadlineSeconds {TOO_BIG}"),
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || async {
+            let dry = PostParams {
+                dry_run: true,
+                ..Default::default()
+            };
+            let again = object(
+                "EtcdCluster",
+                &ns,
+                "bad-again",
+                json!({"version": "3.6.16", "progressDeadlineSeconds": TOO_BIG}),
+            );
+            match dynamic_api(cp, &ns, "EtcdCluster")
+                .create(&dry, &again)
+                .await
+            {
+                Err(kube::Error::Api(status)) if status.code == 422 => Ok(status),
+                other => Err(format!("{other:?}")),
             }
-            other => assert!(
-                Instant::now() < deadline,
-                "the bounded CRD still admits progressDeadlineSeconds {TOO_BIG}: {other:?}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        },
+    )
+    .await;
+    assert!(
+        status.message.contains("spec.progressDeadlineSeconds"),
+        "{}",
+        status.message
+    );
     let stored = dynamic_api(cp, &ns, "EtcdCluster")
         .get("bad")
         .await
@@ -242,7 +232,8 @@ async fn undecodable_cluster_and_member_are_reported_while_a_good_cluster_become
         json!(TOO_BIG)
     );
 
-    let env = env_with_operator(cp, runner).await;
+    // The operator starts now, after the bad objects.
+    let env = staged.operator(None, &[]).await;
     env.create_cluster(&ns, "good", spec(1)).await;
     env.wait_healthy(&ns, "good", 1, BOOT).await;
 
@@ -270,16 +261,5 @@ async fn undecodable_cluster_and_member_are_reported_while_a_good_cluster_become
             "no decode error logged for {ns}/{name} in {}",
             env.operator.log().display()
         );
-    }
-}
-
-/// The e2e environment around `runner`, with the operator started now (after the bad objects).
-async fn env_with_operator(cp: &'static ControlPlane, runner: PodRunner) -> Env {
-    let lease_ns = cp.namespace("operator").await.or_panic();
-    let operator = Operator::start(cp, &lease_ns, None).await.or_panic();
-    Env {
-        cp,
-        runner,
-        operator,
     }
 }

@@ -20,12 +20,13 @@ use api::v1alpha2::{
     DefragOutcome, DefragPhase, DefragRule, EtcdDefrag, EtcdDefragPolicy, EtcdDefragSpec,
     EtcdOptions, LocalReference,
 };
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use tests::e2e::{churn, condition, free, healthy, pod_ready, spec, Env};
+use tests::harness::throughout;
 use tests::OrPanic;
 use tokio::sync::OnceCell;
 
@@ -113,13 +114,9 @@ fn terminal(d: &EtcdDefrag) -> bool {
 }
 
 async fn events(env: &Env, ns: &str, object: &str) -> Vec<(String, String)> {
-    Api::<Event>::namespaced(env.client(), ns)
-        .list(&ListParams::default())
-        .await
-        .or_panic()
-        .items
+    let events = env.events(ns, object).await;
+    events
         .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(object))
         .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
         .collect()
 }
@@ -601,7 +598,7 @@ async fn a_full_quota_keeps_members_ready_and_a_raised_quota_rolls_out_then_nosp
             && healthy(c, 1)
     })
     .await;
-    for _ in 0..8 {
+    throughout(Duration::from_secs(8), Duration::from_secs(1), || async {
         let pods = env.pods(&ns, name).await;
         assert!(
             pods.iter().all(pod_ready),
@@ -610,8 +607,8 @@ async fn a_full_quota_keeps_members_ready_and_a_raised_quota_rolls_out_then_nosp
                 .map(|p| (p.name_any(), pod_ready(p)))
                 .collect::<Vec<_>>()
         );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    })
+    .await;
 
     // The quota raised while the rollout is paused: the member still runs 16MiB, so a defrag
     // must not disarm NOSPACE (it is at the quota it runs with).

@@ -23,6 +23,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams
 use kube::{Api, Client, ResourceExt};
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{json, Value};
+use tests::e2e::Start;
 use tests::env::{ControlPlane, Kubernetes};
 use tests::harness::eventually;
 use tests::install::{
@@ -133,14 +134,10 @@ async fn wait_serving(pods: &[Pod], ca_pem: &[u8], want: &CertificateDer<'static
 
 /// `name → uid` of every Pod in `ns`: the same objects, not merely the same names.
 async fn pod_uids(client: &Client, ns: &str) -> BTreeMap<String, String> {
-    Api::<Pod>::namespaced(client.clone(), ns)
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
         .list(&Default::default())
-        .await
-        .or_panic()
-        .items
-        .iter()
-        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
-        .collect()
+        .await;
+    tests::rollout::uids(&pods.or_panic().items)
 }
 
 fn pod_ip(p: &Pod) -> IpAddr {
@@ -883,25 +880,19 @@ async fn admits_and_denies(env: &Installed, ns: &str, mode: &str) {
 /// bad object naming the field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cel_only_install_on_kubernetes_1_29_rejects_with_the_field() {
-    let cp = ControlPlane::builder()
-        .kubernetes(Kubernetes::V1_29)
-        .start()
+    // No CRDs (the chart brings them), no pod runner (nothing here runs a Pod).
+    let cp = tests::e2e::stage_with(
+        Start::default()
+            .kubernetes(Kubernetes::V1_29)
+            .without_crds()
+            .without_pods(),
+    )
+    .await
+    .cp;
+    let helm = tests::helm::Helm::new(Some(cp.kubeconfig())).or_panic();
+    helm.install_chart(RELEASE, NAMESPACE, &["webhook.enabled=false"])
         .await
         .or_panic();
-    let helm = tests::helm::Helm::new(Some(cp.kubeconfig())).or_panic();
-    let chart = tests::helm::chart_dir();
-    helm.run([
-        "install",
-        RELEASE,
-        &chart.to_string_lossy(),
-        "--namespace",
-        NAMESPACE,
-        "--create-namespace",
-        "--set",
-        "webhook.enabled=false",
-    ])
-    .await
-    .or_panic();
     let client = cp.client().or_panic();
     assert!(
         Api::<ValidatingWebhookConfiguration>::all(client.clone())
@@ -915,19 +906,19 @@ async fn cel_only_install_on_kubernetes_1_29_rejects_with_the_field() {
     let ns = cp.namespace("cel-only").await.or_panic();
     // helm returns before the CRDs are served (no --wait without Pods to wait for): retry
     // until the kind is known.
-    let (ok, out) = {
-        let mut last = (false, String::new());
-        for _ in 0..40 {
-            last = kubectl_apply(&cp, &paused_memory_cluster(&ns, "bad", VERSION)).await;
-            if !last.1.contains("no matches for kind")
-                && !last.1.contains("the server could not find")
-            {
-                break;
+    let (ok, out) = eventually(
+        "the EtcdCluster kind served",
+        Duration::from_secs(10),
+        || async {
+            let (ok, out) = kubectl_apply(cp, &paused_memory_cluster(&ns, "bad", VERSION)).await;
+            if out.contains("no matches for kind") || out.contains("the server could not find") {
+                Err(out)
+            } else {
+                Ok((ok, out))
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        last
-    };
+        },
+    )
+    .await;
     assert!(
         !ok,
         "Kubernetes 1.29 without the webhook accepted a Memory cluster of 0 replicas:\n{out}"

@@ -29,7 +29,7 @@ use serde_json::json;
 use tokio::sync::OnceCell;
 
 use tests::e2e::{condition, pod_ready, spec, Env};
-use tests::env::ControlPlane;
+use tests::harness::{eventually_every, poll};
 use tests::operator::Operator;
 use tests::podrunner::PodRunner;
 use tests::OrPanic;
@@ -49,25 +49,9 @@ const MIRROR: &str = "registry.example.test/mirror/etcd";
 async fn lab() -> &'static Env {
     static LAB: OnceCell<Env> = OnceCell::const_new();
     LAB.get_or_init(|| async {
-        let cp = ControlPlane::builder()
-            .with_crds()
-            .with_controller_manager()
-            .with_scheduler()
-            .shared()
-            .await
-            .or_panic();
-        let runner = PodRunner::builder()
-            .etcd_repository(MIRROR)
-            .start(cp)
-            .await
-            .or_panic();
-        let idle = cp.namespace("lifecycle-idle").await.or_panic();
-        let operator = Operator::start(cp, &idle, Some(&idle)).await.or_panic();
-        Env {
-            cp,
-            runner,
-            operator,
-        }
+        let staged = tests::e2e::stage(PodRunner::builder().etcd_repository(MIRROR)).await;
+        let idle = staged.cp.namespace("lifecycle-idle").await.or_panic();
+        staged.operator(Some(&idle), &[]).await
     })
     .await
 }
@@ -128,22 +112,21 @@ impl Scope {
         timeout: Duration,
         check: impl Fn(&EtcdCluster) -> bool,
     ) -> EtcdCluster {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let c = self.env.cluster(&self.ns, name).await;
-            if check(&c) {
-                return c;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "{}/{name}: timed out after {timeout:?} waiting for {what}; status: {}\noperator logs: {}",
-                    self.ns,
-                    serde_json::to_string_pretty(&c.status).unwrap_or_default(),
-                    self.logs()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let what = format!(
+            "{}/{name}: {what} (operator logs: {})",
+            self.ns,
+            self.logs()
+        );
+        self.env
+            .wait_for_every(
+                &self.ns,
+                name,
+                &what,
+                timeout,
+                Duration::from_millis(200),
+                check,
+            )
+            .await
     }
 
     /// Wait until a condition has this status and reason; returns its message.
@@ -195,10 +178,20 @@ impl Scope {
                 "--wait=false",
             ])
             .await;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline && !self.env.pods(&self.ns, name).await.is_empty() {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        // Best effort: a cleanup, not a check.
+        let _ = poll(
+            Duration::from_secs(30),
+            Duration::from_millis(500),
+            || async {
+                let pods = self.env.pods(&self.ns, name).await;
+                if pods.is_empty() {
+                    Ok(())
+                } else {
+                    Err(())
+                }
+            },
+        )
+        .await;
     }
 }
 
@@ -631,20 +624,23 @@ async fn scale_up_converges_after_operator_crashes_in_each_window() {
     s.restart().await;
 
     // Window 2: etcd lists a learner (added, its CR completed, its Pod not yet promoted).
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let learner = loop {
-        if let Some(peers) = etcd_peers(env, &ns, name).await {
-            if let Some(l) = peers.iter().find(|p| p.learner) {
-                break l.clone();
+    let learner = eventually_every(
+        "a learner in etcd after the first restart",
+        Duration::from_secs(120),
+        Duration::from_millis(100),
+        || async {
+            if let Some(peers) = etcd_peers(env, &ns, name).await {
+                if let Some(l) = peers.iter().find(|p| p.learner) {
+                    return Ok(l.clone());
+                }
             }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no learner appeared after the first restart; operator logs: {}",
-            s.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+            Err(format!(
+                "no learner appeared after the first restart; operator logs: {}",
+                s.logs()
+            ))
+        },
+    )
+    .await;
     s.operator.kill();
     let learner_member = learner
         .peer_url
@@ -839,71 +835,77 @@ async fn conditions_follow_bootstrap_scale_member_loss_quorum_loss_and_deadline(
     env.check_keys(&ns, name, &keys).await;
 
     // Member conditions: Ready=True/PodReady, VersionDrifted=False/VersionMatched.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let members = env.members(&ns, name).await;
-        let ok = members.len() == 3
-            && members.iter().all(|m| {
-                member_condition(m, mtype::READY)
-                    .is_some_and(|(s, r, _)| s == "True" && r == reason::POD_READY)
-                    && member_condition(m, mtype::VERSION_DRIFTED)
-                        .is_some_and(|(s, r, _)| s == "False" && r == reason::VERSION_MATCHED)
-                    && m.status.as_ref().and_then(|s| s.version.as_deref()) == Some("3.6.16")
-            });
-        if ok {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "member conditions never settled: {:#?}",
-            members
-                .iter()
-                .map(|m| (m.name_any(), m.status.clone()))
-                .collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    eventually_every(
+        "member conditions Ready=True/PodReady and VersionDrifted=False/VersionMatched",
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || async {
+            let members = env.members(&ns, name).await;
+            let ok = members.len() == 3
+                && members.iter().all(|m| {
+                    member_condition(m, mtype::READY)
+                        .is_some_and(|(s, r, _)| s == "True" && r == reason::POD_READY)
+                        && member_condition(m, mtype::VERSION_DRIFTED)
+                            .is_some_and(|(s, r, _)| s == "False" && r == reason::VERSION_MATCHED)
+                        && m.status.as_ref().and_then(|s| s.version.as_deref()) == Some("3.6.16")
+                });
+            if ok {
+                return Ok(());
+            }
+            Err(format!(
+                "member conditions never settled: {:#?}",
+                members
+                    .iter()
+                    .map(|m| (m.name_any(), m.status.clone()))
+                    .collect::<Vec<_>>()
+            ))
+        },
+    )
+    .await;
 
     // Events of the scale-up, as `kubectl get events` shows them.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let out = env
-            .cp
-            .kubectl_ok(&[
-                "get",
-                "events",
-                "-n",
-                &ns,
-                "--field-selector",
-                "involvedObject.kind=EtcdCluster",
-                "-o",
-                "json",
-            ])
-            .await
-            .or_panic();
-        let v: serde_json::Value = serde_json::from_str(&out).or_panic();
-        let reasons: BTreeSet<String> = v["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|e| e["involvedObject"]["name"] == name)
-            .filter_map(|e| e["reason"].as_str().map(str::to_string))
-            .collect();
-        let want = [
-            "Bootstrapping",
-            "ClusterDiscovered",
-            "MemberAdded",
-            "MemberPromoted",
-        ];
-        if want.iter().all(|w| reasons.contains(*w)) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "events on the EtcdCluster: {reasons:?}, want {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    eventually_every(
+        "the scale-up Events on the EtcdCluster",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || async {
+            let out = env
+                .cp
+                .kubectl_ok(&[
+                    "get",
+                    "events",
+                    "-n",
+                    &ns,
+                    "--field-selector",
+                    "involvedObject.kind=EtcdCluster",
+                    "-o",
+                    "json",
+                ])
+                .await
+                .or_panic();
+            let v: serde_json::Value = serde_json::from_str(&out).or_panic();
+            let reasons: BTreeSet<String> = v["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| e["involvedObject"]["name"] == name)
+                .filter_map(|e| e["reason"].as_str().map(str::to_string))
+                .collect();
+            let want = [
+                "Bootstrapping",
+                "ClusterDiscovered",
+                "MemberAdded",
+                "MemberPromoted",
+            ];
+            if want.iter().all(|w| reasons.contains(*w)) {
+                return Ok(());
+            }
+            Err(format!(
+                "events on the EtcdCluster: {reasons:?}, want {want:?}"
+            ))
+        },
+    )
+    .await;
 
     // Metrics of this test's operator (no other operator touched it).
     let metrics = s.operator.get("/metrics").await.or_panic();
@@ -1064,32 +1066,35 @@ async fn seed_that_never_runs_fails_bootstrap_at_the_deadline_and_recreating_rec
     let mut broken = spec(1);
     broken.version = "3.4.0".into();
     env.create_cluster(&ns, name, broken).await;
-    let deadline = Instant::now() + BOOT;
-    let waiting = loop {
-        let pods = env.pods(&ns, name).await;
-        let waiting = pods.first().and_then(|p| {
-            p.status
-                .as_ref()?
-                .container_statuses
-                .as_ref()?
-                .iter()
-                .find(|c| c.name == "etcd")?
-                .state
-                .as_ref()?
-                .waiting
-                .as_ref()?
-                .reason
-                .clone()
-        });
-        if let Some(w) = waiting.filter(|w| w.contains("Image")) {
-            break w;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the seed Pod never reported an image problem: {pods:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let waiting = eventually_every(
+        "the seed Pod reporting an image problem",
+        BOOT,
+        Duration::from_millis(300),
+        || async {
+            let pods = env.pods(&ns, name).await;
+            let waiting = pods.first().and_then(|p| {
+                p.status
+                    .as_ref()?
+                    .container_statuses
+                    .as_ref()?
+                    .iter()
+                    .find(|c| c.name == "etcd")?
+                    .state
+                    .as_ref()?
+                    .waiting
+                    .as_ref()?
+                    .reason
+                    .clone()
+            });
+            if let Some(w) = waiting.filter(|w| w.contains("Image")) {
+                return Ok(w);
+            }
+            Err(format!(
+                "the seed Pod never reported an image problem: {pods:#?}"
+            ))
+        },
+    )
+    .await;
     let c = env.cluster(&ns, name).await;
     assert!(
         has(&c, ctype::AVAILABLE, "False", reason::CLUSTER_UNREACHABLE),
@@ -1126,21 +1131,39 @@ async fn seed_that_never_runs_fails_bootstrap_at_the_deadline_and_recreating_rec
         .await
         .or_panic();
     let deadline = Instant::now() + BOOT;
-    while !(env.members(&ns, name).await.is_empty() && env.pvcs(&ns, name).await.is_empty()) {
-        assert!(
-            Instant::now() < deadline,
-            "the failed cluster's members and PVCs were never collected; operator logs: {}",
+    eventually_every(
+        &format!(
+            "the failed cluster's members and PVCs collected; operator logs: {}",
             s.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    while env.clusters(&ns).get_opt(name).await.or_panic().is_some() {
-        assert!(
-            Instant::now() < deadline,
-            "the EtcdCluster was never deleted"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+        ),
+        BOOT,
+        Duration::from_millis(500),
+        || async {
+            let (members, pvcs) = (env.members(&ns, name).await, env.pvcs(&ns, name).await);
+            if members.is_empty() && pvcs.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} members, {} PVCs left",
+                    members.len(),
+                    pvcs.len()
+                ))
+            }
+        },
+    )
+    .await;
+    eventually_every(
+        "the EtcdCluster deleted",
+        deadline.saturating_duration_since(Instant::now()),
+        Duration::from_millis(300),
+        || async {
+            match env.clusters(&ns).get_opt(name).await.or_panic() {
+                Some(c) => Err(format!("still there: {:?}", c.metadata.deletion_timestamp)),
+                None => Ok(()),
+            }
+        },
+    )
+    .await;
     env.create_cluster(&ns, name, spec(1)).await;
     s.wait_healthy(name, 1, BOOT).await;
     let keys = env.write_keys(&ns, name, 10).await;
@@ -1162,27 +1185,29 @@ async fn pdb_allows_one_voter_eviction_and_refuses_a_second_while_it_is_down() {
 
     // The disruption controller has counted the three voters.
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(env.client(), &ns);
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let pdb = loop {
-        let pdb = pdbs.get(name).await.or_panic();
-        let settled = pdb.status.as_ref().is_some_and(|st| {
-            st.observed_generation == pdb.metadata.generation
-                && st.expected_pods == 3
-                && st.current_healthy == 3
-                && st.desired_healthy == 2
-                && st.disruptions_allowed == 1
-        });
-        if settled {
-            break pdb;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the PDB status never settled: spec {:?}, status {:?}",
-            pdb.spec,
-            pdb.status
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let pdb = eventually_every(
+        "the voter PDB status settled",
+        Duration::from_secs(90),
+        Duration::from_millis(300),
+        || async {
+            let pdb = pdbs.get(name).await.or_panic();
+            let settled = pdb.status.as_ref().is_some_and(|st| {
+                st.observed_generation == pdb.metadata.generation
+                    && st.expected_pods == 3
+                    && st.current_healthy == 3
+                    && st.desired_healthy == 2
+                    && st.disruptions_allowed == 1
+            });
+            if settled {
+                return Ok(pdb);
+            }
+            Err(format!(
+                "the PDB status never settled: spec {:?}, status {:?}",
+                pdb.spec, pdb.status
+            ))
+        },
+    )
+    .await;
     let pdb_spec = pdb.spec.unwrap();
     assert_eq!(pdb_spec.min_available, Some(IntOrString::Int(2)));
     let selector = pdb_spec

@@ -32,10 +32,14 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
-use tests::e2e::{pod_ready, put_keys, read_keys, Env};
+use tests::adopt::{
+    controller_ref, create_raw, etcd_at, member_list, restarts, wait_pods_ready, OrPanicNone,
+};
+use tests::e2e::{check_keys, pod_ready, put_keys, Keys};
 use tests::env::pki::Leaf;
 use tests::env::ControlPlane;
-use tests::operator::{bin_dir, Operator};
+use tests::harness::{eventually_every, throughout};
+use tests::operator::bin_dir;
 use tests::podrunner::PodRunner;
 use tests::webhook::{self, FailurePolicy, Webhook};
 use tests::OrPanic;
@@ -63,21 +67,6 @@ fn aenix_labels() -> Value {
     })
 }
 
-fn controller_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> Value {
-    json!([{
-        "apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
-        "controller": true, "blockOwnerDeletion": true,
-    }])
-}
-
-async fn create_raw<K>(api: &Api<K>, body: Value) -> K
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let obj: K = serde_json::from_value(body).or_panic();
-    api.create(&PostParams::default(), &obj).await.or_panic()
-}
-
 async fn install_aenix_crd(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd: CustomResourceDefinition = serde_yaml::from_str(CRD).or_panic();
@@ -86,26 +75,27 @@ async fn install_aenix_crd(client: &Client) {
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => panic!("creating the aenix CRD: {e}"),
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let established = crds
-            .get(&crd.name_any())
-            .await
-            .or_panic()
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the aenix CRD is not established"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually_every(
+        "the aenix CRD established",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || async {
+            let conditions = crds
+                .get(&crd.name_any())
+                .await
+                .or_panic()
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default();
+            let established = conditions
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            established
+                .then_some(())
+                .ok_or_else(|| format!("{conditions:?}"))
+        },
+    )
+    .await;
 }
 
 fn member_name(i: usize) -> String {
@@ -162,20 +152,6 @@ struct Before {
     keys: BTreeMap<String, String>,
 }
 
-/// etcd through the given members' DNS names under `service`.
-async fn etcd_at(ns: &str, members: &[(String, String)]) -> etcd_client::Client {
-    let endpoints: Vec<String> = members
-        .iter()
-        .map(|(m, service)| format!("http://{m}.{service}.{ns}.svc:2379"))
-        .collect();
-    let options = etcd_client::ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(5))
-        .with_timeout(Duration::from_secs(10));
-    etcd_client::Client::connect(endpoints, Some(options))
-        .await
-        .or_panic()
-}
-
 /// etcd through every Ready Pod of the cluster, each under its own subdomain (adopted Pods live
 /// under `<cluster>-headless`, native ones under `<cluster>`).
 async fn etcd_of(client: &Client, ns: &str) -> etcd_client::Client {
@@ -201,27 +177,12 @@ async fn membership(
     client: &Client,
     ns: &str,
 ) -> (String, BTreeMap<String, (String, String, bool)>) {
-    let mut etcd = etcd_of(client, ns).await;
-    let list = etcd.member_list().await.or_panic();
-    let cluster_id = format!(
-        "{:016x}",
-        list.header().map(|h| h.cluster_id()).unwrap_or_default()
-    );
-    let members = list
-        .members()
-        .iter()
-        .map(|m| {
-            (
-                format!("{:016x}", m.id()),
-                (
-                    m.name().to_string(),
-                    m.peer_urls().first().cloned().unwrap_or_default(),
-                    m.is_learner(),
-                ),
-            )
-        })
+    let (cluster_id, listed) = member_list(&mut etcd_of(client, ns).await).await;
+    let members = listed
+        .into_iter()
+        .map(|m| (m.id, (m.name, m.peer_url, m.learner)))
         .collect();
-    (cluster_id, members)
+    (format!("{cluster_id:016x}"), members)
 }
 
 /// Voters etcd lists right now, if a Ready member answers (members come and go meanwhile).
@@ -247,34 +208,6 @@ async fn try_voters(client: &Client, ns: &str) -> Option<usize> {
         .ok()?;
     let list = etcd.member_list().await.ok()?;
     Some(list.members().iter().filter(|m| !m.is_learner()).count())
-}
-
-async fn check_keys(client: &Client, ns: &str, keys: &BTreeMap<String, String>) {
-    let mut etcd = etcd_of(client, ns).await;
-    let got = read_keys(&mut etcd, "e2e/").await;
-    assert_eq!(&got, keys, "keys differ");
-}
-
-async fn wait_pods_ready(client: &Client, ns: &str, names: &[String]) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let deadline = Instant::now() + BOOT;
-    for name in names {
-        loop {
-            if pods
-                .get_opt(name)
-                .await
-                .or_panic()
-                .is_some_and(|p| pod_ready(&p))
-            {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "Pod {ns}/{name} never became Ready"
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    }
 }
 
 /// The aenix cluster as its operator and the StatefulSet controller leave it, running.
@@ -390,7 +323,7 @@ async fn build_aenix_cluster(client: &Client, ns: &str) -> Before {
             json!(format!("data-{m}"));
         create_raw(&pods, pod).await;
     }
-    wait_pods_ready(client, ns, &names).await;
+    wait_pods_ready(client, ns, &names, BOOT).await;
     Api::<StatefulSet>::namespaced(client.clone(), ns)
         .patch_status(
             NAME,
@@ -433,17 +366,6 @@ async fn build_aenix_cluster(client: &Client, ns: &str) -> Before {
         );
     }
     before
-}
-
-trait OrPanicNone<T> {
-    fn or_panic_none(self) -> T;
-}
-
-impl<T> OrPanicNone<T> for Option<T> {
-    #[track_caller]
-    fn or_panic_none(self) -> T {
-        self.unwrap_or_else(|| panic!("a value the apiserver always sets is missing"))
-    }
 }
 
 /// A kubeconfig for [`MIGRATING_USER`], a cluster admin (`O=system:masters`) with its own client
@@ -630,15 +552,6 @@ async fn versions(client: &Client, ns: &str) -> BTreeMap<String, String> {
     out
 }
 
-fn restarts(p: &Pod) -> i32 {
-    p.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.name == "etcd"))
-        .map(|c| c.restart_count)
-        .unwrap_or(0)
-}
-
 /// The adopted Pods are the aenix ones, running since before the migration, each owned by its
 /// EtcdMember; etcd's cluster ID is unchanged and it still lists the adopted members under their
 /// IDs (and, with `exact`, no other member).
@@ -694,14 +607,8 @@ fn tests_controller_uid(obj: &impl kube::Resource) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native_members() {
-    let cp: &'static ControlPlane = ControlPlane::builder()
-        .with_crds()
-        .with_controller_manager()
-        .with_scheduler()
-        .shared()
-        .await
-        .or_panic();
-    let runner = PodRunner::builder().start(cp).await.or_panic();
+    let staged = tests::e2e::stage(PodRunner::builder()).await;
+    let cp = staged.cp;
     let client = cp.client().or_panic();
     install_aenix_crd(&client).await;
     let ns = cp.namespace("aenix").await.or_panic();
@@ -723,8 +630,7 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
     .or_panic();
     // The operator runs later as the chart's ServiceAccount in its own namespace: that identity
     // is the webhook's `--controller-username`, as the chart sets it.
-    let lease_ns = cp.namespace("operator").await.or_panic();
-    let operator_user = tests::chart_rbac::Identity::for_operator(cp, &lease_ns, None)
+    let operator_user = tests::chart_rbac::Identity::for_operator(cp, &staged.lease_ns, None)
         .await
         .or_panic()
         .username();
@@ -840,22 +746,23 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
         .status
         .unwrap_or_default();
     assert_eq!(status.cluster_id.as_ref(), Some(&before.cluster_id));
-    check_keys(&client, &ns, &before.keys).await;
+    check_keys(
+        &mut etcd_of(&client, &ns).await,
+        &ns,
+        "e2e/",
+        &before.keys,
+        Keys::Exactly,
+    )
+    .await;
 
     // Our operator takes it from here and keeps it as it is.
-    let operator = Operator::start(cp, &lease_ns, None).await.or_panic();
-    let env = Env {
-        cp,
-        runner,
-        operator,
-    };
+    let env = staged.operator(None, &[]).await;
     let log = format!("operator log: {}", env.operator.log().display());
     env.wait_healthy(&ns, NAME, 3, BOOT).await;
-    let settle = Instant::now() + SETTLE;
-    while Instant::now() < settle {
-        assert_adopted(&client, &ns, &before, true, &log).await;
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    throughout(SETTLE, Duration::from_secs(2), || {
+        assert_adopted(&client, &ns, &before, true, &log)
+    })
+    .await;
     let text = std::fs::read_to_string(env.operator.log()).unwrap_or_default();
     for write in [
         "added member as learner",
@@ -868,7 +775,14 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
             "the operator changed etcd membership while adopting ({write:?}); {log}"
         );
     }
-    check_keys(&client, &ns, &before.keys).await;
+    check_keys(
+        &mut etcd_of(&client, &ns).await,
+        &ns,
+        "e2e/",
+        &before.keys,
+        Keys::Exactly,
+    )
+    .await;
 
     // The peer auto-TLS annotation, removed by hand, is set back: without it the operator would
     // compute http:// peer URLs and new members could not join.
@@ -883,14 +797,18 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
         )
         .await
         .or_panic();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !clusters.get(NAME).await.or_panic().peer_auto_tls() {
-        assert!(
-            Instant::now() < deadline,
-            "the removed peer auto-TLS annotation was not set back; {log}"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    eventually_every(
+        &format!("the removed peer auto-TLS annotation set back; {log}"),
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || async {
+            let c = clusters.get(NAME).await.or_panic();
+            c.peer_auto_tls()
+                .then_some(())
+                .ok_or_else(|| format!("annotations: {:?}", c.annotations()))
+        },
+    )
+    .await;
 
     // A scale-up adds a native member.
     env.scale(&ns, NAME, 4).await;
@@ -904,7 +822,14 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
     assert_eq!(native.len(), 1, "one member was added");
     assert_native(&client, &ns, &native[0]).await;
     assert_adopted(&client, &ns, &before, false, &log).await;
-    check_keys(&client, &ns, &before.keys).await;
+    check_keys(
+        &mut etcd_of(&client, &ns).await,
+        &ns,
+        "e2e/",
+        &before.keys,
+        Keys::Exactly,
+    )
+    .await;
 
     // On request, the adopted members are replaced one at a time by native ones.
     Api::<EtcdCluster>::namespaced(client.clone(), &ns)
@@ -917,30 +842,35 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
         )
         .await
         .or_panic();
-    let deadline = Instant::now() + BOOT * 4;
-    let mut min_voters = usize::MAX;
-    loop {
-        let members = env.members(&ns, NAME).await;
-        let adopted = members
-            .iter()
-            .filter(|m| before.pods.contains_key(&m.name_any()))
-            .count();
-        let voters = try_voters(&client, &ns).await;
-        if let Some(voters) = voters {
-            min_voters = min_voters.min(voters);
-        }
-        let c = env.cluster(&ns, NAME).await;
-        // etcd's own count too: the status written just before the last adopted member's
-        // removal still reads healthy with 4 while etcd lists 3.
-        if adopted == 0 && tests::e2e::healthy(&c, 4) && voters == Some(4) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "adopted members left: {adopted}; {log}"
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    let min_voters = std::cell::Cell::new(usize::MAX);
+    eventually_every(
+        &format!("the adopted members replaced; {log}"),
+        BOOT * 4,
+        Duration::from_secs(2),
+        || async {
+            let members = env.members(&ns, NAME).await;
+            let adopted = members
+                .iter()
+                .filter(|m| before.pods.contains_key(&m.name_any()))
+                .count();
+            let voters = try_voters(&client, &ns).await;
+            if let Some(voters) = voters {
+                min_voters.set(min_voters.get().min(voters));
+            }
+            let c = env.cluster(&ns, NAME).await;
+            // etcd's own count too: the status written just before the last adopted member's
+            // removal still reads healthy with 4 while etcd lists 3.
+            if adopted == 0 && tests::e2e::healthy(&c, 4) && voters == Some(4) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "adopted members left: {adopted}; etcd voters: {voters:?}"
+                ))
+            }
+        },
+    )
+    .await;
+    let min_voters = min_voters.get();
     assert!(
         min_voters >= 3,
         "a replacement left fewer than 3 voters of 4 ({min_voters}): not one at a time"
@@ -959,21 +889,31 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
     for m in env.members(&ns, NAME).await {
         assert_native(&client, &ns, &m).await;
     }
-    check_keys(&client, &ns, &before.keys).await;
+    check_keys(
+        &mut etcd_of(&client, &ns).await,
+        &ns,
+        "e2e/",
+        &before.keys,
+        Keys::Exactly,
+    )
+    .await;
     // The legacy headless Service went with the last adopted member.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while services
-        .get_opt(&format!("{NAME}-headless"))
-        .await
-        .or_panic()
-        .is_some()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the legacy headless Service outlived the adopted members"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    eventually_every(
+        "the legacy headless Service gone with the adopted members",
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || async {
+            match services
+                .get_opt(&format!("{NAME}-headless"))
+                .await
+                .or_panic()
+            {
+                Some(_) => Err("still there".to_string()),
+                None => Ok(()),
+            }
+        },
+    )
+    .await;
 }
 
 /// A member the operator created: no reserved annotation, its Pod under the cluster's own Service.

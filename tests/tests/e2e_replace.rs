@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use api::v1alpha2::{EtcdClusterSpec, StorageSpec};
 use futures::StreamExt;
@@ -26,6 +26,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
 use kube_runtime::watcher;
 use tests::e2e::{condition, spec, start, Env};
+use tests::harness::{eventually_every, seen, throughout};
 use tests::podrunner::PodRunner;
 use tests::rollout::{event_messages, Writer};
 use tests::OrPanic;
@@ -91,24 +92,47 @@ async fn pod_nodes(env: &Env, ns: &str, name: &str) -> BTreeMap<String, String> 
 }
 
 async fn wait_replaced(env: &Env, ns: &str, member: &str) -> String {
-    let deadline = Instant::now() + REPLACE;
-    loop {
-        // The Event on the member (the cluster's, of one reason, fold into one series).
-        let replaced = event_messages(env, ns, member, "MemberReplaced").await;
-        if let Some(m) = replaced
-            .iter()
-            .find(|m| m.contains(&format!("member {member}'s")))
-        {
-            return m.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{member} not replaced within {REPLACE:?}; MemberReplaced Events: {replaced:?}; \
-             operator log {}",
+    eventually_every(
+        &format!(
+            "{member} replaced (MemberReplaced Event); operator log {}",
             env.operator.log().display()
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+        ),
+        REPLACE,
+        Duration::from_secs(1),
+        || async {
+            // The Event on the member (the cluster's, of one reason, fold into one series).
+            let replaced = event_messages(env, ns, member, "MemberReplaced").await;
+            replaced
+                .iter()
+                .find(|m| m.contains(&format!("member {member}'s")))
+                .cloned()
+                .ok_or_else(|| format!("MemberReplaced Events: {replaced:?}"))
+        },
+    )
+    .await
+}
+
+/// The member → etcd ID map once there are `replicas` members, none of `gone`, each with an ID.
+async fn settled_ids(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    replicas: usize,
+    gone: &[&String],
+) -> BTreeMap<String, String> {
+    eventually_every(
+        &format!("{replicas} members with IDs, none of {gone:?}"),
+        REPLACE,
+        Duration::from_secs(1),
+        || async {
+            seen(env.member_ids(ns, name).await, |now| {
+                now.len() == replicas
+                    && gone.iter().all(|g| !now.contains_key(*g))
+                    && now.values().all(|id| !id.is_empty())
+            })
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -178,19 +202,7 @@ async fn members_whose_node_is_gone_are_replaced_one_at_a_time_keeping_quorum() 
     wait_replaced(env, &ns, &second).await;
 
     // Both gone, five members again, all voters, new etcd IDs for the new ones.
-    let deadline = Instant::now() + REPLACE;
-    let after = loop {
-        let now = env.member_ids(&ns, name).await;
-        let settled = now.len() == 5
-            && !now.contains_key(&first)
-            && !now.contains_key(&second)
-            && now.values().all(|id| !id.is_empty());
-        if settled {
-            break now;
-        }
-        assert!(Instant::now() < deadline, "members now: {now:?}");
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
+    let after = settled_ids(env, &ns, name, 5, &[&first, &second]).await;
     env.wait_healthy(&ns, name, 5, REPLACE).await;
     stop.store(true, Ordering::Relaxed);
     let (availability, watch_gaps) = sampler.await.or_panic();
@@ -277,15 +289,7 @@ async fn a_member_whose_node_dies_but_stays_registered_is_replaced_after_the_per
         "Node {node} was deleted: this test is about a Node that stays registered"
     );
 
-    let deadline = Instant::now() + REPLACE;
-    let after = loop {
-        let now = env.member_ids(&ns, name).await;
-        if now.len() == 3 && !now.contains_key(&victim) && now.values().all(|id| !id.is_empty()) {
-            break now;
-        }
-        assert!(Instant::now() < deadline, "members now: {now:?}");
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
+    let after = settled_ids(env, &ns, name, 3, &[&victim]).await;
     env.wait_healthy(&ns, name, 3, REPLACE).await;
     let in_etcd = env.etcd_members(&ns, name).await;
     assert_eq!(in_etcd.len(), 3, "{in_etcd:?}");
@@ -334,43 +338,46 @@ async fn a_template_edit_no_node_can_host_stalls_the_rollout_and_replaces_nothin
 
     // The rollout's first restart: a member's Pod that cannot be scheduled, and a condition
     // naming the scheduler's message.
-    let deadline = Instant::now() + BOOT;
-    let (stuck, message) = loop {
-        assert_eq!(
-            env.member_ids(&ns, name).await,
-            before,
-            "a member was replaced or removed"
-        );
-        let pods = env.pods(&ns, name).await;
-        let stuck = pods
-            .iter()
-            .find_map(|p| unschedulable_message(p).map(|m| (p.name_any(), m)));
-        if let Some((pod, message)) = stuck.filter(|(_, m)| !m.is_empty()) {
-            let c = env.cluster(&ns, name).await;
-            let named = ["Progressing", "Degraded"].iter().any(|t| {
-                condition(&c, t).is_some_and(|(_, _, m)| m.contains(&message) && m.contains(&pod))
-            });
-            if named {
-                break (pod, message);
+    let (stuck, message) = eventually_every(
+        "a condition naming an unschedulable member's scheduler message",
+        BOOT,
+        Duration::from_secs(1),
+        || async {
+            assert_eq!(
+                env.member_ids(&ns, name).await,
+                before,
+                "a member was replaced or removed"
+            );
+            let pods = env.pods(&ns, name).await;
+            let stuck = pods
+                .iter()
+                .find_map(|p| unschedulable_message(p).map(|m| (p.name_any(), m)));
+            if let Some((pod, message)) = stuck.filter(|(_, m)| !m.is_empty()) {
+                let c = env.cluster(&ns, name).await;
+                let named = ["Progressing", "Degraded"].iter().any(|t| {
+                    condition(&c, t)
+                        .is_some_and(|(_, _, m)| m.contains(&message) && m.contains(&pod))
+                });
+                if named {
+                    return Ok((pod, message));
+                }
             }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no condition names an unschedulable member's scheduler message; Pods: {:?}; \
-             status: {}",
-            pods.iter()
-                .map(|p| (p.name_any(), unschedulable_message(p)))
-                .collect::<Vec<_>>(),
-            serde_json::to_string_pretty(&env.cluster(&ns, name).await.status).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
+            Err(format!(
+                "Pods: {:?}; status: {}",
+                pods.iter()
+                    .map(|p| (p.name_any(), unschedulable_message(p)))
+                    .collect::<Vec<_>>(),
+                serde_json::to_string_pretty(&env.cluster(&ns, name).await.status)
+                    .unwrap_or_default()
+            ))
+        },
+    )
+    .await;
     println!("stalled: {stuck}'s Pod: {message}");
 
     // Three times the replacement period and more than one periodic recheck: no member is
     // deleted, no PVC changes.
-    let watch_until = Instant::now() + Duration::from_secs(70);
-    while Instant::now() < watch_until {
+    throughout(Duration::from_secs(70), Duration::from_secs(1), || async {
         let members = env.member_ids(&ns, name).await;
         assert_eq!(members, before, "a member was replaced or removed");
         let pvcs = env.pvcs(&ns, name).await;
@@ -380,8 +387,8 @@ async fn a_template_edit_no_node_can_host_stalls_the_rollout_and_replaces_nothin
             pvcs.iter().map(|c| c.name_any()).collect::<Vec<_>>()
         );
         assert_eq!(claims(pvcs), pvcs_before, "a PVC changed");
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    })
+    .await;
     let replaced = event_messages(env, &ns, &stuck, "MemberReplaced").await;
     assert!(replaced.is_empty(), "{replaced:?}");
     let in_etcd = env.etcd_members(&ns, name).await;
@@ -409,28 +416,32 @@ async fn a_template_edit_no_node_can_host_stalls_the_rollout_and_replaces_nothin
         .await
         .or_panic();
     env.wait_healthy(&ns, name, 3, BOOT).await;
-    let deadline = Instant::now() + BOOT;
-    loop {
-        let pods = env.ready_pods(&ns, name).await;
-        let scheduled = pods.len() == 3 && pods.iter().all(|p| unschedulable_message(p).is_none());
-        let c = env.cluster(&ns, name).await;
-        let settled = condition(&c, "Progressing")
-            .is_some_and(|(status, reason, _)| status == "False" && reason == "Reconciled")
-            && c.status
-                .as_ref()
-                .and_then(|s| s.observed.as_ref())
-                .is_some_and(|o| o.resources.is_none());
-        if scheduled && settled {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the reverted cluster did not heal: ready Pods {:?}; status: {}",
-            pods.iter().map(|p| p.name_any()).collect::<Vec<_>>(),
-            serde_json::to_string_pretty(&c.status).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    eventually_every(
+        "the reverted cluster to heal",
+        BOOT,
+        Duration::from_secs(1),
+        || async {
+            let pods = env.ready_pods(&ns, name).await;
+            let scheduled =
+                pods.len() == 3 && pods.iter().all(|p| unschedulable_message(p).is_none());
+            let c = env.cluster(&ns, name).await;
+            let settled = condition(&c, "Progressing")
+                .is_some_and(|(status, reason, _)| status == "False" && reason == "Reconciled")
+                && c.status
+                    .as_ref()
+                    .and_then(|s| s.observed.as_ref())
+                    .is_some_and(|o| o.resources.is_none());
+            if scheduled && settled {
+                return Ok(());
+            }
+            Err(format!(
+                "ready Pods {:?}; status: {}",
+                pods.iter().map(|p| p.name_any()).collect::<Vec<_>>(),
+                serde_json::to_string_pretty(&c.status).unwrap_or_default()
+            ))
+        },
+    )
+    .await;
     assert_eq!(
         env.member_ids(&ns, name).await,
         before,

@@ -10,16 +10,17 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use api::v1alpha2::{
-    BootstrapSpec, EtcdCluster, EtcdClusterSpec, EtcdMember, EtcdSnapshot, EtcdSnapshotSpec,
-    LocalReference, PvcLocation, RestoreSource, RestoreSpec, S3Location, SecretReference,
-    SnapshotDestination, SnapshotPhase, StorageSpec,
+    BootstrapSpec, EtcdCluster, EtcdClusterSpec, EtcdMember, EtcdSnapshot, PvcLocation,
+    RestoreSource, RestoreSpec, S3Location, SecretReference, SnapshotDestination, SnapshotPhase,
+    StorageSpec,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
-use serde_json::json;
+use tests::backup::{create_backups_claim, create_snapshot};
 use tests::e2e::{condition, env, spec, Env};
+use tests::harness::throughout;
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(240);
@@ -31,28 +32,6 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-async fn create_snapshot(
-    env: &Env,
-    ns: &str,
-    name: &str,
-    cluster: &str,
-    dest: SnapshotDestination,
-) {
-    let s = EtcdSnapshot::new(
-        name,
-        EtcdSnapshotSpec {
-            cluster_ref: LocalReference {
-                name: cluster.to_string(),
-            },
-            destination: dest,
-        },
-    );
-    Api::<EtcdSnapshot>::namespaced(env.client(), ns)
-        .create(&PostParams::default(), &s)
-        .await
-        .or_panic();
 }
 
 /// The snapshot once it reached a terminal phase; it must be Complete.
@@ -186,13 +165,7 @@ async fn s3_and_pvc_snapshots_restore_into_new_clusters_and_a_small_volume_fails
 
     // MinIO on the pod bridge, a Service for it, and the writer's credentials.
     let (minio, _minio_root, endpoint) = env.minio(&ns).await;
-    let _: PersistentVolumeClaim = tests::harness::create(
-        &client,
-        &ns,
-        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "backups"},
-               "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
-    )
-    .await;
+    create_backups_claim(env, &ns).await;
 
     // A 3-member cluster with data, snapshotted to S3 and to the PVC.
     let name = "rc";
@@ -460,10 +433,11 @@ async fn s3_and_pvc_snapshots_restore_into_new_clusters_and_a_small_volume_fails
     )
     .await;
     // Hold MinIO past the deadline (but within the agent's 60 s read timeout).
-    let mut reported = false;
-    while created.elapsed() < Duration::from_secs(deadline_seconds as u64 + 15)
-        || restore_started.elapsed() < Duration::from_secs(20)
-    {
+    let reported = std::cell::Cell::new(false);
+    let hold = (Duration::from_secs(deadline_seconds as u64 + 15))
+        .saturating_sub(created.elapsed())
+        .max(Duration::from_secs(20).saturating_sub(restore_started.elapsed()));
+    throughout(hold, Duration::from_millis(500), || async {
         let c = env.cluster(&ns, "slow").await;
         never_failed(&c);
         if let Some((status, _, message)) =
@@ -471,10 +445,11 @@ async fn s3_and_pvc_snapshots_restore_into_new_clusters_and_a_small_volume_fails
         {
             assert_eq!(status, "True");
             assert!(message.contains(&source), "{message}");
-            reported = true;
+            reported.set(true);
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    })
+    .await;
+    let reported = reported.get();
     assert!(
         restore_started.elapsed() < Duration::from_secs(55),
         "the hold outlasted the agent's read timeout: the test would measure a failed attempt"

@@ -3,17 +3,19 @@
 //! members through the pod runner and checks every key it wrote.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use api::conditions::{cluster as ctype, member as mtype, reason};
 use api::labels;
 use api::v1alpha2::{EtcdMember, StorageMedium};
-use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
+use tests::adopt::restarts;
 use tests::e2e::{condition, env, pod_ready, spec, Env};
+use tests::harness::{eventually, eventually_every, seen, throughout, POLL};
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(180);
@@ -51,14 +53,6 @@ async fn etcd_ids(env: &Env, ns: &str, cluster: &str) -> BTreeSet<String> {
         .collect()
 }
 
-async fn events_for(env: &Env, ns: &str, name: &str) -> Vec<Event> {
-    let api: Api<Event> = Api::namespaced(env.client(), ns);
-    api.list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
-        .await
-        .or_panic()
-        .items
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_whose_pvc_vanished_is_replaced_never_restarted_on_an_empty_volume() {
     let env = env().await;
@@ -88,27 +82,27 @@ async fn member_whose_pvc_vanished_is_replaced_never_restarted_on_an_empty_volum
 
     // An empty volume under the member's old etcd ID would rejoin with an empty Raft log: the
     // claim must never come back, and the member must be replaced by a new one.
-    let deadline = Instant::now() + BOOT;
-    loop {
-        if let Some(p) = pvcs.get_opt(&pvc).await.or_panic() {
-            if p.metadata.deletion_timestamp.is_none() {
-                panic!(
-                    "PVC {pvc} was recreated empty for member {victim} (etcd ID {victim_id}); operator log: {}",
-                    env.operator.log().display()
-                );
-            }
-        }
-        let names = env.member_names(&ns, "pl").await;
-        if !names.contains(&victim) && names.len() == 3 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{victim} was not replaced: {names:?}; operator log: {}",
+    eventually(
+        &format!(
+            "{victim} replaced; operator log: {}",
             env.operator.log().display()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        ),
+        BOOT,
+        || async {
+            if let Some(p) = pvcs.get_opt(&pvc).await.or_panic() {
+                if p.metadata.deletion_timestamp.is_none() {
+                    panic!(
+                        "PVC {pvc} was recreated empty for member {victim} (etcd ID {victim_id}); operator log: {}",
+                        env.operator.log().display()
+                    );
+                }
+            }
+            seen(env.member_names(&ns, "pl").await, |names| {
+                !names.contains(&victim) && names.len() == 3
+            })
+        },
+    )
+    .await;
     env.wait_healthy(&ns, "pl", 3, BOOT).await;
     let ids = etcd_ids(env, &ns, "pl").await;
     assert_eq!(ids.len(), 3, "{ids:?}");
@@ -130,14 +124,6 @@ async fn member_with_old_restarts_that_hangs_briefly_is_not_replaced() {
     let target = non_seed(env, &ns, "rs").await;
     let pods: Api<Pod> = Api::namespaced(env.client(), &ns);
 
-    let restarts = |p: &Pod| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.name == "etcd"))
-            .map(|c| c.restart_count)
-            .unwrap_or(0)
-    };
     let unchanged = |names: &Vec<String>, when: &str| {
         assert_eq!(
             names,
@@ -149,28 +135,36 @@ async fn member_with_old_restarts_that_hangs_briefly_is_not_replaced() {
     // Five crashes, each one recovered: a lifetime restart count at the old threshold.
     for n in 1..=5 {
         env.runner.kill_container(&ns, &target, "etcd").or_panic();
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let p = pods.get(&target).await.or_panic();
-            if restarts(&p) >= n && pod_ready(&p) {
-                break;
-            }
-            unchanged(&env.member_names(&ns, "rs").await, "while it restarted");
-            assert!(Instant::now() < deadline, "{target} did not come back");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        eventually_every(
+            &format!("{target} back after crash {n}"),
+            Duration::from_secs(90),
+            Duration::from_millis(200),
+            || async {
+                let p = pods.get(&target).await.or_panic();
+                if restarts(&p) >= n && pod_ready(&p) {
+                    return Ok(());
+                }
+                unchanged(&env.member_names(&ns, "rs").await, "while it restarted");
+                Err(format!(
+                    "restarts {}, ready {}",
+                    restarts(&p),
+                    pod_ready(&p)
+                ))
+            },
+        )
+        .await;
     }
     // Now it hangs (a node blip: the process is alive, readiness fails) for a while: not a
     // crash loop, so nothing is replaced.
     env.runner.stop_container(&ns, &target, "etcd").or_panic();
-    let unready_since = Instant::now();
-    let mut was_unready = false;
-    while unready_since.elapsed() < Duration::from_secs(25) {
+    let was_unready = std::cell::Cell::new(false);
+    throughout(Duration::from_secs(25), POLL, || async {
         let p = pods.get(&target).await.or_panic();
-        was_unready |= !pod_ready(&p);
+        was_unready.set(was_unready.get() | !pod_ready(&p));
         unchanged(&env.member_names(&ns, "rs").await, "while it hung");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    })
+    .await;
+    let was_unready = was_unready.get();
     assert!(was_unready, "{target} never became unready while stopped");
     env.runner.resume_container(&ns, &target, "etcd").or_panic();
     env.wait_healthy(&ns, "rs", 3, BOOT).await;
@@ -199,7 +193,7 @@ async fn seed_stuck_pending_fails_bootstrap_when_the_deadline_expires_by_itself(
         },
     )
     .await;
-    let events = events_for(env, &ns, "ex").await;
+    let events = env.events(&ns, "ex").await;
     assert!(
         events
             .iter()
@@ -266,31 +260,39 @@ async fn ghost_member_without_an_etcdmember_is_reported_and_removed() {
     // A voter that no EtcdMember describes (say, a member whose finalizer was removed by hand
     // before MemberRemove). Its name never resolves, so nothing is ever sent to it.
     let ghost_url = format!("http://ghost-zz.gh.{ns}.svc:2380");
-    let mut client = env.etcd_client(&ns, "gh").await;
+    let client = env.etcd_client(&ns, "gh").await;
     // etcd refuses to add a voter until every member has been connected for a few seconds
     // ("unhealthy cluster"), which a cluster that just became Ready may not be yet.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let added = loop {
-        match client.member_add([ghost_url.as_str()], None).await {
-            Ok(added) => break added,
-            Err(e) if e.to_string().contains("unhealthy cluster") && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_secs(1)).await;
+    let added = eventually_every(
+        "etcd to accept the ghost member",
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || async {
+            match client.clone().member_add([ghost_url.as_str()], None).await {
+                Ok(added) => Ok(added),
+                Err(e) if e.to_string().contains("unhealthy cluster") => Err(e.to_string()),
+                Err(e) => panic!("adding the ghost member: {e}"),
             }
-            Err(e) => panic!("adding the ghost member: {e}"),
-        }
-    };
+        },
+    )
+    .await;
     let ghost_id = format!("{:016x}", added.member().map(|m| m.id()).unwrap_or(0));
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while etcd_ids(env, &ns, "gh").await.contains(&ghost_id) {
-        assert!(
-            Instant::now() < deadline,
-            "ghost {ghost_id} was never removed; operator log: {}",
+    eventually_every(
+        &format!(
+            "ghost {ghost_id} removed; operator log: {}",
             env.operator.log().display()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+        ),
+        Duration::from_secs(90),
+        Duration::from_millis(500),
+        || async {
+            seen(etcd_ids(env, &ns, "gh").await, |ids| {
+                !ids.contains(&ghost_id)
+            })
+        },
+    )
+    .await;
     env.wait_healthy(&ns, "gh", 3, BOOT).await;
-    let events = events_for(env, &ns, "gh").await;
+    let events = env.events(&ns, "gh").await;
     let note = events
         .iter()
         .find(|e| e.reason.as_deref() == Some("GhostMemberRemoved"))
@@ -340,9 +342,8 @@ async fn relabelled_memory_member_pod_is_not_mistaken_for_a_lost_one() {
     // relabel a moment later), no member and no member Pod is replaced. Every read must succeed:
     // an error fails the test rather than skipping a sample.
     const SETTLE: Duration = Duration::from_secs(20);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut relabelled: Option<Instant> = None;
-    loop {
+    // The same members and Pods; whether the target carries the cluster label again.
+    let intact_then_labelled = || async {
         assert_eq!(
             env.member_names(&ns, "rl").await,
             before,
@@ -356,22 +357,27 @@ async fn relabelled_memory_member_pod_is_not_mistaken_for_a_lost_one() {
             env.operator.log().display()
         );
         let p = pods.get(&target).await.or_panic();
-        let labelled = p.labels().get(labels::CLUSTER).map(String::as_str) == Some("rl");
-        match relabelled {
-            None if labelled => relabelled = Some(Instant::now()),
-            None => assert!(
-                Instant::now() < deadline,
-                "the operator never put the cluster label back on {target}"
-            ),
-            Some(at) => {
-                assert!(labelled, "the cluster label went again from {target}");
-                if at.elapsed() > SETTLE {
-                    break;
-                }
+        p.labels().get(labels::CLUSTER).map(String::as_str) == Some("rl")
+    };
+    eventually(
+        &format!("the operator to put the cluster label back on {target}"),
+        Duration::from_secs(30),
+        || async {
+            if intact_then_labelled().await {
+                Ok(())
+            } else {
+                Err("not labelled".to_string())
             }
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        },
+    )
+    .await;
+    throughout(SETTLE, POLL, || async {
+        assert!(
+            intact_then_labelled().await,
+            "the cluster label went again from {target}"
+        );
+    })
+    .await;
     env.wait_healthy(&ns, "rl", 3, BOOT).await;
     // At the end: the same members, the same Pods, the same etcd members, every key.
     assert_eq!(env.member_names(&ns, "rl").await, before);
@@ -419,29 +425,34 @@ async fn foreign_pdb_with_the_cluster_name_is_never_overwritten_or_deleted() {
         .await
         .or_panic();
     env.create_cluster(&ns, "pd", spec(1)).await;
-    let deadline = Instant::now() + BOOT;
-    loop {
-        let events = events_for(env, &ns, "pd").await;
-        let conflict = events.iter().any(|e| {
-            e.reason.as_deref() == Some("OwnershipConflict")
-                && e.message
-                    .as_deref()
-                    .is_some_and(|m| m.contains("PodDisruptionBudget pd"))
-        });
-        if conflict {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no OwnershipConflict Event naming the PDB: {:?}; operator log: {}",
-            events
-                .iter()
-                .map(|e| (&e.reason, &e.message))
-                .collect::<Vec<_>>(),
+    eventually_every(
+        &format!(
+            "an OwnershipConflict Event naming the PDB; operator log: {}",
             env.operator.log().display()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+        ),
+        BOOT,
+        Duration::from_millis(300),
+        || async {
+            let events = env.events(&ns, "pd").await;
+            let conflict = events.iter().any(|e| {
+                e.reason.as_deref() == Some("OwnershipConflict")
+                    && e.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("PodDisruptionBudget pd"))
+            });
+            if conflict {
+                return Ok(());
+            }
+            Err(format!(
+                "{:?}",
+                events
+                    .iter()
+                    .map(|e| (&e.reason, &e.message))
+                    .collect::<Vec<_>>()
+            ))
+        },
+    )
+    .await;
     let have = pdbs.get("pd").await.or_panic();
     let spec = have.spec.clone().unwrap_or_default();
     assert_eq!(
@@ -455,19 +466,17 @@ async fn foreign_pdb_with_the_cluster_name_is_never_overwritten_or_deleted() {
     );
     // Once it is out of the way, the operator's own PDB appears.
     pdbs.delete("pd", &DeleteParams::default()).await.or_panic();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(p) = pdbs.get_opt("pd").await.or_panic() {
-            if !p.owner_references().is_empty() {
-                break;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the operator never created its own PDB"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    eventually_every(
+        "the operator to create its own PDB",
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || async {
+            seen(pdbs.get_opt("pd").await.or_panic(), |p| {
+                p.as_ref().is_some_and(|p| !p.owner_references().is_empty())
+            })
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -486,43 +495,46 @@ async fn a_version_the_image_does_not_hold_is_reported_after_the_rollout() {
     )
     .await
     .or_panic();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let members = env.members(&ns, "vr").await;
-        let pods = env.pods(&ns, "vr").await;
-        let on_new_image = !pods.is_empty()
-            && pods.iter().all(|p| {
-                p.spec
+    eventually_every(
+        "the member rolled to 3.6.17 and reported drifted",
+        Duration::from_secs(120),
+        Duration::from_millis(300),
+        || async {
+            let members = env.members(&ns, "vr").await;
+            let pods = env.pods(&ns, "vr").await;
+            let on_new_image = !pods.is_empty()
+                && pods.iter().all(|p| {
+                    p.spec
+                        .as_ref()
+                        .and_then(|s| s.containers[0].image.clone())
+                        .is_some_and(|i| i.ends_with("3.6.17"))
+                });
+            let drifted = members.iter().all(|m| {
+                m.status
                     .as_ref()
-                    .and_then(|s| s.containers[0].image.clone())
-                    .is_some_and(|i| i.ends_with("3.6.17"))
+                    .and_then(|s| {
+                        s.conditions
+                            .iter()
+                            .find(|c| c.type_ == mtype::VERSION_DRIFTED)
+                    })
+                    .is_some_and(|c| {
+                        c.status == "True"
+                            && c.reason == reason::VERSION_MISMATCH
+                            && c.message.contains("3.6.17")
+                            && c.message.contains("3.6.16")
+                            && c.message.contains("does not hold")
+                    })
             });
-        let drifted = members.iter().all(|m| {
-            m.status
-                .as_ref()
-                .and_then(|s| {
-                    s.conditions
-                        .iter()
-                        .find(|c| c.type_ == mtype::VERSION_DRIFTED)
-                })
-                .is_some_and(|c| {
-                    c.status == "True"
-                        && c.reason == reason::VERSION_MISMATCH
-                        && c.message.contains("3.6.17")
-                        && c.message.contains("3.6.16")
-                        && c.message.contains("does not hold")
-                })
-        });
-        if on_new_image && drifted && !members.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the member was not rolled to 3.6.17 and reported drifted: {:?}",
-            members.iter().map(|m| &m.status).collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+            if on_new_image && drifted && !members.is_empty() {
+                return Ok(());
+            }
+            Err(format!(
+                "{:?}",
+                members.iter().map(|m| &m.status).collect::<Vec<_>>()
+            ))
+        },
+    )
+    .await;
     // The rollout itself is done: the cluster does not keep progressing.
     env.wait_for(
         &ns,
@@ -576,36 +588,37 @@ async fn a_rollout_of_a_one_member_memory_cluster_is_refused_and_keeps_every_key
         );
     };
     let pod_uid_now = || async { pods.get_opt(member).await.or_panic().and_then(|p| p.uid()) };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        survives(&env.member_names(&ns, "mr").await, pod_uid_now().await);
-        let c = env.cluster(&ns, "mr").await;
-        if let Some((status, _, message)) =
-            condition(&c, ctype::PROGRESSING).filter(|(_, r, _)| r == reason::MEMORY_ROLLOUT_UNSAFE)
-        {
-            assert_eq!(status, "False");
-            assert!(
-                message.contains(member.as_str())
-                    && message.contains("only copy")
-                    && message.contains("--replicas=3"),
-                "{message}"
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no Progressing=False/MemoryRolloutUnsafe: {:?}",
-            c.status
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    let (status, message) = eventually_every(
+        "Progressing=False/MemoryRolloutUnsafe",
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || async {
+            survives(&env.member_names(&ns, "mr").await, pod_uid_now().await);
+            let c = env.cluster(&ns, "mr").await;
+            condition(&c, ctype::PROGRESSING)
+                .filter(|(_, r, _)| r == reason::MEMORY_ROLLOUT_UNSAFE)
+                .map(|(status, _, message)| (status, message))
+                .ok_or_else(|| format!("{:?}", c.status))
+        },
+    )
+    .await;
+    assert_eq!(status, "False");
+    assert!(
+        message.contains(member.as_str())
+            && message.contains("only copy")
+            && message.contains("--replicas=3"),
+        "{message}"
+    );
     // It stays refused: nothing is replaced while the operator keeps reconciling.
-    let hold = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < hold {
-        survives(&env.member_names(&ns, "mr").await, pod_uid_now().await);
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let warned = events_for(env, &ns, "mr").await.iter().any(|e| {
+    throughout(
+        Duration::from_secs(20),
+        Duration::from_millis(500),
+        || async {
+            survives(&env.member_names(&ns, "mr").await, pod_uid_now().await);
+        },
+    )
+    .await;
+    let warned = env.events(&ns, "mr").await.iter().any(|e| {
         e.type_.as_deref() == Some("Warning")
             && e.reason.as_deref() == Some(reason::MEMORY_ROLLOUT_UNSAFE)
     });

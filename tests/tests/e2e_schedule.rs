@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use api::labels;
 use api::v1alpha2::{EtcdSnapshot, EtcdSnapshotSchedule, SnapshotPhase};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::Api;
 use serde_json::json;
+use tests::backup::create_backups_claim;
 use tests::e2e::{env, spec};
 use tests::OrPanic;
 
@@ -26,13 +27,7 @@ async fn every_minute_keep_last_two_prunes_the_oldest_and_suspend_stops_it() {
     let ns = env.namespace("sched").await;
     env.create_cluster(&ns, "sc", spec(1)).await;
     env.wait_healthy(&ns, "sc", 1, BOOT).await;
-    let _: PersistentVolumeClaim = tests::harness::create(
-        &env.client(),
-        &ns,
-        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "backups"},
-               "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
-    )
-    .await;
+    create_backups_claim(env, &ns).await;
     let _: EtcdSnapshotSchedule = tests::harness::create(
         &env.client(),
         &ns,

@@ -2,10 +2,11 @@
 //! cluster (the seed) nor rejoin with empty data; it crash-loops, and the operator replaces it
 //! while the others keep quorum — with every key intact.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube::ResourceExt;
 use tests::e2e::{env, spec};
+use tests::harness::eventually_every;
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(180);
@@ -40,35 +41,38 @@ async fn seed_with_wiped_data_never_forms_a_new_cluster_and_is_replaced_while_qu
     // The seed must never come back as a cluster of its own: while it is being replaced, every
     // member Pod that answers on its own endpoint names the original etcd cluster, and the
     // survivors always answer (the wiped seed and a joining replacement may not).
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let names: Vec<String> = env.member_names(&ns, "wp").await;
-        if !names.contains(&seed) && names.len() == 3 {
-            break;
-        }
-        for (pod, view) in env.member_views(&ns, "wp").await {
-            match view {
-                Ok(v) => assert_eq!(
-                    v.cluster_id,
-                    etcd_id,
-                    "member {pod} answers for etcd cluster {:016x}, not {etcd_id:016x}: a new \
-                     cluster was formed; operator log: {}",
-                    v.cluster_id,
-                    env.operator.log().display()
-                ),
-                Err(e) => assert!(
-                    !survivors.contains(&pod),
-                    "the surviving member {pod} did not answer: {e}"
-                ),
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the wiped seed {seed} was not replaced; members: {names:?}; operator log: {}",
+    eventually_every(
+        &format!(
+            "the wiped seed {seed} replaced; operator log: {}",
             env.operator.log().display()
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+        ),
+        Duration::from_secs(300),
+        Duration::from_secs(1),
+        || async {
+            let names: Vec<String> = env.member_names(&ns, "wp").await;
+            if !names.contains(&seed) && names.len() == 3 {
+                return Ok(());
+            }
+            for (pod, view) in env.member_views(&ns, "wp").await {
+                match view {
+                    Ok(v) => assert_eq!(
+                        v.cluster_id,
+                        etcd_id,
+                        "member {pod} answers for etcd cluster {:016x}, not {etcd_id:016x}: a new \
+                     cluster was formed; operator log: {}",
+                        v.cluster_id,
+                        env.operator.log().display()
+                    ),
+                    Err(e) => assert!(
+                        !survivors.contains(&pod),
+                        "the surviving member {pod} did not answer: {e}"
+                    ),
+                }
+            }
+            Err(format!("members: {names:?}"))
+        },
+    )
+    .await;
     let c = env.wait_healthy(&ns, "wp", 3, BOOT).await;
     assert_eq!(
         c.status.unwrap().cluster_id,

@@ -5,42 +5,17 @@
 
 use std::time::Duration;
 
-use api::v1alpha2::{
-    EtcdSnapshot, EtcdSnapshotSpec, LocalReference, PvcLocation, S3Location, SnapshotDestination,
-    SnapshotPhase,
-};
+use api::v1alpha2::{EtcdSnapshot, PvcLocation, S3Location, SnapshotDestination, SnapshotPhase};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use kube::Api;
 use serde_json::json;
+use tests::backup::{create_backups_claim, create_snapshot};
 use tests::e2e::{env, spec, Env};
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(180);
 const RUN: Duration = Duration::from_secs(180);
-
-async fn create_snapshot(
-    env: &Env,
-    ns: &str,
-    name: &str,
-    cluster: &str,
-    dest: SnapshotDestination,
-) {
-    let s = EtcdSnapshot::new(
-        name,
-        EtcdSnapshotSpec {
-            cluster_ref: LocalReference {
-                name: cluster.to_string(),
-            },
-            destination: dest,
-        },
-    );
-    Api::<EtcdSnapshot>::namespaced(env.client(), ns)
-        .create(&PostParams::default(), &s)
-        .await
-        .or_panic();
-}
 
 /// The directory `etcd` on the claim `backups`.
 fn backups_dest() -> SnapshotDestination {
@@ -101,13 +76,7 @@ async fn pvc_snapshot_completes_with_the_stored_files_size_and_sha256() {
     env.wait_healthy(&ns, name, 3, BOOT).await;
     let keys = env.write_keys(&ns, name, 200).await;
 
-    let _: PersistentVolumeClaim = tests::harness::create(
-        &env.client(),
-        &ns,
-        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "backups"},
-               "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
-    )
-    .await;
+    create_backups_claim(env, &ns).await;
     create_snapshot(env, &ns, "first", name, backups_dest()).await;
     let s = wait_snapshot(env, &ns, "first", "Complete", RUN, |p, _| {
         p.is_some_and(|p| p.is_terminal())

@@ -16,12 +16,14 @@ use std::time::{Duration, Instant};
 use api::v1alpha2::{EtcdCluster, EtcdMember};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
-use tests::e2e::{condition, pod_ready, Env};
-use tests::env::ControlPlane;
-use tests::operator::Operator;
+use tests::adopt::{
+    self, controller_ref, create_raw, member_list, restarts, wait_pods_ready, OrPanicNone,
+};
+use tests::e2e::{condition, Env};
+use tests::harness::{eventually_every, throughout};
 use tests::podrunner::PodRunner;
 use tests::OrPanic;
 
@@ -47,28 +49,12 @@ fn member_labels(member: &str) -> Value {
     l
 }
 
-/// A controller owner reference, as controller-runtime's `SetControllerReference` writes it.
-fn controller_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> Value {
-    json!([{
-        "apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
-        "controller": true, "blockOwnerDeletion": true,
-    }])
-}
-
 fn peer_url(member: &str, ns: &str) -> String {
     format!("http://{member}.{NAME}.{ns}.svc:2380")
 }
 
 fn dynamic<K: kube::Resource<DynamicType = ()>>(client: &Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<K>(&()))
-}
-
-async fn create_raw<K>(api: &Api<K>, body: Value) -> K
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let obj: K = serde_json::from_value(body).or_panic();
-    api.create(&PostParams::default(), &obj).await.or_panic()
 }
 
 /// The member Pod exactly as the reference's `buildPod` renders it for a plaintext PVC member.
@@ -148,63 +134,21 @@ struct Before {
     etcd: BTreeSet<(String, String, bool)>,
 }
 
-fn restarts(p: &Pod) -> i32 {
-    p.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.name == "etcd"))
-        .map(|c| c.restart_count)
-        .unwrap_or(0)
-}
-
-async fn wait_pod_ready(client: &Client, ns: &str, name: &str) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let deadline = Instant::now() + BOOT;
-    loop {
-        if pods
-            .get_opt(name)
-            .await
-            .or_panic()
-            .is_some_and(|p| pod_ready(&p))
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "Pod {ns}/{name} never became Ready"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
+/// etcd through the given members' DNS names under the cluster's headless Service.
 async fn etcd_at(ns: &str, members: &[String]) -> etcd_client::Client {
-    let endpoints: Vec<String> = members
+    let members: Vec<(String, String)> = members
         .iter()
-        .map(|m| format!("http://{m}.{NAME}.{ns}.svc:2379"))
+        .map(|m| (m.clone(), NAME.to_string()))
         .collect();
-    let options = etcd_client::ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(5))
-        .with_timeout(Duration::from_secs(10));
-    etcd_client::Client::connect(endpoints, Some(options))
-        .await
-        .or_panic()
+    adopt::etcd_at(ns, &members).await
 }
 
 /// `(id, name, is_learner)` of every etcd member.
 async fn etcd_membership(ns: &str, members: &[String]) -> (u64, BTreeSet<(String, String, bool)>) {
-    let mut etcd = etcd_at(ns, members).await;
-    let list = etcd.member_list().await.or_panic();
-    let cluster_id = list.header().map(|h| h.cluster_id()).unwrap_or_default();
-    let set = list
-        .members()
-        .iter()
-        .map(|m| {
-            (
-                format!("{:016x}", m.id()),
-                m.name().to_string(),
-                m.is_learner(),
-            )
-        })
+    let (cluster_id, listed) = member_list(&mut etcd_at(ns, members).await).await;
+    let set = listed
+        .into_iter()
+        .map(|m| (m.id, m.name, m.learner))
         .collect();
     (cluster_id, set)
 }
@@ -300,17 +244,6 @@ async fn start_member(
     name
 }
 
-trait OrPanicNone<T> {
-    fn or_panic_none(self) -> T;
-}
-
-impl<T> OrPanicNone<T> for Option<T> {
-    #[track_caller]
-    fn or_panic_none(self) -> T {
-        self.unwrap_or_else(|| panic!("a value the apiserver always sets is missing"))
-    }
-}
-
 /// Build the reference cluster and return what must survive the takeover.
 async fn build_reference_cluster(client: &Client, ns: &str) -> (Before, BTreeMap<String, String>) {
     let clusters = dynamic::<EtcdCluster>(client, ns);
@@ -377,28 +310,27 @@ async fn build_reference_cluster(client: &Client, ns: &str) -> (Before, BTreeMap
     let pending = reference_member(client, ns, &cluster_uid, &token, true).await;
     let seed_entry = format!("{}={}", pending.0, peer_url(&pending.0, ns));
     let seed = start_member(client, ns, pending, seed_entry).await;
-    wait_pod_ready(client, ns, &seed).await;
+    wait_pods_ready(client, ns, std::slice::from_ref(&seed), BOOT).await;
     let mut names = vec![seed.clone()];
     for _ in 0..2 {
-        let mut etcd = etcd_at(ns, &names).await;
+        let etcd = etcd_at(ns, &names).await;
         let pending = reference_member(client, ns, &cluster_uid, &token, false).await;
         let url = peer_url(&pending.0, ns);
-        let deadline = Instant::now() + BOOT;
-        let added = loop {
-            match etcd
-                .member_add(
-                    [url.clone()],
-                    Some(etcd_client::MemberAddOptions::new().with_is_learner()),
-                )
-                .await
-            {
-                Ok(r) => break r,
-                Err(e) => {
-                    assert!(Instant::now() < deadline, "MemberAddAsLearner({url}): {e}");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
-        };
+        let added = eventually_every(
+            &format!("MemberAddAsLearner({url})"),
+            BOOT,
+            Duration::from_secs(1),
+            || async {
+                etcd.clone()
+                    .member_add(
+                        [url.clone()],
+                        Some(etcd_client::MemberAddOptions::new().with_is_learner()),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .await;
         let id = added.member().map(|m| m.id()).or_panic_none();
         // As the reference: every listed member by name (a learner not started yet is named
         // after its peer URL's host), sorted.
@@ -420,12 +352,19 @@ async fn build_reference_cluster(client: &Client, ns: &str) -> (Before, BTreeMap
             .collect();
         parts.sort();
         let joiner = start_member(client, ns, pending, parts.join(",")).await;
-        wait_pod_ready(client, ns, &joiner).await;
-        let deadline = Instant::now() + BOOT;
-        while let Err(e) = etcd.member_promote(id).await {
-            assert!(Instant::now() < deadline, "MemberPromote({id:016x}): {e}");
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
+        wait_pods_ready(client, ns, std::slice::from_ref(&joiner), BOOT).await;
+        eventually_every(
+            &format!("MemberPromote({id:016x})"),
+            BOOT,
+            Duration::from_secs(1),
+            || async {
+                etcd.clone()
+                    .member_promote(id)
+                    .await
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .await;
         names.push(joiner);
     }
 
@@ -644,35 +583,22 @@ async fn assert_adopted_as_is(env: &Env, ns: &str, before: &Before) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_reference_cluster_is_adopted_without_restarts_then_scales_3_5_3() {
-    let cp: &'static ControlPlane = ControlPlane::builder()
-        .with_crds()
-        .with_controller_manager()
-        .with_scheduler()
-        .shared()
-        .await
-        .or_panic();
-    let runner = PodRunner::builder().start(cp).await.or_panic();
+    let staged = tests::e2e::stage(PodRunner::builder()).await;
+    let cp = staged.cp;
     let client = cp.client().or_panic();
     let ns = cp.namespace("takeover").await.or_panic();
     let started = Instant::now();
     let (before, keys) = build_reference_cluster(&client, &ns).await;
     eprintln!("reference cluster built in {:?}", started.elapsed());
 
-    let lease_ns = cp.namespace("operator").await.or_panic();
-    let operator = Operator::start(cp, &lease_ns, None).await.or_panic();
-    let env = Env {
-        cp,
-        runner,
-        operator,
-    };
+    let env = staged.operator(None, &[]).await;
 
     // Watch the adopted cluster for a while: nothing restarts, nothing in etcd changes, the
     // status is continued.
-    let settle = Instant::now() + SETTLE;
-    while Instant::now() < settle {
-        assert_adopted_as_is(&env, &ns, &before).await;
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    throughout(SETTLE, Duration::from_secs(2), || {
+        assert_adopted_as_is(&env, &ns, &before)
+    })
+    .await;
     // Status continued, not restarted: the reference's latched target is kept as the current
     // target (no relatch: Progressing never flipped to SpecChanged), the Services untouched.
     let now = dynamic::<EtcdCluster>(&client, &ns)

@@ -5,7 +5,7 @@
 //! and a control plane without cert-manager, where such a cluster is held.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use api::v1alpha2::{
     ClientCertManagerSpec, ClientTlsSpec, EtcdCluster, EtcdClusterSpec, EtcdMember, IssuerKind,
@@ -15,9 +15,9 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use tests::e2e::{condition, env, spec, Env};
-use tests::env::{cert_manager, CertManager, ControlPlane};
-use tests::operator::Operator;
+use tests::e2e::{check_keys, condition, env, spec, stage_with, Env, Keys, Start};
+use tests::env::{cert_manager, CertManager};
+use tests::harness::eventually_every;
 use tests::rollout::{endpoints, uids, Writer};
 use tests::tls::{
     create_operator_secret, create_peer_secret, create_secret, create_server_secret, dial, mint,
@@ -31,11 +31,6 @@ const BOOT: Duration = Duration::from_secs(180);
 
 async fn write_keys(etcd: &mut etcd_client::Client, count: usize) -> BTreeMap<String, String> {
     tests::e2e::put_keys(etcd, "tls/", count).await
-}
-
-async fn check_keys(etcd: &mut etcd_client::Client, keys: &BTreeMap<String, String>) {
-    let got = tests::e2e::read_keys(etcd, "tls/").await;
-    assert_eq!(&got, keys, "every key kept with its value");
 }
 
 /// A read through `etcd` fails (the listener refuses this client).
@@ -87,20 +82,9 @@ async fn byo_mtls_cluster_waits_for_its_secret_then_serves_only_tls_clients_and_
         ),
     )
     .await;
-    let c = env
-        .wait_for(
-            &ns,
-            name,
-            "TLSSecretNotReady naming the peer Secret",
-            BOOT,
-            |c| {
-                condition(c, "Available").is_some_and(|(st, r, msg)| {
-                    st == "False" && r == "TLSSecretNotReady" && msg.contains("sec-peer-tls")
-                })
-            },
-        )
+    let msg = env
+        .wait_unavailable(&ns, name, "TLSSecretNotReady", "sec-peer-tls", BOOT)
         .await;
-    let (_, _, msg) = condition(&c, "Available").expect("Available condition");
     assert!(msg.contains("spec.tls.peer.secretRef"), "{msg}");
     assert!(
         env.members(&ns, name).await.is_empty(),
@@ -147,7 +131,7 @@ async fn byo_mtls_cluster_waits_for_its_secret_then_serves_only_tls_clients_and_
     let ca = m.client_ca.cert_pem().to_string();
     let mut etcd = dial(env, &ns, name, Some((&ca, Some(pair(&m.operator))))).await;
     let keys = write_keys(&mut etcd, 100).await;
-    check_keys(&mut etcd, &keys).await;
+    check_keys(&mut etcd, "tls", "tls/", &keys, Keys::Exactly).await;
 
     // Plaintext is refused, and so is TLS without a client certificate.
     assert!(
@@ -186,7 +170,10 @@ async fn byo_mtls_cluster_waits_for_its_secret_then_serves_only_tls_clients_and_
     assert_eq!(member_list_over_mtls(env, &ns, name).await.len(), 5);
     check_keys(
         &mut dial(env, &ns, name, Some((&ca, Some(pair(&m.operator))))).await,
+        "tls",
+        "tls/",
         &keys,
+        Keys::Exactly,
     )
     .await;
     env.scale(&ns, name, 3).await;
@@ -194,7 +181,10 @@ async fn byo_mtls_cluster_waits_for_its_secret_then_serves_only_tls_clients_and_
     assert_eq!(member_list_over_mtls(env, &ns, name).await.len(), 3);
     check_keys(
         &mut dial(env, &ns, name, Some((&ca, Some(pair(&m.operator))))).await,
+        "tls",
+        "tls/",
         &keys,
+        Keys::Exactly,
     )
     .await;
 }
@@ -219,7 +209,7 @@ async fn server_tls_only_and_peer_only_clusters_form_and_serve() {
     let ca = srv.client_ca.cert_pem().to_string();
     let mut etcd = dial(env, &ns, "srv", Some((&ca, None))).await;
     let keys = write_keys(&mut etcd, 20).await;
-    check_keys(&mut etcd, &keys).await;
+    check_keys(&mut etcd, "tls", "tls/", &keys, Keys::Exactly).await;
     assert!(
         refused(dial(env, &ns, "srv", None).await).await,
         "plaintext client served"
@@ -250,7 +240,7 @@ async fn server_tls_only_and_peer_only_clusters_form_and_serve() {
     env.wait_healthy(&ns, "peer", 3, BOOT).await;
     let mut etcd = dial(env, &ns, "peer", None).await;
     let keys = write_keys(&mut etcd, 20).await;
-    check_keys(&mut etcd, &keys).await;
+    check_keys(&mut etcd, "tls", "tls/", &keys, Keys::Exactly).await;
     let (code, stdout, stderr) = env
         .etcdctl(
             &ns,
@@ -571,7 +561,7 @@ async fn cert_manager_mtls_cluster_gets_its_certificates_serves_only_tls_clients
     let op = Some((op_crt.as_str(), op_key.as_str()));
     let mut etcd = dial(env, &ns, name, Some((&ca, op))).await;
     let keys = write_keys(&mut etcd, 100).await;
-    check_keys(&mut etcd, &keys).await;
+    check_keys(&mut etcd, "tls", "tls/", &keys, Keys::Exactly).await;
     assert!(
         refused(dial(env, &ns, name, None).await).await,
         "plaintext client served"
@@ -592,11 +582,25 @@ async fn cert_manager_mtls_cluster_gets_its_certificates_serves_only_tls_clients
     // 3 → 5 → 3 through the operator's TLS client, every key kept.
     env.scale(&ns, name, 5).await;
     env.wait_healthy(&ns, name, 5, BOOT).await;
-    check_keys(&mut dial(env, &ns, name, Some((&ca, op))).await, &keys).await;
+    check_keys(
+        &mut dial(env, &ns, name, Some((&ca, op))).await,
+        "tls",
+        "tls/",
+        &keys,
+        Keys::Exactly,
+    )
+    .await;
     env.scale(&ns, name, 3).await;
     env.wait_healthy(&ns, name, 3, BOOT).await;
     assert_eq!(member_list_over_mtls(env, &ns, name).await.len(), 3);
-    check_keys(&mut dial(env, &ns, name, Some((&ca, op))).await, &keys).await;
+    check_keys(
+        &mut dial(env, &ns, name, Some((&ca, op))).await,
+        "tls",
+        "tls/",
+        &keys,
+        Keys::Exactly,
+    )
+    .await;
 
     // cert-manager renews the server and peer leaves (a manual trigger, as `cmctl renew` does):
     // every member serves the new server certificate with no restart and no failed request.
@@ -612,31 +616,36 @@ async fn cert_manager_mtls_cluster_gets_its_certificates_serves_only_tls_clients
     for certificate in ["cm-server", "cm-peer"] {
         renew(env, &ns, certificate).await;
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    let new_server = loop {
-        let now = secret_key(env, &ns, "cm-server-tls", "tls.crt").await;
-        if now != old_server {
-            break now;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "cert-manager did not renew cm-server"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let new_server = eventually_every(
+        "cert-manager to renew cm-server",
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        || async {
+            let now = secret_key(env, &ns, "cm-server-tls", "tls.crt").await;
+            if now != old_server {
+                Ok(now)
+            } else {
+                Err("the old certificate".to_string())
+            }
+        },
+    )
+    .await;
     for p in &pods {
         let host = format!("{}.{name}.{ns}.svc", p.name_any());
-        loop {
-            let served = served_certificate(&host, 2379, &ca, (&op_crt, &op_key)).await;
-            if served.as_ref().is_ok_and(|der| *der == der_of(&new_server)) {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{host} does not serve the renewed certificate: {served:?}"
-            );
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
+        eventually_every(
+            &format!("{host} to serve the renewed certificate"),
+            deadline.saturating_duration_since(Instant::now()),
+            Duration::from_secs(1),
+            || async {
+                let served = served_certificate(&host, 2379, &ca, (&op_crt, &op_key)).await;
+                if served.as_ref().is_ok_and(|der| *der == der_of(&new_server)) {
+                    return Ok(());
+                }
+                Err(format!("{served:?}"))
+            },
+        )
+        .await;
     }
     let report = writer.finish().await;
     assert_eq!(
@@ -649,7 +658,14 @@ async fn cert_manager_mtls_cluster_gets_its_certificates_serves_only_tls_clients
         "requests failed during the renewal: {report:?}"
     );
     assert!(!report.written.is_empty());
-    check_keys(&mut dial(env, &ns, name, Some((&ca, op))).await, &keys).await;
+    check_keys(
+        &mut dial(env, &ns, name, Some((&ca, op))).await,
+        "tls",
+        "tls/",
+        &keys,
+        Keys::Exactly,
+    )
+    .await;
 }
 
 /// Ask cert-manager to re-issue `certificate` now: the `Issuing` condition `cmctl renew` sets.
@@ -678,9 +694,15 @@ async fn renew(env: &Env, ns: &str, certificate: &str) {
 /// cluster says which Certificate and Secret it waits for, still without a member.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_cert_manager_a_cert_manager_cluster_is_held_and_nothing_is_created() {
-    let cp = ControlPlane::builder().with_crds().start().await.or_panic();
-    let lease_ns = cp.namespace("operator").await.or_panic();
-    let operator = Operator::start(&cp, &lease_ns, None).await.or_panic();
+    // Apart from the binary's other tests: none of them installs cert-manager's API here.
+    let staged = stage_with(
+        Start::default()
+            .without_pods()
+            .apart("without cert-manager"),
+    )
+    .await;
+    let cp = staged.cp;
+    let operator = staged.operator_only(None, &[]).await;
     let client = cp.client().or_panic();
     let ns = cp.namespace("tls-nocm").await.or_panic();
     let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);

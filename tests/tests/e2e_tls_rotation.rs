@@ -18,6 +18,7 @@ use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use tests::e2e::{condition, env};
+use tests::harness::eventually_every;
 use tests::rollout::{endpoints, event_messages, restarts_in_order, uids, wait_rolled, Writer};
 use tests::tls::{
     create_operator_secret, create_peer_secret, create_secret, create_server_secret, dial, leaves,
@@ -99,24 +100,26 @@ async fn a_one_step_ca_change_is_refused_then_the_two_step_rotation_rolls_withou
         ],
     )
     .await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let message = loop {
-        let c = env.cluster(&ns, name).await;
-        if let Some((status, reason, message)) = condition(&c, "Progressing") {
-            if reason == "UnsafeCAChange" {
-                assert_eq!(status, "False", "{message}");
-                break message;
+    let message = eventually_every(
+        "a one-step CA change refused (Progressing=False/UnsafeCAChange)",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || async {
+            let c = env.cluster(&ns, name).await;
+            if let Some((status, reason, message)) = condition(&c, "Progressing") {
+                if reason == "UnsafeCAChange" {
+                    assert_eq!(status, "False", "{message}");
+                    return Ok(message);
+                }
             }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "a one-step CA change was not refused within 60 s: pods {:?} (before {first:?}), \
-             conditions {:?}",
-            uids(&env.pods(&ns, name).await),
-            c.status.map(|s| s.conditions)
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+            Err(format!(
+                "pods {:?} (before {first:?}), conditions {:?}",
+                uids(&env.pods(&ns, name).await),
+                c.status.map(|s| s.conditions)
+            ))
+        },
+    )
+    .await;
     assert!(
         message.contains(&format!("Secret {ns}/rot-peer (spec.tls.peer.secretRef)"))
             && message.contains("both the old and the new CA")
@@ -242,28 +245,32 @@ async fn a_one_step_ca_change_is_refused_then_the_two_step_rotation_rolls_withou
     let new_ca = new_client_ca.cert_pem().to_string();
     let deadline = Instant::now() + Duration::from_secs(90);
     for endpoint in &endpoints {
-        loop {
-            let options = ConnectOptions::new()
-                .with_connect_timeout(Duration::from_secs(2))
-                .with_timeout(Duration::from_secs(2))
-                .with_tls(
-                    TlsOptions::new()
-                        .ca_certificate(Certificate::from_pem(&new_ca))
-                        .identity(Identity::from_pem(&operator.cert_pem, &operator.key_pem)),
-                );
-            let ok = match etcd_client::Client::connect([endpoint.clone()], Some(options)).await {
-                Ok(mut c) => c.get("rot/0000", None).await.is_ok(),
-                Err(_) => false,
-            };
-            if ok {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{endpoint} does not serve the renewed certificate"
-            );
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
+        eventually_every(
+            &format!("{endpoint} to serve the renewed certificate"),
+            deadline.saturating_duration_since(Instant::now()),
+            Duration::from_secs(1),
+            || async {
+                let options = ConnectOptions::new()
+                    .with_connect_timeout(Duration::from_secs(2))
+                    .with_timeout(Duration::from_secs(2))
+                    .with_tls(
+                        TlsOptions::new()
+                            .ca_certificate(Certificate::from_pem(&new_ca))
+                            .identity(Identity::from_pem(&operator.cert_pem, &operator.key_pem)),
+                    );
+                let ok = match etcd_client::Client::connect([endpoint.clone()], Some(options)).await
+                {
+                    Ok(mut c) => c.get("rot/0000", None).await.is_ok(),
+                    Err(_) => false,
+                };
+                if ok {
+                    Ok(())
+                } else {
+                    Err("no answer with the new CA".to_string())
+                }
+            },
+        )
+        .await;
     }
     tokio::time::sleep(Duration::from_secs(15)).await;
     let pods = env.pods(&ns, name).await;
@@ -404,20 +411,9 @@ async fn a_certificate_with_wrong_sans_or_a_foreign_ca_is_named_then_a_fixed_clu
         ),
     )
     .await;
-    let c = env
-        .wait_for(
-            &ns,
-            name,
-            "TLSSecretNotReady naming the peer Secret",
-            BOOT,
-            |c| {
-                condition(c, "Available").is_some_and(|(st, r, msg)| {
-                    st == "False" && r == "TLSSecretNotReady" && msg.contains("san-peer")
-                })
-            },
-        )
+    let msg = env
+        .wait_unavailable(&ns, name, "TLSSecretNotReady", "san-peer", BOOT)
         .await;
-    let (_, _, msg) = condition(&c, "Available").expect("Available condition");
     assert!(
         msg.contains("not signed by a CA in the trust bundle") && msg.contains("ca.crt"),
         "{msg}"
@@ -564,31 +560,32 @@ async fn members_that_never_recorded_a_bundle_and_started_before_the_ca_changed_
             .await
             .or_panic();
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let recorded: Vec<Option<String>> = env
-            .members(&ns, name)
-            .await
-            .iter()
-            .map(|m| {
-                m.annotations()
-                    .get("etcd-operator.cozystack.io/trust-bundle")
-                    .cloned()
-            })
-            .collect();
-        if recorded.iter().all(Option::is_some) {
-            assert!(
+    eventually_every(
+        "the members' trust records written",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || async {
+            let recorded: Vec<Option<String>> = env
+                .members(&ns, name)
+                .await
+                .iter()
+                .map(|m| {
+                    m.annotations()
+                        .get("etcd-operator.cozystack.io/trust-bundle")
+                        .cloned()
+                })
+                .collect();
+            if recorded.iter().all(Option::is_some) {
+                assert!(
                 recorded.iter().all(|r| r.as_deref() == Some("unknown")),
                 "members that started before the CA change recorded as running it: {recorded:?}"
             );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "records not written within 60 s: {recorded:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+                return Ok(());
+            }
+            Err(format!("{recorded:?}"))
+        },
+    )
+    .await;
     assert_eq!(
         uids(&env.pods(&ns, name).await),
         before,

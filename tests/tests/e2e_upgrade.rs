@@ -4,12 +4,13 @@
 //! and every key, until etcd's own cluster version is 3.6; then a resources change rolls the
 //! members the same way.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kube::api::{Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::json;
 use tests::e2e::{env, spec, Env};
+use tests::harness::{eventually_every, seen};
 use tests::rollout::{event_messages, restarts_in_order, uids, wait_rolled, Writer};
 use tests::OrPanic;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -41,22 +42,22 @@ async fn versions(host: &str) -> (String, String) {
 
 /// Waits until every member reports running `version` (from etcd, in its status).
 async fn wait_members_run(env: &Env, ns: &str, cluster: &str, version: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let members = env.members(ns, cluster).await;
-        let running: Vec<Option<String>> = members
-            .iter()
-            .map(|m| m.status.as_ref().and_then(|s| s.version.clone()))
-            .collect();
-        if !running.is_empty() && running.iter().all(|v| v.as_deref() == Some(version)) {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "members do not all report {version}: {running:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    eventually_every(
+        &format!("every member to report {version}"),
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || async {
+            let members = env.members(ns, cluster).await;
+            let running: Vec<Option<String>> = members
+                .iter()
+                .map(|m| m.status.as_ref().and_then(|s| s.version.clone()))
+                .collect();
+            seen(running, |running| {
+                !running.is_empty() && running.iter().all(|v| v.as_deref() == Some(version))
+            })
+        },
+    )
+    .await;
 }
 
 /// Checks the leader restarted last: leadership moved away from the member restarted last.
@@ -127,20 +128,19 @@ async fn a_minor_upgrade_and_a_resources_change_roll_one_member_at_a_time_keepin
     }
     // etcd raises its cluster version by itself once every member runs 3.6 (the leader checks
     // every few seconds).
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(60);
     for host in &hosts {
-        loop {
-            let (server, cluster) = versions(host).await;
-            assert_eq!(server, "3.6.16", "{host}");
-            if cluster.starts_with("3.6") {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{host}: cluster version still {cluster}"
-            );
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
+        eventually_every(
+            &format!("{host}'s cluster version 3.6"),
+            deadline.saturating_duration_since(Instant::now()),
+            Duration::from_secs(1),
+            || async {
+                let (server, cluster) = versions(host).await;
+                assert_eq!(server, "3.6.16", "{host}");
+                seen(cluster, |c| c.starts_with("3.6"))
+            },
+        )
+        .await;
     }
     let c = env.cluster(&ns, name).await;
     assert_eq!(

@@ -1032,8 +1032,8 @@ async fn two_pods_of_one_job_report_the_checksum_of_the_object_stored() {
 }
 
 /// The client retention uses (the schedule controller's), with the writer's keys.
-fn retention_client(minio: &Minio) -> controller::agent::s3::S3 {
-    let args = controller::agent::S3Args {
+fn retention_client(minio: &Minio) -> controller::objectstore::S3 {
+    let args = controller::objectstore::S3Args {
         s3_bucket: Some(minio.bucket.clone()),
         s3_key: None,
         s3_endpoint: Some(minio.endpoint.clone()),
@@ -1041,7 +1041,7 @@ fn retention_client(minio: &Minio) -> controller::agent::s3::S3 {
         s3_force_path_style: true,
         s3_ca_file: None,
     };
-    controller::agent::s3::S3::with_credentials(
+    controller::objectstore::S3::with_credentials(
         &args,
         minio.writer.access_key.clone(),
         minio.writer.secret_key.clone(),
@@ -1080,7 +1080,7 @@ async fn retention_aborts_stale_uploads_at_the_snapshots_key_only() {
             .or_panic_debug();
     }
     assert_eq!(minio.uploads("sched/s-1.db").await.len(), 2);
-    let at = controller::agent::s3::Location {
+    let at = controller::objectstore::Location {
         bucket: minio.bucket.clone(),
         key: "sched/s-1.db".into(),
     };
@@ -1106,7 +1106,7 @@ async fn a_failed_snapshots_own_object_is_deleted_and_no_other() {
     let tmp = temp_root().or_panic();
     let minio = Minio::start(&bins, tmp.path(), false).await.or_panic();
     let s3 = retention_client(&minio);
-    let at = |key: &str| controller::agent::s3::Location {
+    let at = |key: &str| controller::objectstore::Location {
         bucket: minio.bucket.clone(),
         key: key.into(),
     };

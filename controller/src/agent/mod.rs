@@ -17,9 +17,6 @@ pub mod save;
 use std::path::Path;
 
 use crate::objectstore::Failure;
-/// The object store's settings at their former path, which the snapshot agent's integration
-/// tests (`tests/tests/snapshot_agent.rs`) still name.
-pub use crate::objectstore::S3Args;
 
 use serde::Serialize;
 

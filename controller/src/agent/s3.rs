@@ -12,12 +12,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::objectstore::{
-    error_text, hex, owner_of, sha256_of, size_of, status_of, Failure, Uploaded, META_SHA256,
-    META_UID,
+    error_text, hex, owner_of, sha256_of, size_of, status_of, Failure, Location, Uploaded,
+    META_SHA256, META_UID, S3,
 };
-/// The client and a location at their former path, which the snapshot agent's integration
-/// tests (`tests/tests/snapshot_agent.rs`) still name.
-pub use crate::objectstore::{Location, S3};
 
 /// Fixed part size of the multipart upload: the agent's buffer (S3 allows 10,000 parts, so
 /// snapshots up to ~78 GiB; etcd's backend is at most 8 GiB).

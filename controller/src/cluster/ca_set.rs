@@ -119,7 +119,8 @@ pub fn unsafe_change(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::view::{DataHome, PodView};
+    use crate::cluster::view::DataHome;
+    use crate::pods::PodView;
     use crate::tls::{Bundle, Presented};
     use k8s_openapi::jiff::Timestamp;
     use std::collections::BTreeSet;

@@ -14,7 +14,7 @@ use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
 
 use super::act::{self, Acted};
-use super::plan::{self, Action, Phase, Plan};
+use super::plan::{self, Action, Hold, Phase, Plan};
 use super::{children, observe, publish, status};
 use crate::context::Context;
 use crate::etcd::access::ClusterKey;
@@ -118,20 +118,27 @@ fn next_check(plan: &Plan, now: Timestamp) -> Requeue {
     let mut after = match plan.phase {
         Phase::Reconciled if formed && plan.observed.replicas > 0 => Some(HEALTH_RECHECK),
         Phase::Progressing if formed => Some(HEALTH_RECHECK),
-        Phase::Progressing if plan.observed.replicas > 0 && plan.facts.unsupported.is_empty() => {
+        Phase::Progressing
+            if plan.observed.replicas > 0 && !matches!(plan.hold, Some(Hold::Unsupported(_))) =>
+        {
             Some(SEED_RECHECK)
         }
         _ => None,
     };
-    if plan.facts.tls_secret_problem.is_some() || plan.facts.auth_problem.is_some() {
-        // Referenced TLS Secrets are watched (this is the fallback for a missed event); the
-        // auth Secret is read, not watched: look again soon for the one being waited on.
-        after = Some(TLS_SECRET_RECHECK);
-    }
-    if plan.facts.cert_manager_missing {
-        // Nothing cert-manager does wakes this cluster: ask discovery again now and then, so
-        // installing cert-manager is picked up without restarting the operator.
-        after = Some(CERT_MANAGER_RECHECK);
+    // What holds the cluster is the planner's (one precedence, [`Hold::first`]); a hold behind a
+    // passed deadline or unsupported fields waits for a spec edit like the rest of the cluster.
+    match &plan.hold {
+        Some(Hold::TlsSecret { .. } | Hold::Auth(_)) => {
+            // Referenced TLS Secrets are watched (this is the fallback for a missed event); the
+            // auth Secret is read, not watched: look again soon for the one being waited on.
+            after = Some(TLS_SECRET_RECHECK);
+        }
+        Some(Hold::CertManagerMissing) => {
+            // Nothing cert-manager does wakes this cluster: ask discovery again now and then,
+            // so installing cert-manager is picked up without restarting the operator.
+            after = Some(CERT_MANAGER_RECHECK);
+        }
+        _ => {}
     }
     if plan.phase == Phase::Progressing {
         if let Some(deadline) = plan.progress_deadline {

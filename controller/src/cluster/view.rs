@@ -1,8 +1,11 @@
 //! What the cluster planner sees of each member: its EtcdMember, its Pod and where its data
 //! lives. Plain facts gathered by the reconciler (`reconcile`, `data_home`), read by the planner
 //! (`plan`) and by the rules beside it (`ca_set`), so none of those depend on each other for them.
+//! The Pod's part, [`PodView`], is `pods.rs`'s (what a member Pod says, read by both controllers).
 
 use k8s_openapi::jiff::Timestamp;
+
+use crate::pods::PodView;
 
 /// A member as the planner sees it: its CR, its Pod, and what etcd says about it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,33 +70,4 @@ pub enum DataHome {
     NodeGone { node: String },
     /// The member's PVC is bound to a PV that no longer exists (the claim is `Lost`).
     VolumeGone { volume: String },
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PodView {
-    pub uid: String,
-    pub ready: bool,
-    pub restart_count: i32,
-    /// The etcd container's last termination was an OOM kill.
-    pub oom_killed: bool,
-    /// The Pod cannot be scheduled (`PodScheduled=False/Unschedulable`): since when, and the
-    /// scheduler's message (a Node gone with the member's local volume, a lost PVC, ...).
-    pub unschedulable: Option<(Timestamp, String)>,
-    /// The Pod's deletion was requested (an eviction, a drain) and it has not gone yet.
-    pub terminating: bool,
-    /// The etcd container is waiting in `CrashLoopBackOff` right now.
-    pub crash_loop_backoff: bool,
-    /// When the etcd container last terminated (`lastState.terminated.finishedAt`).
-    pub last_exit: Option<Timestamp>,
-    /// [`api::labels::TRUST_BUNDLE_ANNOTATION`] on the Pod: the CA bundles it started with.
-    pub trust_bundle: Option<String>,
-    /// [`api::labels::TRUSTED_CAS_ANNOTATION`] on the Pod: the CAs it started trusting.
-    pub trusted_cas: Option<String>,
-    /// When the etcd container started (`state.running.startedAt`): etcd loaded its CA bundles
-    /// from the Secrets as they were then.
-    pub started: Option<Timestamp>,
-    /// [`api::labels::TEMPLATE_HASH_ANNOTATION`] on the Pod: the template it was built from.
-    pub template_hash: Option<String>,
-    /// [`api::labels::IMAGE_REPOSITORY_ANNOTATION`] on the Pod: the repository it runs.
-    pub image_repository: Option<String>,
 }

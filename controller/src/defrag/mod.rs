@@ -5,7 +5,3 @@
 
 pub mod policy;
 pub mod run;
-
-/// The run planner at its former path `defrag::plan` (the controller context names its
-/// `DefragTimeout` there).
-pub use run::plan;

@@ -1,17 +1,16 @@
-//! The EtcdMember reconciler: the member's PVC and Pod, its status, its voter label, and the
-//! cleanup finalizer that removes it from etcd before its Pod and PVC are garbage-collected.
+//! The EtcdMember reconciler: the member's Pod, its status and its voter label. The PVC (creation,
+//! growth) is `claim.rs`'s, the cleanup finalizer that removes the member from etcd before its Pod
+//! and PVC are garbage-collected is `finalize.rs`'s; the decision is `plan.rs`'s (pure).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use api::conditions::{member as mtype, reason};
 use api::labels;
 use api::v1alpha2::{EtcdCluster, EtcdMember};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -19,16 +18,18 @@ use serde_json::json;
 use crate::builders::pod::{
     member_pod, PodParams, INITIAL_CLUSTER_STATE_ANNOTATION, STATE_EXISTING, STATE_NEW,
 };
-use crate::builders::pvc::member_pvc;
 use crate::conditions::set_condition;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::etcd::access::{Access, User};
-use crate::etcd::format_id;
 use crate::pods::pod_view;
+use crate::topology;
 use crate::{controller_uid, Error};
-use crate::{topology, volume};
+use claim::{binds_immediately, create_pvc, grow_claim, VOLUME_RECHECK};
+use finalize::finalize;
 use plan::{Claim, MemberFacts, PodFacts, Step};
 
+mod claim;
+mod finalize;
 pub mod plan;
 
 /// Reconcile one EtcdMember (run through [`crate::shell::reconcile_lenient`]: timing, metrics,
@@ -304,121 +305,6 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
     })
 }
 
-/// How often a member whose PVC cannot grow looks at its StorageClass again (an edit of the
-/// class sends no event the member controller watches).
-const VOLUME_RECHECK: Duration = Duration::from_secs(60);
-
-/// Raise the bound claim's request to `spec.storage.size` when it grew and the StorageClass
-/// allows it, and set the `VolumeExpanded` condition (see [`volume`]). Whether to look again
-/// later.
-async fn grow_claim(
-    member: &EtcdMember,
-    claim: &PersistentVolumeClaim,
-    pvcs: &Api<PersistentVolumeClaim>,
-    ctx: &Context,
-    conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
-    generation: Option<i64>,
-    now: Timestamp,
-) -> Result<bool, Error> {
-    let want = &member.spec.storage.size;
-    let pvc = claim.name_any();
-    let spec = claim.spec.as_ref();
-    let requested = spec
-        .and_then(|s| s.resources.as_ref())
-        .and_then(|r| r.requests.as_ref())
-        .and_then(|r| r.get("storage"));
-    let capacity = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.capacity.as_ref())
-        .and_then(|c| c.get("storage"));
-    let class = spec
-        .and_then(|s| s.storage_class_name.as_deref())
-        .filter(|c| !c.is_empty());
-    let class_allows = match class {
-        Some(class) if volume::request_short(want, requested) => {
-            Api::<StorageClass>::all(ctx.client.clone())
-                .get_opt(class)
-                .await?
-                .map(|sc| sc.allow_volume_expansion == Some(true))
-        }
-        _ => None,
-    };
-    let had = conditions
-        .iter()
-        .find(|c| c.type_ == mtype::VOLUME_EXPANDED)
-        .cloned();
-    let mut growth = volume::plan(
-        want,
-        &volume::ClaimFacts {
-            pvc: &pvc,
-            requested,
-            capacity,
-            class,
-            class_allows,
-            had_condition: had.is_some(),
-        },
-    );
-    if let Some(size) = &growth.request {
-        let patch = json!({"spec": {"resources": {"requests": {"storage": size}}}});
-        match pvcs
-            .patch(&pvc, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {
-                ctx.event(
-                    member,
-                    false,
-                    "VolumeExpansionRequested",
-                    "ExpandVolume",
-                    format!(
-                        "raised PVC {pvc}'s request from {} to {} for spec.storage.size; the \
-                         volume grows online",
-                        requested.map(|q| q.0.as_str()).unwrap_or("no size"),
-                        size.0
-                    ),
-                )
-                .await;
-            }
-            // Admission refusing the resize (the class or the claim does not allow it).
-            Err(kube::Error::Api(e)) if matches!(e.code, 403 | 422) => {
-                growth.condition = Some((
-                    false,
-                    reason::VOLUME_EXPANSION_FAILED,
-                    format!(
-                        "the API server refused to expand PVC {pvc} to {}: {}",
-                        size.0, e.message
-                    ),
-                ));
-                growth.recheck = true;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    if let Some((status, why, message)) = growth.condition {
-        if status && had.as_ref().is_some_and(|c| c.status != "True") {
-            ctx.event(
-                member,
-                false,
-                "VolumeExpanded",
-                "ExpandVolume",
-                message.clone(),
-            )
-            .await;
-        }
-        set_condition(
-            conditions,
-            mtype::VOLUME_EXPANDED,
-            status,
-            why,
-            message,
-            generation,
-            now,
-        );
-    }
-    Ok(growth.recheck)
-}
-
 /// Why `pod` must start again for `member`, if it must. Only a value the Pod records and that
 /// differs counts: a Pod without a record (an older operator's, or adopted) is not restarted for
 /// lack of one (the cluster controller records it).
@@ -460,51 +346,6 @@ async fn running_version(
         .await
         .ok()?;
     etcd.version().await.ok()
-}
-
-/// Whether a claim's StorageClass binds at once (`Immediate`, the Kubernetes default). With
-/// `WaitForFirstConsumer`, or a class that cannot be read, the Pod must come first.
-async fn binds_immediately(claim: &PersistentVolumeClaim, ctx: &Context) -> bool {
-    let Some(class) = claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.clone())
-    else {
-        return false;
-    };
-    let classes: Api<StorageClass> = Api::all(ctx.client.clone());
-    match classes.get_opt(&class).await {
-        Ok(Some(sc)) => sc.volume_binding_mode.as_deref().unwrap_or("Immediate") == "Immediate",
-        _ => false,
-    }
-}
-
-async fn create_pvc(
-    member: &EtcdMember,
-    pvcs: &Api<PersistentVolumeClaim>,
-    ctx: &Context,
-) -> Result<(), Error> {
-    let Some(want) = member_pvc(member)? else {
-        return Ok(());
-    };
-    let pvc_name = want.name_any();
-    pvcs.create(
-        &PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..Default::default()
-        },
-        &want,
-    )
-    .await?;
-    ctx.event(
-        member,
-        false,
-        "PVCCreated",
-        "Create",
-        format!("created PVC {pvc_name} for the member's data"),
-    )
-    .await;
-    Ok(())
 }
 
 /// Keep the voter label in step with etcd, put back the operator's labels if someone removed
@@ -559,139 +400,5 @@ async fn sync_pod_metadata(
     Ok(())
 }
 
-/// The cleanup finalizer: MemberRemove against the remaining voters, unless the whole cluster is
-/// going away (then nothing is left to remove from, and waiting would deadlock the deletion).
-async fn finalize(
-    member: &EtcdMember,
-    cluster: Option<&EtcdCluster>,
-    ctx: &Context,
-) -> Result<Requeue, Error> {
-    let name = member.name_any();
-    let ns = member.namespace().ok_or(Error::NoNamespace)?;
-    let members: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
-    if !member
-        .finalizers()
-        .iter()
-        .any(|f| f == labels::MEMBER_CLEANUP_FINALIZER)
-    {
-        return Ok(Requeue::await_change());
-    }
-    let cluster_going = match cluster {
-        None => true,
-        Some(c) => c.metadata.deletion_timestamp.is_some(),
-    };
-    if let (false, Some(cluster)) = (cluster_going, cluster) {
-        remove_from_etcd(member, cluster, ctx).await?;
-    }
-    let finalizers: Vec<String> = member
-        .finalizers()
-        .iter()
-        .filter(|f| *f != labels::MEMBER_CLEANUP_FINALIZER)
-        .cloned()
-        .collect();
-    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": member.resource_version()}});
-    members
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(Requeue::await_change())
-}
-
-async fn remove_from_etcd(
-    member: &EtcdMember,
-    cluster: &EtcdCluster,
-    ctx: &Context,
-) -> Result<(), Error> {
-    let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
-    let cluster_name = cluster.name_any();
-    let name = member.name_any();
-    let members: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let selector = ListParams::default().labels(&labels::cluster_selector(&cluster_name));
-    let ready: BTreeMap<String, bool> = pods
-        .list(&selector)
-        .await?
-        .items
-        .iter()
-        .map(|p| (p.name_any(), pod_view(p).ready))
-        .collect();
-    let other_voters: Vec<EtcdMember> = members
-        .list(&selector)
-        .await?
-        .items
-        .into_iter()
-        .filter(|m| m.name_any() != name)
-        .filter(|m| m.status.as_ref().is_some_and(|s| s.is_voter))
-        .collect();
-    if other_voters.is_empty() {
-        // No other voter: this is the last member (or the cluster never formed); nothing to
-        // remove it from.
-        return Ok(());
-    }
-    let endpoints: Vec<String> = other_voters
-        .iter()
-        .filter(|m| ready.get(&m.name_any()).copied().unwrap_or(false))
-        .map(|m| topology::client_url(m, cluster))
-        .collect();
-    if endpoints.is_empty() {
-        // Dropping the finalizer now would leave a ghost member in etcd that still counts
-        // towards quorum; the member stays Terminating until a voter can take the MemberRemove.
-        return Err(Error::EtcdUnavailable);
-    }
-    // MemberRemove needs root once auth is on.
-    let access = Access::load(&ctx.client, &ctx.metrics, cluster, User::Root).await?;
-    let mut etcd = access.dial(&endpoints).await?;
-    let (_, listed) = etcd.member_list().await?;
-    if let Some(id) = topology::entry_of(member, cluster, &listed).map(|e| e.id) {
-        match etcd.member_remove(id).await {
-            Ok(()) => {
-                tracing::info!(member = %name, id = %format_id(id), "removed member from etcd");
-                let note = format!("removed {name} (ID {}) from etcd", format_id(id));
-                ctx.event(
-                    cluster,
-                    false,
-                    "MemberRemoved",
-                    "MemberRemove",
-                    note.clone(),
-                )
-                .await;
-                ctx.event(member, false, "MemberRemoved", "MemberRemove", note)
-                    .await;
-            }
-            Err(e) if e.is_member_not_found() => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn annotated<K: kube::Resource>(mut k: K, pairs: &[(&str, &str)]) -> K {
-        k.meta_mut().annotations = Some(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
-        k
-    }
-
-    #[test]
-    fn a_pod_is_restarted_for_another_image_repository_only_when_both_record_one() {
-        let key = labels::IMAGE_REPOSITORY_ANNOTATION;
-        let blank = || crate::builders::tests::member("c-a", "c", "ns");
-        let member = annotated(blank(), &[(key, "mirror.example/etcd")]);
-        let old = annotated(Pod::default(), &[(key, "quay.io/coreos/etcd")]);
-        assert_eq!(
-            restart_for(&member, &old),
-            Some("the new etcd image repository")
-        );
-        let same = annotated(Pod::default(), &[(key, "mirror.example/etcd")]);
-        assert_eq!(restart_for(&member, &same), None);
-        // A Pod without a record (an older operator's) and a member without one: no restart.
-        assert_eq!(restart_for(&member, &annotated(Pod::default(), &[])), None);
-        assert_eq!(restart_for(&annotated(blank(), &[]), &old), None);
-    }
-}
+mod tests;

@@ -75,6 +75,8 @@ pub struct ControlPlaneBuilder {
     crds: bool,
     controller_manager: bool,
     scheduler: bool,
+    /// Tells apart shared control planes of the same shape (see [`ControlPlaneBuilder::apart`]).
+    apart: &'static str,
 }
 
 impl ControlPlaneBuilder {
@@ -99,6 +101,14 @@ impl ControlPlaneBuilder {
     /// Start kube-scheduler.
     pub fn with_scheduler(mut self) -> Self {
         self.scheduler = true;
+        self
+    }
+
+    /// A shared control plane of its own (see [`ControlPlaneBuilder::shared`]): callers of the
+    /// same shape and `tag` get it, no other. For a test that needs what no other test did to
+    /// its control plane (say, no cert-manager API installed). Changes nothing in what starts.
+    pub fn apart(mut self, tag: &'static str) -> Self {
+        self.apart = tag;
         self
     }
 

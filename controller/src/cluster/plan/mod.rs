@@ -16,7 +16,8 @@ use kube::ResourceExt;
 
 use crate::naming;
 
-pub use super::view::{DataHome, MemberView, PodView};
+pub use super::view::{DataHome, MemberView};
+pub use crate::pods::PodView;
 
 pub use crate::etcd::{EtcdMemberInfo, EtcdView};
 

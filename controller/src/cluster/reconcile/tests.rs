@@ -43,6 +43,33 @@ fn a_running_deadline_wakes_the_reconcile_when_it_expires() {
 }
 
 #[test]
+fn the_requeue_follows_the_planners_hold() {
+    let now = Timestamp::from_second(1_800_000_000).unwrap();
+    let held = |phase, hold| Plan {
+        hold: Some(hold),
+        ..plan_at(phase, true, None)
+    };
+    let tls = || Hold::TlsSecret {
+        problem: "Secret ns/c-server does not exist".into(),
+        waiting_for_certificate: false,
+    };
+    // What is waited on is looked at again soon: a Secret, or cert-manager's API.
+    assert_eq!(
+        next_check(&held(Phase::Progressing, tls()), now),
+        Requeue::requeue(TLS_SECRET_RECHECK)
+    );
+    assert_eq!(
+        next_check(&held(Phase::Progressing, Hold::CertManagerMissing), now),
+        Requeue::requeue(CERT_MANAGER_RECHECK)
+    );
+    // Behind a passed deadline a missing Secret changes nothing: only a spec edit resumes.
+    let mut parked = held(Phase::DeadlineExceeded, Hold::DeadlineExceeded);
+    parked.facts.tls_secret_problem = Some("Secret ns/c-server does not exist".into());
+    parked.facts.cert_manager_missing = true;
+    assert_eq!(next_check(&parked, now), Requeue::await_change());
+}
+
+#[test]
 fn a_lost_peer_auto_tls_annotation_is_restored_only_for_auto_tls_members() {
     let mut cluster = EtcdCluster::new("c", Default::default());
     let member = |auto: bool| {

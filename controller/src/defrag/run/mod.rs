@@ -35,7 +35,7 @@ use crate::Error;
 use plan::{phase, render, Gate, Next, Outcome};
 
 /// Bound on a run's `AlarmDisarm` call. A `Defragment` call's bound is sized to the member's
-/// database ([`plan::DefragTimeout`]).
+/// database ([`crate::config::DefragTimeout`]).
 pub const MEMBER_RPC_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bound on a member's `Status` answer while checking health.
 pub const STATUS_TIMEOUT: Duration = Duration::from_secs(5);

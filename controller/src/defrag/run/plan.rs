@@ -5,7 +5,6 @@
 //! NOSPACE alarm may be disarmed.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use api::v1alpha2::DefragMemberStatus;
 use k8s_openapi::api::core::v1::Pod;
@@ -80,38 +79,6 @@ pub fn nospace_stays(members: &[MemberObservation]) -> Option<String> {
         }
     }
     None
-}
-
-/// The bound on one member's `Defragment` call: `base` plus `per_gib` for each GiB of its
-/// dbSize, at most [`MAX_DEFRAG_TIMEOUT`] (and never below `base`). etcd copies every live key
-/// into a new file, so the time grows with the database.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DefragTimeout {
-    pub base: Duration,
-    pub per_gib: Duration,
-}
-
-/// The longest a single `Defragment` call is given (before the run's own deadline).
-pub const MAX_DEFRAG_TIMEOUT: Duration = Duration::from_secs(10 * 60);
-
-impl Default for DefragTimeout {
-    fn default() -> Self {
-        Self {
-            base: Duration::from_secs(60),
-            per_gib: Duration::from_secs(60),
-        }
-    }
-}
-
-impl DefragTimeout {
-    pub fn for_size(&self, db_size: i64) -> Duration {
-        let gib = db_size.max(0) as f64 / (1024.0 * 1024.0 * 1024.0);
-        let extra = Duration::try_from_secs_f64(self.per_gib.as_secs_f64() * gib)
-            .unwrap_or(MAX_DEFRAG_TIMEOUT);
-        self.base
-            .saturating_add(extra)
-            .min(MAX_DEFRAG_TIMEOUT.max(self.base))
-    }
 }
 
 /// A `Defragment` call for this member was (maybe) sent and its outcome is not known yet: the

@@ -1,4 +1,6 @@
 use super::*;
+use api::v1alpha2::AutoCompactionMode;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 fn legacy() -> Value {
     serde_json::json!({

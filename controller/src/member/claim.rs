@@ -1,0 +1,182 @@
+//! The member's PVC: creating it, whether its StorageClass binds at once, and growing it to
+//! `spec.storage.size` (the `VolumeExpanded` condition). What to grow to is `crate::volume`'s
+//! pure plan; this file only reads the claim and its class and patches. It never touches the
+//! Pod or etcd.
+
+use std::time::Duration;
+
+use api::conditions::{member as mtype, reason};
+use api::v1alpha2::EtcdMember;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::builders::pvc::member_pvc;
+use crate::conditions::set_condition;
+use crate::context::{Context, FIELD_MANAGER};
+use crate::volume;
+use crate::Error;
+
+/// How often a member whose PVC cannot grow looks at its StorageClass again (an edit of the
+/// class sends no event the member controller watches).
+pub(super) const VOLUME_RECHECK: Duration = Duration::from_secs(60);
+
+/// Raise the bound claim's request to `spec.storage.size` when it grew and the StorageClass
+/// allows it, and set the `VolumeExpanded` condition (see [`volume`]). Whether to look again
+/// later.
+pub(super) async fn grow_claim(
+    member: &EtcdMember,
+    claim: &PersistentVolumeClaim,
+    pvcs: &Api<PersistentVolumeClaim>,
+    ctx: &Context,
+    conditions: &mut Vec<Condition>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Result<bool, Error> {
+    let want = &member.spec.storage.size;
+    let pvc = claim.name_any();
+    let spec = claim.spec.as_ref();
+    let requested = spec
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"));
+    let capacity = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|c| c.get("storage"));
+    let class = spec
+        .and_then(|s| s.storage_class_name.as_deref())
+        .filter(|c| !c.is_empty());
+    let class_allows = match class {
+        Some(class) if volume::request_short(want, requested) => {
+            Api::<StorageClass>::all(ctx.client.clone())
+                .get_opt(class)
+                .await?
+                .map(|sc| sc.allow_volume_expansion == Some(true))
+        }
+        _ => None,
+    };
+    let had = conditions
+        .iter()
+        .find(|c| c.type_ == mtype::VOLUME_EXPANDED)
+        .cloned();
+    let mut growth = volume::plan(
+        want,
+        &volume::ClaimFacts {
+            pvc: &pvc,
+            requested,
+            capacity,
+            class,
+            class_allows,
+            had_condition: had.is_some(),
+        },
+    );
+    if let Some(size) = &growth.request {
+        let patch = json!({"spec": {"resources": {"requests": {"storage": size}}}});
+        match pvcs
+            .patch(&pvc, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                ctx.event(
+                    member,
+                    false,
+                    "VolumeExpansionRequested",
+                    "ExpandVolume",
+                    format!(
+                        "raised PVC {pvc}'s request from {} to {} for spec.storage.size; the \
+                         volume grows online",
+                        requested.map(|q| q.0.as_str()).unwrap_or("no size"),
+                        size.0
+                    ),
+                )
+                .await;
+            }
+            // Admission refusing the resize (the class or the claim does not allow it).
+            Err(kube::Error::Api(e)) if matches!(e.code, 403 | 422) => {
+                growth.condition = Some((
+                    false,
+                    reason::VOLUME_EXPANSION_FAILED,
+                    format!(
+                        "the API server refused to expand PVC {pvc} to {}: {}",
+                        size.0, e.message
+                    ),
+                ));
+                growth.recheck = true;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some((status, why, message)) = growth.condition {
+        if status && had.as_ref().is_some_and(|c| c.status != "True") {
+            ctx.event(
+                member,
+                false,
+                "VolumeExpanded",
+                "ExpandVolume",
+                message.clone(),
+            )
+            .await;
+        }
+        set_condition(
+            conditions,
+            mtype::VOLUME_EXPANDED,
+            status,
+            why,
+            message,
+            generation,
+            now,
+        );
+    }
+    Ok(growth.recheck)
+}
+
+/// Whether a claim's StorageClass binds at once (`Immediate`, the Kubernetes default). With
+/// `WaitForFirstConsumer`, or a class that cannot be read, the Pod must come first.
+pub(super) async fn binds_immediately(claim: &PersistentVolumeClaim, ctx: &Context) -> bool {
+    let Some(class) = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+    else {
+        return false;
+    };
+    let classes: Api<StorageClass> = Api::all(ctx.client.clone());
+    match classes.get_opt(&class).await {
+        Ok(Some(sc)) => sc.volume_binding_mode.as_deref().unwrap_or("Immediate") == "Immediate",
+        _ => false,
+    }
+}
+
+pub(super) async fn create_pvc(
+    member: &EtcdMember,
+    pvcs: &Api<PersistentVolumeClaim>,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let Some(want) = member_pvc(member)? else {
+        return Ok(());
+    };
+    let pvc_name = want.name_any();
+    pvcs.create(
+        &PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        },
+        &want,
+    )
+    .await?;
+    ctx.event(
+        member,
+        false,
+        "PVCCreated",
+        "Create",
+        format!("created PVC {pvc_name} for the member's data"),
+    )
+    .await;
+    Ok(())
+}

@@ -1,0 +1,124 @@
+//! The member's cleanup finalizer: MemberRemove against the remaining voters before the
+//! EtcdMember (and with it its Pod and PVC) goes. It never creates or changes a Pod or PVC.
+
+use std::collections::BTreeMap;
+
+use api::labels;
+use api::v1alpha2::{EtcdCluster, EtcdMember};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action as Requeue;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::context::Context;
+use crate::etcd::access::{Access, User};
+use crate::etcd::format_id;
+use crate::pods::pod_view;
+use crate::topology;
+use crate::Error;
+
+/// The cleanup finalizer: MemberRemove against the remaining voters, unless the whole cluster is
+/// going away (then nothing is left to remove from, and waiting would deadlock the deletion).
+pub(super) async fn finalize(
+    member: &EtcdMember,
+    cluster: Option<&EtcdCluster>,
+    ctx: &Context,
+) -> Result<Requeue, Error> {
+    let name = member.name_any();
+    let ns = member.namespace().ok_or(Error::NoNamespace)?;
+    let members: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
+    if !member
+        .finalizers()
+        .iter()
+        .any(|f| f == labels::MEMBER_CLEANUP_FINALIZER)
+    {
+        return Ok(Requeue::await_change());
+    }
+    let cluster_going = match cluster {
+        None => true,
+        Some(c) => c.metadata.deletion_timestamp.is_some(),
+    };
+    if let (false, Some(cluster)) = (cluster_going, cluster) {
+        remove_from_etcd(member, cluster, ctx).await?;
+    }
+    let finalizers: Vec<String> = member
+        .finalizers()
+        .iter()
+        .filter(|f| *f != labels::MEMBER_CLEANUP_FINALIZER)
+        .cloned()
+        .collect();
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": member.resource_version()}});
+    members
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(Requeue::await_change())
+}
+
+async fn remove_from_etcd(
+    member: &EtcdMember,
+    cluster: &EtcdCluster,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
+    let cluster_name = cluster.name_any();
+    let name = member.name_any();
+    let members: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let selector = ListParams::default().labels(&labels::cluster_selector(&cluster_name));
+    let ready: BTreeMap<String, bool> = pods
+        .list(&selector)
+        .await?
+        .items
+        .iter()
+        .map(|p| (p.name_any(), pod_view(p).ready))
+        .collect();
+    let other_voters: Vec<EtcdMember> = members
+        .list(&selector)
+        .await?
+        .items
+        .into_iter()
+        .filter(|m| m.name_any() != name)
+        .filter(|m| m.status.as_ref().is_some_and(|s| s.is_voter))
+        .collect();
+    if other_voters.is_empty() {
+        // No other voter: this is the last member (or the cluster never formed); nothing to
+        // remove it from.
+        return Ok(());
+    }
+    let endpoints: Vec<String> = other_voters
+        .iter()
+        .filter(|m| ready.get(&m.name_any()).copied().unwrap_or(false))
+        .map(|m| topology::client_url(m, cluster))
+        .collect();
+    if endpoints.is_empty() {
+        // Dropping the finalizer now would leave a ghost member in etcd that still counts
+        // towards quorum; the member stays Terminating until a voter can take the MemberRemove.
+        return Err(Error::EtcdUnavailable);
+    }
+    // MemberRemove needs root once auth is on.
+    let access = Access::load(&ctx.client, &ctx.metrics, cluster, User::Root).await?;
+    let mut etcd = access.dial(&endpoints).await?;
+    let (_, listed) = etcd.member_list().await?;
+    if let Some(id) = topology::entry_of(member, cluster, &listed).map(|e| e.id) {
+        match etcd.member_remove(id).await {
+            Ok(()) => {
+                tracing::info!(member = %name, id = %format_id(id), "removed member from etcd");
+                let note = format!("removed {name} (ID {}) from etcd", format_id(id));
+                ctx.event(
+                    cluster,
+                    false,
+                    "MemberRemoved",
+                    "MemberRemove",
+                    note.clone(),
+                )
+                .await;
+                ctx.event(member, false, "MemberRemoved", "MemberRemove", note)
+                    .await;
+            }
+            Err(e) if e.is_member_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
