@@ -8,7 +8,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 
 use crate::etcd::access::Pool;
-use crate::events::{Action, Reason, Transitional};
+use crate::events::{Action, Reason};
 use crate::metrics::Metrics;
 
 pub use crate::config::{Config, DEFAULT_REPLACE_BROKEN_MEMBERS_AFTER};
@@ -66,8 +66,8 @@ impl Context {
         &self,
         obj: &K,
         warning: bool,
-        reason: impl Into<Transitional<Reason>>,
-        action: impl Into<Transitional<Action>>,
+        reason: Reason,
+        action: Action,
         note: String,
     ) {
         self.event_related(obj, None, warning, reason, action, note)
@@ -81,12 +81,11 @@ impl Context {
         obj: &K,
         related: Option<k8s_openapi::api::core::v1::ObjectReference>,
         warning: bool,
-        reason: impl Into<Transitional<Reason>>,
-        action: impl Into<Transitional<Action>>,
+        reason: Reason,
+        action: Action,
         note: String,
     ) {
-        let reason = reason.into().0;
-        let action = action.into().0;
+        let reason = reason.reason();
         let event = Event {
             type_: if warning {
                 EventType::Warning
@@ -95,7 +94,7 @@ impl Context {
             },
             reason: reason.to_string(),
             note: Some(note),
-            action: action.to_string(),
+            action: action.action().to_string(),
             secondary: related,
         };
         if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {

@@ -327,27 +327,5 @@ impl Action {
     }
 }
 
-/// An Event's reason or action as [`crate::context::Context::event`] publishes it: from the
-/// enums above, or (until member/ is converted) a string.
-pub struct Transitional<T>(pub &'static str, std::marker::PhantomData<T>);
-
-impl From<Reason> for Transitional<Reason> {
-    fn from(r: Reason) -> Self {
-        Transitional(r.reason(), std::marker::PhantomData)
-    }
-}
-
-impl From<Action> for Transitional<Action> {
-    fn from(a: Action) -> Self {
-        Transitional(a.action(), std::marker::PhantomData)
-    }
-}
-
-impl<T> From<&'static str> for Transitional<T> {
-    fn from(s: &'static str) -> Self {
-        Transitional(s, std::marker::PhantomData)
-    }
-}
-
 #[cfg(test)]
 mod tests;

@@ -567,9 +567,6 @@ fn call_arguments(text: &str, open: usize) -> Vec<String> {
     args
 }
 
-/// Files whose Events still pass strings (being split elsewhere; converted right after).
-const EVENTS_NOT_YET_NAMED: &[&str] = &["member/mod.rs"];
-
 /// Every Event's reason and action is a variant of `events::Reason` / `events::Action`, so the
 /// strings users see are spelled once (and pinned by `events`' tests): no `ctx.event(` or
 /// `ctx.event_related(` call passes a string literal for either.
@@ -583,9 +580,6 @@ fn no_event_names_its_reason_with_a_string_literal() {
     let mut calls = 0;
     for file in rust_files(&src()) {
         let rel = relative(&file);
-        if EVENTS_NOT_YET_NAMED.contains(&rel.as_str()) {
-            continue;
-        }
         let text = fs::read_to_string(&file).unwrap_or_default();
         for (call, first) in [(".event(", 2), (".event_related(", 3)] {
             for (at, _) in text.match_indices(call) {

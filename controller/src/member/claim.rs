@@ -18,6 +18,7 @@ use serde_json::json;
 use crate::builders::pvc::member_pvc;
 use crate::conditions::set_condition;
 use crate::context::{Context, FIELD_MANAGER};
+use crate::events::{Action, Reason};
 use crate::volume;
 use crate::Error;
 
@@ -86,8 +87,8 @@ pub(super) async fn grow_claim(
                 ctx.event(
                     member,
                     false,
-                    "VolumeExpansionRequested",
-                    "ExpandVolume",
+                    Reason::VolumeExpansionRequested,
+                    Action::ExpandVolume,
                     format!(
                         "raised PVC {pvc}'s request from {} to {} for spec.storage.size; the \
                          volume grows online",
@@ -117,8 +118,8 @@ pub(super) async fn grow_claim(
             ctx.event(
                 member,
                 false,
-                "VolumeExpanded",
-                "ExpandVolume",
+                Reason::VolumeExpanded,
+                Action::ExpandVolume,
                 message.clone(),
             )
             .await;
@@ -173,8 +174,8 @@ pub(super) async fn create_pvc(
     ctx.event(
         member,
         false,
-        "PVCCreated",
-        "Create",
+        Reason::PvcCreated,
+        Action::Create,
         format!("created PVC {pvc_name} for the member's data"),
     )
     .await;

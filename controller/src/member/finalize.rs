@@ -14,6 +14,7 @@ use serde_json::json;
 use crate::context::Context;
 use crate::etcd::access::{Access, User};
 use crate::etcd::format_id;
+use crate::events::{Action, Reason};
 use crate::pods::pod_view;
 use crate::topology;
 use crate::Error;
@@ -108,13 +109,19 @@ async fn remove_from_etcd(
                 ctx.event(
                     cluster,
                     false,
-                    "MemberRemoved",
-                    "MemberRemove",
+                    Reason::MemberRemoved,
+                    Action::MemberRemove,
                     note.clone(),
                 )
                 .await;
-                ctx.event(member, false, "MemberRemoved", "MemberRemove", note)
-                    .await;
+                ctx.event(
+                    member,
+                    false,
+                    Reason::MemberRemoved,
+                    Action::MemberRemove,
+                    note,
+                )
+                .await;
             }
             Err(e) if e.is_member_not_found() => {}
             Err(e) => return Err(e.into()),

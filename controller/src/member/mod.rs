@@ -21,6 +21,7 @@ use crate::builders::pod::{
 use crate::conditions::set_condition;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::etcd::access::{Access, User};
+use crate::events::{Action, Reason};
 use crate::pods::pod_view;
 use crate::topology;
 use crate::{controller_uid, Error};
@@ -145,8 +146,8 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
             ctx.event(
                 member,
                 false,
-                "PodDeleted",
-                "Pause",
+                Reason::PodDeleted,
+                Action::Pause,
                 format!(
                     "deleted Pod {name}: the member is dormant; its data stays on PVC {}",
                     labels::pvc_name(&name)
@@ -159,8 +160,8 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
             ctx.event(
                 member,
                 false,
-                "PodRestarted",
-                "RollingRestart",
+                Reason::PodRestarted,
+                Action::RollingRestart,
                 format!(
                     "deleted Pod {name} to start it again for {}; its data and member ID are \
                      kept",
@@ -200,8 +201,8 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
             ctx.event(
                 member,
                 false,
-                "PodCreated",
-                "Create",
+                Reason::PodCreated,
+                Action::Create,
                 format!("created Pod {name}; {state}"),
             )
             .await;
