@@ -204,17 +204,6 @@ impl Reason {
             _ => None,
         }
     }
-
-    /// The Event of a failed snapshot, repeating the Ready condition's reason (`None` for a
-    /// reason that is not a failure).
-    pub fn snapshot_failed(ready_reason: &str) -> Option<Reason> {
-        match ready_reason {
-            condition::SNAPSHOT_JOB_LOST => Some(Reason::SnapshotJobLost),
-            condition::JOB_FAILED => Some(Reason::JobFailed),
-            condition::AUTH_LATCH_TIMEOUT => Some(Reason::AuthLatchTimeout),
-            _ => None,
-        }
-    }
 }
 
 /// The action of an Event: what the operator did (or tried), the Event's `action` field.

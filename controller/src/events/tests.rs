@@ -131,14 +131,6 @@ fn events_that_repeat_a_condition_reason_map_back_from_it() {
     for r in [reason::MEMORY_ROLLOUT_UNSAFE, reason::UNSAFE_CA_CHANGE] {
         assert_eq!(Reason::rollout_refused(r).map(|e| e.reason()), Some(r));
     }
-    for r in [
-        reason::SNAPSHOT_JOB_LOST,
-        reason::JOB_FAILED,
-        reason::AUTH_LATCH_TIMEOUT,
-    ] {
-        assert_eq!(Reason::snapshot_failed(r).map(|e| e.reason()), Some(r));
-    }
     assert_eq!(Reason::parked(reason::RECONCILED), None);
     assert_eq!(Reason::rollout_refused(reason::ROLLING_RESTART), None);
-    assert_eq!(Reason::snapshot_failed(reason::JOB_RUNNING), None);
 }

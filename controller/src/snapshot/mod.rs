@@ -56,11 +56,42 @@ pub enum Step {
     },
     Complete(SnapshotArtifact),
     Fail {
-        reason: &'static str,
+        reason: Failure,
         message: String,
     },
     /// Terminal already: nothing changes.
     Done,
+}
+
+/// Why a snapshot failed: the `Ready` condition's reason and the Warning Event's, the same string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The Job disappeared after the snapshot started.
+    JobLost,
+    /// The Job failed, or succeeded without reporting a stored object.
+    JobFailed,
+    /// The cluster asks for root auth that the operator has not enabled in time.
+    AuthLatchTimeout,
+}
+
+impl Failure {
+    /// The `Ready` condition's reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Failure::JobLost => reason::SNAPSHOT_JOB_LOST,
+            Failure::JobFailed => reason::JOB_FAILED,
+            Failure::AuthLatchTimeout => reason::AUTH_LATCH_TIMEOUT,
+        }
+    }
+
+    /// The Warning Event announcing it.
+    pub fn event(self) -> Reason {
+        match self {
+            Failure::JobLost => Reason::SnapshotJobLost,
+            Failure::JobFailed => Reason::JobFailed,
+            Failure::AuthLatchTimeout => Reason::AuthLatchTimeout,
+        }
+    }
 }
 
 /// The next step for a snapshot in `phase`, given its Job (`None`: there is none) and cluster.
@@ -80,7 +111,7 @@ pub fn decide(
     match (phase, job) {
         (p, _) if p.is_terminal() => Step::Done,
         (SnapshotPhase::Started, None) => Step::Fail {
-            reason: reason::SNAPSHOT_JOB_LOST,
+            reason: Failure::JobLost,
             message: format!(
                 "Job {job_name} disappeared after the snapshot started; it is not re-run (it could \
                  capture another revision under this name): create a new EtcdSnapshot"
@@ -91,7 +122,7 @@ pub fn decide(
                 artifact: Some(a), ..
             }) => Step::Complete(a),
             _ => Step::Fail {
-                reason: reason::JOB_FAILED,
+                reason: Failure::JobFailed,
                 message: format!(
                     "Job {job_name} succeeded but its agent reported no stored object \
                          (termination message: {:?})",
@@ -108,7 +139,7 @@ pub fn decide(
                 .or_else(|| j.report.clone())
                 .unwrap_or_default();
             Step::Fail {
-                reason: reason::JOB_FAILED,
+                reason: Failure::JobFailed,
                 message: format!(
                     "Job {job_name} failed ({}): {why}",
                     j.failed.clone().unwrap_or_default()
@@ -157,7 +188,7 @@ pub fn decide(
                         .unwrap_or_default();
                     if age >= AUTH_LATCH_TIMEOUT {
                         Step::Fail {
-                            reason: reason::AUTH_LATCH_TIMEOUT,
+                            reason: Failure::AuthLatchTimeout,
                             message: format!(
                                 "EtcdCluster {} asks for root auth, which the operator has not \
                                  enabled within {}s (see the cluster's conditions); create a new \
@@ -228,7 +259,7 @@ pub fn render(snapshot: &EtcdSnapshot, step: &Step, now: Timestamp) -> EtcdSnaps
             SnapshotPhase::Complete
         }
         Step::Fail { reason, message } => {
-            set(false, reason, message.clone());
+            set(false, reason.reason(), message.clone());
             SnapshotPhase::Failed
         }
     };
@@ -325,7 +356,7 @@ pub async fn reconcile(snapshot: Arc<EtcdSnapshot>, ctx: Arc<Context>) -> Result
                 }
                 Err(e) => {
                     let fail = Step::Fail {
-                        reason: reason::JOB_FAILED,
+                        reason: Failure::JobFailed,
                         message: e.to_string(),
                     };
                     write(&snapshots, &snapshot, &render(&snapshot, &fail, now)).await?;
@@ -346,12 +377,15 @@ pub async fn reconcile(snapshot: Arc<EtcdSnapshot>, ctx: Arc<Context>) -> Result
             .await;
         }
         Step::Fail { reason, message } => {
-            tracing::warn!(snapshot = %name, namespace = %ns, reason, "snapshot failed: {message}");
-            // Every failure reason the planner writes names its Event (events' tests pin them).
-            if let Some(event) = Reason::snapshot_failed(reason) {
-                ctx.event(&snapshot, true, event, Action::Fail, message.clone())
-                    .await;
-            }
+            tracing::warn!(snapshot = %name, namespace = %ns, reason = reason.reason(), "snapshot failed: {message}");
+            ctx.event(
+                &snapshot,
+                true,
+                reason.event(),
+                Action::Fail,
+                message.clone(),
+            )
+            .await;
         }
         Step::Running { .. } | Step::Done => {}
     }

@@ -62,7 +62,7 @@ fn an_auth_cluster_not_yet_latched_is_waited_for_then_fails_with_auth_latch_time
     ));
     assert!(matches!(
         decide(&s, None, Some("op:1"), &ClusterState::AuthNotLatched, ts(301)),
-        Step::Fail { reason, .. } if reason == reason::AUTH_LATCH_TIMEOUT
+        Step::Fail { reason, .. } if reason == Failure::AuthLatchTimeout
     ));
 }
 
@@ -112,7 +112,7 @@ fn a_failed_job_fails_with_the_agents_error() {
         ts(5),
     );
     assert!(
-        matches!(&step, Step::Fail { reason, message } if *reason == reason::JOB_FAILED
+        matches!(&step, Step::Fail { reason, message } if *reason == Failure::JobFailed
             && message.contains("refusing to overwrite") && message.contains("BackoffLimitExceeded")),
         "{step:?}"
     );
@@ -123,7 +123,7 @@ fn a_vanished_job_after_start_fails_and_terminal_phases_are_sticky() {
     let started = snap(Some(SnapshotPhase::Started));
     assert!(matches!(
         decide(&started, None, Some("op:1"), &ClusterState::Ready, ts(5)),
-        Step::Fail { reason, .. } if reason == reason::SNAPSHOT_JOB_LOST
+        Step::Fail { reason, .. } if reason == Failure::JobLost
     ));
     for phase in [SnapshotPhase::Complete, SnapshotPhase::Failed] {
         let s = snap(Some(phase));
