@@ -138,6 +138,21 @@ impl Env {
             .items
     }
 
+    /// `kubectl get events -n <ns> --field-selector <selector> -o <output>`, as kubectl prints it.
+    pub async fn kubectl_events(&self, ns: &str, selector: &str, output: &str) -> String {
+        let args = [
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            selector,
+            "-o",
+            output,
+        ];
+        self.cp.kubectl_ok(&args).await.or_panic()
+    }
+
     /// Wait until the cluster is `Available=False` for `reason` with a message naming `naming`;
     /// returns the message.
     pub async fn wait_unavailable(

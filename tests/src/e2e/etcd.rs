@@ -69,10 +69,13 @@ pub async fn put_keys(
 
 /// Every key under `prefix` with its value, read linearizably through `etcd`.
 pub async fn read_keys(etcd: &mut etcd_client::Client, prefix: &str) -> BTreeMap<String, String> {
-    etcd.get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
-        .await
-        .or_panic()
-        .kvs()
+    let got = etcd.get(prefix, Some(etcd_client::GetOptions::new().with_prefix()));
+    key_values(&got.await.or_panic())
+}
+
+/// The keys of a range response with their values (as text).
+fn key_values(got: &etcd_client::GetResponse) -> BTreeMap<String, String> {
+    got.kvs()
         .iter()
         .map(|kv| {
             (
@@ -262,23 +265,16 @@ impl Env {
 /// endpoint, answered from its local data without asking the leader.
 pub async fn read_member_keys(pod: &Pod, prefix: &str) -> BTreeMap<String, String> {
     let mut etcd = member_client(pod).await.or_panic();
-    etcd.get(
-        prefix,
-        Some(
-            etcd_client::GetOptions::new()
-                .with_prefix()
-                .with_serializable(),
-        ),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{}: serializable read of {prefix}: {e}", pod.name_any()))
-    .kvs()
-    .iter()
-    .map(|kv| {
-        (
-            kv.key_str().unwrap_or_default().to_string(),
-            kv.value_str().unwrap_or_default().to_string(),
+    let got = etcd
+        .get(
+            prefix,
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_serializable(),
+            ),
         )
-    })
-    .collect()
+        .await
+        .unwrap_or_else(|e| panic!("{}: serializable read of {prefix}: {e}", pod.name_any()));
+    key_values(&got)
 }

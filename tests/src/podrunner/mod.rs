@@ -875,6 +875,23 @@ impl Drop for PodRunner {
 }
 
 impl PodRunner {
+    /// The pod runner suites' start: the test binary's shared control plane with
+    /// kube-controller-manager and kube-scheduler, and a default runner on it; errors as text,
+    /// for a `OnceCell` that every test of the binary reads.
+    pub async fn start_shared() -> Result<(&'static ControlPlane, PodRunner), String> {
+        let cp = ControlPlane::builder()
+            .with_controller_manager()
+            .with_scheduler()
+            .shared()
+            .await
+            .map_err(|e| e.to_string())?;
+        let runner = PodRunner::builder()
+            .start(cp)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((cp, runner))
+    }
+
     pub fn builder() -> PodRunnerBuilder {
         PodRunnerBuilder::default()
     }
