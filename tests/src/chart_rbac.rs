@@ -284,6 +284,13 @@ async fn render(
 }
 
 /// The controller Deployment: the one labelled `control-plane: controller-manager`.
+/// The string at `pointer` in `doc`, empty when there is none.
+fn str_at<'a>(doc: &'a Value, pointer: &str) -> &'a str {
+    doc.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
 fn controller_deployment(rendered: &[Value]) -> Result<&Value, Error> {
     let found: Vec<&Value> = rendered
         .iter()
@@ -356,14 +363,8 @@ async fn apply(
     plural: &str,
     namespaced: bool,
 ) -> Result<(), Error> {
-    let name = doc
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let api_version = doc
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let name = str_at(doc, "/metadata/name");
+    let api_version = str_at(doc, "/apiVersion");
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let resource =
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
@@ -464,14 +465,8 @@ async fn wait_grants_effective(
 ) -> Result<(), Error> {
     let mut checks = Vec::new();
     for binding in bindings {
-        let role_kind = binding
-            .pointer("/roleRef/kind")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let role_name = binding
-            .pointer("/roleRef/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let role_kind = str_at(binding, "/roleRef/kind");
+        let role_name = str_at(binding, "/roleRef/name");
         let binding_ns = binding
             .pointer("/metadata/namespace")
             .and_then(Value::as_str);

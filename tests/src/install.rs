@@ -33,6 +33,13 @@ pub const NAMESPACE: &str = "etcd-operator-system";
 pub const IMAGE_REPOSITORY: &str = "ghcr.io/cozystack/etcd-operator";
 /// The controller Deployment (named after the release) and the webhook's.
 pub const CONTROLLER: &str = "etcd-operator";
+
+/// The `kubectl` arguments for the logs of the controller's `manager` container, then `more`.
+pub fn manager_logs_args(more: &[&str]) -> Vec<String> {
+    let deploy = format!("deploy/{CONTROLLER}");
+    let args = ["logs", "-n", NAMESPACE, &deploy, "-c", "manager"];
+    args.iter().chain(more).map(|a| a.to_string()).collect()
+}
 pub const WEBHOOK: &str = "etcd-operator-webhook";
 /// How long `helm install/upgrade --wait` may take: Pods start as local processes in seconds,
 /// but the two cores are shared with everything else.
@@ -212,17 +219,10 @@ impl Installed {
         match last {
             Ok(c) => c,
             Err(c) => {
+                let args = manager_logs_args(&["--tail=40"]);
                 let logs = self
                     .cp
-                    .kubectl(&[
-                        "logs",
-                        "-n",
-                        NAMESPACE,
-                        &format!("deploy/{CONTROLLER}"),
-                        "-c",
-                        "manager",
-                        "--tail=40",
-                    ])
+                    .kubectl(&args.iter().map(String::as_str).collect::<Vec<_>>())
                     .await
                     .map(|o| o.stdout + &o.stderr)
                     .unwrap_or_default();

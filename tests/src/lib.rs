@@ -20,6 +20,23 @@ pub mod rollout;
 pub mod tls;
 pub mod webhook;
 
+/// `impl Debug` for a struct that shows only what it names: `debug_fields!(Slot, |s| { "n": s.n })`
+/// (the label, then an expression over `s`, the value). For the structs that hold handles (locks,
+/// temporary directories, child processes) whose own `Debug` says nothing useful.
+#[macro_export]
+macro_rules! debug_fields {
+    ($ty:ident, |$this:ident| { $($label:literal: $value:expr),* $(,)? }) => {
+        impl ::std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                let $this = self;
+                let mut out = f.debug_struct(stringify!($ty));
+                $(out.field($label, &$value);)*
+                out.finish()
+            }
+        }
+    };
+}
+
 /// `unwrap` for test code that shows the error's `Display` (our errors carry log tails and
 /// multi-line messages that `Debug` would escape into one line).
 pub trait OrPanic<T> {

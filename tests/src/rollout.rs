@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
 use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::ListParams;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 
 use crate::e2e::{condition, Env};
 use crate::harness::eventually;
@@ -181,24 +180,21 @@ pub async fn restarts_in_order(env: &Env, ns: &str, cluster: &str) -> Vec<String
         .iter()
         .map(|m| m.name_any())
         .collect();
-    let mut events: Vec<(k8s_openapi::jiff::Timestamp, String)> =
-        Api::<Event>::namespaced(env.client(), ns)
-            .list(&ListParams::default())
-            .await
-            .or_panic()
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("PodRestarted"))
-            .filter_map(|e| {
-                let member = e.involved_object.name.clone()?;
-                let at = e
-                    .event_time
-                    .as_ref()
-                    .map(|t| t.0)
-                    .or(e.first_timestamp.as_ref().map(|t| t.0))?;
-                members.contains(&member).then_some((at, member))
-            })
-            .collect();
+    let mut events: Vec<(k8s_openapi::jiff::Timestamp, String)> = env
+        .all_events(ns)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("PodRestarted"))
+        .filter_map(|e| {
+            let member = e.involved_object.name.clone()?;
+            let at = e
+                .event_time
+                .as_ref()
+                .map(|t| t.0)
+                .or(e.first_timestamp.as_ref().map(|t| t.0))?;
+            members.contains(&member).then_some((at, member))
+        })
+        .collect();
     events.sort();
     events.into_iter().map(|(_, m)| m).collect()
 }

@@ -88,44 +88,25 @@ pub async fn create_secret(env: &Env, ns: &str, name: &str, keys: &[(&str, &str)
 }
 
 pub async fn create_server_secret(env: &Env, ns: &str, name: &str, m: &Material) {
-    create_secret(
-        env,
-        ns,
-        name,
-        &[
-            ("tls.crt", &m.server.cert_pem),
-            ("tls.key", &m.server.key_pem),
-            ("ca.crt", m.client_ca.cert_pem()),
-        ],
-    )
-    .await;
+    create_cert_secret(env, ns, name, &m.server, Some(m.client_ca.cert_pem())).await;
 }
 
 pub async fn create_operator_secret(env: &Env, ns: &str, name: &str, m: &Material) {
-    create_secret(
-        env,
-        ns,
-        name,
-        &[
-            ("tls.crt", &m.operator.cert_pem),
-            ("tls.key", &m.operator.key_pem),
-        ],
-    )
-    .await;
+    create_cert_secret(env, ns, name, &m.operator, None).await;
 }
 
 pub async fn create_peer_secret(env: &Env, ns: &str, name: &str, m: &Material) {
-    create_secret(
-        env,
-        ns,
-        name,
-        &[
-            ("tls.crt", &m.peer.cert_pem),
-            ("tls.key", &m.peer.key_pem),
-            ("ca.crt", m.peer_ca.cert_pem()),
-        ],
-    )
-    .await;
+    create_cert_secret(env, ns, name, &m.peer, Some(m.peer_ca.cert_pem())).await;
+}
+
+/// A TLS Secret holding `cert` (`tls.crt`, `tls.key`) and, when given, the CA (`ca.crt`).
+async fn create_cert_secret(env: &Env, ns: &str, name: &str, cert: &MintedCert, ca: Option<&str>) {
+    let mut keys = vec![
+        ("tls.crt", cert.cert_pem.as_str()),
+        ("tls.key", cert.key_pem.as_str()),
+    ];
+    keys.extend(ca.map(|ca| ("ca.crt", ca)));
+    create_secret(env, ns, name, &keys).await;
 }
 
 pub fn tls_spec(

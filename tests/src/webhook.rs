@@ -144,15 +144,11 @@ pub struct Webhook {
     _dir: tempfile::TempDir,
 }
 
-impl std::fmt::Debug for Webhook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Webhook")
-            .field("process", &self.process)
-            .field("tls_addr", &self.tls_addr)
-            .field("admin_addr", &self.admin_addr)
-            .finish()
-    }
-}
+crate::debug_fields!(Webhook, |w| {
+    "process": w.process,
+    "tls_addr": w.tls_addr,
+    "admin_addr": w.admin_addr,
+});
 
 impl Webhook {
     /// Start the binary with `args` added to the test defaults (ephemeral ports on 127.0.0.1,

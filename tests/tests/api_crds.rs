@@ -228,6 +228,15 @@ async fn scale_subresource_sets_spec_replicas_and_reads_ready_members_and_select
     assert_eq!(status.selector.as_deref(), Some(selector));
 }
 
+/// `split` has `replicas` in its spec, `ready` in its status, and is at generation 2.
+async fn assert_split(api: &Api<DynamicObject>, replicas: i64, ready: i64) {
+    let got = api.get("split").await.or_panic();
+    let data = &got.data;
+    assert_eq!(data["spec"]["replicas"], json!(replicas), "{data:?}");
+    assert_eq!(data["status"]["readyMembers"], json!(ready), "{data:?}");
+    assert_eq!(got.metadata.generation, Some(2));
+}
+
 #[tokio::test]
 async fn spec_writes_ignore_status_and_status_writes_ignore_spec() {
     let cp = control_plane().await;
@@ -270,15 +279,7 @@ async fn spec_writes_ignore_status_and_status_writes_ignore_spec() {
     api.replace("split", &PostParams::default(), &update)
         .await
         .or_panic();
-    let got = api.get("split").await.or_panic();
-    assert_eq!(got.data["spec"]["replicas"], json!(4), "{:?}", got.data);
-    assert_eq!(
-        got.data["status"]["readyMembers"],
-        json!(1),
-        "{:?}",
-        got.data
-    );
-    assert_eq!(got.metadata.generation, Some(2));
+    assert_split(&api, 4, 1).await;
 
     // A write to the status subresource changes the status and drops the spec it carries.
     api.patch_status(
@@ -288,15 +289,7 @@ async fn spec_writes_ignore_status_and_status_writes_ignore_spec() {
     )
     .await
     .or_panic();
-    let got = api.get("split").await.or_panic();
-    assert_eq!(got.data["spec"]["replicas"], json!(4), "{:?}", got.data);
-    assert_eq!(
-        got.data["status"]["readyMembers"],
-        json!(2),
-        "{:?}",
-        got.data
-    );
-    assert_eq!(got.metadata.generation, Some(2));
+    assert_split(&api, 4, 2).await;
 }
 
 /// The reference operator latches the whole spec into `status.observed` and reads it back (a

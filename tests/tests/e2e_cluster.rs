@@ -575,19 +575,12 @@ async fn drifted_services_are_restored_and_a_foreign_service_is_never_adopted() 
         HALF,
         || async {
             let events = env
-                .cp
-                .kubectl_ok(&[
-                    "get",
-                    "events",
-                    "-n",
+                .kubectl_events(
                     &ns,
-                    "--field-selector",
                     "involvedObject.name=other,reason=OwnershipConflict",
-                    "-o",
                     "jsonpath={.items[*].note}{.items[*].message}",
-                ])
-                .await
-                .unwrap();
+                )
+                .await;
             seen(events, |e| {
                 e.contains("other-client") && e.contains("not owned")
             })

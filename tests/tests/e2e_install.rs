@@ -27,7 +27,8 @@ use tests::e2e::Start;
 use tests::env::{ControlPlane, Kubernetes};
 use tests::harness::eventually;
 use tests::install::{
-    installed, Installed, CONTROLLER, IMAGE_REPOSITORY, NAMESPACE, RELEASE, WEBHOOK,
+    installed, manager_logs_args, Installed, CONTROLLER, IMAGE_REPOSITORY, NAMESPACE, RELEASE,
+    WEBHOOK,
 };
 use tests::OrPanic;
 
@@ -385,15 +386,9 @@ async fn cert_manager_install_serves_renews_upgrades_and_uninstalls() {
         .await;
     env.wait_healthy(&ns, "sample", 3).await;
     let keys = env.write_keys(&ns, "sample", 50).await;
+    let args = manager_logs_args(&[]);
     let logs = cp
-        .kubectl_ok(&[
-            "logs",
-            "-n",
-            NAMESPACE,
-            &format!("deploy/{CONTROLLER}"),
-            "-c",
-            "manager",
-        ])
+        .kubectl_ok(&args.iter().map(String::as_str).collect::<Vec<_>>())
         .await
         .or_panic();
     assert!(

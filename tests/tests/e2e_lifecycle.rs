@@ -870,19 +870,8 @@ async fn conditions_follow_bootstrap_scale_member_loss_quorum_loss_and_deadline(
         Duration::from_millis(500),
         || async {
             let out = env
-                .cp
-                .kubectl_ok(&[
-                    "get",
-                    "events",
-                    "-n",
-                    &ns,
-                    "--field-selector",
-                    "involvedObject.kind=EtcdCluster",
-                    "-o",
-                    "json",
-                ])
-                .await
-                .or_panic();
+                .kubectl_events(&ns, "involvedObject.kind=EtcdCluster", "json")
+                .await;
             let v: serde_json::Value = serde_json::from_str(&out).or_panic();
             let reasons: BTreeSet<String> = v["items"]
                 .as_array()

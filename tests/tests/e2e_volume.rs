@@ -59,24 +59,25 @@ fn member_condition(m: &api::v1alpha2::EtcdMember) -> Option<(String, String, St
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
+/// `replicas` members with 1Gi volumes of the storage class `class`.
+fn on_class(class: &str, replicas: i32) -> EtcdClusterSpec {
+    EtcdClusterSpec {
+        storage: StorageSpec {
+            size: Quantity("1Gi".into()),
+            storage_class_name: Some(class.to_string()),
+            ..Default::default()
+        },
+        ..spec(replicas)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_larger_storage_size_expands_every_member_pvc_online_without_a_restart() {
     let env = env().await;
     let ns = env.namespace("volume").await;
     let name = "grow";
-    env.create_cluster(
-        &ns,
-        name,
-        EtcdClusterSpec {
-            storage: StorageSpec {
-                size: Quantity("1Gi".into()),
-                storage_class_name: Some(env.runner.sized_storage_class()),
-                ..Default::default()
-            },
-            ..spec(3)
-        },
-    )
-    .await;
+    let class = env.runner.sized_storage_class();
+    env.create_cluster(&ns, name, on_class(&class, 3)).await;
     env.wait_healthy(&ns, name, 3, BOOT).await;
     let keys = env.write_keys(&ns, name, 100).await;
     let pods = env.ready_pods(&ns, name).await;
@@ -181,19 +182,7 @@ async fn a_storage_class_without_expansion_is_named_and_the_pvc_left_alone() {
         .or_panic();
 
     let name = "fixed";
-    env.create_cluster(
-        &ns,
-        name,
-        EtcdClusterSpec {
-            storage: StorageSpec {
-                size: Quantity("1Gi".into()),
-                storage_class_name: Some(class.clone()),
-                ..Default::default()
-            },
-            ..spec(1)
-        },
-    )
-    .await;
+    env.create_cluster(&ns, name, on_class(&class, 1)).await;
     env.wait_healthy(&ns, name, 1, BOOT).await;
     let keys = env.write_keys(&ns, name, 20).await;
     let before = uids(&env.pods(&ns, name).await);

@@ -56,16 +56,7 @@ async fn suite() -> &'static Suite {
     let suite = SUITE
         .get_or_init(|| async {
             let began = Instant::now();
-            let cp = ControlPlane::builder()
-                .with_controller_manager()
-                .with_scheduler()
-                .shared()
-                .await
-                .map_err(|e| e.to_string())?;
-            let runner = PodRunner::builder()
-                .start(cp)
-                .await
-                .map_err(|e| e.to_string())?;
+            let (cp, runner) = PodRunner::start_shared().await?;
             report(&format!(
                 "pod runner up in {:.1?} (control plane {:.1?}): slot {}, nodes {:?}, kubelet port {}, journal {}",
                 began.elapsed(),

@@ -55,6 +55,11 @@ pub fn api_resource(kind: &str) -> ApiResource {
     )
 }
 
+/// Start `cmd` as `name`, logging to `<name>.log` beside the control plane's logs.
+fn spawn(cp: &ControlPlane, name: &str, cmd: Command) -> Result<Process, Error> {
+    Process::spawn(name, cmd, &cp.log_dir().join(format!("{name}.log")))
+}
+
 /// A running cert-manager. Dropping it stops both processes.
 pub struct CertManager {
     controller: Process,
@@ -62,15 +67,11 @@ pub struct CertManager {
     version: Option<String>,
 }
 
-impl std::fmt::Debug for CertManager {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CertManager")
-            .field("version", &self.version)
-            .field("controller", &self.controller)
-            .field("cainjector", &self.cainjector)
-            .finish()
-    }
-}
+crate::debug_fields!(CertManager, |c| {
+    "version": c.version,
+    "controller": c.controller,
+    "cainjector": c.cainjector,
+});
 
 impl Drop for CertManager {
     fn drop(&mut self) {
@@ -103,22 +104,14 @@ impl CertManager {
             // Its only listener; port 0 lets the kernel pick, so there is no race for a port.
             .arg("--metrics-listen-address=127.0.0.1:0")
             .arg("--enable-profiling=false");
-        let controller = Process::spawn(
-            "cert-manager-controller",
-            cmd,
-            &cp.log_dir().join("cert-manager-controller.log"),
-        )?;
+        let controller = spawn(cp, "cert-manager-controller", cmd)?;
 
         // The cainjector opens no listener: metrics are off in its code ("0") and so is pprof.
         let mut cmd = Command::new(&cainjector_bin);
         cmd.arg(format!("--kubeconfig={kubeconfig}"))
             .arg("--leader-elect=false")
             .arg("--enable-profiling=false");
-        let cainjector = Process::spawn(
-            "cert-manager-cainjector",
-            cmd,
-            &cp.log_dir().join("cert-manager-cainjector.log"),
-        )?;
+        let cainjector = spawn(cp, "cert-manager-cainjector", cmd)?;
 
         let cm = CertManager {
             controller,

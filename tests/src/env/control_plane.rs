@@ -165,18 +165,14 @@ pub struct ControlPlane {
     root: tempfile::TempDir,
 }
 
-impl std::fmt::Debug for ControlPlane {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ControlPlane")
-            .field("kubernetes", &self.kubernetes_version)
-            .field("server", &self.server_url)
-            .field("etcd", &self.etcd_url)
-            .field("root", &self.root.path())
-            .field("logs", &self.log_dir)
-            .field("processes", &self.processes)
-            .finish()
-    }
-}
+crate::debug_fields!(ControlPlane, |c| {
+    "kubernetes": c.kubernetes_version,
+    "server": c.server_url,
+    "etcd": c.etcd_url,
+    "root": c.root.path(),
+    "logs": c.log_dir,
+    "processes": c.processes,
+});
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
@@ -491,94 +487,82 @@ impl ControlPlane {
     }
 
     async fn start_controller_manager(&self, bin: &Path) -> Result<Process, Error> {
-        let mut last = None;
-        for _ in 0..PORT_ATTEMPTS {
-            let port = free_port()?;
-            let mut cmd = Command::new(bin);
-            cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-                .arg(format!(
-                    "--authentication-kubeconfig={}",
-                    self.kubeconfig.display()
-                ))
-                .arg(format!(
-                    "--authorization-kubeconfig={}",
-                    self.kubeconfig.display()
-                ))
-                .arg("--bind-address=127.0.0.1")
-                .arg(format!("--secure-port={port}"))
-                .arg(format!(
-                    "--cert-dir={}",
-                    self.root.path().join("kcm-certs").display()
-                ))
-                .arg(format!("--controllers={}", CONTROLLERS.join(",")))
-                .arg("--leader-elect=false")
-                .arg("--use-service-account-credentials=false")
-                .arg(format!(
-                    "--service-account-private-key-file={}",
-                    self.pki.service_account_key_file.display()
-                ))
-                .arg(format!(
-                    "--root-ca-file={}",
-                    self.pki.serving_ca_file.display()
-                ));
-            let log = self.log_dir.join("kube-controller-manager.log");
-            let kcm = Process::spawn("kube-controller-manager", cmd, &log)?;
-            match self.wait_healthz(&kcm, port).await {
-                Ok(()) => {}
-                Err(e) if port_taken(&kcm) => {
-                    last = Some(e);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            }
-            // Controllers are running once the serviceaccount controller has filled `default`.
-            let api = Api::<ServiceAccount>::namespaced(self.client()?, "default");
-            self.wait_for_with(
-                "the `default` ServiceAccount (kube-controller-manager's controllers running)",
-                COMPONENT_READY_TIMEOUT,
-                &[&kcm],
-                || {
-                    let api = api.clone();
-                    async move {
-                        match api.get_opt("default").await {
-                            Ok(sa) => Ok(sa.map(|_| ())),
-                            Err(e) => Err(e.to_string()),
-                        }
-                    }
-                },
+        let service_account_key = self.pki.service_account_key_file.display();
+        let kcm = self
+            .start_component(
+                bin,
+                "kube-controller-manager",
+                "kcm-certs",
+                &[
+                    format!("--controllers={}", CONTROLLERS.join(",")),
+                    "--leader-elect=false".into(),
+                    "--use-service-account-credentials=false".into(),
+                    format!("--service-account-private-key-file={service_account_key}"),
+                    format!("--root-ca-file={}", self.pki.serving_ca_file.display()),
+                ],
             )
             .await?;
-            return Ok(kcm);
-        }
-        Err(last.unwrap_or_else(|| Error::Unsupported("no free port".into())))
+        // Controllers are running once the serviceaccount controller has filled `default`.
+        let api = Api::<ServiceAccount>::namespaced(self.client()?, "default");
+        self.wait_for_with(
+            "the `default` ServiceAccount (kube-controller-manager's controllers running)",
+            COMPONENT_READY_TIMEOUT,
+            &[&kcm],
+            || {
+                let api = api.clone();
+                async move {
+                    match api.get_opt("default").await {
+                        Ok(sa) => Ok(sa.map(|_| ())),
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+            },
+        )
+        .await?;
+        Ok(kcm)
     }
 
     async fn start_scheduler(&self, bin: &Path) -> Result<Process, Error> {
+        self.start_component(
+            bin,
+            "kube-scheduler",
+            "scheduler-certs",
+            &["--leader-elect=false".into()],
+        )
+        .await
+    }
+
+    /// Start kube-controller-manager or kube-scheduler (`name`, logging to `<name>.log`) with the
+    /// admin kubeconfig, serving on a free port of 127.0.0.1 with its certificates in `cert_dir`
+    /// under the root, then `args`; wait until its `/healthz` answers, on another port if that
+    /// one was taken meanwhile.
+    async fn start_component(
+        &self,
+        bin: &Path,
+        name: &str,
+        cert_dir: &str,
+        args: &[String],
+    ) -> Result<Process, Error> {
+        let kubeconfig = self.kubeconfig.display();
         let mut last = None;
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port()?;
             let mut cmd = Command::new(bin);
-            cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-                .arg(format!(
-                    "--authentication-kubeconfig={}",
-                    self.kubeconfig.display()
-                ))
-                .arg(format!(
-                    "--authorization-kubeconfig={}",
-                    self.kubeconfig.display()
-                ))
+            cmd.arg(format!("--kubeconfig={kubeconfig}"))
+                .arg(format!("--authentication-kubeconfig={kubeconfig}"))
+                .arg(format!("--authorization-kubeconfig={kubeconfig}"))
                 .arg("--bind-address=127.0.0.1")
                 .arg(format!("--secure-port={port}"))
                 .arg(format!(
                     "--cert-dir={}",
-                    self.root.path().join("scheduler-certs").display()
+                    self.root.path().join(cert_dir).display()
                 ))
-                .arg("--leader-elect=false");
-            let log = self.log_dir.join("kube-scheduler.log");
-            let scheduler = Process::spawn("kube-scheduler", cmd, &log)?;
-            match self.wait_healthz(&scheduler, port).await {
-                Ok(()) => return Ok(scheduler),
-                Err(e) if port_taken(&scheduler) => last = Some(e),
+                .args(args);
+            let log = self.log_dir.join(format!("{name}.log"));
+            let process = Process::spawn(name, cmd, &log)?;
+            match self.wait_healthz(&process, port).await {
+                Ok(()) => return Ok(process),
+                Err(e) if port_taken(&process) => last = Some(e),
                 Err(e) => return Err(e),
             }
         }

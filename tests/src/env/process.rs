@@ -166,15 +166,7 @@ impl Drop for Process {
     }
 }
 
-impl std::fmt::Debug for Process {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Process")
-            .field("name", &self.name)
-            .field("pid", &self.pid)
-            .field("log", &self.log)
-            .finish()
-    }
-}
+crate::debug_fields!(Process, |p| { "name": p.name, "pid": p.pid, "log": p.log });
 
 #[cfg(test)]
 mod tests {

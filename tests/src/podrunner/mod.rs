@@ -791,29 +791,36 @@ async fn run_dns(ctx: Arc<Ctx>) {
     }
 }
 
+/// Every change to a `K` in the cluster, kept in `writer`'s store (each one as `()`).
+fn reflected<K>(
+    client: &kube::Client,
+    writer: kube_runtime::reflector::store::Writer<K>,
+) -> impl futures::Stream<Item = Result<(), String>>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    kube_runtime::reflector(
+        writer,
+        watcher::watcher(Api::<K>::all(client.clone()), watcher::Config::default()),
+    )
+    .default_backoff()
+    .map(|e| e.map(|_| ()).map_err(|e| e.to_string()))
+}
+
 /// Provision and reclaim PVs whenever claims or volumes change (and every few seconds).
 async fn run_storage(ctx: Arc<Ctx>, provisioners: Vec<storage::Provisioner>) {
     let (claims, claims_writer) = kube_runtime::reflector::store::<PersistentVolumeClaim>();
     let (volumes, volumes_writer) = kube_runtime::reflector::store::<PersistentVolume>();
-    let claims_stream = kube_runtime::reflector(
-        claims_writer,
-        watcher::watcher(
-            Api::<PersistentVolumeClaim>::all(ctx.client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .map(|e| e.map(|_| ()).map_err(|e| e.to_string()));
-    let volumes_stream = kube_runtime::reflector(
-        volumes_writer,
-        watcher::watcher(
-            Api::<PersistentVolume>::all(ctx.client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .map(|e| e.map(|_| ()).map_err(|e| e.to_string()));
-    let events = futures::stream::select(claims_stream, volumes_stream);
+    let events = futures::stream::select(
+        reflected(&ctx.client, claims_writer),
+        reflected(&ctx.client, volumes_writer),
+    );
     futures::pin_mut!(events);
     let mut dirty = false;
     loop {
@@ -851,15 +858,11 @@ pub struct PodRunner {
     control: Mutex<Option<Control>>,
 }
 
-impl std::fmt::Debug for PodRunner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PodRunner")
-            .field("slot", &self.shared.slot)
-            .field("nodes", &self.node_names())
-            .field("kubelet_port", &self.shared.kubelet_port)
-            .finish()
-    }
-}
+crate::debug_fields!(PodRunner, |r| {
+    "slot": r.shared.slot,
+    "nodes": r.node_names(),
+    "kubelet_port": r.shared.kubelet_port,
+});
 
 impl Drop for PodRunner {
     fn drop(&mut self) {
@@ -872,6 +875,23 @@ impl Drop for PodRunner {
 }
 
 impl PodRunner {
+    /// The pod runner suites' start: the test binary's shared control plane with
+    /// kube-controller-manager and kube-scheduler, and a default runner on it; errors as text,
+    /// for a `OnceCell` that every test of the binary reads.
+    pub async fn start_shared() -> Result<(&'static ControlPlane, PodRunner), String> {
+        let cp = ControlPlane::builder()
+            .with_controller_manager()
+            .with_scheduler()
+            .shared()
+            .await
+            .map_err(|e| e.to_string())?;
+        let runner = PodRunner::builder()
+            .start(cp)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((cp, runner))
+    }
+
     pub fn builder() -> PodRunnerBuilder {
         PodRunnerBuilder::default()
     }

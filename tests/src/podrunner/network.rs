@@ -64,14 +64,7 @@ pub struct Slot {
     _lock: Flock<File>,
 }
 
-impl std::fmt::Debug for Slot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Slot")
-            .field("n", &self.n)
-            .field("state_dir", &self.state_dir)
-            .finish()
-    }
-}
+crate::debug_fields!(Slot, |s| { "n": s.n, "state_dir": s.state_dir });
 
 impl Slot {
     pub fn bridge(&self) -> String {
@@ -156,18 +149,16 @@ pub async fn ip_async(args: Vec<String>) -> Result<String, Error> {
 }
 
 fn host_links() -> Vec<String> {
-    fs::read_dir("/sys/class/net")
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+    dir_names("/sys/class/net")
 }
 
 fn netns_names() -> Vec<String> {
-    fs::read_dir(NETNS_DIR)
+    dir_names(NETNS_DIR)
+}
+
+/// The names in `dir` (none when it cannot be read).
+fn dir_names(dir: &str) -> Vec<String> {
+    fs::read_dir(dir)
         .map(|entries| {
             entries
                 .flatten()

@@ -657,13 +657,16 @@ impl PodWorker {
         self.start(i, pod, &spec, policy).await;
     }
 
+    /// The Pod spec's `terminationGracePeriodSeconds`, if set.
+    fn spec_grace(pod: &Pod) -> Option<i64> {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+    }
+
     fn grace(pod: &Pod, probe_grace: Option<i64>) -> Duration {
         let seconds = probe_grace
-            .or_else(|| {
-                pod.spec
-                    .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds)
-            })
+            .or_else(|| Self::spec_grace(pod))
             .unwrap_or(30)
             .max(0);
         Duration::from_secs(u64::try_from(seconds).unwrap_or(30))
@@ -911,18 +914,11 @@ impl PodWorker {
             .unwrap_or_default();
         let path_var = image.path_env();
         let env = process_env(&kube_env, &path_var, &hostname, id.uid);
-        let command: Vec<String> = spec
-            .command
-            .iter()
-            .flatten()
-            .map(|a| kube_env.expand(a))
-            .collect();
-        let args: Vec<String> = spec
-            .args
-            .iter()
-            .flatten()
-            .map(|a| kube_env.expand(a))
-            .collect();
+        let expand_all = |words: &Option<Vec<String>>| -> Vec<String> {
+            words.iter().flatten().map(|a| kube_env.expand(a)).collect()
+        };
+        let command = expand_all(&spec.command);
+        let args = expand_all(&spec.args);
         let argv = container_argv(&image, &command, &args);
 
         let index = self.containers[i].starts;
@@ -1341,11 +1337,7 @@ impl PodWorker {
             let grace = pod
                 .metadata
                 .deletion_grace_period_seconds
-                .or_else(|| {
-                    pod.spec
-                        .as_ref()
-                        .and_then(|s| s.termination_grace_period_seconds)
-                })
+                .or_else(|| Self::spec_grace(pod))
                 .unwrap_or(30)
                 .max(0);
             let grace = Duration::from_secs(u64::try_from(grace).unwrap_or(30));

@@ -203,6 +203,37 @@ pub struct Condition {
     pub message: Option<String>,
 }
 
+impl Condition {
+    /// `status` with no reason and no message.
+    fn plain(status: bool) -> Self {
+        Condition {
+            status,
+            reason: None,
+            message: None,
+        }
+    }
+
+    /// False for `reason`, with `message` when there is one.
+    fn not(reason: &str, message: Option<String>) -> Self {
+        Condition {
+            status: false,
+            reason: Some(reason.into()),
+            message,
+        }
+    }
+
+    /// False because these containers have not finished initialising.
+    fn not_initialized(incomplete: &[&str]) -> Self {
+        Condition::not(
+            "ContainersNotInitialized",
+            Some(format!(
+                "containers with incomplete status: [{}]",
+                incomplete.join(" ")
+            )),
+        )
+    }
+}
+
 /// The conditions kubelet owns, by type.
 pub fn conditions(
     sandbox_ready: bool,
@@ -213,14 +244,7 @@ pub fn conditions(
 ) -> BTreeMap<&'static str, Condition> {
     let completed = phase == "Succeeded" || phase == "Failed";
     let mut out = BTreeMap::new();
-    out.insert(
-        "PodReadyToStartContainers",
-        Condition {
-            status: sandbox_ready,
-            reason: None,
-            message: None,
-        },
-    );
+    out.insert("PodReadyToStartContainers", Condition::plain(sandbox_ready));
     let incomplete: Vec<&str> = init
         .iter()
         .filter(|c| !matches!(&c.state, State::Terminated(t) if t.exit_code == 0))
@@ -229,20 +253,9 @@ pub fn conditions(
     out.insert(
         "Initialized",
         if incomplete.is_empty() {
-            Condition {
-                status: true,
-                reason: None,
-                message: None,
-            }
+            Condition::plain(true)
         } else {
-            Condition {
-                status: false,
-                reason: Some("ContainersNotInitialized".into()),
-                message: Some(format!(
-                    "containers with incomplete status: [{}]",
-                    incomplete.join(" ")
-                )),
-            }
+            Condition::not_initialized(&incomplete)
         },
     );
     let unready: Vec<&str> = main
@@ -251,35 +264,19 @@ pub fn conditions(
         .map(|c| c.name.as_str())
         .collect();
     let containers_ready = if completed {
-        Condition {
-            status: false,
-            reason: Some("PodCompleted".into()),
-            message: None,
-        }
+        Condition::not("PodCompleted", None)
     } else if !incomplete.is_empty() {
-        Condition {
-            status: false,
-            reason: Some("ContainersNotInitialized".into()),
-            message: Some(format!(
-                "containers with incomplete status: [{}]",
-                incomplete.join(" ")
-            )),
-        }
+        Condition::not_initialized(&incomplete)
     } else if unready.is_empty() {
-        Condition {
-            status: true,
-            reason: None,
-            message: None,
-        }
+        Condition::plain(true)
     } else {
-        Condition {
-            status: false,
-            reason: Some("ContainersNotReady".into()),
-            message: Some(format!(
+        Condition::not(
+            "ContainersNotReady",
+            Some(format!(
                 "containers with unready status: [{}]",
                 unready.join(" ")
             )),
-        }
+        )
     };
     let ready = if !containers_ready.status {
         containers_ready.clone()
