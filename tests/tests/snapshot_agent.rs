@@ -7,7 +7,7 @@
 //! SIGTERM mid-upload aborting the multipart upload, and two agents of one snapshot uploading
 //! the same key at once (each reports the stored object, which is never replaced).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -50,6 +50,27 @@ impl Run {
             .as_str()
             .unwrap_or_default()
             .to_string()
+    }
+    /// The run exited with `code`; else the failure names `what` and shows the output.
+    #[track_caller]
+    fn assert_code(&self, code: i32, what: &str) {
+        assert_eq!(self.code(), Some(code), "{what}:\n{}", self.output);
+    }
+    /// A transient failure (exit 1) whose error names `cause`, after the agent aborted its
+    /// multipart upload.
+    #[track_caller]
+    fn assert_aborted_upload(&self, cause: &str) {
+        self.assert_code(1, cause);
+        assert!(self.error().contains(cause), "{}", self.error());
+        assert!(
+            self.output.contains("multipart upload aborted"),
+            "{}",
+            self.output
+        );
+    }
+    /// A field of the reported artifact.
+    fn artifact(&self, field: &str) -> &Value {
+        &self.result["artifact"][field]
     }
 }
 
@@ -120,12 +141,17 @@ impl Agent {
     async fn run(&self, tag: &str) -> Run {
         let started = Instant::now();
         let (mut child, log, term) = self.spawn(tag);
-        let status = tokio::time::timeout(AGENT_TIMEOUT, child.wait())
-            .await
-            .unwrap_or_else(|_| panic!("the agent ({tag}) ran longer than {AGENT_TIMEOUT:?}"))
-            .or_panic();
+        let status = wait_exit(&mut child, AGENT_TIMEOUT, &format!("the agent ({tag})")).await;
         finish(status, &log, &term, started.elapsed())
     }
+}
+
+/// Wait for `child` to exit; `what` names it when it runs longer than `timeout`.
+async fn wait_exit(child: &mut tokio::process::Child, timeout: Duration, what: &str) -> ExitStatus {
+    tokio::time::timeout(timeout, child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("{what} ran longer than {timeout:?}"))
+        .or_panic()
 }
 
 fn finish(status: ExitStatus, log: &Path, term: &Path, took: Duration) -> Run {
@@ -226,29 +252,12 @@ async fn restore_and_probe(
 ) -> Restored {
     let config = EtcdConfig::new(name, &format!("{name}-token")).or_panic();
     let data_dir = root.join(name).join("data");
-    let mut agent = Agent::new(
-        root,
-        &[
-            "restore",
-            &format!("--data-dir={}", data_dir.display()),
-            &format!("--name={}", config.name),
-            &format!("--initial-cluster={}", config.initial_cluster()),
-            &format!("--initial-cluster-token={}", config.token),
-            &format!("--initial-advertise-peer-urls={}", config.peer_url),
-            &format!(
-                "--etcdutl={}",
-                bins.binary(part, "etcdutl").or_panic().display()
-            ),
-        ],
-    );
-    for s in source {
-        agent = agent.arg(s.clone());
-    }
+    let mut agent = restore_agent(bins, part, root, &data_dir, &config, source);
     if let Some(user) = env_user {
         agent = agent.creds(user);
     }
     let run = agent.run(&format!("restore-{name}")).await;
-    assert_eq!(run.code(), Some(0), "restore failed:\n{}", run.output);
+    run.assert_code(0, "restore failed");
     assert!(
         !data_dir.join(".restore").exists(),
         "the work directory is left behind"
@@ -325,6 +334,121 @@ fn agent_with(root: &Path, args: &[String]) -> Agent {
     Agent::new(root, &refs)
 }
 
+/// A save of snapshot `name` (UID `uid`) to MinIO's bucket with `user`'s keys.
+fn s3_save(root: &Path, etcd: &Etcd, name: &str, uid: &str, minio: &Minio, user: &S3User) -> Agent {
+    agent_with(root, &save_args(etcd, name, uid)).s3(minio, user)
+}
+
+/// A save of snapshot `name` (UID `uid`) to the claim `claim` mounted at `mount`.
+fn pvc_save(
+    root: &Path,
+    etcd: &Etcd,
+    (name, uid): (&str, &str),
+    (claim, mount): (&str, &Path),
+    sub_path: Option<&str>,
+) -> Agent {
+    let mut args = save_args(etcd, name, uid);
+    args.push(format!("--pvc-claim={claim}"));
+    args.push(format!("--pvc-mount={}", mount.display()));
+    if let Some(sub_path) = sub_path {
+        args.push(format!("--pvc-sub-path={sub_path}"));
+    }
+    agent_with(root, &args)
+}
+
+/// The restore source arguments of the object at `key` in MinIO (its CA when it serves TLS).
+fn s3_source(minio: &Minio, key: &str) -> Vec<String> {
+    let mut source = vec![
+        format!("--s3-endpoint={}", minio.endpoint),
+        format!("--s3-bucket={}", minio.bucket),
+        format!("--s3-key={key}"),
+        "--s3-force-path-style".to_string(),
+    ];
+    if let Some(ca) = &minio.ca_file {
+        source.push(format!("--s3-ca-file={}", ca.display()));
+    }
+    source
+}
+
+/// A restore of `source` into `data_dir` as the member `config`, with `etcdutl` of `part`.
+fn restore_agent(
+    bins: &Testbins,
+    part: &str,
+    root: &Path,
+    data_dir: &Path,
+    config: &EtcdConfig,
+    source: &[String],
+) -> Agent {
+    let mut agent = Agent::new(
+        root,
+        &[
+            "restore",
+            &format!("--data-dir={}", data_dir.display()),
+            &format!("--name={}", config.name),
+            &format!("--initial-cluster={}", config.initial_cluster()),
+            &format!("--initial-cluster-token={}", config.token),
+            &format!("--initial-advertise-peer-urls={}", config.peer_url),
+            &format!(
+                "--etcdutl={}",
+                bins.binary(part, "etcdutl").or_panic().display()
+            ),
+        ],
+    );
+    for s in source {
+        agent = agent.arg(s.clone());
+    }
+    agent
+}
+
+/// Put the keys `big/<i>` for `i` in `range`, each a 1 MiB value of `byte`.
+async fn put_mib_values(client: &mut etcd_client::Client, range: std::ops::Range<usize>, byte: u8) {
+    let value = vec![byte; 1024 * 1024];
+    for i in range {
+        client
+            .put(format!("big/{i}"), value.clone(), None)
+            .await
+            .or_panic();
+    }
+}
+
+/// A single-member etcd 3.6 with ~`mib` MiB of values (8 MiB make one upload part), and a
+/// client of it.
+async fn etcd_with_mib(bins: &Testbins, root: &Path, mib: usize) -> (Etcd, etcd_client::Client) {
+    let (etcd, _, _) = etcd_with_keys(bins, "etcd-3.6", root, 1).await;
+    let mut client = etcd.client().await.or_panic();
+    put_mib_values(&mut client, 0..mib, b'x').await;
+    (etcd, client)
+}
+
+/// The object stored at `key` (read as the root user): its body and metadata.
+async fn stored_object(minio: &Minio, key: &str) -> (Vec<u8>, HashMap<String, String>) {
+    let obj = minio
+        .root_client()
+        .get_object()
+        .bucket(&minio.bucket)
+        .key(key)
+        .send()
+        .await
+        .or_panic_debug();
+    let meta = obj.metadata().cloned().unwrap_or_default();
+    let body = obj.body.collect().await.or_panic().into_bytes().to_vec();
+    (body, meta)
+}
+
+/// Nothing is left of an interrupted upload at `key`: no object, no multipart upload.
+async fn assert_nothing_stored(minio: &Minio, key: &str, output: &str) {
+    assert_eq!(
+        minio.uploads(key).await,
+        Vec::<String>::new(),
+        "a multipart upload was left behind; output:\n{output}"
+    );
+    assert_eq!(
+        minio.objects().await,
+        Vec::<(String, i64)>::new(),
+        "no object: the snapshot was interrupted before it was stored; output:\n{output}"
+    );
+}
+
 #[tokio::test]
 async fn s3_snapshot_over_tls_is_the_stored_object_and_restores_with_a_new_cluster_id() {
     let bins = Testbins::from_env().or_panic();
@@ -332,21 +456,23 @@ async fn s3_snapshot_over_tls_is_the_stored_object_and_restores_with_a_new_clust
     let root = tmp.path();
     let minio = Minio::start(&bins, root, true).await.or_panic();
     let (etcd, keys, source_id) = etcd_with_keys(&bins, "etcd-3.6", root, 200).await;
+    let save =
+        s3_save(root, &etcd, "snap-1", "uid-1", &minio, &minio.writer).arg("--s3-key=backups/");
 
-    let run = agent_with(root, &save_args(&etcd, "snap-1", "uid-1"))
-        .s3(&minio, &minio.writer)
-        .arg("--s3-key=backups/")
-        .run("save")
-        .await;
-    assert_eq!(run.code(), Some(0), "save failed:\n{}", run.output);
-    let artifact = &run.result["artifact"];
+    let run = save.run("save").await;
+    run.assert_code(0, "save failed");
     assert_eq!(
-        artifact["uri"], "s3://snapshots/backups/snap-1.db",
+        run.artifact("uri"),
+        "s3://snapshots/backups/snap-1.db",
         "{}",
         run.result
     );
-    let size = artifact["sizeBytes"].as_u64().or_panic_none("sizeBytes");
-    let checksum = artifact["checksum"]
+    let size = run
+        .artifact("sizeBytes")
+        .as_u64()
+        .or_panic_none("sizeBytes");
+    let checksum = run
+        .artifact("checksum")
         .as_str()
         .unwrap_or_default()
         .to_string();
@@ -357,16 +483,7 @@ async fn s3_snapshot_over_tls_is_the_stored_object_and_restores_with_a_new_clust
     );
 
     // The object is what the artifact says.
-    let s3 = minio.root_client();
-    let obj = s3
-        .get_object()
-        .bucket(&minio.bucket)
-        .key("backups/snap-1.db")
-        .send()
-        .await
-        .or_panic_debug();
-    let meta = obj.metadata().cloned().unwrap_or_default();
-    let body = obj.body.collect().await.or_panic().into_bytes();
+    let (body, meta) = stored_object(&minio, "backups/snap-1.db").await;
     assert_eq!(body.len() as u64, size);
     assert!(size > 20_000, "a snapshot of 200 keys is not {size} bytes");
     assert_eq!(checksum, format!("sha256:{}", sha256_hex(&body)));
@@ -386,33 +503,17 @@ async fn s3_snapshot_over_tls_is_the_stored_object_and_restores_with_a_new_clust
     );
 
     // The same snapshot again (a retried Job) is not refused: it reports its own stored object.
-    let again = agent_with(root, &save_args(&etcd, "snap-1", "uid-1"))
-        .s3(&minio, &minio.writer)
-        .arg("--s3-key=backups/")
-        .run("save-again")
-        .await;
-    assert_eq!(
-        again.code(),
-        Some(0),
-        "a retry of the same snapshot failed:\n{}",
-        again.output
-    );
-    let checksum = again.result["artifact"]["checksum"]
+    let again = save.run("save-again").await;
+    again.assert_code(0, "a retry of the same snapshot failed");
+    let checksum = again
+        .artifact("checksum")
         .as_str()
         .unwrap_or_default()
         .to_string();
 
     // Restore with etcdutl 3.6: every key, a new cluster ID; the sha256 comes from the metadata.
-    let source = vec![
-        format!("--s3-endpoint={}", minio.endpoint),
-        format!("--s3-bucket={}", minio.bucket),
-        "--s3-key=backups/snap-1.db".to_string(),
-        "--s3-force-path-style".to_string(),
-        format!(
-            "--s3-ca-file={}",
-            minio.ca_file.as_ref().or_panic_none("ca").display()
-        ),
-    ];
+    let source = s3_source(&minio, "backups/snap-1.db");
+    assert!(minio.ca_file.is_some(), "the TLS MinIO has a CA file");
     let (restore, got, id) = restore_and_read(
         &bins,
         "etcd-3.6",
@@ -435,26 +536,11 @@ async fn s3_snapshot_over_tls_is_the_stored_object_and_restores_with_a_new_clust
     let data_dir = root.join("restored").join("data");
     let before = dir_listing(&data_dir);
     let config = EtcdConfig::new("restored", "restored-token").or_panic();
-    let mut agent = Agent::new(
-        root,
-        &[
-            "restore",
-            &format!("--data-dir={}", data_dir.display()),
-            "--name=restored",
-            &format!("--initial-cluster={}", config.initial_cluster()),
-            "--initial-cluster-token=restored-token",
-            &format!("--initial-advertise-peer-urls={}", config.peer_url),
-            &format!(
-                "--etcdutl={}",
-                bins.binary("etcd-3.6", "etcdutl").or_panic().display()
-            ),
-        ],
-    );
-    for s in &source {
-        agent = agent.arg(s.clone());
-    }
-    let skip = agent.creds(&minio.writer).run("restore-again").await;
-    assert_eq!(skip.code(), Some(0), "{}", skip.output);
+    let skip = restore_agent(&bins, "etcd-3.6", root, &data_dir, &config, &source)
+        .creds(&minio.writer)
+        .run("restore-again")
+        .await;
+    skip.assert_code(0, "a restore onto an initialised data dir failed");
     assert!(
         skip.output.contains("already initialised"),
         "{}",
@@ -471,26 +557,11 @@ async fn s3_snapshot_over_tls_is_the_stored_object_and_restores_with_a_new_clust
     bad.push(format!("--expected-sha256={}", "0".repeat(64)));
     let config = EtcdConfig::new("corrupt", "t").or_panic();
     let corrupt_dir = root.join("corrupt");
-    let mut agent = Agent::new(
-        root,
-        &[
-            "restore",
-            &format!("--data-dir={}", corrupt_dir.display()),
-            "--name=corrupt",
-            &format!("--initial-cluster={}", config.initial_cluster()),
-            "--initial-cluster-token=t",
-            &format!("--initial-advertise-peer-urls={}", config.peer_url),
-            &format!(
-                "--etcdutl={}",
-                bins.binary("etcd-3.6", "etcdutl").or_panic().display()
-            ),
-        ],
-    );
-    for s in &bad {
-        agent = agent.arg(s.clone());
-    }
-    let refused = agent.creds(&minio.writer).run("restore-corrupt").await;
-    assert_eq!(refused.code(), Some(2), "{}", refused.output);
+    let refused = restore_agent(&bins, "etcd-3.6", root, &corrupt_dir, &config, &bad)
+        .creds(&minio.writer)
+        .run("restore-corrupt")
+        .await;
+    refused.assert_code(2, "a wrong expected checksum is refused");
     assert!(refused.error().contains("sha256"), "{}", refused.error());
     assert!(!corrupt_dir.join("member").exists());
     etcd.stop();
@@ -503,18 +574,12 @@ async fn etcd_3_5_snapshot_restores_with_its_own_etcdutl() {
     let root = tmp.path();
     let minio = Minio::start(&bins, root, false).await.or_panic();
     let (etcd, keys, source_id) = etcd_with_keys(&bins, "etcd-3.5", root, 100).await;
-    let run = agent_with(root, &save_args(&etcd, "snap-35", "uid-35"))
-        .s3(&minio, &minio.writer)
+    let run = s3_save(root, &etcd, "snap-35", "uid-35", &minio, &minio.writer)
         .run("save")
         .await;
-    assert_eq!(run.code(), Some(0), "save failed:\n{}", run.output);
-    assert_eq!(run.result["artifact"]["uri"], "s3://snapshots/snap-35.db");
-    let source = vec![
-        format!("--s3-endpoint={}", minio.endpoint),
-        format!("--s3-bucket={}", minio.bucket),
-        "--s3-key=snap-35.db".to_string(),
-        "--s3-force-path-style".to_string(),
-    ];
+    run.assert_code(0, "save failed");
+    assert_eq!(run.artifact("uri"), "s3://snapshots/snap-35.db");
+    let source = s3_source(&minio, "snap-35.db");
     let (_, got, id) = restore_and_read(
         &bins,
         "etcd-3.5",
@@ -542,11 +607,16 @@ async fn restore_bumps_the_revision_and_marks_the_gap_compacted(part: &str) {
     let mut client = etcd.client().await.or_panic();
     let at_snapshot = current_revision(&mut client).await;
     let mount = root.join("pvc");
-    let mut args = save_args(&etcd, "snap-rev", "uid-rev");
-    args.push("--pvc-claim=backups".into());
-    args.push(format!("--pvc-mount={}", mount.display()));
-    let run = agent_with(root, &args).run("save").await;
-    assert_eq!(run.code(), Some(0), "save failed:\n{}", run.output);
+    let run = pvc_save(
+        root,
+        &etcd,
+        ("snap-rev", "uid-rev"),
+        ("backups", &mount),
+        None,
+    )
+    .run("save")
+    .await;
+    run.assert_code(0, "save failed");
     // N more writes after the snapshot: revisions a watcher of the source has seen.
     let _ = put_keys(&mut client, "after/", 50).await;
     let seen = current_revision(&mut client).await;
@@ -601,26 +671,22 @@ async fn pvc_snapshot_is_written_durably_guarded_and_restores() {
     let (etcd, keys, source_id) = etcd_with_keys(&bins, "etcd-3.6", root, 150).await;
     let mount = root.join("pvc");
     let pvc = |name: &str, uid: &str| {
-        let mut args = save_args(&etcd, name, uid);
-        args.push("--pvc-claim=backups".into());
-        args.push(format!("--pvc-mount={}", mount.display()));
-        args.push("--pvc-sub-path=etcd/daily".into());
-        agent_with(root, &args)
+        pvc_save(
+            root,
+            &etcd,
+            (name, uid),
+            ("backups", &mount),
+            Some("etcd/daily"),
+        )
     };
     let run = pvc("snap-p", "uid-p").run("save").await;
-    assert_eq!(run.code(), Some(0), "save failed:\n{}", run.output);
-    assert_eq!(
-        run.result["artifact"]["uri"],
-        "pvc://backups/etcd/daily/snap-p.db"
-    );
+    run.assert_code(0, "save failed");
+    assert_eq!(run.artifact("uri"), "pvc://backups/etcd/daily/snap-p.db");
     let file = mount.join("etcd/daily/snap-p.db");
     let data = std::fs::read(&file).or_panic();
+    assert_eq!(run.artifact("sizeBytes").as_u64(), Some(data.len() as u64));
     assert_eq!(
-        run.result["artifact"]["sizeBytes"].as_u64(),
-        Some(data.len() as u64)
-    );
-    assert_eq!(
-        run.result["artifact"]["checksum"],
+        run.artifact("checksum"),
         format!("sha256:{}", sha256_hex(&data)).as_str()
     );
     assert_eq!(
@@ -640,7 +706,7 @@ async fn pvc_snapshot_is_written_durably_guarded_and_restores() {
 
     // Another snapshot's file at the path is refused; the same snapshot may overwrite it.
     let foreign = pvc("snap-p", "uid-other").run("save-foreign").await;
-    assert_eq!(foreign.code(), Some(2), "{}", foreign.output);
+    foreign.assert_code(2, "another snapshot's file is refused");
     assert!(
         foreign.error().contains("uid-p") && foreign.error().contains("refusing"),
         "{}",
@@ -651,12 +717,16 @@ async fn pvc_snapshot_is_written_durably_guarded_and_restores() {
         data,
         "the refused run left the file alone"
     );
-    let retry = pvc("snap-p", "uid-p").run("save-retry").await;
-    assert_eq!(retry.code(), Some(0), "{}", retry.output);
+    pvc("snap-p", "uid-p")
+        .run("save-retry")
+        .await
+        .assert_code(0, "the same snapshot may overwrite its file");
     // A file without a sidecar was not written by the operator: refused.
     std::fs::write(mount.join("etcd/daily/other.db"), b"not ours").or_panic();
-    let unmarked = pvc("other", "uid-o").run("save-unmarked").await;
-    assert_eq!(unmarked.code(), Some(2), "{}", unmarked.output);
+    pvc("other", "uid-o")
+        .run("save-unmarked")
+        .await
+        .assert_code(2, "a file without a sidecar is refused");
     assert_eq!(
         std::fs::read(mount.join("etcd/daily/other.db")).or_panic(),
         b"not ours"
@@ -684,21 +754,75 @@ async fn s3_refusals_fail_closed_with_the_cause_and_the_fix() {
     let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 10).await;
 
     // Another snapshot's object at the key.
-    let first = agent_with(root, &save_args(&etcd, "taken", "uid-a"))
-        .s3(&minio, &minio.writer)
+    s3_save(root, &etcd, "taken", "uid-a", &minio, &minio.writer)
         .run("save-a")
-        .await;
-    assert_eq!(first.code(), Some(0), "{}", first.output);
-    let second = agent_with(root, &save_args(&etcd, "taken", "uid-b"))
-        .s3(&minio, &minio.writer)
-        .run("save-b")
-        .await;
-    assert_eq!(second.code(), Some(2), "{}", second.output);
-    assert!(
-        second.error().contains("uid-a") && second.error().contains("refusing to overwrite"),
-        "{}",
-        second.error()
-    );
+        .await
+        .assert_code(0, "the first snapshot at the key");
+
+    let wrong = S3User {
+        access_key: minio.writer.access_key.clone(),
+        secret_key: "not-the-secret".into(),
+    };
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").or_panic();
+        l.local_addr().or_panic().port()
+    };
+    let mut unreachable = save_args(&etcd, "new-one", "uid-c");
+    unreachable.push(format!("--s3-endpoint=http://127.0.0.1:{closed}"));
+    unreachable.push(format!("--s3-bucket={}", minio.bucket));
+    unreachable.push("--s3-force-path-style".into());
+    let closed_endpoint = format!("127.0.0.1:{closed}");
+    // (run tag, agent, exit code, what its error must name)
+    let cases: [(&str, Agent, i32, &[&str]); 4] = [
+        // Another snapshot's object at the key: refused, named.
+        (
+            "save-b",
+            s3_save(root, &etcd, "taken", "uid-b", &minio, &minio.writer),
+            2,
+            &["uid-a", "refusing to overwrite"],
+        ),
+        // HeadObject answers 403 (on AWS: a missing key without ListBucket; here a user that
+        // may write but not read): the agent cannot know what it would overwrite, so it fails
+        // closed.
+        (
+            "save-nolist",
+            s3_save(root, &etcd, "new-one", "uid-c", &minio, &minio.nolist),
+            2,
+            &["403", "s3:ListBucket"],
+        ),
+        // Wrong credentials.
+        (
+            "save-wrong-creds",
+            s3_save(root, &etcd, "new-one", "uid-c", &minio, &wrong),
+            2,
+            &["AWS_SECRET_ACCESS_KEY"],
+        ),
+        // An endpoint nobody listens on: bounded, transient (exit 1), names the endpoint.
+        (
+            "save-unreachable",
+            agent_with(root, &unreachable).creds(&minio.writer),
+            1,
+            &[&closed_endpoint],
+        ),
+    ];
+    for (tag, agent, code, needles) in cases {
+        let run = agent.run(tag).await;
+        run.assert_code(code, tag);
+        for needle in needles {
+            assert!(
+                run.error().contains(needle),
+                "{tag}: the error does not name {needle:?}: {}",
+                run.error()
+            );
+        }
+        if tag == "save-unreachable" {
+            assert!(
+                run.took < Duration::from_secs(60),
+                "{tag} took {:?}",
+                run.took
+            );
+        }
+    }
     let head = minio
         .root_client()
         .head_object()
@@ -713,60 +837,6 @@ async fn s3_refusals_fail_closed_with_the_cause_and_the_fix() {
             .map(String::as_str),
         Some("uid-a"),
         "the first snapshot's object is untouched"
-    );
-
-    // HeadObject answers 403 (on AWS: a missing key without ListBucket; here a user that may
-    // write but not read): the agent cannot know what it would overwrite, so it fails closed.
-    let nolist = agent_with(root, &save_args(&etcd, "new-one", "uid-c"))
-        .s3(&minio, &minio.nolist)
-        .run("save-nolist")
-        .await;
-    assert_eq!(nolist.code(), Some(2), "{}", nolist.output);
-    assert!(
-        nolist.error().contains("403") && nolist.error().contains("s3:ListBucket"),
-        "{}",
-        nolist.error()
-    );
-
-    // Wrong credentials.
-    let wrong = S3User {
-        access_key: minio.writer.access_key.clone(),
-        secret_key: "not-the-secret".into(),
-    };
-    let creds = agent_with(root, &save_args(&etcd, "new-one", "uid-c"))
-        .s3(&minio, &wrong)
-        .run("save-wrong-creds")
-        .await;
-    assert_eq!(creds.code(), Some(2), "{}", creds.output);
-    assert!(
-        creds.error().contains("AWS_SECRET_ACCESS_KEY"),
-        "{}",
-        creds.error()
-    );
-
-    // An endpoint nobody listens on: bounded, transient (exit 1), names the endpoint.
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").or_panic();
-        l.local_addr().or_panic().port()
-    };
-    let mut args = save_args(&etcd, "new-one", "uid-c");
-    args.push(format!("--s3-endpoint=http://127.0.0.1:{closed}"));
-    args.push(format!("--s3-bucket={}", minio.bucket));
-    args.push("--s3-force-path-style".into());
-    let unreachable = agent_with(root, &args)
-        .creds(&minio.writer)
-        .run("save-unreachable")
-        .await;
-    assert_eq!(unreachable.code(), Some(1), "{}", unreachable.output);
-    assert!(
-        unreachable.error().contains(&format!("127.0.0.1:{closed}")),
-        "{}",
-        unreachable.error()
-    );
-    assert!(
-        unreachable.took < Duration::from_secs(60),
-        "took {:?}",
-        unreachable.took
     );
 
     let keys: Vec<String> = minio.objects().await.into_iter().map(|(k, _)| k).collect();
@@ -800,18 +870,10 @@ async fn s3_killed_mid_upload_leaves_no_object_and_no_upload() {
         .send()
         .await
         .or_panic_debug();
-    let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 1).await;
     // ~48 MiB of values: six parts of 8 MiB.
-    let mut client = etcd.client().await.or_panic();
-    let value = vec![b'x'; 1024 * 1024];
-    for i in 0..48 {
-        client
-            .put(format!("big/{i}"), value.clone(), None)
-            .await
-            .or_panic();
-    }
+    let (etcd, _client) = etcd_with_mib(&bins, root, 48).await;
 
-    let agent = agent_with(root, &save_args(&etcd, "big", "uid-big")).s3(&minio, &minio.writer);
+    let agent = s3_save(root, &etcd, "big", "uid-big", &minio, &minio.writer);
     let started = Instant::now();
     let (mut child, log, term) = agent.spawn("save-killed");
     wait_for_log(&log, "part=2", Duration::from_secs(120)).await;
@@ -823,28 +885,15 @@ async fn s3_killed_mid_upload_leaves_no_object_and_no_upload() {
     )
     .await;
     minio.restart().await.or_panic();
-    let status = tokio::time::timeout(AGENT_TIMEOUT, child.wait())
-        .await
-        .unwrap_or_else(|_| panic!("the agent did not finish"))
-        .or_panic();
+    let status = wait_exit(
+        &mut child,
+        AGENT_TIMEOUT,
+        "the agent whose MinIO was killed",
+    )
+    .await;
     let run = finish(status, &log, &term, started.elapsed());
-    assert_eq!(run.code(), Some(1), "{}", run.output);
-    assert!(run.error().contains("UploadPart"), "{}", run.error());
-    assert!(
-        run.output.contains("multipart upload aborted"),
-        "{}",
-        run.output
-    );
-    assert_eq!(
-        minio.objects().await,
-        Vec::<(String, i64)>::new(),
-        "no partial object"
-    );
-    assert_eq!(
-        minio.uploads("big.db").await,
-        Vec::<String>::new(),
-        "no dangling multipart upload"
-    );
+    run.assert_aborted_upload("UploadPart");
+    assert_nothing_stored(&minio, "big.db", &run.output).await;
     etcd.stop();
 }
 
@@ -857,19 +906,11 @@ async fn s3_sigterm_mid_upload_aborts_the_multipart_upload() {
     let tmp = temp_root().or_panic();
     let root = tmp.path();
     let minio = Minio::start(&bins, root, false).await.or_panic();
-    let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 1).await;
     // ~96 MiB of values: twelve parts of 8 MiB, so the upload is still running when the signal
     // comes right after it started.
-    let mut client = etcd.client().await.or_panic();
-    let value = vec![b'x'; 1024 * 1024];
-    for i in 0..96 {
-        client
-            .put(format!("big/{i}"), value.clone(), None)
-            .await
-            .or_panic();
-    }
+    let (etcd, _client) = etcd_with_mib(&bins, root, 96).await;
 
-    let agent = agent_with(root, &save_args(&etcd, "big", "uid-big")).s3(&minio, &minio.writer);
+    let agent = s3_save(root, &etcd, "big", "uid-big", &minio, &minio.writer);
     let started = Instant::now();
     let (mut child, log, term) = agent.spawn("save-sigterm");
     wait_for_log(&log, "multipart upload started", Duration::from_secs(120)).await;
@@ -884,29 +925,21 @@ async fn s3_sigterm_mid_upload_aborts_the_multipart_upload() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .or_panic();
-    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
-        .await
-        .unwrap_or_else(|_| panic!("the agent did not exit within 60s of SIGTERM"))
-        .or_panic();
+    let status = wait_exit(
+        &mut child,
+        Duration::from_secs(60),
+        "the agent after SIGTERM",
+    )
+    .await;
     let output = std::fs::read_to_string(&log).unwrap_or_default();
-    assert_eq!(
-        minio.uploads("big.db").await,
-        Vec::<String>::new(),
-        "a multipart upload was left behind after SIGTERM ({status}); output:\n{output}"
-    );
-    assert_eq!(
-        minio.objects().await,
-        Vec::<(String, i64)>::new(),
-        "no object: the snapshot was interrupted before it was stored; output:\n{output}"
-    );
+    assert_nothing_stored(
+        &minio,
+        "big.db",
+        &format!("after SIGTERM ({status}): {output}"),
+    )
+    .await;
     let run = finish(status, &log, &term, started.elapsed());
-    assert_eq!(run.code(), Some(1), "{}", run.output);
-    assert!(run.error().contains("SIGTERM"), "{}", run.error());
-    assert!(
-        run.output.contains("multipart upload aborted"),
-        "{}",
-        run.output
-    );
+    run.assert_aborted_upload("SIGTERM");
     etcd.stop();
 }
 
@@ -919,17 +952,9 @@ async fn two_pods_of_one_job_report_the_checksum_of_the_object_stored() {
     let tmp = temp_root().or_panic();
     let root = tmp.path();
     let minio = Minio::start(&bins, root, false).await.or_panic();
-    let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 1).await;
     // ~24 MiB: three parts, so the first upload still runs when the second starts.
-    let mut client = etcd.client().await.or_panic();
-    let value = vec![b'x'; 1024 * 1024];
-    for i in 0..24 {
-        client
-            .put(format!("big/{i}"), value.clone(), None)
-            .await
-            .or_panic();
-    }
-    let agent = agent_with(root, &save_args(&etcd, "twice", "uid-twice")).s3(&minio, &minio.writer);
+    let (etcd, mut client) = etcd_with_mib(&bins, root, 24).await;
+    let agent = s3_save(root, &etcd, "twice", "uid-twice", &minio, &minio.writer);
     let first_started = Instant::now();
     let (mut first, first_log, first_term) = agent.spawn("save-first");
     wait_for_log(
@@ -941,23 +966,11 @@ async fn two_pods_of_one_job_report_the_checksum_of_the_object_stored() {
     // The second Pod snapshots a later revision: the two uploads differ.
     client.put("between", "the two Pods", None).await.or_panic();
     let second = agent.run("save-second").await;
-    let status = tokio::time::timeout(AGENT_TIMEOUT, first.wait())
-        .await
-        .unwrap_or_else(|_| panic!("the first agent ran longer than {AGENT_TIMEOUT:?}"))
-        .or_panic();
+    let status = wait_exit(&mut first, AGENT_TIMEOUT, "the first agent").await;
     let first = finish(status, &first_log, &first_term, first_started.elapsed());
 
     let stored = || async {
-        let obj = minio
-            .root_client()
-            .get_object()
-            .bucket(&minio.bucket)
-            .key("twice.db")
-            .send()
-            .await
-            .or_panic_debug();
-        let meta = obj.metadata().cloned().unwrap_or_default();
-        let body = obj.body.collect().await.or_panic().into_bytes();
+        let (body, meta) = stored_object(&minio, "twice.db").await;
         (
             format!("sha256:{}", sha256_hex(&body)),
             body.len() as u64,
@@ -978,16 +991,12 @@ async fn two_pods_of_one_job_report_the_checksum_of_the_object_stored() {
         }
         reported += 1;
         assert_eq!(
-            run.result["artifact"]["checksum"].as_str(),
+            run.artifact("checksum").as_str(),
             Some(checksum.as_str()),
             "the {which} agent reported a checksum that is not the stored object's; output:\n{}",
             run.output
         );
-        assert_eq!(
-            run.result["artifact"]["sizeBytes"].as_u64(),
-            Some(size),
-            "{which}"
-        );
+        assert_eq!(run.artifact("sizeBytes").as_u64(), Some(size), "{which}");
     }
     assert!(
         reported > 0,
@@ -1015,9 +1024,9 @@ async fn two_pods_of_one_job_report_the_checksum_of_the_object_stored() {
     client.put("after", "the two Pods", None).await.or_panic();
     let third = agent.run("save-third").await;
     eprintln!("third agent:\n{}", third.output);
-    assert_eq!(third.code(), Some(0), "{}", third.output);
+    third.assert_code(0, "a later Pod of the same Job");
     assert_eq!(
-        third.result["artifact"]["checksum"].as_str(),
+        third.artifact("checksum").as_str(),
         Some(checksum.as_str()),
         "a retry replaced or misreported the stored snapshot; output:\n{}",
         third.output
@@ -1113,22 +1122,21 @@ async fn a_failed_snapshots_own_object_is_deleted_and_no_other() {
     put_object(&minio, "mine.db", Some("uid-mine")).await;
     put_object(&minio, "theirs.db", Some("uid-theirs")).await;
     put_object(&minio, "foreign.db", None).await;
-    assert!(s3
-        .delete_if_owned(&at("mine.db"), "uid-mine")
-        .await
-        .or_panic_debug());
-    assert!(!s3
-        .delete_if_owned(&at("theirs.db"), "uid-mine")
-        .await
-        .or_panic_debug());
-    assert!(!s3
-        .delete_if_owned(&at("foreign.db"), "uid-mine")
-        .await
-        .or_panic_debug());
-    assert!(!s3
-        .delete_if_owned(&at("absent.db"), "uid-mine")
-        .await
-        .or_panic_debug());
+    // (key, whether uid-mine's prune deletes it)
+    for (key, deleted) in [
+        ("mine.db", true),
+        ("theirs.db", false),
+        ("foreign.db", false),
+        ("absent.db", false),
+    ] {
+        assert_eq!(
+            s3.delete_if_owned(&at(key), "uid-mine")
+                .await
+                .or_panic_debug(),
+            deleted,
+            "{key}"
+        );
+    }
     let left: Vec<String> = minio.objects().await.into_iter().map(|(k, _)| k).collect();
     assert_eq!(left, ["foreign.db", "theirs.db"]);
 }
@@ -1140,14 +1148,11 @@ async fn restore_into_a_too_small_filesystem_fails_early_with_both_sizes() {
     let root = tmp.path();
     let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 500).await;
     let mount = root.join("pvc");
-    let mut args = save_args(&etcd, "s", "uid-s");
-    args.push("--pvc-claim=c".into());
-    args.push(format!("--pvc-mount={}", mount.display()));
-    let run = agent_with(root, &args).run("save").await;
-    assert_eq!(run.code(), Some(0), "{}", run.output);
-    let size = run.result["artifact"]["sizeBytes"]
-        .as_u64()
-        .or_panic_none("size");
+    let run = pvc_save(root, &etcd, ("s", "uid-s"), ("c", &mount), None)
+        .run("save")
+        .await;
+    run.assert_code(0, "save failed");
+    let size = run.artifact("sizeBytes").as_u64().or_panic_none("size");
     etcd.stop();
 
     // A data volume of 1.5x the snapshot: the file would fit, the restore would not.
@@ -1171,25 +1176,11 @@ async fn restore_into_a_too_small_filesystem_fails_early_with_both_sizes() {
     let _unmount = Unmount(small.clone());
     let config = EtcdConfig::new("small", "t").or_panic();
     let data_dir = small.join("data");
-    let refused = Agent::new(
-        root,
-        &[
-            "restore",
-            &format!("--data-dir={}", data_dir.display()),
-            "--name=small",
-            &format!("--initial-cluster={}", config.initial_cluster()),
-            "--initial-cluster-token=t",
-            &format!("--initial-advertise-peer-urls={}", config.peer_url),
-            &format!(
-                "--etcdutl={}",
-                bins.binary("etcd-3.6", "etcdutl").or_panic().display()
-            ),
-            &format!("--pvc-file={}", mount.join("s.db").display()),
-        ],
-    )
-    .run("restore-small")
-    .await;
-    assert_eq!(refused.code(), Some(2), "{}", refused.output);
+    let source = [format!("--pvc-file={}", mount.join("s.db").display())];
+    let refused = restore_agent(&bins, "etcd-3.6", root, &data_dir, &config, &source)
+        .run("restore-small")
+        .await;
+    refused.assert_code(2, "a restore into a too-small filesystem is refused");
     let e = refused.error();
     assert!(
         e.contains(&format!("({size} bytes)")),
@@ -1220,18 +1211,12 @@ async fn s3_save_peak_memory_does_not_grow_with_the_database() {
     let minio = Minio::start(&bins, root, false).await.or_panic();
     let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 10).await;
     let mut client = etcd.client().await.or_panic();
-    let value = vec![b'y'; 1024 * 1024];
     let mut sizes = Vec::new();
     // ~40 MiB (five parts), then ~120 MiB (fifteen parts).
     for (name, puts) in [("medium", 0..40), ("big", 40..120)] {
-        for i in puts {
-            client
-                .put(format!("big/{i}"), value.clone(), None)
-                .await
-                .or_panic();
-        }
+        put_mib_values(&mut client, puts, b'y').await;
         let (rss, run) = peak_rss_and_run(root, &minio, &etcd, name).await;
-        let size = run.result["artifact"]["sizeBytes"].as_u64().unwrap_or(0);
+        let size = run.artifact("sizeBytes").as_u64().unwrap_or(0);
         eprintln!("agent peak RSS {rss} bytes saving a {size}-byte snapshot");
         sizes.push((size, rss));
     }
@@ -1257,8 +1242,14 @@ async fn s3_save_peak_memory_does_not_grow_with_the_database() {
 
 /// Run a save and sample its VmHWM (peak resident set) until it exits.
 async fn peak_rss_and_run(root: &Path, minio: &Minio, etcd: &Etcd, name: &str) -> (u64, Run) {
-    let agent =
-        agent_with(root, &save_args(etcd, name, &format!("uid-{name}"))).s3(minio, &minio.writer);
+    let agent = s3_save(
+        root,
+        etcd,
+        name,
+        &format!("uid-{name}"),
+        minio,
+        &minio.writer,
+    );
     let started = Instant::now();
     let (mut child, log, term) = agent.spawn(&format!("save-{name}"));
     let pid = child.id().unwrap_or(0);
@@ -1280,7 +1271,7 @@ async fn peak_rss_and_run(root: &Path, minio: &Minio, etcd: &Etcd, name: &str) -
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let run = finish(status, &log, &term, started.elapsed());
-    assert_eq!(run.code(), Some(0), "{}", run.output);
+    run.assert_code(0, "save failed");
     assert!(peak > 0, "no VmHWM sampled");
     (peak, run)
 }
