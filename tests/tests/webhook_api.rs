@@ -39,6 +39,9 @@ async fn control_plane() -> &'static ControlPlane {
         .or_panic()
 }
 
+/// How the apiserver words a denial by the validating webhook.
+const DENIED: &str = "admission webhook \"validate.etcd-operator.cozystack.io\" denied the request";
+
 /// Write to the terminal past the harness's capture.
 fn report(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
@@ -62,8 +65,8 @@ fn api_of(client: &Client, ns: &str, kind: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &resource)
 }
 
-/// `kubectl apply -f <file>` of `object`, as a user would.
-async fn kubectl_apply(cp: &ControlPlane, object: &Value) -> KubectlOutput {
+/// `object` in a JSON file under the control plane's root, for `kubectl -f`; gone on drop.
+fn object_file(cp: &ControlPlane, object: &Value) -> (tempfile::NamedTempFile, String) {
     let file = tempfile::Builder::new()
         .prefix("object-")
         .suffix(".json")
@@ -71,7 +74,138 @@ async fn kubectl_apply(cp: &ControlPlane, object: &Value) -> KubectlOutput {
         .or_panic();
     std::fs::write(file.path(), serde_json::to_vec_pretty(object).or_panic()).or_panic();
     let path = file.path().to_string_lossy().into_owned();
+    (file, path)
+}
+
+/// `kubectl apply -f <file>` of `object`, as a user would.
+async fn kubectl_apply(cp: &ControlPlane, object: &Value) -> KubectlOutput {
+    let (_file, path) = object_file(cp, object);
     cp.kubectl(&["apply", "-f", &path]).await.or_panic()
+}
+
+/// `kubectl patch <kind> <name> -n <ns> <flags> --type=merge -p <patch>`, as a user would.
+async fn kubectl_patch(
+    cp: &ControlPlane,
+    (kind, name, ns): (&str, &str, &str),
+    flags: &[&str],
+    patch: &Value,
+) -> KubectlOutput {
+    let patch = patch.to_string();
+    let mut args = vec!["patch", kind, name, "-n", ns];
+    args.extend_from_slice(flags);
+    args.extend(["--type=merge", "-p", &patch]);
+    cp.kubectl(&args).await.or_panic()
+}
+
+/// kubectl's stderr holds every one of `parts`.
+#[track_caller]
+fn assert_stderr_names(out: &KubectlOutput, parts: &[&str]) {
+    for part in parts {
+        assert!(
+            out.stderr.contains(part),
+            "missing {part:?} in kubectl's stderr:\n{}",
+            out.stderr
+        );
+    }
+}
+
+/// Create the `kind` object `ns/name` with `spec` through the API, as the admin.
+async fn create(
+    client: &Client,
+    ns: &str,
+    (kind, name): (&str, &str),
+    spec: Value,
+) -> DynamicObject {
+    api_message(
+        api_of(client, ns, kind)
+            .create(
+                &PostParams::default(),
+                &dynamic(object(kind, name, ns, spec)),
+            )
+            .await,
+    )
+    .unwrap_or_else(|e| panic!("creating {kind} {ns}/{name}: {e}"))
+}
+
+/// The stored spec of the EtcdCluster `name`.
+async fn stored_spec(clusters: &Api<DynamicObject>, name: &str) -> Value {
+    clusters.get(name).await.or_panic().data["spec"].clone()
+}
+
+/// Poll `probe` until it succeeds (a write is admitted); past [`EFFECTIVE_TIMEOUT`] fail naming
+/// `what` and the last answer.
+async fn wait_admitted<T, F, Fut>(what: &str, probe: F)
+where
+    T: std::fmt::Debug,
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let last = std::sync::Mutex::new(String::new());
+    let waited = webhook::wait_until(what, EFFECTIVE_TIMEOUT, || {
+        let (probe, last) = (&probe, &last);
+        async move {
+            let result = probe().await;
+            if let Ok(mut last) = last.lock() {
+                *last = format!("{result:?}");
+            }
+            Ok(result.ok().map(|_| ()))
+        }
+    })
+    .await;
+    if let Err(e) = waited {
+        panic!(
+            "{e}; last probe: {}",
+            last.lock().map(|l| l.clone()).unwrap_or_default()
+        );
+    }
+}
+
+/// One test's turn ([`SERIAL`]), the shared control plane, an admin client and a namespace of
+/// its own holding the probe member.
+struct Turn {
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+    began: Instant,
+    cp: &'static ControlPlane,
+    client: Client,
+    ns: String,
+}
+
+impl Turn {
+    async fn take(ns: &str) -> Self {
+        let serial = SERIAL.lock().await;
+        let began = Instant::now();
+        let cp = control_plane().await;
+        let client = cp.client().or_panic();
+        let ns = cp.namespace(ns).await.or_panic();
+        create_member(&client, &ns).await;
+        Self {
+            _serial: serial,
+            began,
+            cp,
+            client,
+            ns,
+        }
+    }
+
+    /// The webhook with no extra flags, registered with failurePolicy Fail.
+    async fn register(&self) -> Webhook {
+        self.register_with(&[]).await
+    }
+
+    async fn register_with(&self, args: &[&str]) -> Webhook {
+        start_and_register(self.cp, &self.client, &self.ns, args, FailurePolicy::Fail).await
+    }
+
+    fn api(&self, kind: &str) -> Api<DynamicObject> {
+        api_of(&self.client, &self.ns, kind)
+    }
+
+    /// Unregister the webhook, check the control plane still runs, report the time taken.
+    async fn done(self, what: &str) {
+        webhook::unregister(&self.client, CONFIG).await.or_panic();
+        self.cp.check_running().or_panic();
+        report(&format!("{what}: passed in {:.1?}", self.began.elapsed()));
+    }
 }
 
 fn api_message(result: Result<DynamicObject, kube::Error>) -> Result<DynamicObject, String> {
@@ -79,6 +213,11 @@ fn api_message(result: Result<DynamicObject, kube::Error>) -> Result<DynamicObje
         kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
         other => other.to_string(),
     })
+}
+
+/// A valid EtcdCluster on a 1Gi tmpfs.
+fn memory_spec() -> Value {
+    json!({"version": "3.6.11", "storage": {"size": "1Gi", "medium": "Memory"}})
 }
 
 /// An invalid EtcdCluster with three independent problems.
@@ -91,18 +230,12 @@ fn invalid_cluster_spec() -> Value {
 const MEMBER: &str = "main-abcde";
 
 async fn create_member(client: &Client, ns: &str) {
-    api_of(client, ns, "EtcdMember")
-        .create(
-            &PostParams::default(),
-            &dynamic(object(
-                "EtcdMember",
-                MEMBER,
-                ns,
-                json!({"clusterName": "main", "version": "3.6.11"}),
-            )),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("creating EtcdMember {ns}/{MEMBER}: {e}"));
+    create(client, ns, ("EtcdMember", MEMBER), member_spec()).await;
+}
+
+/// The spec of an EtcdMember of the cluster `main`.
+fn member_spec() -> Value {
+    json!({"clusterName": "main", "version": "3.6.11"})
 }
 
 /// Update the member's spec as the admin, for real or as a dry run.
@@ -239,25 +372,16 @@ async fn set_failure_policy(cp: &ControlPlane, policy: FailurePolicy) {
 /// ownership reach kubectl and the API; an invalid object is rejected with every problem named.
 #[tokio::test(flavor = "multi_thread")]
 async fn webhook_up_defaults_warns_guards_members_and_rejects_with_every_field() {
-    let _serial = SERIAL.lock().await;
-    let began = Instant::now();
-    let cp = control_plane().await;
-    let client = cp.client().or_panic();
-    let ns = cp.namespace("webhook-up").await.or_panic();
-    create_member(&client, &ns).await;
-    let mut held = object(
-        "EtcdMember",
-        "main-held0",
-        &ns,
-        json!({"clusterName": "main", "version": "3.6.11"}),
-    );
+    let turn = Turn::take("webhook-up").await;
+    let (cp, client, ns) = (turn.cp, &turn.client, turn.ns.as_str());
+    let mut held = object("EtcdMember", "main-held0", ns, member_spec());
     held["metadata"]["finalizers"] = json!(["etcd-operator.cozystack.io/member-cleanup"]);
-    api_of(&client, &ns, "EtcdMember")
+    turn.api("EtcdMember")
         .create(&PostParams::default(), &dynamic(held))
         .await
         .or_panic();
-    let hook = start_and_register(cp, &client, &ns, &[], FailurePolicy::Fail).await;
-    let clusters = api_of(&client, &ns, "EtcdCluster");
+    let hook = turn.register().await;
+    let clusters = turn.api("EtcdCluster");
 
     // 2. An invalid cluster is rejected naming every problem with its field path, in the
     // webhook's own rendering. The apiserver runs the CRD's schema and CEL validation *before*
@@ -265,37 +389,25 @@ async fn webhook_up_defaults_warns_guards_members_and_rejects_with_every_field()
     // /mutate, which runs first.
     let out = kubectl_apply(
         cp,
-        &object("EtcdCluster", "broken", &ns, invalid_cluster_spec()),
+        &object("EtcdCluster", "broken", ns, invalid_cluster_spec()),
     )
     .await;
     assert!(!out.success, "an invalid cluster was accepted: {out:?}");
     // kubectl renders a 422 denial from its causes: one line per violation, each the webhook's
     // own text (value and fix), not the schema's terser wording.
-    for line in [
-        "spec.replicas: must be 0 or more (got -1); set the number of members",
-        "spec.version: must be an etcd release as X.Y.Z",
-        "spec.progressDeadlineSeconds: must be at least 1 (got 0)",
-    ] {
-        assert!(
-            out.stderr.contains(line),
-            "kubectl apply does not show the webhook's violation {line:?}:\n{}",
-            out.stderr
-        );
-    }
+    assert_stderr_names(
+        &out,
+        &[
+            "spec.replicas: must be 0 or more (got -1); set the number of members",
+            "spec.version: must be an etcd release as X.Y.Z",
+            "spec.progressDeadlineSeconds: must be at least 1 (got 0)",
+        ],
+    );
 
     // 3. Defaults, applied by the apiserver from the webhook's JSONPatch (kube sends the patch
     // bytes as a JSON array of numbers; the apiserver must accept that encoding).
-    let memory = json!({"version": "3.6.11", "storage": {"size": "1Gi", "medium": "Memory"}});
-    api_message(
-        clusters
-            .create(
-                &PostParams::default(),
-                &dynamic(object("EtcdCluster", "tmpfs", &ns, memory)),
-            )
-            .await,
-    )
-    .unwrap_or_else(|e| panic!("creating a valid Memory cluster: {e}"));
-    let stored = clusters.get("tmpfs").await.or_panic().data["spec"].clone();
+    create(client, ns, ("EtcdCluster", "tmpfs"), memory_spec()).await;
+    let stored = stored_spec(&clusters, "tmpfs").await;
     let anti = &stored["affinity"]["podAntiAffinity"];
     assert_eq!(
         anti,
@@ -333,14 +445,8 @@ async fn webhook_up_defaults_warns_guards_members_and_rejects_with_every_field()
         "affinity": own_affinity,
         "resources": own_resources,
     });
-    clusters
-        .create(
-            &PostParams::default(),
-            &dynamic(object("EtcdCluster", "own", &ns, spec)),
-        )
-        .await
-        .or_panic();
-    let stored = clusters.get("own").await.or_panic().data["spec"].clone();
+    create(client, ns, ("EtcdCluster", "own"), spec).await;
+    let stored = stored_spec(&clusters, "own").await;
     assert_eq!(stored["affinity"], own_affinity, "{stored}");
     assert_eq!(stored["resources"], own_resources, "{stored}");
 
@@ -349,14 +455,8 @@ async fn webhook_up_defaults_warns_guards_members_and_rejects_with_every_field()
         "matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}],
     }]}});
     let spec = json!({"version": "3.6.11", "affinity": {"nodeAffinity": node_affinity}});
-    clusters
-        .create(
-            &PostParams::default(),
-            &dynamic(object("EtcdCluster", "nodes", &ns, spec)),
-        )
-        .await
-        .or_panic();
-    let stored = clusters.get("nodes").await.or_panic().data["spec"].clone();
+    create(client, ns, ("EtcdCluster", "nodes"), spec).await;
+    let stored = stored_spec(&clusters, "nodes").await;
     assert_eq!(
         stored["affinity"]["nodeAffinity"], node_affinity,
         "{stored}"
@@ -377,7 +477,7 @@ async fn webhook_up_defaults_warns_guards_members_and_rejects_with_every_field()
         &object(
             "EtcdCluster",
             "even",
-            &ns,
+            ns,
             json!({"version": "3.6.11", "replicas": 4}),
         ),
     )
@@ -390,35 +490,20 @@ async fn webhook_up_defaults_warns_guards_members_and_rejects_with_every_field()
 
     // 5. EtcdMembers are operator-owned: the admin is not the controller...
     let admin = admin_username(cp).await;
-    let member_patch = json!({"spec": {"dormant": true}}).to_string();
-    let out = cp
-        .kubectl(&[
-            "patch",
-            "etcdmember",
-            MEMBER,
-            "-n",
-            &ns,
-            "--type=merge",
-            "-p",
-            &member_patch,
-        ])
-        .await
-        .or_panic();
+    let member_patch = json!({"spec": {"dormant": true}});
+    let out = kubectl_patch(cp, ("etcdmember", MEMBER, ns), &[], &member_patch).await;
     assert!(!out.success, "the admin updated an EtcdMember: {out:?}");
-    for part in [
-        "admission webhook \"validate.etcd-operator.cozystack.io\" denied the request",
-        &format!("EtcdMember \"{MEMBER}\" is operator-owned"),
-        &format!("{admin:?} is not it"),
-    ] {
-        assert!(
-            out.stderr.contains(part),
-            "missing {part:?} in:\n{}",
-            out.stderr
-        );
-    }
+    assert_stderr_names(
+        &out,
+        &[
+            DENIED,
+            &format!("EtcdMember \"{MEMBER}\" is operator-owned"),
+            &format!("{admin:?} is not it"),
+        ],
+    );
     // A live member's finalizers are the operator's too: dropping member-cleanup would let a
     // later delete skip the etcd MemberRemove.
-    let members = api_of(&client, &ns, "EtcdMember");
+    let members = turn.api("EtcdMember");
     let err = api_message(
         members
             .patch(
@@ -455,20 +540,8 @@ async fn webhook_up_defaults_warns_guards_members_and_rejects_with_every_field()
     // ...and with --controller-username set to the admin's user, the same update is allowed.
     drop(hook);
     let controller_flag = format!("--controller-username={admin}");
-    let hook = start_and_register(cp, &client, &ns, &[&controller_flag], FailurePolicy::Fail).await;
-    let out = cp
-        .kubectl(&[
-            "patch",
-            "etcdmember",
-            MEMBER,
-            "-n",
-            &ns,
-            "--type=merge",
-            "-p",
-            &member_patch,
-        ])
-        .await
-        .or_panic();
+    let hook = turn.register_with(&[&controller_flag]).await;
+    let out = kubectl_patch(cp, ("etcdmember", MEMBER, ns), &[], &member_patch).await;
     assert!(out.success, "the controller's update was refused: {out:?}");
     let stored = members.get(MEMBER).await.or_panic();
     assert_eq!(
@@ -488,9 +561,7 @@ async fn webhook_up_defaults_warns_guards_members_and_rejects_with_every_field()
             > 0.0
     );
 
-    webhook::unregister(&client, CONFIG).await.or_panic();
-    cp.check_running().or_panic();
-    report(&format!("webhook up: passed in {:.1?}", began.elapsed()));
+    turn.done("webhook up").await;
 }
 
 /// A user with RBAC on `etcdmembers` and `etcdmembers/status` (as an admin's aggregated
@@ -499,13 +570,9 @@ async fn webhook_up_defaults_warns_guards_members_and_rejects_with_every_field()
 /// refused by the webhook, through kubectl as that user; the controller's identity may do both.
 #[tokio::test(flavor = "multi_thread")]
 async fn etcd_member_create_and_status_writes_are_the_controllers_alone() {
-    let _serial = SERIAL.lock().await;
-    let began = Instant::now();
-    let cp = control_plane().await;
-    let client = cp.client().or_panic();
-    let ns = cp.namespace("member-guard").await.or_panic();
-    create_member(&client, &ns).await;
-    let members = api_of(&client, &ns, "EtcdMember");
+    let turn = Turn::take("member-guard").await;
+    let (cp, ns) = (turn.cp, turn.ns.as_str());
+    let members = turn.api("EtcdMember");
     members
         .patch_status(
             MEMBER,
@@ -532,55 +599,24 @@ async fn etcd_member_create_and_status_writes_are_the_controllers_alone() {
         let out = kubectl_apply(cp, &rbac).await;
         assert!(out.success, "{out:?}");
     }
-    let _hook = start_and_register(cp, &client, &ns, &[], FailurePolicy::Fail).await;
+    let _hook = turn.register().await;
 
-    let forged = object(
-        "EtcdMember",
-        "main-forged",
-        &ns,
-        json!({"clusterName": "main", "version": "3.6.11"}),
-    );
-    let file = tempfile::Builder::new()
-        .prefix("member-")
-        .suffix(".json")
-        .tempfile_in(cp.root())
-        .or_panic();
-    std::fs::write(file.path(), serde_json::to_vec(&forged).or_panic()).or_panic();
-    let path = file.path().to_string_lossy().into_owned();
+    let forged = object("EtcdMember", "main-forged", ns, member_spec());
+    let (_file, path) = object_file(cp, &forged);
     let out = cp
         .kubectl(&["create", "--as=alice", "-f", &path])
         .await
         .or_panic();
     assert!(!out.success, "alice created an EtcdMember: {out:?}");
-    for part in [
-        "admission webhook \"validate.etcd-operator.cozystack.io\" denied the request",
-        "may create EtcdMembers",
-        "\"alice\" is not it",
-    ] {
-        assert!(
-            out.stderr.contains(part),
-            "missing {part:?} in:\n{}",
-            out.stderr
-        );
-    }
+    assert_stderr_names(
+        &out,
+        &[DENIED, "may create EtcdMembers", "\"alice\" is not it"],
+    );
     assert!(members.get_opt("main-forged").await.or_panic().is_none());
 
-    let demote = json!({"status": {"isVoter": false}}).to_string();
-    let out = cp
-        .kubectl(&[
-            "patch",
-            "etcdmember",
-            MEMBER,
-            "-n",
-            &ns,
-            "--as=alice",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &demote,
-        ])
-        .await
-        .or_panic();
+    let demote = json!({"status": {"isVoter": false}});
+    let status = ("etcdmember", MEMBER, ns);
+    let out = kubectl_patch(cp, status, &["--as=alice", "--subresource=status"], &demote).await;
     assert!(
         !out.success,
         "alice demoted a voter through /status: {out:?}"
@@ -614,30 +650,18 @@ async fn etcd_member_create_and_status_writes_are_the_controllers_alone() {
         out.success,
         "the controller could not create a member: {out:?}"
     );
-    let out = cp
-        .kubectl(&[
-            "patch",
-            "etcdmember",
-            MEMBER,
-            "-n",
-            &ns,
-            &as_controller,
-            "--as-group=system:masters",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &demote,
-        ])
-        .await
-        .or_panic();
+    let flags = [
+        as_controller.as_str(),
+        "--as-group=system:masters",
+        "--subresource=status",
+    ];
+    let out = kubectl_patch(cp, status, &flags, &demote).await;
     assert!(
         out.success,
         "the controller could not write status: {out:?}"
     );
 
-    webhook::unregister(&client, CONFIG).await.or_panic();
-    cp.check_running().or_panic();
-    report(&format!("member guard: passed in {:.1?}", began.elapsed()));
+    turn.done("member guard").await;
 }
 
 /// The controller's ServiceAccount user the webhook honours by default (`--controller-username`).
@@ -647,44 +671,16 @@ const CONTROLLER_USER: &str = "system:serviceaccount:etcd-operator-system:etcd-o
 /// is admitted with a warning, printed by kubectl, naming the limit, the new size and the fix.
 #[tokio::test(flavor = "multi_thread")]
 async fn memory_cluster_growth_past_its_memory_limit_warns_through_kubectl() {
-    let _serial = SERIAL.lock().await;
-    let cp = control_plane().await;
-    let client = cp.client().or_panic();
-    let ns = cp.namespace("memory-growth").await.or_panic();
-    create_member(&client, &ns).await;
-    let _hook = start_and_register(cp, &client, &ns, &[], FailurePolicy::Fail).await;
-    let clusters = api_of(&client, &ns, "EtcdCluster");
-    let memory = json!({"version": "3.6.11", "storage": {"size": "1Gi", "medium": "Memory"}});
-    clusters
-        .create(
-            &PostParams::default(),
-            &dynamic(object("EtcdCluster", "tmpfs", &ns, memory)),
-        )
-        .await
-        .or_panic();
-    let stored = clusters.get("tmpfs").await.or_panic();
-    let limit = stored.data["spec"]["resources"]["limits"]["memory"].clone();
-    assert_eq!(
-        bytes_of(&limit),
-        Some(1280 * 1024 * 1024),
-        "{:?}",
-        stored.data
-    );
+    let turn = Turn::take("memory-growth").await;
+    let (cp, client, ns) = (turn.cp, &turn.client, turn.ns.as_str());
+    let _hook = turn.register().await;
+    create(client, ns, ("EtcdCluster", "tmpfs"), memory_spec()).await;
+    let stored = stored_spec(&turn.api("EtcdCluster"), "tmpfs").await;
+    let limit = stored["resources"]["limits"]["memory"].clone();
+    assert_eq!(bytes_of(&limit), Some(1280 * 1024 * 1024), "{stored}");
 
-    let grow = json!({"spec": {"storage": {"size": "2Gi"}}}).to_string();
-    let out = cp
-        .kubectl(&[
-            "patch",
-            "etcdcluster",
-            "tmpfs",
-            "-n",
-            &ns,
-            "--type=merge",
-            "-p",
-            &grow,
-        ])
-        .await
-        .or_panic();
+    let grow = json!({"spec": {"storage": {"size": "2Gi"}}});
+    let out = kubectl_patch(cp, ("etcdcluster", "tmpfs", ns), &[], &grow).await;
     assert!(out.success, "{out:?}");
     let warning = out
         .stderr
@@ -699,58 +695,32 @@ async fn memory_cluster_growth_past_its_memory_limit_warns_through_kubectl() {
     ] {
         assert!(warning.contains(part), "missing {part:?} in {warning}");
     }
-    webhook::unregister(&client, CONFIG).await.or_panic();
+    turn.done("memory growth").await;
 }
 
 /// 6. The webhook down: with failurePolicy Fail writes stop; switched to Ignore, the CRD's CEL
 /// rules alone still reject what they rejected, with the apiserver's own messages.
 #[tokio::test(flavor = "multi_thread")]
 async fn webhook_down_with_failure_policy_ignore_leaves_cel_in_charge() {
-    let _serial = SERIAL.lock().await;
-    let began = Instant::now();
-    let cp = control_plane().await;
-    let client = cp.client().or_panic();
-    let ns = cp.namespace("webhook-down").await.or_panic();
-    create_member(&client, &ns).await;
-    let hook = start_and_register(cp, &client, &ns, &[], FailurePolicy::Fail).await;
-    let clusters = api_of(&client, &ns, "EtcdCluster");
+    let turn = Turn::take("webhook-down").await;
+    let (cp, client, ns) = (turn.cp, &turn.client, turn.ns.as_str());
+    let hook = turn.register().await;
     // An object for the update rule, created while the webhook is up.
     let old = json!({"version": "3.6.11", "storage": {"size": "10Gi"}});
-    clusters
-        .create(
-            &PostParams::default(),
-            &dynamic(object("EtcdCluster", "shrink", &ns, old)),
-        )
-        .await
-        .or_panic();
+    create(client, ns, ("EtcdCluster", "shrink"), old).await;
 
     hook.kill();
-    let refused = dry_run_cluster(&client, &ns)
+    let refused = dry_run_cluster(client, ns)
         .await
         .expect_err("a write went through a dead webhook with failurePolicy Fail");
     assert!(refused.contains("failed calling webhook"), "{refused}");
 
     let switched = Instant::now();
     set_failure_policy(cp, FailurePolicy::Ignore).await;
-    let last = std::sync::Mutex::new(String::new());
-    let waited = webhook::wait_until(
-        "failurePolicy Ignore to take effect",
-        EFFECTIVE_TIMEOUT,
-        || async {
-            let result = dry_run_cluster(&client, &ns).await;
-            if let Ok(mut last) = last.lock() {
-                *last = format!("{result:?}");
-            }
-            Ok(result.ok().map(|_| ()))
-        },
-    )
+    wait_admitted("failurePolicy Ignore to take effect", || {
+        dry_run_cluster(client, ns)
+    })
     .await;
-    if let Err(e) = waited {
-        panic!(
-            "{e}; last probe: {}",
-            last.lock().map(|l| l.clone()).unwrap_or_default()
-        );
-    }
     report(&format!(
         "failurePolicy Ignore in effect {:.1?} after the patch",
         switched.elapsed()
@@ -775,40 +745,24 @@ async fn webhook_down_with_failure_policy_ignore_leaves_cel_in_charge() {
         ("shrink", shrunk, &["spec.storage.size"]),
     ];
     for (name, spec, fields) in rejected {
-        let out = kubectl_apply(cp, &object("EtcdCluster", name, &ns, spec)).await;
+        let out = kubectl_apply(cp, &object("EtcdCluster", name, ns, spec)).await;
         assert!(
             !out.success,
             "{name} was accepted without the webhook: {out:?}"
         );
-        assert!(
-            out.stderr
-                .contains(&format!("The EtcdCluster \"{name}\" is invalid")),
-            "{}",
-            out.stderr
-        );
-        for field in fields {
-            assert!(
-                out.stderr.contains(field),
-                "{name}: no {field} in {}",
-                out.stderr
-            );
-        }
+        assert_stderr_names(&out, &[&format!("The EtcdCluster \"{name}\" is invalid")]);
+        assert_stderr_names(&out, fields);
         assert!(!out.stderr.contains("webhook"), "{}", out.stderr);
         assert!(!out.stderr.contains("problems)"), "{}", out.stderr);
     }
     // Valid writes go through without defaults...
-    let created = clusters
-        .create(
-            &PostParams::default(),
-            &dynamic(object(
-                "EtcdCluster",
-                "plain",
-                &ns,
-                json!({"version": "3.6.11"}),
-            )),
-        )
-        .await
-        .or_panic();
+    let created = create(
+        client,
+        ns,
+        ("EtcdCluster", "plain"),
+        json!({"version": "3.6.11"}),
+    )
+    .await;
     assert!(
         created.data["spec"].get("affinity").is_none(),
         "{:?}",
@@ -816,13 +770,11 @@ async fn webhook_down_with_failure_policy_ignore_leaves_cel_in_charge() {
     );
     // ...and EtcdMember ownership, which only the webhook enforces, is gone (the documented price
     // of Ignore).
-    update_member(&client, &ns, false)
+    update_member(client, ns, false)
         .await
         .unwrap_or_else(|e| panic!("with the webhook ignored, the member update failed: {e}"));
 
-    webhook::unregister(&client, CONFIG).await.or_panic();
-    cp.check_running().or_panic();
-    report(&format!("webhook down: passed in {:.1?}", began.elapsed()));
+    turn.done("webhook down").await;
 }
 
 /// A snapshot schedule and a defrag policy whose cron expression or time zone the controller
@@ -869,14 +821,11 @@ fn unrunnable_schedules(ns: &str) -> [Named; 2] {
 /// webhook the apiserver accepts them (the documented limit of a CEL-only install).
 #[tokio::test(flavor = "multi_thread")]
 async fn unrunnable_cron_schedules_and_time_zones_are_refused_by_the_webhook_alone() {
-    let _serial = SERIAL.lock().await;
-    let cp = control_plane().await;
-    let client = cp.client().or_panic();
-    let ns = cp.namespace("webhook-cron").await.or_panic();
-    create_member(&client, &ns).await;
-    let hook = start_and_register(cp, &client, &ns, &[], FailurePolicy::Fail).await;
+    let turn = Turn::take("webhook-cron").await;
+    let (cp, client, ns) = (turn.cp, &turn.client, turn.ns.as_str());
+    let hook = turn.register().await;
 
-    let [schedule, policy] = unrunnable_schedules(&ns);
+    let [schedule, policy] = unrunnable_schedules(ns);
     let expected: [(&Named, &[&str]); 2] = [
         (
             &schedule,
@@ -900,30 +849,33 @@ async fn unrunnable_cron_schedules_and_time_zones_are_refused_by_the_webhook_alo
     for ((kind, name, obj), parts) in expected {
         let out = kubectl_apply(cp, obj).await;
         assert!(!out.success, "{kind} {name} was accepted: {out:?}");
-        assert!(
-            out.stderr
-                .contains(&format!("{kind} \"{name}\" is invalid")),
-            "{}",
-            out.stderr
-        );
-        for part in parts {
-            assert!(out.stderr.contains(part), "no {part:?} in {}", out.stderr);
-        }
-        let found = api_of(&client, &ns, kind).get_opt(name).await.or_panic();
+        assert_stderr_names(&out, &[&format!("{kind} \"{name}\" is invalid")]);
+        assert_stderr_names(&out, parts);
+        let found = turn.api(kind).get_opt(name).await.or_panic();
         assert!(found.is_none(), "{kind} {name} was stored");
     }
     // The same kinds with a schedule the controller can run are created.
-    let mut good = schedule.2.clone();
-    good["spec"]["schedule"] = json!("*/5 * * * *");
-    good["spec"]["timeZone"] = json!("Europe/Berlin");
-    good["metadata"]["name"] = json!("every-5-minutes");
-    let out = kubectl_apply(cp, &good).await;
-    assert!(out.success, "{out:?}");
-    let mut good = policy.2.clone();
-    good["spec"]["timeZone"] = json!("America/New_York");
-    good["metadata"]["name"] = json!("in-new-york");
-    let out = kubectl_apply(cp, &good).await;
-    assert!(out.success, "{out:?}");
+    let runnable = [
+        (
+            &schedule.2,
+            "every-5-minutes",
+            json!({"schedule": "*/5 * * * *", "timeZone": "Europe/Berlin"}),
+        ),
+        (
+            &policy.2,
+            "in-new-york",
+            json!({"timeZone": "America/New_York"}),
+        ),
+    ];
+    for (base, name, fields) in runnable {
+        let mut good = base.clone();
+        for (field, value) in fields.as_object().into_iter().flatten() {
+            good["spec"][field] = value.clone();
+        }
+        good["metadata"]["name"] = json!(name);
+        let out = kubectl_apply(cp, &good).await;
+        assert!(out.success, "{name}: {out:?}");
+    }
     let admitted = hook
         .admissions(&[("webhook", "validate"), ("kind", "EtcdSnapshotSchedule")])
         .await
@@ -931,38 +883,23 @@ async fn unrunnable_cron_schedules_and_time_zones_are_refused_by_the_webhook_alo
     assert!(admitted > 0.0, "the schedule never reached /validate");
 
     // Without the webhook, CEL alone accepts both shapes (dry run: nothing is stored).
-    webhook::unregister(&client, CONFIG).await.or_panic();
+    webhook::unregister(client, CONFIG).await.or_panic();
     hook.kill();
     let dry = PostParams {
         dry_run: true,
         ..Default::default()
     };
-    for (kind, name, obj) in unrunnable_schedules(&ns) {
-        let api = api_of(&client, &ns, kind);
-        let last = std::sync::Mutex::new(String::new());
-        let accepted = webhook::wait_until(
-            "the apiserver to stop calling the unregistered webhook",
-            EFFECTIVE_TIMEOUT,
-            || {
-                let (api, obj, dry, last) = (&api, &obj, &dry, &last);
-                async move {
-                    let result = api_message(api.create(dry, &dynamic(obj.clone())).await);
-                    if let Ok(mut last) = last.lock() {
-                        *last = format!("{result:?}");
-                    }
-                    Ok(result.ok().map(|_| ()))
-                }
-            },
-        )
+    for (kind, name, obj) in unrunnable_schedules(ns) {
+        let api = turn.api(kind);
+        let what = format!(
+            "the apiserver to stop calling the unregistered webhook ({kind} {name} accepted without it)"
+        );
+        wait_admitted(&what, || async {
+            api_message(api.create(&dry, &dynamic(obj.clone())).await)
+        })
         .await;
-        if let Err(e) = accepted {
-            panic!(
-                "{kind} {name} without the webhook: {e}; last: {}",
-                last.lock().map(|l| l.clone()).unwrap_or_default()
-            );
-        }
     }
-    cp.check_running().or_panic();
+    turn.done("webhook cron").await;
 }
 
 /// Judge every corpus case in `ns`, in corpus order.
@@ -999,19 +936,15 @@ fn show(verdict: &Result<Verdict, String>) -> String {
 /// recorded one.
 #[tokio::test(flavor = "multi_thread")]
 async fn corpus_verdicts_are_the_same_with_and_without_the_webhook() {
-    let _serial = SERIAL.lock().await;
-    let began = Instant::now();
-    let cp = control_plane().await;
-    let client = cp.client().or_panic();
+    let turn = Turn::take("corpus-webhook").await;
+    let (began, cp, client, on_ns) = (turn.began, turn.cp, &turn.client, turn.ns.as_str());
     let cases = api::corpus::cases();
 
-    let on_ns = cp.namespace("corpus-webhook").await.or_panic();
-    create_member(&client, &on_ns).await;
-    let hook = start_and_register(cp, &client, &on_ns, &[], FailurePolicy::Fail).await;
+    let hook = turn.register().await;
     let calls = || hook.admissions(&[]);
     let before = calls().await.or_panic();
     let started = Instant::now();
-    let with_webhook = judge_corpus(&client, &on_ns, &cases).await;
+    let with_webhook = judge_corpus(client, on_ns, &cases).await;
     let on_time = started.elapsed();
     let consulted = calls().await.or_panic() - before;
     assert!(
@@ -1020,14 +953,14 @@ async fn corpus_verdicts_are_the_same_with_and_without_the_webhook() {
     );
 
     // Unregistered: wait until the apiserver stops calling the (still running) webhook.
-    webhook::unregister(&client, CONFIG).await.or_panic();
+    webhook::unregister(client, CONFIG).await.or_panic();
     webhook::wait_until(
         "the apiserver to stop calling the unregistered webhook",
         EFFECTIVE_TIMEOUT,
         || async {
             let before = calls().await.map_err(|e| e.to_string())?;
-            let _ = dry_run_cluster(&client, &on_ns).await;
-            let _ = update_member(&client, &on_ns, true).await;
+            let _ = dry_run_cluster(client, on_ns).await;
+            let _ = update_member(client, on_ns, true).await;
             let after = calls().await.map_err(|e| e.to_string())?;
             Ok((after == before).then_some(()))
         },
@@ -1037,7 +970,7 @@ async fn corpus_verdicts_are_the_same_with_and_without_the_webhook() {
     let off_ns = cp.namespace("corpus-cel").await.or_panic();
     let before = calls().await.or_panic();
     let started = Instant::now();
-    let cel_only = judge_corpus(&client, &off_ns, &cases).await;
+    let cel_only = judge_corpus(client, &off_ns, &cases).await;
     let off_time = started.elapsed();
     assert_eq!(
         calls().await.or_panic(),
