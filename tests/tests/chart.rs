@@ -77,90 +77,37 @@ const WRITE_VERBS: &[&str] = &[
 /// A change in controller/src that calls something new must add a row here, and the chart's rule.
 const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
     use Scope::*;
+    /// The operator's own API group.
+    const OP: &str = api::v1alpha2::GROUP;
     &[
         // run.rs: Controller::new(EtcdCluster) and the member controller's watches(EtcdCluster)
         // (list+watch); main.rs readiness probe list_metadata; cluster/reconcile.rs and
         // member/mod.rs get_opt.
-        ("etcd-operator.cozystack.io", "etcdclusters", "get", Watched),
-        (
-            "etcd-operator.cozystack.io",
-            "etcdclusters",
-            "list",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcdclusters",
-            "watch",
-            Watched,
-        ),
+        (OP, "etcdclusters", "get", Watched),
+        (OP, "etcdclusters", "list", Watched),
+        (OP, "etcdclusters", "watch", Watched),
         // cluster/reconcile.rs restore_peer_auto_tls: the peer auto-TLS annotation set back on
         // a cluster adopted from the aenix operator (a metadata merge patch; never update).
-        (
-            "etcd-operator.cozystack.io",
-            "etcdclusters",
-            "patch",
-            Watched,
-        ),
+        (OP, "etcdclusters", "patch", Watched),
         // cluster/reconcile.rs: patch_status (conditions, members, phase).
-        (
-            "etcd-operator.cozystack.io",
-            "etcdclusters/status",
-            "patch",
-            Watched,
-        ),
+        (OP, "etcdclusters/status", "patch", Watched),
         // run.rs: owns(EtcdMember) and Controller::new(EtcdMember); cluster/reconcile.rs create
         // (create_member), patch (labels, dormant), delete (scale-down), list/get (by_name);
         // member/mod.rs patch (finalizer add/remove), list.
-        ("etcd-operator.cozystack.io", "etcdmembers", "get", Watched),
-        ("etcd-operator.cozystack.io", "etcdmembers", "list", Watched),
-        (
-            "etcd-operator.cozystack.io",
-            "etcdmembers",
-            "watch",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcdmembers",
-            "create",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcdmembers",
-            "patch",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcdmembers",
-            "delete",
-            Watched,
-        ),
+        (OP, "etcdmembers", "get", Watched),
+        (OP, "etcdmembers", "list", Watched),
+        (OP, "etcdmembers", "watch", Watched),
+        (OP, "etcdmembers", "create", Watched),
+        (OP, "etcdmembers", "patch", Watched),
+        (OP, "etcdmembers", "delete", Watched),
         // cluster/reconcile.rs patch_member_status, member/mod.rs patch_status.
-        (
-            "etcd-operator.cozystack.io",
-            "etcdmembers/status",
-            "patch",
-            Watched,
-        ),
+        (OP, "etcdmembers/status", "patch", Watched),
         // builders/: controller owner references with blockOwnerDeletion on EtcdMembers,
         // Services, PDBs (owner EtcdCluster) and Pods, PVCs (owner EtcdMember); the
         // OwnerReferencesPermissionEnforcement admission plugin checks update on the owner's
         // finalizers subresource.
-        (
-            "etcd-operator.cozystack.io",
-            "etcdclusters/finalizers",
-            "update",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcdmembers/finalizers",
-            "update",
-            Watched,
-        ),
+        (OP, "etcdclusters/finalizers", "update", Watched),
+        (OP, "etcdmembers/finalizers", "update", Watched),
         // run.rs: watches(Pod) and owns(Pod); member/mod.rs get_opt, create, delete, patch
         // (role labels, initial-cluster-state); cluster/reconcile.rs list, get, patch (seed).
         ("", "pods", "get", Watched),
@@ -191,140 +138,35 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         ("policy", "poddisruptionbudgets", "delete", Watched),
         // run.rs watches EtcdSnapshots; snapshot/mod.rs get_opt, patch_status; the Job's owner
         // reference needs update on the finalizers subresource.
-        (
-            "etcd-operator.cozystack.io",
-            "etcdsnapshots",
-            "get",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcdsnapshots",
-            "list",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcdsnapshots",
-            "watch",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcdsnapshots/status",
-            "patch",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcdsnapshots/finalizers",
-            "update",
-            Watched,
-        ),
+        (OP, "etcdsnapshots", "get", Watched),
+        (OP, "etcdsnapshots", "list", Watched),
+        (OP, "etcdsnapshots", "watch", Watched),
+        (OP, "etcdsnapshots/status", "patch", Watched),
+        (OP, "etcdsnapshots/finalizers", "update", Watched),
         // run.rs watches EtcdDefrags; defrag/mod.rs get_opt, list, patch_status and the
         // delete after ttlSecondsAfterFinished.
-        ("etcd-operator.cozystack.io", "etcddefrags", "get", Watched),
-        ("etcd-operator.cozystack.io", "etcddefrags", "list", Watched),
-        (
-            "etcd-operator.cozystack.io",
-            "etcddefrags",
-            "watch",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcddefrags",
-            "delete",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcddefrags/status",
-            "patch",
-            Watched,
-        ),
+        (OP, "etcddefrags", "get", Watched),
+        (OP, "etcddefrags", "list", Watched),
+        (OP, "etcddefrags", "watch", Watched),
+        (OP, "etcddefrags", "delete", Watched),
+        (OP, "etcddefrags/status", "patch", Watched),
         // run.rs watches EtcdDefragPolicies; defrag/policy.rs get_opt, patch_status, creates
         // their EtcdDefrags (owner reference: update on finalizers) and deletes old ones.
-        (
-            "etcd-operator.cozystack.io",
-            "etcddefragpolicies",
-            "get",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcddefragpolicies",
-            "list",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcddefragpolicies",
-            "watch",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcddefragpolicies/status",
-            "patch",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcddefragpolicies/finalizers",
-            "update",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcddefrags",
-            "create",
-            Watched,
-        ),
+        (OP, "etcddefragpolicies", "get", Watched),
+        (OP, "etcddefragpolicies", "list", Watched),
+        (OP, "etcddefragpolicies", "watch", Watched),
+        (OP, "etcddefragpolicies/status", "patch", Watched),
+        (OP, "etcddefragpolicies/finalizers", "update", Watched),
+        (OP, "etcddefrags", "create", Watched),
         // run.rs watches EtcdSnapshotSchedules; schedule/mod.rs get_opt, patch_status, creates
         // and deletes their EtcdSnapshots (owner reference: update on finalizers).
-        (
-            "etcd-operator.cozystack.io",
-            "etcdsnapshotschedules",
-            "get",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcdsnapshotschedules",
-            "list",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcdsnapshotschedules",
-            "watch",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcdsnapshotschedules/status",
-            "patch",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcdsnapshotschedules/finalizers",
-            "update",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcdsnapshots",
-            "create",
-            Watched,
-        ),
-        (
-            "etcd-operator.cozystack.io",
-            "etcdsnapshots",
-            "delete",
-            Watched,
-        ),
+        (OP, "etcdsnapshotschedules", "get", Watched),
+        (OP, "etcdsnapshotschedules", "list", Watched),
+        (OP, "etcdsnapshotschedules", "watch", Watched),
+        (OP, "etcdsnapshotschedules/status", "patch", Watched),
+        (OP, "etcdsnapshotschedules/finalizers", "update", Watched),
+        (OP, "etcdsnapshots", "create", Watched),
+        (OP, "etcdsnapshots", "delete", Watched),
         // run.rs owns(Job); snapshot/mod.rs get_opt and create of `<snapshot>-snapshot`.
         ("batch", "jobs", "get", Watched),
         ("batch", "jobs", "list", Watched),
@@ -414,7 +256,34 @@ impl Rendered {
         serde_json::from_value(self.find("Deployment", name).clone())
             .unwrap_or_else(|e| panic!("Deployment {name} does not decode: {e}"))
     }
+
+    /// The controller Deployment's `manager` container.
+    fn manager(&self) -> Container {
+        container(pod_spec(&self.deployment(FULLNAME)), "manager").clone()
+    }
+
+    /// The webhook Deployment's container.
+    fn webhook_container(&self) -> Container {
+        pod_spec(&self.deployment(WEBHOOK)).containers[0].clone()
+    }
+
+    /// The webhook's configuration, parsed by its own flag parser from the args the chart passes.
+    fn webhook_config(&self) -> webhook::Config {
+        webhook::Config::try_parse_from(
+            std::iter::once("etcd-operator-webhook".to_string())
+                .chain(args(&self.webhook_container())),
+        )
+        .unwrap_or_else(|e| panic!("the chart's webhook args do not parse: {e}"))
+    }
 }
+
+/// The name of the webhook's Deployment, Service and both configurations.
+const WEBHOOK: &str = "etcd-operator-webhook";
+/// The kinds of the two webhook registrations.
+const WEBHOOK_CONFIGURATIONS: [&str; 2] = [
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+];
 
 fn parse_documents(text: &str) -> Vec<Value> {
     serde_yaml::Deserializer::from_str(text)
@@ -429,6 +298,12 @@ async fn render(extra: &[&str]) -> Rendered {
     Rendered {
         docs: parse_documents(&text),
     }
+}
+
+/// [`render`] with `--set` of each of `values` (`key=value`).
+async fn render_values<S: AsRef<str>>(values: &[S]) -> Rendered {
+    let extra: Vec<&str> = values.iter().flat_map(|v| ["--set", v.as_ref()]).collect();
+    render(&extra).await
 }
 
 async fn render_error(extra: &[&str]) -> String {
@@ -551,9 +426,7 @@ async fn every_variant_runs_one_image_as_manager_and_operator_image_under_restri
                 if let Some(ns) = watch {
                     values.push(format!("watchNamespace={ns}"));
                 }
-                let extra = set_args(&values);
-                let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-                let r = render(&extra).await;
+                let r = render_values(&values).await;
                 let what = format!("{values:?}");
 
                 let controller = r.deployment(FULLNAME);
@@ -729,121 +602,105 @@ fn assert_registrations_match_the_tested_ones(r: &Rendered) {
 async fn image_digest_replaces_the_tag_everywhere() {
     let digest = format!("sha256:{}", "ab".repeat(32));
     let set = format!("image.digest={digest}");
-    let r = render(&["--set", &set, "--set", "webhook.enabled=true"]).await;
+    let r = render_values(&[set.as_str(), "webhook.enabled=true"]).await;
     let image = format!("ghcr.io/cozystack/etcd-operator@{digest}");
-    let controller = r.deployment(FULLNAME);
-    let manager = container(pod_spec(&controller), "manager");
+    let manager = r.manager();
     assert_eq!(manager.image.as_deref(), Some(image.as_str()));
-    assert_eq!(env_value(manager, "OPERATOR_IMAGE"), Some(image.clone()));
-    assert_eq!(arg_value(manager, "--operator-image"), Some(image.clone()));
-    let hook = r.deployment("etcd-operator-webhook");
-    assert_eq!(pod_spec(&hook).containers[0].image, Some(image));
+    assert_eq!(env_value(&manager, "OPERATOR_IMAGE"), Some(image.clone()));
+    assert_eq!(arg_value(&manager, "--operator-image"), Some(image.clone()));
+    assert_eq!(r.webhook_container().image, Some(image));
 }
 
 #[tokio::test]
 async fn webhook_values_map_to_its_flags_and_log_values_to_both_binaries() {
-    let r = render(&[
-        "--set",
+    let r = render_values(&[
         "webhook.enabled=true",
-        "--set",
         "webhook.defaults.antiAffinity=required",
-        "--set",
         "webhook.defaults.memoryDefaults=false",
-        "--set",
         "webhook.defaults.memoryHeadroom=512Mi",
-        "--set",
         "logFormat=json",
-        "--set",
         "logLevel=debug",
-        "--set",
         "webhook.validation.failurePolicy=Ignore",
-        "--set",
         "webhook.timeoutSeconds=7",
     ])
     .await;
-    let hook = r.deployment("etcd-operator-webhook");
-    let c = &pod_spec(&hook).containers[0];
-    assert_eq!(arg_value(c, "--anti-affinity").as_deref(), Some("required"));
-    assert_eq!(arg_value(c, "--memory-defaults").as_deref(), Some("false"));
-    assert_eq!(arg_value(c, "--memory-headroom").as_deref(), Some("512Mi"));
-    assert_eq!(arg_value(c, "--log-json").as_deref(), Some("true"));
-    assert_eq!(env_value(c, "RUST_LOG").as_deref(), Some("debug"));
+    let c = r.webhook_container();
+    for (flag, value) in [
+        ("--anti-affinity", "required"),
+        ("--memory-defaults", "false"),
+        ("--memory-headroom", "512Mi"),
+        ("--log-json", "true"),
+    ] {
+        assert_eq!(
+            arg_value(&c, flag).as_deref(),
+            Some(value),
+            "webhook {flag}"
+        );
+    }
+    assert_eq!(env_value(&c, "RUST_LOG").as_deref(), Some("debug"));
     // The webhook's own flag parser accepts what the chart passes, with the same meaning.
-    let config = webhook::Config::try_parse_from(
-        std::iter::once("etcd-operator-webhook".to_string()).chain(args(c)),
-    )
-    .unwrap_or_else(|e| panic!("the chart's webhook args do not parse: {e}"));
+    let config = r.webhook_config();
     assert_eq!(config.anti_affinity, webhook::AntiAffinity::Required);
     assert!(!config.memory_defaults);
     assert_eq!(config.memory_headroom.0, "512Mi");
     assert!(config.log_json);
     assert_eq!(config.listen.port(), 8443);
     assert_eq!(config.admin_listen.port(), 8080);
-    let controller = r.deployment(FULLNAME);
-    let manager = container(pod_spec(&controller), "manager");
-    assert_eq!(arg_value(manager, "--log-format").as_deref(), Some("json"));
-    assert_eq!(env_value(manager, "RUST_LOG").as_deref(), Some("debug"));
-    let v = r.find("ValidatingWebhookConfiguration", "etcd-operator-webhook");
+    let manager = r.manager();
+    assert_eq!(arg_value(&manager, "--log-format").as_deref(), Some("json"));
+    assert_eq!(env_value(&manager, "RUST_LOG").as_deref(), Some("debug"));
+    let v = r.find("ValidatingWebhookConfiguration", WEBHOOK);
     assert_eq!(v["webhooks"][0]["failurePolicy"], "Ignore");
     assert_eq!(v["webhooks"][0]["timeoutSeconds"], 7);
 }
 
 #[tokio::test]
 async fn defrag_timeouts_and_migration_groups_map_to_their_flags() {
-    // Defaults: the controller's own flag defaults, the webhook's cluster-admin groups.
-    let r = render(&["--set", "webhook.enabled=true"]).await;
-    let controller = r.deployment(FULLNAME);
-    let manager = container(pod_spec(&controller), "manager");
-    assert_eq!(
-        arg_value(manager, "--defrag-timeout-base").as_deref(),
-        Some("60s")
-    );
-    assert_eq!(
-        arg_value(manager, "--defrag-timeout-per-gib").as_deref(),
-        Some("60s")
-    );
-    let hook = r.deployment("etcd-operator-webhook");
-    let config = webhook::Config::try_parse_from(
-        std::iter::once("etcd-operator-webhook".to_string())
-            .chain(args(&pod_spec(&hook).containers[0])),
-    )
-    .unwrap_or_else(|e| panic!("the chart's webhook args do not parse: {e}"));
-    assert_eq!(
-        config.policy().migration_groups,
-        ["system:masters", "kubeadm:cluster-admins"].map(String::from)
-    );
-
-    let r = render(&[
-        "--set",
-        "webhook.enabled=true",
-        "--set",
-        "defragTimeout.base=90s",
-        "--set",
-        "defragTimeout.perGiB=2m",
-        "--set-json",
-        "webhook.migrationGroups=[]",
-    ])
-    .await;
-    let controller = r.deployment(FULLNAME);
-    let manager = container(pod_spec(&controller), "manager");
-    assert_eq!(
-        arg_value(manager, "--defrag-timeout-base").as_deref(),
-        Some("90s")
-    );
-    assert_eq!(
-        arg_value(manager, "--defrag-timeout-per-gib").as_deref(),
-        Some("2m")
-    );
-    let hook = r.deployment("etcd-operator-webhook");
-    let config = webhook::Config::try_parse_from(
-        std::iter::once("etcd-operator-webhook".to_string())
-            .chain(args(&pod_spec(&hook).containers[0])),
-    )
-    .unwrap_or_else(|e| panic!("the chart's webhook args do not parse: {e}"));
-    assert!(
-        config.policy().migration_groups.is_empty(),
-        "webhook.migrationGroups=[] turns the migration allowance off"
-    );
+    // (values, --defrag-timeout-base, --defrag-timeout-per-gib, the webhook's migration groups)
+    let cases: [(&[&str], &str, &str, &[&str]); 2] = [
+        // Defaults: the controller's own flag defaults, the webhook's cluster-admin groups.
+        (
+            &["--set", "webhook.enabled=true"],
+            "60s",
+            "60s",
+            &["system:masters", "kubeadm:cluster-admins"],
+        ),
+        // webhook.migrationGroups=[] turns the migration allowance off.
+        (
+            &[
+                "--set",
+                "webhook.enabled=true",
+                "--set",
+                "defragTimeout.base=90s",
+                "--set",
+                "defragTimeout.perGiB=2m",
+                "--set-json",
+                "webhook.migrationGroups=[]",
+            ],
+            "90s",
+            "2m",
+            &[],
+        ),
+    ];
+    for (extra, base, per_gib, groups) in cases {
+        let r = render(extra).await;
+        let manager = r.manager();
+        assert_eq!(
+            arg_value(&manager, "--defrag-timeout-base").as_deref(),
+            Some(base),
+            "{extra:?}"
+        );
+        assert_eq!(
+            arg_value(&manager, "--defrag-timeout-per-gib").as_deref(),
+            Some(per_gib),
+            "{extra:?}"
+        );
+        assert_eq!(
+            r.webhook_config().policy().migration_groups,
+            groups,
+            "{extra:?}: the webhook's migration groups"
+        );
+    }
     let err = render_error(&["--set", "defragTimeout.base=soon"]).await;
     assert!(err.contains("defragTimeout"), "{err}");
 }
@@ -888,10 +745,7 @@ async fn helm_mode_ca_bundle_verifies_the_serving_certificate_for_the_service_na
     let data = secret.data.expect("Secret data");
     let cert = &data["tls.crt"].0;
     certs::pem::parse_private_key(&data["tls.key"].0, Path::new("tls.key")).or_panic();
-    for kind in [
-        "ValidatingWebhookConfiguration",
-        "MutatingWebhookConfiguration",
-    ] {
+    for kind in WEBHOOK_CONFIGURATIONS {
         let hook = &r.find(kind, "etcd-operator-webhook")["webhooks"][0];
         let ca = base64_decode(
             hook["clientConfig"]["caBundle"]
@@ -923,18 +777,13 @@ async fn helm_mode_ca_bundle_verifies_the_serving_certificate_for_the_service_na
 
 #[tokio::test]
 async fn cert_manager_mode_injects_the_ca_of_a_certificate_for_the_service_name() {
-    let r = render(&[
-        "--set",
+    let r = render_values(&[
         "webhook.enabled=true",
-        "--set",
         "webhook.certificate.mode=certManager",
     ])
     .await;
     assert!(r.try_find("Secret", "etcd-operator-webhook-tls").is_none());
-    for kind in [
-        "ValidatingWebhookConfiguration",
-        "MutatingWebhookConfiguration",
-    ] {
+    for kind in WEBHOOK_CONFIGURATIONS {
         let config = r.find(kind, "etcd-operator-webhook");
         let inject = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
             .as_str()
@@ -979,14 +828,10 @@ async fn cert_manager_mode_injects_the_ca_of_a_certificate_for_the_service_name(
     }
 
     // An existing issuer replaces the self-signed chain.
-    let r = render(&[
-        "--set",
+    let r = render_values(&[
         "webhook.enabled=true",
-        "--set",
         "webhook.certificate.mode=certManager",
-        "--set",
         "webhook.certificate.certManager.issuerRef.name=corp-ca",
-        "--set",
         "webhook.certificate.certManager.issuerRef.kind=ClusterIssuer",
     ])
     .await;
@@ -1024,10 +869,7 @@ async fn secret_mode_uses_the_given_secret_and_names_each_missing_value() {
     full.extend(["--set", "webhook.certificate.secret.caBundle=Q0E="]);
     let r = render(&full).await;
     assert!(r.all("Secret").is_empty() && r.all("Certificate").is_empty());
-    for kind in [
-        "ValidatingWebhookConfiguration",
-        "MutatingWebhookConfiguration",
-    ] {
+    for kind in WEBHOOK_CONFIGURATIONS {
         let hook = &r.find(kind, "etcd-operator-webhook")["webhooks"][0];
         assert_eq!(hook["clientConfig"]["caBundle"], "Q0E=");
     }
@@ -1075,12 +917,9 @@ async fn service_monitor_and_namespace_are_rendered_on_request() {
     let r = render(&[]).await;
     assert!(r.all("ServiceMonitor").is_empty() && r.all("Namespace").is_empty());
     assert_eq!(r.all("CustomResourceDefinition").len(), 6);
-    let r = render(&[
-        "--set",
+    let r = render_values(&[
         "metrics.serviceMonitor.enabled=true",
-        "--set",
         "namespace.create=true",
-        "--set",
         "crds.enabled=false",
     ])
     .await;
@@ -1237,13 +1076,9 @@ fn bound_roles<'a>(r: &'a Rendered, sa: &str) -> Vec<(&'a str, Option<&'a str>, 
 #[tokio::test]
 async fn rbac_grants_exactly_the_controller_calls_and_the_webhook_nothing() {
     for watch in [None, Some("team-a")] {
-        let mut extra = vec!["--set", "webhook.enabled=true"];
-        let set;
-        if let Some(ns) = watch {
-            set = format!("watchNamespace={ns}");
-            extra.extend(["--set", &set]);
-        }
-        let r = render(&extra).await;
+        let mut values = vec!["webhook.enabled=true".to_string()];
+        values.extend(watch.map(|ns| format!("watchNamespace={ns}")));
+        let r = render_values(&values).await;
         let roles = bound_roles(&r, FULLNAME);
         let mut cluster = BTreeSet::new();
         let mut lease = BTreeSet::new();
@@ -1340,9 +1175,7 @@ async fn no_cluster_role_grants_a_write_on_secrets_and_only_the_auth_record_may_
             if let Some(ns) = watch {
                 values.push(format!("watchNamespace={ns}"));
             }
-            let extra = set_args(&values);
-            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-            let r = render(&extra).await;
+            let r = render_values(&values).await;
             for role in r.all("ClusterRole") {
                 let writes = secret_write_rules(role);
                 assert!(
@@ -1467,6 +1300,24 @@ async fn can(
     answer.status.map(|s| s.allowed).unwrap_or(false)
 }
 
+/// A ServiceAccount (namespace, name), asked about through `client`.
+struct Account<'a> {
+    client: &'a kube::Client,
+    id: (&'a str, &'a str),
+}
+
+impl Account<'_> {
+    /// [`can`] for this account: may it `verb` `group`/`resource` (in `namespace`, named `name`)?
+    async fn can(
+        &self,
+        (verb, group, resource): (&str, &str, &str),
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) -> bool {
+        can(self.client, self.id, verb, group, resource, namespace, name).await
+    }
+}
+
 /// Things neither the cluster-wide nor the scoped controller may do.
 const MUST_NOT: &[(&str, &str, &str)] = &[
     ("delete", "", "nodes"),
@@ -1502,6 +1353,14 @@ async fn installed_controller_account_is_allowed_each_call_and_denied_the_rest()
     let cp = install_plane().await;
     installed().await;
     let client = cp.client().or_panic();
+    let controller = Account {
+        client: &client,
+        id: (NAMESPACE, FULLNAME),
+    };
+    let webhook = Account {
+        client: &client,
+        id: (NAMESPACE, WEBHOOK),
+    };
     let mut checked = 0;
     for (group, resource, verb, scope) in CONTROLLER_CALLS {
         let (ns, name) = match scope {
@@ -1513,47 +1372,26 @@ async fn installed_controller_account_is_allowed_each_call_and_denied_the_rest()
             Scope::AuthRecord => (Some(NAMESPACE), Some(AUTH_RECORD)),
         };
         assert!(
-            can(
-                &client,
-                (NAMESPACE, FULLNAME),
-                verb,
-                group,
-                resource,
-                ns,
-                name
-            )
-            .await,
+            controller.can((verb, group, resource), ns, name).await,
             "the controller may not {verb} {group}/{resource} in {ns:?}"
         );
         checked += 1;
     }
     for (verb, group, resource) in MUST_NOT {
         assert!(
-            !can(
-                &client,
-                (NAMESPACE, FULLNAME),
-                verb,
-                group,
-                resource,
-                Some("some-team"),
-                None
-            )
-            .await,
+            !controller
+                .can((verb, group, resource), Some("some-team"), None)
+                .await,
             "the controller may {verb} {group}/{resource}"
         );
     }
     // Another Lease than its own is not the controller's to take over.
+    let lease = ("patch", "coordination.k8s.io", "leases");
     assert!(
-        !can(
-            &client,
-            (NAMESPACE, FULLNAME),
-            "patch",
-            "coordination.k8s.io",
-            "leases",
-            Some(NAMESPACE),
-            Some("kube-scheduler")
-        )
-        .await
+        !controller
+            .can(lease, Some(NAMESPACE), Some("kube-scheduler"))
+            .await,
+        "the controller may patch the Lease kube-scheduler"
     );
     // In its own namespace too, the only Secret it may change is its auth record: not the
     // webhook's serving certificate, not helm's release records, not a ServiceAccount token.
@@ -1565,16 +1403,9 @@ async fn installed_controller_account_is_allowed_each_call_and_denied_the_rest()
     ] {
         for verb in ["patch", "update", "delete"] {
             assert!(
-                !can(
-                    &client,
-                    (NAMESPACE, FULLNAME),
-                    verb,
-                    "",
-                    "secrets",
-                    Some(NAMESPACE),
-                    Some(name)
-                )
-                .await,
+                !controller
+                    .can((verb, "", "secrets"), Some(NAMESPACE), Some(name))
+                    .await,
                 "the controller may {verb} Secret {NAMESPACE}/{name}"
             );
             secret_denials += 1;
@@ -1583,16 +1414,9 @@ async fn installed_controller_account_is_allowed_each_call_and_denied_the_rest()
     // The webhook account may do nothing at all.
     for (group, resource, verb, _) in CONTROLLER_CALLS {
         assert!(
-            !can(
-                &client,
-                (NAMESPACE, "etcd-operator-webhook"),
-                verb,
-                group,
-                resource,
-                Some("some-team"),
-                None
-            )
-            .await,
+            !webhook
+                .can((verb, group, resource), Some("some-team"), None)
+                .await,
             "the webhook may {verb} {group}/{resource}"
         );
     }
@@ -1620,68 +1444,47 @@ async fn watch_namespace_install_is_allowed_only_in_that_namespace() {
     )
     .await
     .or_panic();
+    let account = Account {
+        client: &client,
+        id: (ns, sa),
+    };
     for (group, resource, verb, scope) in CONTROLLER_CALLS {
+        let call = (*verb, *group, *resource);
         match scope {
             Scope::Watched => {
-                assert!(
-                    can(
-                        &client,
-                        (ns, sa),
-                        verb,
-                        group,
-                        resource,
-                        Some("team-a"),
-                        None
-                    )
-                    .await,
-                    "{verb} {resource} in team-a"
-                );
-                assert!(
-                    !can(
-                        &client,
-                        (ns, sa),
-                        verb,
-                        group,
-                        resource,
-                        Some("team-b"),
-                        None
-                    )
-                    .await,
-                    "{verb} {resource} in team-b"
-                );
-                assert!(
-                    !can(&client, (ns, sa), verb, group, resource, None, None).await,
-                    "{verb} {resource} cluster-wide"
-                );
+                // (namespace, whether it may)
+                for (at, allowed) in [
+                    (Some("team-a"), true),
+                    (Some("team-b"), false),
+                    (None, false),
+                ] {
+                    assert_eq!(
+                        account.can(call, at, None).await,
+                        allowed,
+                        "{verb} {resource} in {}",
+                        at.unwrap_or("the cluster (cluster-wide)")
+                    );
+                }
             }
             Scope::Cluster => {
-                assert!(can(&client, (ns, sa), verb, group, resource, None, None).await)
+                assert!(
+                    account.can(call, None, None).await,
+                    "{verb} {resource} cluster-wide"
+                )
             }
             Scope::Lease => {
                 let name = (*verb != "create").then_some("scoped-etcd-operator-leader");
-                assert!(
-                    can(&client, (ns, sa), verb, group, resource, Some(ns), name).await,
-                    "{verb} its Lease"
-                );
+                assert!(account.can(call, Some(ns), name).await, "{verb} its Lease");
             }
             Scope::AuthRecord => {
                 let name = (*verb != "create").then_some("scoped-etcd-operator-auth-records");
                 assert!(
-                    can(&client, (ns, sa), verb, group, resource, Some(ns), name).await,
+                    account.can(call, Some(ns), name).await,
                     "{verb} its auth record"
                 );
                 if *verb != "get" {
                     assert!(
-                        !can(
-                            &client,
-                            (ns, sa),
-                            verb,
-                            group,
-                            resource,
-                            Some("team-a"),
-                            None
-                        )
-                        .await,
+                        !account.can(call, Some("team-a"), None).await,
                         "{verb} {resource} in the watched namespace"
                     );
                 }
