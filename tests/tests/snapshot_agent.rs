@@ -139,10 +139,37 @@ impl Agent {
     }
 
     async fn run(&self, tag: &str) -> Run {
+        self.start(tag)
+            .finish(AGENT_TIMEOUT, &format!("the agent ({tag})"))
+            .await
+    }
+
+    /// Start it without waiting (see [`Agent::spawn`]).
+    fn start(&self, tag: &str) -> Running {
         let started = Instant::now();
-        let (mut child, log, term) = self.spawn(tag);
-        let status = wait_exit(&mut child, AGENT_TIMEOUT, &format!("the agent ({tag})")).await;
-        finish(status, &log, &term, started.elapsed())
+        let (child, log, term) = self.spawn(tag);
+        Running {
+            child,
+            log,
+            term,
+            started,
+        }
+    }
+}
+
+/// An agent started and not yet waited for.
+struct Running {
+    child: tokio::process::Child,
+    log: PathBuf,
+    term: PathBuf,
+    started: Instant,
+}
+
+impl Running {
+    /// Wait for it to exit (`what` names it if it runs longer than `timeout`) and read its run.
+    async fn finish(mut self, timeout: Duration, what: &str) -> Run {
+        let status = wait_exit(&mut self.child, timeout, what).await;
+        finish(status, &self.log, &self.term, self.started.elapsed())
     }
 }
 
@@ -171,6 +198,14 @@ fn finish(status: ExitStatus, log: &Path, term: &Path, took: Duration) -> Run {
         output,
         took,
     }
+}
+
+/// A test's binaries, its temp root and a MinIO in it (serving HTTPS with `tls`).
+async fn with_minio(tls: bool) -> (Testbins, tempfile::TempDir, Minio) {
+    let bins = Testbins::from_env().or_panic();
+    let tmp = temp_root().or_panic();
+    let minio = Minio::start(&bins, tmp.path(), tls).await.or_panic();
+    (bins, tmp, minio)
 }
 
 /// A single-member etcd of `part` (`etcd-3.6` / `etcd-3.5`) with `count` keys `snap/<i>`.
@@ -451,10 +486,8 @@ async fn assert_nothing_stored(minio: &Minio, key: &str, output: &str) {
 
 #[tokio::test]
 async fn s3_snapshot_over_tls_is_the_stored_object_and_restores_with_a_new_cluster_id() {
-    let bins = Testbins::from_env().or_panic();
-    let tmp = temp_root().or_panic();
+    let (bins, tmp, minio) = with_minio(true).await;
     let root = tmp.path();
-    let minio = Minio::start(&bins, root, true).await.or_panic();
     let (etcd, keys, source_id) = etcd_with_keys(&bins, "etcd-3.6", root, 200).await;
     let save =
         s3_save(root, &etcd, "snap-1", "uid-1", &minio, &minio.writer).arg("--s3-key=backups/");
@@ -569,10 +602,8 @@ async fn s3_snapshot_over_tls_is_the_stored_object_and_restores_with_a_new_clust
 
 #[tokio::test]
 async fn etcd_3_5_snapshot_restores_with_its_own_etcdutl() {
-    let bins = Testbins::from_env().or_panic();
-    let tmp = temp_root().or_panic();
+    let (bins, tmp, minio) = with_minio(false).await;
     let root = tmp.path();
-    let minio = Minio::start(&bins, root, false).await.or_panic();
     let (etcd, keys, source_id) = etcd_with_keys(&bins, "etcd-3.5", root, 100).await;
     let run = s3_save(root, &etcd, "snap-35", "uid-35", &minio, &minio.writer)
         .run("save")
@@ -747,10 +778,8 @@ async fn pvc_snapshot_is_written_durably_guarded_and_restores() {
 
 #[tokio::test]
 async fn s3_refusals_fail_closed_with_the_cause_and_the_fix() {
-    let bins = Testbins::from_env().or_panic();
-    let tmp = temp_root().or_panic();
+    let (bins, tmp, minio) = with_minio(false).await;
     let root = tmp.path();
-    let minio = Minio::start(&bins, root, false).await.or_panic();
     let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 10).await;
 
     // Another snapshot's object at the key.
@@ -849,10 +878,8 @@ async fn s3_refusals_fail_closed_with_the_cause_and_the_fix() {
 
 #[tokio::test]
 async fn s3_killed_mid_upload_leaves_no_object_and_no_upload() {
-    let bins = Testbins::from_env().or_panic();
-    let tmp = temp_root().or_panic();
+    let (bins, tmp, mut minio) = with_minio(false).await;
     let root = tmp.path();
-    let mut minio = Minio::start(&bins, root, false).await.or_panic();
     // The listing used below sees an in-progress upload.
     let s3 = minio.root_client();
     let probe = s3
@@ -874,24 +901,19 @@ async fn s3_killed_mid_upload_leaves_no_object_and_no_upload() {
     let (etcd, _client) = etcd_with_mib(&bins, root, 48).await;
 
     let agent = s3_save(root, &etcd, "big", "uid-big", &minio, &minio.writer);
-    let started = Instant::now();
-    let (mut child, log, term) = agent.spawn("save-killed");
-    wait_for_log(&log, "part=2", Duration::from_secs(120)).await;
+    let running = agent.start("save-killed");
+    wait_for_log(&running.log, "part=2", Duration::from_secs(120)).await;
     minio.kill();
     wait_for_log(
-        &log,
+        &running.log,
         "aborting the multipart upload",
         Duration::from_secs(120),
     )
     .await;
     minio.restart().await.or_panic();
-    let status = wait_exit(
-        &mut child,
-        AGENT_TIMEOUT,
-        "the agent whose MinIO was killed",
-    )
-    .await;
-    let run = finish(status, &log, &term, started.elapsed());
+    let run = running
+        .finish(AGENT_TIMEOUT, "the agent whose MinIO was killed")
+        .await;
     run.assert_aborted_upload("UploadPart");
     assert_nothing_stored(&minio, "big.db", &run.output).await;
     etcd.stop();
@@ -902,43 +924,40 @@ async fn s3_sigterm_mid_upload_aborts_the_multipart_upload() {
     // A snapshot Job's Pod is stopped with SIGTERM when the Job passes its deadline, when
     // concurrencyPolicy Replace or a deleted EtcdSnapshot removes the Job: the agent must abort
     // its multipart upload before it exits, not leave the parts stored in the bucket.
-    let bins = Testbins::from_env().or_panic();
-    let tmp = temp_root().or_panic();
+    let (bins, tmp, minio) = with_minio(false).await;
     let root = tmp.path();
-    let minio = Minio::start(&bins, root, false).await.or_panic();
     // ~96 MiB of values: twelve parts of 8 MiB, so the upload is still running when the signal
     // comes right after it started.
     let (etcd, _client) = etcd_with_mib(&bins, root, 96).await;
 
     let agent = s3_save(root, &etcd, "big", "uid-big", &minio, &minio.writer);
-    let started = Instant::now();
-    let (mut child, log, term) = agent.spawn("save-sigterm");
-    wait_for_log(&log, "multipart upload started", Duration::from_secs(120)).await;
+    let running = agent.start("save-sigterm");
+    wait_for_log(
+        &running.log,
+        "multipart upload started",
+        Duration::from_secs(120),
+    )
+    .await;
     assert_eq!(
         minio.uploads("big.db").await,
         ["big.db"],
         "the upload is in progress"
     );
-    let pid = child.id().or_panic_none("the agent's pid");
+    let pid = running.child.id().or_panic_none("the agent's pid");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(pid).or_panic()),
         nix::sys::signal::Signal::SIGTERM,
     )
     .or_panic();
-    let status = wait_exit(
-        &mut child,
-        Duration::from_secs(60),
-        "the agent after SIGTERM",
-    )
-    .await;
-    let output = std::fs::read_to_string(&log).unwrap_or_default();
+    let run = running
+        .finish(Duration::from_secs(60), "the agent after SIGTERM")
+        .await;
     assert_nothing_stored(
         &minio,
         "big.db",
-        &format!("after SIGTERM ({status}): {output}"),
+        &format!("after SIGTERM ({}): {}", run.status, run.output),
     )
     .await;
-    let run = finish(status, &log, &term, started.elapsed());
     run.assert_aborted_upload("SIGTERM");
     etcd.stop();
 }
@@ -948,17 +967,14 @@ async fn two_pods_of_one_job_report_the_checksum_of_the_object_stored() {
     // Two Pods of one snapshot Job can upload the same key at once: a Job retry while the first
     // Pod still runs, or a Pod on a lost Node that keeps running. Whatever each reports must
     // describe the object that stays stored; a later retry must not replace it either.
-    let bins = Testbins::from_env().or_panic();
-    let tmp = temp_root().or_panic();
+    let (bins, tmp, minio) = with_minio(false).await;
     let root = tmp.path();
-    let minio = Minio::start(&bins, root, false).await.or_panic();
     // ~24 MiB: three parts, so the first upload still runs when the second starts.
     let (etcd, mut client) = etcd_with_mib(&bins, root, 24).await;
     let agent = s3_save(root, &etcd, "twice", "uid-twice", &minio, &minio.writer);
-    let first_started = Instant::now();
-    let (mut first, first_log, first_term) = agent.spawn("save-first");
+    let first = agent.start("save-first");
     wait_for_log(
-        &first_log,
+        &first.log,
         "multipart upload started",
         Duration::from_secs(120),
     )
@@ -966,8 +982,7 @@ async fn two_pods_of_one_job_report_the_checksum_of_the_object_stored() {
     // The second Pod snapshots a later revision: the two uploads differ.
     client.put("between", "the two Pods", None).await.or_panic();
     let second = agent.run("save-second").await;
-    let status = wait_exit(&mut first, AGENT_TIMEOUT, "the first agent").await;
-    let first = finish(status, &first_log, &first_term, first_started.elapsed());
+    let first = first.finish(AGENT_TIMEOUT, "the first agent").await;
 
     let stored = || async {
         let (body, meta) = stored_object(&minio, "twice.db").await;
@@ -1076,9 +1091,7 @@ async fn put_object(minio: &Minio, key: &str, uid: Option<&str>) {
 async fn retention_aborts_stale_uploads_at_the_snapshots_key_only() {
     // An agent killed without running its SIGTERM handler (SIGKILL, a lost Node) leaves its
     // multipart upload; pruning the snapshot aborts the uploads at exactly its key.
-    let bins = Testbins::from_env().or_panic();
-    let tmp = temp_root().or_panic();
-    let minio = Minio::start(&bins, tmp.path(), false).await.or_panic();
+    let (_bins, _tmp, minio) = with_minio(false).await;
     let root = minio.root_client();
     for key in ["sched/s-1.db", "sched/s-1.db", "sched/s-10.db"] {
         root.create_multipart_upload()
@@ -1111,9 +1124,7 @@ async fn a_failed_snapshots_own_object_is_deleted_and_no_other() {
     // A Failed snapshot records no artifact, yet its agent may have stored the object (a crash
     // after CompleteMultipartUpload, a lost Job): pruning it deletes the object at its key when
     // the UID metadata names it, and leaves another snapshot's or a foreign object alone.
-    let bins = Testbins::from_env().or_panic();
-    let tmp = temp_root().or_panic();
-    let minio = Minio::start(&bins, tmp.path(), false).await.or_panic();
+    let (_bins, _tmp, minio) = with_minio(false).await;
     let s3 = retention_client(&minio);
     let at = |key: &str| controller::objectstore::Location {
         bucket: minio.bucket.clone(),
@@ -1205,10 +1216,8 @@ async fn restore_into_a_too_small_filesystem_fails_early_with_both_sizes() {
 
 #[tokio::test]
 async fn s3_save_peak_memory_does_not_grow_with_the_database() {
-    let bins = Testbins::from_env().or_panic();
-    let tmp = temp_root().or_panic();
+    let (bins, tmp, minio) = with_minio(false).await;
     let root = tmp.path();
-    let minio = Minio::start(&bins, root, false).await.or_panic();
     let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 10).await;
     let mut client = etcd.client().await.or_panic();
     let mut sizes = Vec::new();
@@ -1250,9 +1259,8 @@ async fn peak_rss_and_run(root: &Path, minio: &Minio, etcd: &Etcd, name: &str) -
         minio,
         &minio.writer,
     );
-    let started = Instant::now();
-    let (mut child, log, term) = agent.spawn(&format!("save-{name}"));
-    let pid = child.id().unwrap_or(0);
+    let mut running = agent.start(&format!("save-{name}"));
+    let pid = running.child.id().unwrap_or(0);
     let mut peak = 0u64;
     let status = loop {
         if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
@@ -1264,13 +1272,21 @@ async fn peak_rss_and_run(root: &Path, minio: &Minio, etcd: &Etcd, name: &str) -
                 peak = peak.max(kb * 1024);
             }
         }
-        if let Some(status) = child.try_wait().or_panic() {
+        if let Some(status) = running.child.try_wait().or_panic() {
             break status;
         }
-        assert!(started.elapsed() < AGENT_TIMEOUT, "the save ran too long");
+        assert!(
+            running.started.elapsed() < AGENT_TIMEOUT,
+            "the save ran too long"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let run = finish(status, &log, &term, started.elapsed());
+    let run = finish(
+        status,
+        &running.log,
+        &running.term,
+        running.started.elapsed(),
+    );
     run.assert_code(0, "save failed");
     assert!(peak > 0, "no VmHWM sampled");
     (peak, run)
