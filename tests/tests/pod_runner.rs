@@ -157,6 +157,22 @@ async fn wait_container(
     .await
 }
 
+/// Waits (`what`, up to `secs`) until the first container of Pod `name` has restarted once and
+/// is ready again; returns how its first run ended.
+async fn wait_restarted(
+    pods: &Api<Pod>,
+    name: &str,
+    what: &str,
+    secs: u64,
+) -> ContainerStateTerminated {
+    let timeout = Duration::from_secs(secs);
+    let pod = wait_container(pods, name, what, timeout, |c| {
+        c.restart_count == 1 && c.ready
+    })
+    .await;
+    terminated(first_container(pod).last_state, "lastState.terminated")
+}
+
 /// The status of the Pod's first container.
 fn first_container(pod: Pod) -> ContainerStatus {
     pod.status
@@ -442,15 +458,7 @@ async fn etcd_36_members_form_a_cluster_replicate_and_survive_faults() {
 
     // Fault: a killed member restarts (restartCount 1, lastState exit 137) and catches up.
     s.runner.kill_container(&ns, "etcd-2", "etcd").or_panic();
-    let pod = wait_container(
-        &pods,
-        "etcd-2",
-        "etcd-2 restarted and Ready",
-        Duration::from_secs(60),
-        |c| c.restart_count == 1 && c.ready,
-    )
-    .await;
-    let last = terminated(first_container(pod).last_state, "lastState.terminated");
+    let last = wait_restarted(&pods, "etcd-2", "etcd-2 restarted and Ready", 60).await;
     assert_eq!(last.exit_code, 137, "{last:?}");
     let get = etcdctl("etcd-2", &["get", "greeting", "--print-value-only"]).await;
     assert_eq!(get.stdout.trim(), "hello from etcd-0", "{get:?}");
@@ -1086,15 +1094,7 @@ async fn failing_liveness_probe_restarts_and_a_stopped_container_is_frozen_until
         .exec(&ns, "live", "main", &["rm", "/state/alive"])
         .await
         .or_panic();
-    let pod = wait_container(
-        &pods,
-        "live",
-        "a liveness restart",
-        Duration::from_secs(30),
-        |c| c.restart_count == 1 && c.ready,
-    )
-    .await;
-    let last = terminated(first_container(pod).last_state, "lastState.terminated");
+    let last = wait_restarted(&pods, "live", "a liveness restart", 30).await;
     assert_eq!(
         (last.exit_code, last.reason.as_deref()),
         (143, Some("Error")),
