@@ -5,15 +5,80 @@
 use std::time::Duration;
 
 use api::labels;
+use api::v1alpha2::EtcdClusterSpec;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::{Api, ResourceExt};
-use tests::e2e::{condition, env, pod_ready, read_member_keys, spec};
+use tests::e2e::{condition, env, pod_ready, read_member_keys, spec, Env};
 use tests::harness::{eventually, eventually_every, seen};
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(180);
 /// How often the slower waits here ask.
 const HALF: Duration = Duration::from_millis(500);
+
+/// `kubectl <args>`, which must succeed.
+async fn kubectl(env: &Env, args: &[&str]) -> String {
+    env.cp.kubectl_ok(args).await.or_panic()
+}
+
+/// A fresh namespace (`prefix`) with cluster `name` of `spec` created and healthy;
+/// returns the namespace and the cluster's ID as its status latched it.
+async fn healthy_cluster(
+    env: &Env,
+    prefix: &str,
+    name: &str,
+    spec: EtcdClusterSpec,
+) -> (String, Option<String>) {
+    let ns = env.namespace(prefix).await;
+    let replicas = spec.replicas;
+    env.create_cluster(&ns, name, spec).await;
+    let c = env.wait_healthy(&ns, name, replicas, BOOT).await;
+    (ns, c.status.expect("status").cluster_id)
+}
+
+/// The PodDisruptionBudget's `minAvailable`.
+async fn min_available(env: &Env, ns: &str, name: &str) -> String {
+    let jsonpath = "jsonpath={.spec.minAvailable}";
+    let out = kubectl(env, &["get", "pdb", name, "-n", ns, "-o", jsonpath]).await;
+    out.trim().to_string()
+}
+
+/// Waits until the cluster is back to `replicas` healthy members and asserts that it is still the
+/// same cluster (`when` names the step): its status' cluster ID and etcd's.
+async fn assert_same_cluster(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    replicas: i32,
+    (cluster_id, etcd_id): (&Option<String>, u64),
+    when: &str,
+) {
+    let c = env.wait_healthy(ns, name, replicas, BOOT).await;
+    assert_eq!(
+        &c.status.expect("status").cluster_id,
+        cluster_id,
+        "{when}: the cluster ID changed"
+    );
+    assert_eq!(
+        env.etcd_cluster_id(ns, name, usize::try_from(replicas).expect("replicas"))
+            .await,
+        etcd_id,
+        "{when}: etcd's cluster ID changed (another etcd cluster formed)"
+    );
+}
+
+/// Waits until the cluster is `Available=False` for `reason`; returns the condition's message.
+async fn wait_unavailable(env: &Env, ns: &str, name: &str, reason: &str) -> String {
+    let what = format!("Available=False/{reason}");
+    let c = env
+        .wait_for(ns, name, &what, BOOT, |c| {
+            condition(c, "Available").is_some_and(|(s, r, _)| s == "False" && r == reason)
+        })
+        .await;
+    condition(&c, "Available")
+        .expect("the Available condition")
+        .2
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_member_cluster_bootstraps_with_services_and_pdb() {
@@ -61,11 +126,7 @@ async fn single_member_cluster_bootstraps_with_services_and_pdb() {
         "once formed, no Pod may bootstrap a new cluster"
     );
     assert_eq!(env.pvcs(&ns, "solo").await.len(), 1);
-    let out = env
-        .cp
-        .kubectl_ok(&["get", "svc,pdb", "-n", &ns, "-o", "name"])
-        .await
-        .unwrap();
+    let out = kubectl(env, &["get", "svc,pdb", "-n", &ns, "-o", "name"]).await;
     for want in [
         "service/solo",
         "service/solo-client",
@@ -80,10 +141,7 @@ async fn single_member_cluster_bootstraps_with_services_and_pdb() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_scale_to_five_and_back_keeping_every_key() {
     let env = env().await;
-    let ns = env.namespace("scale").await;
-    env.create_cluster(&ns, "kv", spec(3)).await;
-    let c = env.wait_healthy(&ns, "kv", 3, BOOT).await;
-    let cluster_id = c.status.unwrap().cluster_id;
+    let (ns, cluster_id) = healthy_cluster(env, "scale", "kv", spec(3)).await;
     let etcd_id = env.etcd_cluster_id(&ns, "kv", 3).await;
     let etcd = env.etcd_members(&ns, "kv").await;
     assert_eq!(etcd.len(), 3);
@@ -91,20 +149,7 @@ async fn three_members_scale_to_five_and_back_keeping_every_key() {
         etcd.iter().all(|(_, learner)| !learner),
         "every member is a voter: {etcd:?}"
     );
-    let pdb = env
-        .cp
-        .kubectl_ok(&[
-            "get",
-            "pdb",
-            "kv",
-            "-n",
-            &ns,
-            "-o",
-            "jsonpath={.spec.minAvailable}",
-        ])
-        .await
-        .unwrap();
-    assert_eq!(pdb.trim(), "2");
+    assert_eq!(min_available(env, &ns, "kv").await, "2");
 
     let keys = env.write_keys(&ns, "kv", 100).await;
     let before: Vec<String> = env.member_names(&ns, "kv").await;
@@ -120,33 +165,11 @@ async fn three_members_scale_to_five_and_back_keeping_every_key() {
     assert_eq!(etcd.len(), 5, "{etcd:?}");
     assert!(etcd.iter().all(|(_, learner)| !learner), "{etcd:?}");
     env.check_keys(&ns, "kv", &keys).await;
-    let pdb = env
-        .cp
-        .kubectl_ok(&[
-            "get",
-            "pdb",
-            "kv",
-            "-n",
-            &ns,
-            "-o",
-            "jsonpath={.spec.minAvailable}",
-        ])
-        .await
-        .unwrap();
-    assert_eq!(pdb.trim(), "3");
+    assert_eq!(min_available(env, &ns, "kv").await, "3");
 
     env.scale(&ns, "kv", 3).await;
-    let c = env.wait_healthy(&ns, "kv", 3, BOOT).await;
-    assert_eq!(
-        c.status.unwrap().cluster_id,
-        cluster_id,
-        "same cluster throughout"
-    );
-    assert_eq!(
-        env.etcd_cluster_id(&ns, "kv", 3).await,
-        etcd_id,
-        "etcd's cluster ID changed"
-    );
+    let ids = (&cluster_id, etcd_id);
+    assert_same_cluster(env, &ns, "kv", 3, ids, "after the scale-down").await;
     let after: Vec<String> = env.member_names(&ns, "kv").await;
     let mut kept = after.clone();
     kept.sort();
@@ -199,9 +222,7 @@ async fn five_member_cluster_bootstraps_with_every_member_a_voter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_deleted_without_a_ready_voter_waits_to_leave_etcd_before_it_goes() {
     let env = env().await;
-    let ns = env.namespace("ghost").await;
-    env.create_cluster(&ns, "gh", spec(3)).await;
-    env.wait_healthy(&ns, "gh", 3, BOOT).await;
+    let (ns, _) = healthy_cluster(env, "ghost", "gh", spec(3)).await;
     let keys = env.write_keys(&ns, "gh", 30).await;
     let names: Vec<String> = env.member_names(&ns, "gh").await;
     let (victim, hung) = (names[0].clone(), &names[1..]);
@@ -213,10 +234,11 @@ async fn member_deleted_without_a_ready_voter_waits_to_leave_etcd_before_it_goes
         c.status.as_ref().is_some_and(|s| s.ready_members <= 1)
     })
     .await;
-    env.cp
-        .kubectl_ok(&["delete", "etcdmember", &victim, "-n", &ns, "--wait=false"])
-        .await
-        .unwrap();
+    kubectl(
+        env,
+        &["delete", "etcdmember", &victim, "-n", &ns, "--wait=false"],
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(8)).await;
     let held = env
         .members(&ns, "gh")
@@ -249,20 +271,12 @@ async fn member_deleted_without_a_ready_voter_waits_to_leave_etcd_before_it_goes
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_keeps_one_dormant_pvc_and_resume_keeps_cluster_id_and_keys() {
     let env = env().await;
-    let ns = env.namespace("pause").await;
-    env.create_cluster(&ns, "pz", spec(3)).await;
-    let c = env.wait_healthy(&ns, "pz", 3, BOOT).await;
-    let cluster_id = c.status.unwrap().cluster_id;
+    let (ns, cluster_id) = healthy_cluster(env, "pause", "pz", spec(3)).await;
     let etcd_id = env.etcd_cluster_id(&ns, "pz", 3).await;
     let keys = env.write_keys(&ns, "pz", 50).await;
 
     env.scale(&ns, "pz", 0).await;
-    let c = env
-        .wait_for(&ns, "pz", "Available=False/Paused", BOOT, |c| {
-            condition(c, "Available").is_some_and(|(s, r, _)| s == "False" && r == "Paused")
-        })
-        .await;
-    let (_, _, message) = condition(&c, "Available").unwrap();
+    let message = wait_unavailable(env, &ns, "pz", "Paused").await;
     let members = env.members(&ns, "pz").await;
     assert_eq!(members.len(), 1, "one member remains");
     assert!(members[0].spec.dormant);
@@ -279,26 +293,15 @@ async fn pause_keeps_one_dormant_pvc_and_resume_keeps_cluster_id_and_keys() {
     );
 
     env.scale(&ns, "pz", 3).await;
-    let c = env.wait_healthy(&ns, "pz", 3, BOOT).await;
-    assert_eq!(
-        c.status.unwrap().cluster_id,
-        cluster_id,
-        "resume keeps the cluster ID"
-    );
-    assert_eq!(
-        env.etcd_cluster_id(&ns, "pz", 3).await,
-        etcd_id,
-        "resume formed another etcd cluster"
-    );
+    let ids = (&cluster_id, etcd_id);
+    assert_same_cluster(env, &ns, "pz", 3, ids, "after the resume").await;
     env.check_keys(&ns, "pz", &keys).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_member_pod_is_recreated_on_its_pvc_and_data_survives() {
     let env = env().await;
-    let ns = env.namespace("podloss").await;
-    env.create_cluster(&ns, "pl", spec(3)).await;
-    env.wait_healthy(&ns, "pl", 3, BOOT).await;
+    let (ns, _) = healthy_cluster(env, "podloss", "pl", spec(3)).await;
     let keys = env.write_keys(&ns, "pl", 30).await;
     let members_before: Vec<String> = env.member_names(&ns, "pl").await;
     let etcd_ids_before = env.member_ids(&ns, "pl").await;
@@ -314,10 +317,7 @@ async fn killed_member_pod_is_recreated_on_its_pvc_and_data_survives() {
     let claim = labels::pvc_name(&victim);
     let pvc_uid = pvcs.get(&claim).await.or_panic().uid();
     assert!(pvc_uid.is_some(), "{claim} has no UID");
-    env.cp
-        .kubectl_ok(&["delete", "pod", &victim, "-n", &ns, "--wait=false"])
-        .await
-        .unwrap();
+    kubectl(env, &["delete", "pod", &victim, "-n", &ns, "--wait=false"]).await;
     // The victim's Pod comes back: a new Pod (new UID) of the same name, Ready.
     let pods: Api<Pod> = Api::namespaced(env.client(), &ns);
     let recreated = eventually(
@@ -389,12 +389,10 @@ async fn killed_member_pod_is_recreated_on_its_pvc_and_data_survives() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_member_whose_pod_is_deleted_is_replaced_by_a_new_member() {
     let env = env().await;
-    let ns = env.namespace("mem").await;
     let mut s = spec(3);
     s.storage.medium = Some(api::v1alpha2::StorageMedium::Memory);
     s.storage.size = k8s_openapi::apimachinery::pkg::api::resource::Quantity("128Mi".into());
-    env.create_cluster(&ns, "mem", s).await;
-    env.wait_healthy(&ns, "mem", 3, BOOT).await;
+    let (ns, _) = healthy_cluster(env, "mem", "mem", s).await;
     assert!(
         env.pvcs(&ns, "mem").await.is_empty(),
         "memory members have no PVC"
@@ -402,10 +400,7 @@ async fn memory_member_whose_pod_is_deleted_is_replaced_by_a_new_member() {
     let keys = env.write_keys(&ns, "mem", 30).await;
     let before: Vec<String> = env.member_names(&ns, "mem").await;
     let victim = before[1].clone();
-    env.cp
-        .kubectl_ok(&["delete", "pod", &victim, "-n", &ns])
-        .await
-        .unwrap();
+    kubectl(env, &["delete", "pod", &victim, "-n", &ns]).await;
     // The lost member is replaced by a new one (a new name), and the victim leaves.
     eventually_every(&format!("member {victim} replaced"), BOOT, HALF, || async {
         seen(env.member_names(&ns, "mem").await, |names| {
@@ -426,20 +421,9 @@ async fn memory_member_whose_pod_is_deleted_is_replaced_by_a_new_member() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_formed_cluster_removes_every_owned_object_without_deadlock() {
     let env = env().await;
-    let ns = env.namespace("delete").await;
-    env.create_cluster(&ns, "gone", spec(3)).await;
-    env.wait_healthy(&ns, "gone", 3, BOOT).await;
-    env.cp
-        .kubectl_ok(&[
-            "delete",
-            "etcdcluster.etcd-operator.cozystack.io",
-            "gone",
-            "-n",
-            &ns,
-            "--wait=false",
-        ])
-        .await
-        .unwrap();
+    let (ns, _) = healthy_cluster(env, "delete", "gone", spec(3)).await;
+    let kind = "etcdcluster.etcd-operator.cozystack.io";
+    kubectl(env, &["delete", kind, "gone", "-n", &ns, "--wait=false"]).await;
     // The member finalizers see the cluster going and skip MemberRemove; owner references
     // garbage-collect the rest.
     eventually_every(
@@ -450,11 +434,11 @@ async fn deleting_a_formed_cluster_removes_every_owned_object_without_deadlock()
             let members = env.members(&ns, "gone").await.len();
             let pods = env.pods(&ns, "gone").await.len();
             let pvcs = env.pvcs(&ns, "gone").await.len();
-            let rest = env
-                .cp
-                .kubectl_ok(&["get", "etcdcluster,svc,pdb", "-n", &ns, "-o", "name"])
-                .await
-                .unwrap();
+            let rest = kubectl(
+                env,
+                &["get", "etcdcluster,svc,pdb", "-n", &ns, "-o", "name"],
+            )
+            .await;
             if members + pods + pvcs == 0 && rest.trim().is_empty() {
                 return Ok(());
             }
@@ -481,12 +465,7 @@ async fn restore_from_a_missing_claim_is_held_with_a_condition_naming_the_claim(
         .expect("a restore source"),
     );
     env.create_cluster(&ns, "restore", s).await;
-    let c = env
-        .wait_for(&ns, "restore", "Available=False/RestoreFailed", BOOT, |c| {
-            condition(c, "Available").is_some_and(|(s, r, _)| s == "False" && r == "RestoreFailed")
-        })
-        .await;
-    let (_, _, message) = condition(&c, "Available").unwrap();
+    let message = wait_unavailable(env, &ns, "restore", "RestoreFailed").await;
     assert!(
         message.contains("spec.bootstrap.restore.source.pvc.claimName")
             && message.contains("\"backups\"")
@@ -506,34 +485,23 @@ async fn restore_from_a_missing_claim_is_held_with_a_condition_naming_the_claim(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drifted_services_are_restored_and_a_foreign_service_is_never_adopted() {
     let env = env().await;
-    let ns = env.namespace("svc").await;
-    env.create_cluster(&ns, "sv", spec(1)).await;
-    env.wait_healthy(&ns, "sv", 1, BOOT).await;
+    let (ns, _) = healthy_cluster(env, "svc", "sv", spec(1)).await;
     let get = |name: &'static str, path: &'static str| {
         let (env, ns) = (env, ns.clone());
         async move {
-            env.cp
-                .kubectl_ok(&[
-                    "get",
-                    "svc",
-                    name,
-                    "-n",
-                    &ns,
-                    "-o",
-                    &format!("jsonpath={path}"),
-                ])
-                .await
-                .unwrap()
+            let jsonpath = format!("jsonpath={path}");
+            kubectl(env, &["get", "svc", name, "-n", &ns, "-o", &jsonpath]).await
         }
     };
     for (svc, patch) in [
         ("sv-client", r#"{"spec":{"selector":{"app":"elsewhere"}}}"#),
         ("sv", r#"{"spec":{"publishNotReadyAddresses":false}}"#),
     ] {
-        env.cp
-            .kubectl_ok(&["patch", "svc", svc, "-n", &ns, "--type=merge", "-p", patch])
-            .await
-            .unwrap();
+        kubectl(
+            env,
+            &["patch", "svc", svc, "-n", &ns, "--type=merge", "-p", patch],
+        )
+        .await;
     }
     eventually_every(
         "Services restored",
@@ -556,18 +524,14 @@ async fn drifted_services_are_restored_and_a_foreign_service_is_never_adopted() 
     .await;
 
     // Someone else's Service named like a new cluster's client Service.
-    env.cp
-        .kubectl_ok(&[
-            "create",
-            "service",
-            "clusterip",
-            "other-client",
-            "--tcp=80:8080",
-            "-n",
-            &ns,
-        ])
-        .await
-        .unwrap();
+    let foreign = [
+        "create",
+        "service",
+        "clusterip",
+        "other-client",
+        "--tcp=80:8080",
+    ];
+    kubectl(env, &[&foreign[..], &["-n", &ns]].concat()).await;
     env.create_cluster(&ns, "other", spec(1)).await;
     eventually_every(
         "an OwnershipConflict event",

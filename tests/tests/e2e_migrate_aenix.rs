@@ -152,14 +152,13 @@ struct Before {
     keys: BTreeMap<String, String>,
 }
 
-/// etcd through every Ready Pod of the cluster, each under its own subdomain (adopted Pods live
-/// under `<cluster>-headless`, native ones under `<cluster>`).
-async fn etcd_of(client: &Client, ns: &str) -> etcd_client::Client {
+/// `(Pod name, subdomain)` of every Ready Pod not being deleted (adopted Pods live under
+/// `<cluster>-headless`, native ones under `<cluster>`).
+async fn ready_members(client: &Client, ns: &str) -> kube::Result<Vec<(String, String)>> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let members: Vec<(String, String)> = pods
+    Ok(pods
         .list(&Default::default())
-        .await
-        .or_panic()
+        .await?
         .items
         .iter()
         .filter(|p| pod_ready(p) && p.metadata.deletion_timestamp.is_none())
@@ -167,9 +166,20 @@ async fn etcd_of(client: &Client, ns: &str) -> etcd_client::Client {
             let sub = p.spec.as_ref()?.subdomain.clone()?;
             Some((p.name_any(), sub))
         })
-        .collect();
+        .collect())
+}
+
+/// etcd through every Ready Pod of the cluster, each under its own subdomain.
+async fn etcd_of(client: &Client, ns: &str) -> etcd_client::Client {
+    let members = ready_members(client, ns).await.or_panic();
     assert!(!members.is_empty(), "{ns}: no Ready member Pod");
     etcd_at(ns, &members).await
+}
+
+/// The keys written before the migration, all there and nothing else, read through etcd.
+async fn check_keys_kept(client: &Client, ns: &str, before: &Before) {
+    let mut etcd = etcd_of(client, ns).await;
+    check_keys(&mut etcd, ns, "e2e/", &before.keys, Keys::Exactly).await;
 }
 
 /// `(cluster ID, member ID hex → (name, first peer URL, learner))`.
@@ -187,18 +197,11 @@ async fn membership(
 
 /// Voters etcd lists right now, if a Ready member answers (members come and go meanwhile).
 async fn try_voters(client: &Client, ns: &str) -> Option<usize> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let endpoints: Vec<String> = pods
-        .list(&Default::default())
+    let endpoints: Vec<String> = ready_members(client, ns)
         .await
         .ok()?
-        .items
-        .iter()
-        .filter(|p| pod_ready(p) && p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| {
-            let sub = p.spec.as_ref()?.subdomain.clone()?;
-            Some(format!("http://{}.{sub}.{ns}.svc:2379", p.name_any()))
-        })
+        .into_iter()
+        .map(|(name, sub)| format!("http://{name}.{sub}.{ns}.svc:2379"))
         .collect();
     let options = etcd_client::ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(3))
@@ -478,78 +481,54 @@ fn migrate(kubeconfig: &std::path::Path, ns: &str, extra: &[&str]) -> Output {
 
 /// Resource versions of everything the dry run must leave alone.
 async fn versions(client: &Client, ns: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for p in Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&Default::default())
-        .await
-        .or_panic()
+    let mut v = Versions {
+        client,
+        ns,
+        out: BTreeMap::new(),
+    };
+    v.of::<Pod>("pod").await;
+    v.of::<PersistentVolumeClaim>("pvc").await;
+    v.of::<Service>("svc").await;
+    v.of::<StatefulSet>("sts").await;
+    v.list("aenix", aenix_api(client, ns)).await;
+    v.of::<EtcdCluster>("etcdcluster").await;
+    v.of::<EtcdMember>("etcdmember").await;
+    v.out
+}
+
+/// `<kind>/<name>` → resource version of the objects listed so far in one namespace.
+struct Versions<'a> {
+    client: &'a Client,
+    ns: &'a str,
+    out: BTreeMap<String, String>,
+}
+
+impl Versions<'_> {
+    /// Adds every `K` of the namespace.
+    async fn of<K>(&mut self, kind: &str)
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
     {
-        out.insert(
-            format!("pod/{}", p.name_any()),
-            p.resource_version().unwrap_or_default(),
-        );
+        self.list(kind, Api::<K>::namespaced(self.client.clone(), self.ns))
+            .await;
     }
-    for p in Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
-        .list(&Default::default())
-        .await
-        .or_panic()
+
+    /// Adds every object `api` lists.
+    async fn list<K>(&mut self, kind: &str, api: Api<K>)
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {
-        out.insert(
-            format!("pvc/{}", p.name_any()),
-            p.resource_version().unwrap_or_default(),
-        );
+        for o in api.list(&Default::default()).await.or_panic() {
+            self.out.insert(
+                format!("{kind}/{}", o.name_any()),
+                o.resource_version().unwrap_or_default(),
+            );
+        }
     }
-    for s in Api::<Service>::namespaced(client.clone(), ns)
-        .list(&Default::default())
-        .await
-        .or_panic()
-    {
-        out.insert(
-            format!("svc/{}", s.name_any()),
-            s.resource_version().unwrap_or_default(),
-        );
-    }
-    for s in Api::<StatefulSet>::namespaced(client.clone(), ns)
-        .list(&Default::default())
-        .await
-        .or_panic()
-    {
-        out.insert(
-            format!("sts/{}", s.name_any()),
-            s.resource_version().unwrap_or_default(),
-        );
-    }
-    for c in aenix_api(client, ns)
-        .list(&Default::default())
-        .await
-        .or_panic()
-    {
-        out.insert(
-            format!("aenix/{}", c.name_any()),
-            c.resource_version().unwrap_or_default(),
-        );
-    }
-    for c in Api::<EtcdCluster>::namespaced(client.clone(), ns)
-        .list(&Default::default())
-        .await
-        .or_panic()
-    {
-        out.insert(
-            format!("etcdcluster/{}", c.name_any()),
-            c.resource_version().unwrap_or_default(),
-        );
-    }
-    for m in Api::<EtcdMember>::namespaced(client.clone(), ns)
-        .list(&Default::default())
-        .await
-        .or_panic()
-    {
-        out.insert(
-            format!("etcdmember/{}", m.name_any()),
-            m.resource_version().unwrap_or_default(),
-        );
-    }
-    out
 }
 
 /// The adopted Pods are the aenix ones, running since before the migration, each owned by its
@@ -746,14 +725,7 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
         .status
         .unwrap_or_default();
     assert_eq!(status.cluster_id.as_ref(), Some(&before.cluster_id));
-    check_keys(
-        &mut etcd_of(&client, &ns).await,
-        &ns,
-        "e2e/",
-        &before.keys,
-        Keys::Exactly,
-    )
-    .await;
+    check_keys_kept(&client, &ns, &before).await;
 
     // Our operator takes it from here and keeps it as it is.
     let env = staged.operator(None, &[]).await;
@@ -775,28 +747,12 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
             "the operator changed etcd membership while adopting ({write:?}); {log}"
         );
     }
-    check_keys(
-        &mut etcd_of(&client, &ns).await,
-        &ns,
-        "e2e/",
-        &before.keys,
-        Keys::Exactly,
-    )
-    .await;
+    check_keys_kept(&client, &ns, &before).await;
 
     // The peer auto-TLS annotation, removed by hand, is set back: without it the operator would
     // compute http:// peer URLs and new members could not join.
     let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
-    clusters
-        .patch(
-            NAME,
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"annotations": {labels::PEER_AUTO_TLS_ANNOTATION: null}}}),
-            ),
-        )
-        .await
-        .or_panic();
+    annotate(&clusters, labels::PEER_AUTO_TLS_ANNOTATION, Value::Null).await;
     eventually_every(
         &format!("the removed peer auto-TLS annotation set back; {log}"),
         Duration::from_secs(60),
@@ -822,26 +778,10 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
     assert_eq!(native.len(), 1, "one member was added");
     assert_native(&client, &ns, &native[0]).await;
     assert_adopted(&client, &ns, &before, false, &log).await;
-    check_keys(
-        &mut etcd_of(&client, &ns).await,
-        &ns,
-        "e2e/",
-        &before.keys,
-        Keys::Exactly,
-    )
-    .await;
+    check_keys_kept(&client, &ns, &before).await;
 
     // On request, the adopted members are replaced one at a time by native ones.
-    Api::<EtcdCluster>::namespaced(client.clone(), &ns)
-        .patch(
-            NAME,
-            &PatchParams::default(),
-            &Patch::Merge(
-                &json!({"metadata": {"annotations": {labels::REPLACE_ADOPTED_ANNOTATION: "true"}}}),
-            ),
-        )
-        .await
-        .or_panic();
+    annotate(&clusters, labels::REPLACE_ADOPTED_ANNOTATION, json!("true")).await;
     let min_voters = std::cell::Cell::new(usize::MAX);
     eventually_every(
         &format!("the adopted members replaced; {log}"),
@@ -889,14 +829,7 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
     for m in env.members(&ns, NAME).await {
         assert_native(&client, &ns, &m).await;
     }
-    check_keys(
-        &mut etcd_of(&client, &ns).await,
-        &ns,
-        "e2e/",
-        &before.keys,
-        Keys::Exactly,
-    )
-    .await;
+    check_keys_kept(&client, &ns, &before).await;
     // The legacy headless Service went with the last adopted member.
     eventually_every(
         "the legacy headless Service gone with the adopted members",
@@ -914,6 +847,15 @@ async fn aenix_cluster_is_adopted_in_place_then_scales_and_is_replaced_by_native
         },
     )
     .await;
+}
+
+/// Sets (or, with null, removes) annotation `key` of the EtcdCluster.
+async fn annotate(clusters: &Api<EtcdCluster>, key: &str, value: Value) {
+    let patch = json!({"metadata": {"annotations": {key: value}}});
+    clusters
+        .patch(NAME, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .or_panic();
 }
 
 /// A member the operator created: no reserved annotation, its Pod under the cluster's own Service.

@@ -17,8 +17,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ContainerState, ContainerStateTerminated, ContainerStatus, PersistentVolume,
+    PersistentVolumeClaim, Pod, Secret, Service,
+};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::Client;
 use serde_json::{json, Value};
 use tests::env::ControlPlane;
 use tests::harness::{create, eventually};
@@ -89,10 +93,27 @@ fn condition(pod: &Pod, type_: &str) -> Option<String> {
         .map(|c| c.status.clone())
 }
 
-async fn wait_ready(pods: &Api<Pod>, name: &str, timeout: Duration) -> Pod {
-    eventually(&format!("pod {name} Ready"), timeout, || async {
+/// One test's hold on the shared suite: the suite, its place among the running tests, a client
+/// and a fresh namespace named after `prefix`.
+async fn enter(prefix: &str) -> (&'static Suite, Active, Client, String) {
+    let s = suite().await;
+    let active = Active::enter();
+    let client = s.cp.client().or_panic();
+    let ns = s.cp.namespace(prefix).await.or_panic();
+    (s, active, client, ns)
+}
+
+/// Waits until Pod `name` passes `done`; a timeout shows its last status.
+async fn wait_pod(
+    pods: &Api<Pod>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(&Pod) -> bool,
+) -> Pod {
+    eventually(what, timeout, || async {
         let pod = pods.get(name).await.map_err(|e| e.to_string())?;
-        if condition(&pod, "Ready").as_deref() == Some("True") {
+        if done(&pod) {
             Ok(pod)
         } else {
             Err(format!(
@@ -104,19 +125,68 @@ async fn wait_ready(pods: &Api<Pod>, name: &str, timeout: Duration) -> Pod {
     .await
 }
 
-async fn wait_phase(pods: &Api<Pod>, name: &str, phase: &str, timeout: Duration) -> Pod {
-    eventually(&format!("pod {name} {phase}"), timeout, || async {
-        let pod = pods.get(name).await.map_err(|e| e.to_string())?;
-        if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some(phase) {
-            Ok(pod)
-        } else {
-            Err(format!(
-                "status: {}",
-                serde_json::to_string(&pod.status).unwrap_or_default()
-            ))
-        }
+async fn wait_ready(pods: &Api<Pod>, name: &str, timeout: Duration) -> Pod {
+    wait_pod(pods, name, &format!("pod {name} Ready"), timeout, |pod| {
+        condition(pod, "Ready").as_deref() == Some("True")
     })
     .await
+}
+
+async fn wait_phase(pods: &Api<Pod>, name: &str, phase: &str, timeout: Duration) -> Pod {
+    wait_pod(pods, name, &format!("pod {name} {phase}"), timeout, |pod| {
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some(phase)
+    })
+    .await
+}
+
+/// Waits until the first container of Pod `name` passes `done`.
+async fn wait_container(
+    pods: &Api<Pod>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(&ContainerStatus) -> bool,
+) -> Pod {
+    wait_pod(pods, name, what, timeout, |pod| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|c| c.first())
+            .is_some_and(&done)
+    })
+    .await
+}
+
+/// Waits (`what`, up to `secs`) until the first container of Pod `name` has restarted once and
+/// is ready again; returns how its first run ended.
+async fn wait_restarted(
+    pods: &Api<Pod>,
+    name: &str,
+    what: &str,
+    secs: u64,
+) -> ContainerStateTerminated {
+    let timeout = Duration::from_secs(secs);
+    let pod = wait_container(pods, name, what, timeout, |c| {
+        c.restart_count == 1 && c.ready
+    })
+    .await;
+    terminated(first_container(pod).last_state, "lastState.terminated")
+}
+
+/// The status of the Pod's first container.
+fn first_container(pod: Pod) -> ContainerStatus {
+    pod.status
+        .unwrap_or_default()
+        .container_statuses
+        .unwrap_or_default()
+        .into_iter()
+        .next()
+        .expect("a container status")
+}
+
+/// The terminated state in `state`, which must be there (`what` names it).
+fn terminated(state: Option<ContainerState>, what: &str) -> ContainerStateTerminated {
+    state.and_then(|s| s.terminated).expect(what)
 }
 
 async fn wait_gone(pods: &Api<Pod>, name: &str, timeout: Duration) {
@@ -127,6 +197,56 @@ async fn wait_gone(pods: &Api<Pod>, name: &str, timeout: Duration) {
         }
     })
     .await
+}
+
+/// A ReadWriteOnce claim for `storage`, of `class` or the default class.
+fn claim(ns: &str, name: &str, storage: &str, class: Option<&str>) -> Value {
+    let mut claim = json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}},
+    });
+    if let Some(class) = class {
+        claim["spec"]["storageClassName"] = json!(class);
+    }
+    claim
+}
+
+/// The PV bound to claim `name`.
+async fn bound_pv(client: &Client, ns: &str, name: &str) -> String {
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .or_panic()
+        .spec
+        .and_then(|s| s.volume_name)
+        .expect("bound PV")
+}
+
+/// Deletes Pod `pod`, then its claim `name`, and waits (`what`) until the released PV is deleted.
+async fn release_claim(client: &Client, ns: &str, pod: &str, name: &str, what: &str) {
+    let pv = bound_pv(client, ns, name).await;
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    pods.delete(pod, &DeleteParams::default()).await.or_panic();
+    wait_gone(&pods, pod, Duration::from_secs(30)).await;
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .delete(name, &DeleteParams::default())
+        .await
+        .or_panic();
+    let pvs = Api::<PersistentVolume>::all(client.clone());
+    eventually(what, Duration::from_secs(30), || async {
+        match pvs.get_opt(&pv).await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(v) => Err(format!("{:?}", v.status.and_then(|s| s.phase))),
+        }
+    })
+    .await;
+}
+
+/// `kubectl logs -n <ns> <args>`, which must succeed.
+async fn logs(cp: &ControlPlane, ns: &str, args: &[&str]) -> String {
+    let mut argv = vec!["logs", "-n", ns];
+    argv.extend_from_slice(args);
+    cp.kubectl_ok(&argv).await.or_panic()
 }
 
 fn etcd_image(cp: &ControlPlane) -> String {
@@ -195,11 +315,8 @@ fn healthy_count(out: &tests::podrunner::ExecOutput) -> usize {
 
 #[tokio::test]
 async fn etcd_36_members_form_a_cluster_replicate_and_survive_faults() {
-    let s = suite().await;
-    let _active = Active::enter();
+    let (s, _active, client, ns) = enter("podrunner-etcd").await;
     let began = Instant::now();
-    let client = s.cp.client().or_panic();
-    let ns = s.cp.namespace("podrunner-etcd").await.or_panic();
     let image = etcd_image(s.cp);
 
     create::<Service>(
@@ -217,11 +334,8 @@ async fn etcd_36_members_form_a_cluster_replicate_and_survive_faults() {
     )
     .await;
     for i in 0..3 {
-        create::<PersistentVolumeClaim>(&client, &ns, json!({
-            "metadata": {"name": format!("data-etcd-{i}"), "namespace": ns},
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
-        }))
-        .await;
+        let name = format!("data-etcd-{i}");
+        create::<PersistentVolumeClaim>(&client, &ns, claim(&ns, &name, "1Gi", None)).await;
         create::<Pod>(&client, &ns, etcd_member(&ns, i, &image)).await;
     }
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
@@ -295,52 +409,40 @@ async fn etcd_36_members_form_a_cluster_replicate_and_survive_faults() {
         data.display()
     );
 
-    let etcdctl = |pod: &'static str, args: Vec<String>| {
+    let etcdctl = |pod: &'static str, args: &[&str]| {
         let ns = ns.clone();
+        let mut argv = vec![
+            "etcdctl".to_string(),
+            "--endpoints=http://127.0.0.1:2379".to_string(),
+        ];
+        argv.extend(args.iter().map(|a| a.to_string()));
         async move {
-            let mut argv = vec![
-                "etcdctl".to_string(),
-                "--endpoints=http://127.0.0.1:2379".to_string(),
-            ];
-            argv.extend(args);
             let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
             s.runner.exec(&ns, pod, "etcd", &argv).await.or_panic()
         }
     };
-    let health = || {
-        etcdctl(
-            "etcd-0",
-            vec!["endpoint".into(), "health".into(), "--cluster".into()],
-        )
+    // Waits (`what`) until etcd-0 counts `healthy` healthy members.
+    let wait_healthy = |healthy: usize, what: &'static str, secs: u64| {
+        eventually(what, Duration::from_secs(secs), move || async move {
+            let out = etcdctl("etcd-0", &["endpoint", "health", "--cluster"]).await;
+            if healthy_count(&out) == healthy {
+                Ok(out)
+            } else {
+                Err(format!("{out:?}"))
+            }
+        })
     };
-    let out = eventually("3 healthy members", Duration::from_secs(30), || async {
-        let out = health().await;
-        if healthy_count(&out) == 3 {
-            Ok(out)
-        } else {
-            Err(format!("{out:?}"))
-        }
-    })
-    .await;
+    let out = wait_healthy(3, "3 healthy members", 30).await;
     assert!(
         out.stdout.contains(&format!("etcd-1.etcd.{ns}.svc:2379")),
         "{out:?}"
     );
 
-    let put = etcdctl(
-        "etcd-0",
-        vec!["put".into(), "greeting".into(), "hello from etcd-0".into()],
-    )
-    .await;
+    let put = etcdctl("etcd-0", &["put", "greeting", "hello from etcd-0"]).await;
     assert!(put.success() && put.stdout.contains("OK"), "{put:?}");
     let get = etcdctl(
         "etcd-2",
-        vec![
-            "get".into(),
-            "greeting".into(),
-            "--print-value-only".into(),
-            "--consistency=s".into(),
-        ],
+        &["get", "greeting", "--print-value-only", "--consistency=s"],
     )
     .await;
     assert_eq!(get.stdout.trim(), "hello from etcd-0", "{get:?}");
@@ -356,61 +458,16 @@ async fn etcd_36_members_form_a_cluster_replicate_and_survive_faults() {
 
     // Fault: a killed member restarts (restartCount 1, lastState exit 137) and catches up.
     s.runner.kill_container(&ns, "etcd-2", "etcd").or_panic();
-    let pod = eventually(
-        "etcd-2 restarted and Ready",
-        Duration::from_secs(60),
-        || async {
-            let pod = pods.get("etcd-2").await.map_err(|e| e.to_string())?;
-            let cs = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.clone())
-                .unwrap_or_default();
-            match cs.first() {
-                Some(c) if c.restart_count == 1 && c.ready => Ok(pod),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
-    let last = pod
-        .status
-        .unwrap_or_default()
-        .container_statuses
-        .unwrap_or_default()[0]
-        .last_state
-        .clone()
-        .and_then(|s| s.terminated)
-        .expect("lastState.terminated");
+    let last = wait_restarted(&pods, "etcd-2", "etcd-2 restarted and Ready", 60).await;
     assert_eq!(last.exit_code, 137, "{last:?}");
-    let get = etcdctl(
-        "etcd-2",
-        vec!["get".into(), "greeting".into(), "--print-value-only".into()],
-    )
-    .await;
+    let get = etcdctl("etcd-2", &["get", "greeting", "--print-value-only"]).await;
     assert_eq!(get.stdout.trim(), "hello from etcd-0", "{get:?}");
 
     // Fault: a member cut off the network is unhealthy to its peers until the link is back.
     s.runner.cut_network(&ns, "etcd-1").await.or_panic();
-    eventually("etcd-1 unreachable", Duration::from_secs(20), || async {
-        let out = health().await;
-        if healthy_count(&out) == 2 {
-            Ok(())
-        } else {
-            Err(format!("{out:?}"))
-        }
-    })
-    .await;
+    wait_healthy(2, "etcd-1 unreachable", 20).await;
     s.runner.restore_network(&ns, "etcd-1").await.or_panic();
-    eventually("etcd-1 back", Duration::from_secs(30), || async {
-        let out = health().await;
-        if healthy_count(&out) == 3 {
-            Ok(())
-        } else {
-            Err(format!("{out:?}"))
-        }
-    })
-    .await;
+    wait_healthy(3, "etcd-1 back", 30).await;
     report(&format!("etcd scenario done in {:.1?}", began.elapsed()));
 }
 
@@ -452,16 +509,9 @@ fn merge(a: &mut Value, b: Value) {
 
 #[tokio::test]
 async fn pvc_data_survives_pod_recreation_and_memory_empty_dir_does_not() {
-    let s = suite().await;
-    let _active = Active::enter();
-    let client = s.cp.client().or_panic();
-    let ns = s.cp.namespace("podrunner-pvc").await.or_panic();
-    create::<PersistentVolumeClaim>(&client, &ns, json!({
-        "metadata": {"name": "data", "namespace": ns},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
-    }))
-    .await;
-    create::<k8s_openapi::api::core::v1::Secret>(
+    let (s, _active, client, ns) = enter("podrunner-pvc").await;
+    create::<PersistentVolumeClaim>(&client, &ns, claim(&ns, "data", "1Gi", None)).await;
+    create::<Secret>(
         &client,
         &ns,
         json!({
@@ -470,7 +520,7 @@ async fn pvc_data_survives_pod_recreation_and_memory_empty_dir_does_not() {
         }),
     )
     .await;
-    create::<k8s_openapi::api::core::v1::ConfigMap>(
+    create::<ConfigMap>(
         &client,
         &ns,
         json!({
@@ -587,48 +637,15 @@ async fn pvc_data_survives_pod_recreation_and_memory_empty_dir_does_not() {
     assert_eq!(out.stdout.trim(), "0", "{out:?}");
 
     // A released volume is deleted with its directory.
-    let pv = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
-        .get("data")
-        .await
-        .or_panic()
-        .spec
-        .and_then(|s| s.volume_name)
-        .expect("bound PV");
-    pods.delete("store", &DeleteParams::default())
-        .await
-        .or_panic();
-    wait_gone(&pods, "store", Duration::from_secs(30)).await;
-    Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
-        .delete("data", &DeleteParams::default())
-        .await
-        .or_panic();
-    let pvs = Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone());
-    eventually(
-        "the released PV deleted",
-        Duration::from_secs(30),
-        || async {
-            match pvs.get_opt(&pv).await.map_err(|e| e.to_string())? {
-                None => Ok(()),
-                Some(v) => Err(format!("{:?}", v.status.and_then(|s| s.phase))),
-            }
-        },
-    )
-    .await;
+    release_claim(&client, &ns, "store", "data", "the released PV deleted").await;
     assert!(!data.exists(), "{} outlived its PV", data.display());
 }
 
 #[tokio::test]
 async fn sized_class_volumes_have_exactly_the_requested_capacity() {
-    let s = suite().await;
-    let _active = Active::enter();
-    let client = s.cp.client().or_panic();
-    let ns = s.cp.namespace("podrunner-sized").await.or_panic();
-    create::<PersistentVolumeClaim>(&client, &ns, json!({
-        "metadata": {"name": "small", "namespace": ns},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": s.runner.sized_storage_class(),
-                 "resources": {"requests": {"storage": "2Mi"}}},
-    }))
-    .await;
+    let (s, _active, client, ns) = enter("podrunner-sized").await;
+    let class = s.runner.sized_storage_class();
+    create::<PersistentVolumeClaim>(&client, &ns, claim(&ns, "small", "2Mi", Some(&class))).await;
     let pod = tools_pod(
         &ns,
         "fill",
@@ -642,10 +659,7 @@ async fn sized_class_volumes_have_exactly_the_requested_capacity() {
     create::<Pod>(&client, &ns, pod).await;
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     wait_phase(&pods, "fill", "Succeeded", Duration::from_secs(60)).await;
-    let out =
-        s.cp.kubectl_ok(&["logs", "-n", &ns, "fill"])
-            .await
-            .or_panic();
+    let out = logs(s.cp, &ns, &["fill"]).await;
     // df: 1K-blocks is the request; dd runs out of space at it.
     let total: Vec<&str> = out
         .lines()
@@ -659,31 +673,12 @@ async fn sized_class_volumes_have_exactly_the_requested_capacity() {
         "{out}"
     );
     let dir = s.runner.claim_dir(&ns, "small").await.or_panic();
-    let pv = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
-        .get("small")
-        .await
-        .or_panic()
-        .spec
-        .and_then(|s| s.volume_name)
-        .expect("bound PV");
-    pods.delete("fill", &DeleteParams::default())
-        .await
-        .or_panic();
-    wait_gone(&pods, "fill", Duration::from_secs(30)).await;
-    Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
-        .delete("small", &DeleteParams::default())
-        .await
-        .or_panic();
-    let pvs = Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone());
-    eventually(
+    release_claim(
+        &client,
+        &ns,
+        "fill",
+        "small",
         "the released sized PV deleted",
-        Duration::from_secs(30),
-        || async {
-            match pvs.get_opt(&pv).await.map_err(|e| e.to_string())? {
-                None => Ok(()),
-                Some(v) => Err(format!("{:?}", v.status.and_then(|s| s.phase))),
-            }
-        },
     )
     .await;
     let mounts = std::fs::read_to_string("/proc/self/mounts").or_panic();
@@ -696,17 +691,10 @@ async fn sized_class_volumes_have_exactly_the_requested_capacity() {
 
 #[tokio::test]
 async fn a_grown_claim_is_expanded_under_its_running_pod() {
-    let s = suite().await;
-    let _active = Active::enter();
-    let client = s.cp.client().or_panic();
-    let ns = s.cp.namespace("podrunner-expand").await.or_panic();
+    let (s, _active, client, ns) = enter("podrunner-expand").await;
     let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns);
-    create::<PersistentVolumeClaim>(&client, &ns, json!({
-        "metadata": {"name": "grow", "namespace": ns},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": s.runner.sized_storage_class(),
-                 "resources": {"requests": {"storage": "2Mi"}}},
-    }))
-    .await;
+    let class = s.runner.sized_storage_class();
+    create::<PersistentVolumeClaim>(&client, &ns, claim(&ns, "grow", "2Mi", Some(&class))).await;
     let pod = tools_pod(
         &ns,
         "watch",
@@ -771,14 +759,8 @@ async fn a_grown_claim_is_expanded_under_its_running_pod() {
         .map(|c| c.restart_count)
         .sum();
     assert_eq!(restarts, 0);
-    let pv = claims
-        .get("grow")
-        .await
-        .or_panic()
-        .spec
-        .and_then(|s| s.volume_name)
-        .expect("bound PV");
-    let pv = Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone())
+    let pv = bound_pv(&client, &ns, "grow").await;
+    let pv = Api::<PersistentVolume>::all(client.clone())
         .get(&pv)
         .await
         .or_panic();
@@ -793,10 +775,7 @@ async fn a_grown_claim_is_expanded_under_its_running_pod() {
 
 #[tokio::test]
 async fn job_pod_succeeds_and_kubectl_logs_reads_current_and_previous() {
-    let s = suite().await;
-    let _active = Active::enter();
-    let client = s.cp.client().or_panic();
-    let ns = s.cp.namespace("podrunner-job").await.or_panic();
+    let (s, _active, client, ns) = enter("podrunner-job").await;
     create::<Job>(&client, &ns, json!({
         "metadata": {"name": "hello", "namespace": ns},
         "spec": {
@@ -832,7 +811,7 @@ async fn job_pod_succeeds_and_kubectl_logs_reads_current_and_previous() {
     .await;
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     let pod = pods
-        .list(&kube::api::ListParams::default().labels("job-name=hello"))
+        .list(&ListParams::default().labels("job-name=hello"))
         .await
         .or_panic()
         .items
@@ -840,15 +819,7 @@ async fn job_pod_succeeds_and_kubectl_logs_reads_current_and_previous() {
         .expect("the job's pod");
     let name = pod.metadata.name.clone().unwrap_or_default();
     let pod = wait_phase(&pods, &name, "Succeeded", Duration::from_secs(30)).await;
-    let term = pod
-        .status
-        .unwrap_or_default()
-        .container_statuses
-        .unwrap_or_default()[0]
-        .state
-        .clone()
-        .and_then(|s| s.terminated)
-        .expect("terminated state");
+    let term = terminated(first_container(pod).state, "terminated state");
     assert_eq!(
         (
             term.exit_code,
@@ -857,20 +828,11 @@ async fn job_pod_succeeds_and_kubectl_logs_reads_current_and_previous() {
         ),
         (0, Some("Completed"), Some("done"))
     );
-    let logs =
-        s.cp.kubectl_ok(&["logs", "-n", &ns, "job/hello"])
-            .await
-            .or_panic();
-    assert_eq!(logs, "hello from the job\nsecond line\n");
-    let followed =
-        s.cp.kubectl_ok(&["logs", "-n", &ns, "job/hello", "--follow"])
-            .await
-            .or_panic();
-    assert_eq!(followed, logs);
-    let tail =
-        s.cp.kubectl_ok(&["logs", "-n", &ns, &name, "--tail=1"])
-            .await
-            .or_panic();
+    let job_logs = logs(s.cp, &ns, &["job/hello"]).await;
+    assert_eq!(job_logs, "hello from the job\nsecond line\n");
+    let followed = logs(s.cp, &ns, &["job/hello", "--follow"]).await;
+    assert_eq!(followed, job_logs);
+    let tail = logs(s.cp, &ns, &[&name, "--tail=1"]).await;
     assert_eq!(tail, "second line\n");
 
     // OnFailure: the first run fails, the restart succeeds; `--previous` shows the failed run.
@@ -889,12 +851,7 @@ async fn job_pod_succeeds_and_kubectl_logs_reads_current_and_previous() {
     }))
     .await;
     let pod = wait_phase(&pods, "retry", "Succeeded", Duration::from_secs(60)).await;
-    let cs = pod
-        .status
-        .unwrap_or_default()
-        .container_statuses
-        .unwrap_or_default()[0]
-        .clone();
+    let cs = first_container(pod);
     assert_eq!(cs.restart_count, 1, "{cs:?}");
     assert_eq!(
         cs.last_state
@@ -939,10 +896,7 @@ async fn job_pod_succeeds_and_kubectl_logs_reads_current_and_previous() {
             Some(("second".into(), 0, Some("Completed".into())))
         ]
     );
-    let order =
-        s.cp.kubectl_ok(&["logs", "-n", &ns, "ordered"])
-            .await
-            .or_panic();
+    let order = logs(s.cp, &ns, &["ordered"]).await;
     assert_eq!(order, "one\ntwo\n");
 
     // A binary an init container put into an emptyDir runs from there in another image (the
@@ -962,20 +916,11 @@ async fn job_pod_succeeds_and_kubectl_logs_reads_current_and_previous() {
     }))
     .await;
     wait_phase(&pods, "from-volume", "Succeeded", Duration::from_secs(60)).await;
-    let out =
-        s.cp.kubectl_ok(&["logs", "-n", &ns, "from-volume"])
-            .await
-            .or_panic();
+    let out = logs(s.cp, &ns, &["from-volume"]).await;
     assert_eq!(out, "ran from the volume\n");
 
-    let current =
-        s.cp.kubectl_ok(&["logs", "-n", &ns, "retry"])
-            .await
-            .or_panic();
-    let previous =
-        s.cp.kubectl_ok(&["logs", "-n", &ns, "retry", "--previous"])
-            .await
-            .or_panic();
+    let current = logs(s.cp, &ns, &["retry"]).await;
+    let previous = logs(s.cp, &ns, &["retry", "--previous"]).await;
     assert_eq!(
         (current.as_str(), previous.as_str()),
         ("second run\n", "first run\n")
@@ -990,10 +935,7 @@ fn hosts_has(text: &str, name: &str) -> bool {
 
 #[tokio::test]
 async fn failing_readiness_probe_removes_the_pod_from_service_dns() {
-    let s = suite().await;
-    let _active = Active::enter();
-    let client = s.cp.client().or_panic();
-    let ns = s.cp.namespace("podrunner-dns").await.or_panic();
+    let (s, _active, client, ns) = enter("podrunner-dns").await;
     create::<Service>(&client, &ns, json!({
         "metadata": {"name": "web", "namespace": ns},
         "spec": {"clusterIP": "None", "selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]},
@@ -1066,14 +1008,13 @@ async fn failing_readiness_probe_removes_the_pod_from_service_dns() {
         .exec(&ns, "web-0", "main", &["rm", "/state/ready"])
         .await
         .or_panic();
-    eventually("web-0 NotReady", Duration::from_secs(20), || async {
-        let pod = pods.get("web-0").await.map_err(|e| e.to_string())?;
-        if condition(&pod, "Ready").as_deref() == Some("False") {
-            Ok(())
-        } else {
-            Err("still ready".into())
-        }
-    })
+    wait_pod(
+        &pods,
+        "web-0",
+        "web-0 NotReady",
+        Duration::from_secs(20),
+        |pod| condition(pod, "Ready").as_deref() == Some("False"),
+    )
     .await;
     eventually(
         "web-0 out of the hosts files",
@@ -1107,10 +1048,7 @@ fn proc_state(pid: u32) -> char {
 
 #[tokio::test]
 async fn failing_liveness_probe_restarts_and_a_stopped_container_is_frozen_until_resumed() {
-    let s = suite().await;
-    let _active = Active::enter();
-    let client = s.cp.client().or_panic();
-    let ns = s.cp.namespace("podrunner-live").await.or_panic();
+    let (s, _active, client, ns) = enter("podrunner-live").await;
     create::<Pod>(&client, &ns, tools_pod(&ns, "live", "touch /state/alive && exec sleep 3600", json!({
         "spec": {
             "terminationGracePeriodSeconds": 2,
@@ -1156,28 +1094,7 @@ async fn failing_liveness_probe_restarts_and_a_stopped_container_is_frozen_until
         .exec(&ns, "live", "main", &["rm", "/state/alive"])
         .await
         .or_panic();
-    let pod = eventually("a liveness restart", Duration::from_secs(30), || async {
-        let pod = pods.get("live").await.map_err(|e| e.to_string())?;
-        let cs = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.clone())
-            .unwrap_or_default();
-        match cs.first() {
-            Some(c) if c.restart_count == 1 && c.ready => Ok(pod),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
-    let last = pod
-        .status
-        .unwrap_or_default()
-        .container_statuses
-        .unwrap_or_default()[0]
-        .last_state
-        .clone()
-        .and_then(|s| s.terminated)
-        .expect("lastState.terminated");
+    let last = wait_restarted(&pods, "live", "a liveness restart", 30).await;
     assert_eq!(
         (last.exit_code, last.reason.as_deref()),
         (143, Some("Error")),
@@ -1188,38 +1105,26 @@ async fn failing_liveness_probe_restarts_and_a_stopped_container_is_frozen_until
     // A new image in the spec restarts the container, as kubelet does on a spec change.
     pods.patch(
         "live",
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Strategic(
+        &PatchParams::default(),
+        &Patch::Strategic(
             json!({"spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]}}),
         ),
     )
     .await
     .or_panic();
-    eventually(
+    wait_container(
+        &pods,
+        "live",
         "a restart for the new image",
         Duration::from_secs(30),
-        || async {
-            let pod = pods.get("live").await.map_err(|e| e.to_string())?;
-            let cs = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.clone())
-                .unwrap_or_default();
-            match cs.first() {
-                Some(c) if c.restart_count == 2 && c.ready && c.image == "busybox:1.37" => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
+        |c| c.restart_count == 2 && c.ready && c.image == "busybox:1.37",
     )
     .await;
 }
 
 #[tokio::test]
 async fn unknown_image_and_unknown_command_fail_the_pod_with_a_clear_status() {
-    let s = suite().await;
-    let _active = Active::enter();
-    let client = s.cp.client().or_panic();
-    let ns = s.cp.namespace("podrunner-bad").await.or_panic();
+    let (s, _active, client, ns) = enter("podrunner-bad").await;
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     create::<Pod>(
         &client,
@@ -1267,15 +1172,7 @@ async fn unknown_image_and_unknown_command_fail_the_pod_with_a_clear_status() {
     assert_eq!(waiting.1.as_deref(), Some("Pending"));
 
     let pod = wait_phase(&pods, "shell", "Failed", Duration::from_secs(30)).await;
-    let term = pod
-        .status
-        .unwrap_or_default()
-        .container_statuses
-        .unwrap_or_default()[0]
-        .state
-        .clone()
-        .and_then(|s| s.terminated)
-        .expect("terminated");
+    let term = terminated(first_container(pod).state, "terminated");
     assert_eq!(
         (term.exit_code, term.reason.as_deref()),
         (128, Some("StartError"))
