@@ -32,7 +32,7 @@ pub(super) async fn step(
     let before = status.clone();
     render(defrag, status, o, now);
     if defrag.status.as_ref() != Some(status) || before != *status {
-        write(api, &defrag.name_any(), status).await?;
+        write(api, defrag, status).await?;
     }
     Ok(if again.is_zero() {
         Requeue::requeue(Duration::from_millis(100))
@@ -51,7 +51,7 @@ pub(super) async fn finish(
     now: Timestamp,
 ) -> Result<Requeue, Error> {
     render(defrag, status, o, now);
-    write(api, &defrag.name_any(), status).await?;
+    write(api, defrag, status).await?;
     let outcome = if o.phase == DefragPhase::Complete {
         "Complete"
     } else {

@@ -24,14 +24,14 @@ use api::v1alpha2::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Resource, ResourceExt};
 
 use crate::context::Context;
 use crate::etcd::access::{Access, User};
 use crate::events::{Action, Reason};
-use crate::Error;
+use crate::{shell, Error};
 use plan::{phase, render, Gate, Next, Outcome};
 
 /// Bound on a run's `AlarmDisarm` call. A `Defragment` call's bound is sized to the member's
@@ -53,11 +53,16 @@ pub async fn reconcile(defrag: Arc<EtcdDefrag>, ctx: Arc<Context>) -> Result<Req
     reconcile_inner(&defrag, &ctx).await
 }
 
-async fn write(api: &Api<EtcdDefrag>, name: &str, status: &EtcdDefragStatus) -> Result<(), Error> {
-    let patch = serde_json::json!({ "status": status });
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
+/// Write the run's status, from what `defrag` holds to `status`, guarded by `defrag`'s
+/// resourceVersion ([`shell::write_status`]): a concurrent write fails the reconcile, which plans
+/// again from a fresh read. Returns the written object, whose resourceVersion the next write of
+/// the same reconcile carries.
+async fn write(
+    api: &Api<EtcdDefrag>,
+    defrag: &EtcdDefrag,
+    status: &EtcdDefragStatus,
+) -> Result<EtcdDefrag, Error> {
+    shell::write_status(api, defrag, defrag.status.as_ref(), status).await
 }
 
 /// Delete a finished run once its TTL has passed; otherwise wake when it does.
@@ -94,7 +99,7 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
     let name = defrag.name_any();
     let api: Api<EtcdDefrag> = Api::namespaced(ctx.client.clone(), &ns);
     // The cache may lag behind our own status writes: decide from the stored object.
-    let Some(defrag) = api.get_opt(&name).await? else {
+    let Some(mut defrag) = api.get_opt(&name).await? else {
         return Ok(Requeue::await_change());
     };
     let now = Timestamp::now();
@@ -363,7 +368,7 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
                     ),
                 };
                 render(&defrag, &mut status, &o, Timestamp::now());
-                write(&api, &name, &status).await?;
+                defrag = write(&api, &defrag, &status).await?;
                 defragment(&mut client, limit, &url, &access).await
             };
             let judged = result.and_then(|(after, unanswered)| match unanswered {
