@@ -81,26 +81,26 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
     const OP: &str = api::v1alpha2::GROUP;
     &[
         // run.rs: Controller::new(EtcdCluster) and the member controller's watches(EtcdCluster)
-        // (list+watch); main.rs readiness probe list_metadata; cluster/reconcile.rs and
-        // member/mod.rs get_opt.
+        // (list+watch); main.rs readiness probe list_metadata; cluster/ and
+        // member/ get_opt.
         (OP, "etcdclusters", "get", Watched),
         (OP, "etcdclusters", "list", Watched),
         (OP, "etcdclusters", "watch", Watched),
-        // cluster/reconcile.rs restore_peer_auto_tls: the peer auto-TLS annotation set back on
+        // cluster/ restore_peer_auto_tls: the peer auto-TLS annotation set back on
         // a cluster adopted from the aenix operator (a metadata merge patch; never update).
         (OP, "etcdclusters", "patch", Watched),
-        // cluster/reconcile.rs: patch_status (conditions, members, phase).
+        // cluster/: patch_status (conditions, members, phase).
         (OP, "etcdclusters/status", "patch", Watched),
-        // run.rs: owns(EtcdMember) and Controller::new(EtcdMember); cluster/reconcile.rs create
+        // run.rs: owns(EtcdMember) and Controller::new(EtcdMember); cluster/ create
         // (create_member), patch (labels, dormant), delete (scale-down), list/get (by_name);
-        // member/mod.rs patch (finalizer add/remove), list.
+        // member/ patch (finalizer add/remove), list.
         (OP, "etcdmembers", "get", Watched),
         (OP, "etcdmembers", "list", Watched),
         (OP, "etcdmembers", "watch", Watched),
         (OP, "etcdmembers", "create", Watched),
         (OP, "etcdmembers", "patch", Watched),
         (OP, "etcdmembers", "delete", Watched),
-        // cluster/reconcile.rs patch_member_status, member/mod.rs patch_status.
+        // cluster/ patch_member_status, member/ patch_status.
         (OP, "etcdmembers/status", "patch", Watched),
         // builders/: controller owner references with blockOwnerDeletion on EtcdMembers,
         // Services, PDBs (owner EtcdCluster) and Pods, PVCs (owner EtcdMember); the
@@ -108,27 +108,27 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         // finalizers subresource.
         (OP, "etcdclusters/finalizers", "update", Watched),
         (OP, "etcdmembers/finalizers", "update", Watched),
-        // run.rs: watches(Pod) and owns(Pod); member/mod.rs get_opt, create, delete, patch
-        // (role labels, initial-cluster-state); cluster/reconcile.rs list, get, patch (seed).
+        // run.rs: watches(Pod) and owns(Pod); member/ get_opt, create, delete, patch
+        // (role labels, initial-cluster-state); cluster/ list, get, patch (seed).
         ("", "pods", "get", Watched),
         ("", "pods", "list", Watched),
         ("", "pods", "watch", Watched),
         ("", "pods", "create", Watched),
         ("", "pods", "patch", Watched),
         ("", "pods", "delete", Watched),
-        // run.rs owns(PVC); member/mod.rs create_pvc; cluster/reconcile.rs by_name list/get.
+        // run.rs owns(PVC); member/ create_pvc; cluster/ by_name list/get.
         ("", "persistentvolumeclaims", "get", Watched),
         ("", "persistentvolumeclaims", "list", Watched),
         ("", "persistentvolumeclaims", "watch", Watched),
         ("", "persistentvolumeclaims", "create", Watched),
         ("", "persistentvolumeclaims", "patch", Watched),
-        // run.rs owns(Service); cluster/reconcile.rs ensure_services get_opt, create, apply.
+        // run.rs owns(Service); cluster/ ensure_services get_opt, create, apply.
         ("", "services", "get", Watched),
         ("", "services", "list", Watched),
         ("", "services", "watch", Watched),
         ("", "services", "create", Watched),
         ("", "services", "patch", Watched),
-        // run.rs owns(PDB); cluster/reconcile.rs ensure_pdb get_opt, apply (a create through
+        // run.rs owns(PDB); cluster/ ensure_pdb get_opt, apply (a create through
         // patch is authorized as create too), delete.
         ("policy", "poddisruptionbudgets", "get", Watched),
         ("policy", "poddisruptionbudgets", "list", Watched),
@@ -143,14 +143,14 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         (OP, "etcdsnapshots", "watch", Watched),
         (OP, "etcdsnapshots/status", "patch", Watched),
         (OP, "etcdsnapshots/finalizers", "update", Watched),
-        // run.rs watches EtcdDefrags; defrag/mod.rs get_opt, list, patch_status and the
+        // run.rs watches EtcdDefrags; defrag/run/ get_opt, list, patch_status and the
         // delete after ttlSecondsAfterFinished.
         (OP, "etcddefrags", "get", Watched),
         (OP, "etcddefrags", "list", Watched),
         (OP, "etcddefrags", "watch", Watched),
         (OP, "etcddefrags", "delete", Watched),
         (OP, "etcddefrags/status", "patch", Watched),
-        // run.rs watches EtcdDefragPolicies; defrag/policy.rs get_opt, patch_status, creates
+        // run.rs watches EtcdDefragPolicies; defrag/policy/ get_opt, patch_status, creates
         // their EtcdDefrags (owner reference: update on finalizers) and deletes old ones.
         (OP, "etcddefragpolicies", "get", Watched),
         (OP, "etcddefragpolicies", "list", Watched),
@@ -172,7 +172,7 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         ("batch", "jobs", "list", Watched),
         ("batch", "jobs", "watch", Watched),
         ("batch", "jobs", "create", Watched),
-        // tls.rs load (from cluster/reconcile.rs and member/mod.rs): get_opt of the TLS Secrets
+        // tls/ load (through etcd::access and cluster/observe.rs): get_opt of the TLS Secrets
         // a cluster uses; run.rs watches them (metadata only) to wake the clusters naming them;
         // auth.rs load of the spec.auth Secret and read of a previous version's
         // `<cluster>-auth-applied` record (migration); schedule/mod.rs: the S3 credentials.
@@ -196,7 +196,7 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         // context.rs: kube-runtime's Recorder creates events.k8s.io/v1 Events, patches a series.
         ("events.k8s.io", "events", "create", Watched),
         ("events.k8s.io", "events", "patch", Watched),
-        // member/mod.rs binds_immediately: get the claim's StorageClass.
+        // member/ binds_immediately: get the claim's StorageClass.
         ("storage.k8s.io", "storageclasses", "get", Cluster),
         // cluster/data_home.rs look_up, only for a member whose Pod cannot run: get the PV of
         // its claim, get the Node its Pod is on or list the Nodes with the PV's hostname label.
