@@ -387,7 +387,7 @@ pub(super) async fn act(
                 return Err(Error::EtcdUnavailable);
             };
             let url = topology::client_url(leader_member, cluster);
-            let mut direct = seen.access(&ctx.metrics).dial(&[url]).await?;
+            let mut direct = seen.access.dial(&[url]).await?;
             direct.move_leader(*to_id).await?;
             tracing::info!(cluster = %name, from = %from, to = %to, "moved leadership before restarting the leader");
             ctx.event(

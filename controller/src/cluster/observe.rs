@@ -80,6 +80,9 @@ pub(super) struct Seen {
     pub cert_manager_missing: bool,
     pub tls: TlsSeen,
     pub auth: AuthSeen,
+    /// How this reconcile reaches the cluster's etcd: the client TLS it read and root's
+    /// credentials once auth is on.
+    pub access: Access,
     /// The cluster's etcd client, when etcd answered.
     pub etcd: Option<Etcd>,
     pub etcd_view: EtcdView,
@@ -90,16 +93,6 @@ pub(super) struct Seen {
 }
 
 impl Seen {
-    /// How this reconcile reaches the cluster's etcd: the client TLS it read and root's
-    /// credentials once auth is on.
-    pub fn access(&self, metrics: &crate::metrics::Metrics) -> Access {
-        Access::new(
-            self.tls.client.clone(),
-            self.auth.dial_creds().cloned(),
-            metrics.clone(),
-        )
-    }
-
     /// The planner's input.
     pub fn observed<'a>(
         &self,
@@ -157,12 +150,16 @@ pub(super) async fn etcd(
         read_tls(cluster, ctx, &members.items).await?
     };
     let mut auth = read_auth(cluster, ctx).await?;
+    let access = Access::new(
+        tls.client.clone(),
+        auth.dial_creds().cloned(),
+        ctx.metrics.clone(),
+    );
     let mut etcd = None;
     let etcd_view = if endpoints.is_empty() || tls.problem.is_some() || auth.cannot_log_in() {
         EtcdView::NotAsked
     } else {
         let dial_creds = auth.dial_creds();
-        let access = Access::new(tls.client.clone(), dial_creds.cloned(), ctx.metrics.clone());
         match list_members(ctx, &key, &endpoints, &access).await {
             Ok((client, view)) => {
                 if let Some(creds) = dial_creds {
@@ -251,6 +248,7 @@ pub(super) async fn etcd(
         cert_manager_missing,
         tls,
         auth,
+        access,
         etcd,
         etcd_view,
         leader,

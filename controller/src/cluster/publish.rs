@@ -61,7 +61,7 @@ pub(super) async fn publish(
         let urls = observe::unready_voter_endpoints(cluster, members, &seen.members.views);
         if !urls.is_empty() {
             let read = async {
-                if let Ok(mut client) = seen.access(&ctx.metrics).dial(&urls).await {
+                if let Ok(mut client) = seen.access.dial(&urls).await {
                     show_alarms(cluster, ctx, &mut client, members, &mut new_status).await;
                 }
             };
