@@ -7,12 +7,14 @@ CARGO ?= cargo
 TESTBINS_DIR := $(shell bash tools/testbins/build.sh --print-dir)
 export ETCD_OPERATOR_TESTBINS := $(TESTBINS_DIR)
 
-.PHONY: help deps test fmt-check clippy unit testbins api e2e crds bench demo
+.PHONY: help deps test fmt-check clippy unit testbins api e2e suites build-tests crds bench demo
 
 help:
 	@echo "make demo      helm install of the operator (controller + webhook Pods, cert-manager certs) and a 3-member EtcdCluster on real etcd members; until Ctrl-C (needs root)"
-	@echo "make test      fmt check, clippy -D warnings, unit tests, then the API-layer suites on a real apiserver"
+	@echo "make test      fmt check, clippy -D warnings, unit tests, then the API-layer and end-to-end suites side by side (needs root)"
+	@echo "make api       the API-layer suites on a real apiserver, one after another"
 	@echo "make e2e       the pod runner and the operator end to end on real etcd members (needs root)"
+	@echo "make build-tests  build everything make test runs, run nothing (.ci/run does it beside the testbins)"
 	@echo "make testbins  build (once, cached) kube-apiserver & co, etcd 3.6/3.5, helm, cert-manager from the Go module proxy"
 	@echo "make bench     measure (not test): webhook latency/RSS; controller apply→Ready, step overhead, idle writes, RSS (root); rollout steps; snapshot agent throughput and peak RSS vs etcdctl"
 	@echo "make crds      regenerate the CRDs in charts/etcd-operator/files/crds from api/"
@@ -21,8 +23,9 @@ help:
 deps:
 	@bash tools/install-deps.sh
 
-## test: everything CI checks, fastest first.
-test: deps fmt-check clippy unit api e2e
+## test: everything CI checks, fastest first. The API-layer suites run in the same lanes as the
+## end-to-end ones (`suites`), after them: each is short and fills a lane's tail.
+test: deps fmt-check clippy unit suites
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -43,25 +46,42 @@ testbins: deps
 ## printer columns, scale and status subresources; the test control plane itself; the Helm chart
 ## (rendering in every mode, lint, apply, install/upgrade, RBAC on the real authorizer); real
 ## cert-manager (controller, cainjector) issuing, injecting and re-issuing on it.
+API_SUITES := api_crds control_plane webhook_api status_writes chart cert_manager
 api: testbins
 	$(CARGO) build --locked -p webhook --bins
-	$(CARGO) test --locked -p tests --test api_crds --test control_plane --test webhook_api --test status_writes --test chart --test cert_manager
+	$(CARGO) test --locked -p tests $(addprefix --test ,$(API_SUITES))
 
 ## e2e: the pod runner (Pods as real local processes), then the operator binary driving real etcd
 ## members: bootstrap, scale, pause/resume, member loss, operator crashes in every scale-up window,
 ## every condition reason the environment can produce, the PDB against evictions; every key checked;
 ## the takeover of a reference-operator cluster; the chart installed with helm (controller and
 ## webhook as Pods, cert-manager certificates and renewal, upgrade, uninstall, CEL-only on 1.29).
-## The suites run side by side, $(SUITE_JOBS) at a time (tools/run-suites.sh): each binary has its own
-## control plane and pod-runner slot. Listed longest first so the lanes even out.
-SUITE_JOBS ?= 2
-export SUITE_JOBS
-E2E_SUITES := e2e_replace e2e_schedule e2e_auth e2e_defrag e2e_safety e2e_lifecycle e2e_cluster \
-	e2e_tls e2e_restore e2e_install e2e_tls_rotation e2e_migrate_aenix e2e_takeover e2e_selfheal \
-	e2e_upgrade e2e_snapshot e2e_volume pod_runner snapshot_agent kubectl_streaming e2e_decode
+## The suites run side by side, $(SUITE_JOBS) at a time, $(SUITE_TEST_THREADS) tests at once within a
+## binary (tools/run-suites.sh): each binary has its own control plane and pod-runner slot. Listed
+## longest first (as measured with 3 lanes, see docs/testing.md) so the lanes even out.
+SUITE_JOBS ?= 3
+SUITE_TEST_THREADS ?= 3
+export SUITE_JOBS SUITE_TEST_THREADS
+E2E_SUITES := e2e_replace e2e_schedule e2e_auth e2e_defrag e2e_lifecycle e2e_cluster e2e_safety \
+	e2e_restore e2e_tls_rotation e2e_tls e2e_install e2e_migrate_aenix e2e_upgrade e2e_takeover \
+	e2e_selfheal snapshot_agent e2e_volume e2e_snapshot pod_runner kubectl_streaming e2e_decode
 e2e: testbins
 	$(CARGO) build --locked -p controller -p webhook --bins
 	bash tools/run-suites.sh $(E2E_SUITES)
+
+## suites: the end-to-end and then the API-layer suites in one set of lanes (what `make test` runs).
+suites: testbins
+	$(CARGO) build --locked -p controller -p webhook --bins
+	bash tools/run-suites.sh $(E2E_SUITES) $(API_SUITES)
+
+## build-tests: every binary `make test` runs (and clippy's check), built and not run. .ci/run runs
+## it while the Go testbins build, so a cold machine compiles both at once.
+build-tests: deps
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(CARGO) test --workspace --locked --exclude tests --no-run
+	$(CARGO) test --locked -p tests --lib --test rollback_schema --no-run
+	$(CARGO) build --locked -p controller -p webhook --bins
+	$(CARGO) test --locked -p tests --no-run $(addprefix --test ,$(E2E_SUITES) $(API_SUITES))
 
 ## crds: write the CRDs generated from the Rust types into the chart (commit the result).
 crds:

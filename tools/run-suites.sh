@@ -6,16 +6,27 @@
 # and claims its own pod-runner slot (bridge, subnet, /etc/hosts block; see
 # tests/src/podrunner/network.rs), and names its namespaces uniquely, so binaries can share the host.
 #
-# NAMEs are started in the order given, at most $SUITE_JOBS (default 2) at a time, the next one as
-# soon as a lane frees: list the longest first and the lanes even out. Each binary's output goes to
+# NAMEs are started in the order given, at most $SUITE_JOBS (default 3) at a time, the next one as
+# soon as a lane frees: list the longest first and the lanes even out. Within a binary, libtest runs
+# $SUITE_TEST_THREADS tests at once (default 3; RUST_TEST_THREADS, when set, wins): libtest's own
+# default is the core count, 2 here, which left the third test of a 3-test suite waiting on tests
+# that themselves only wait. Each binary's output goes to
 # its own log (under $CARGO_TARGET_DIR/suite-logs/) and is printed whole when it ends, so the output
 # of two suites never interleaves. Exit status: 0 only when every binary passed; the failing ones
 # are named at the end with the tail of their output.
+
+# The whole script is one brace group, which bash reads in full before running any of it: editing
+# or checking out this file while a run is under way (it lasts many minutes) cannot change or
+# break that run.
+{
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-jobs=${SUITE_JOBS:-2}
+jobs=${SUITE_JOBS:-3}
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "SUITE_JOBS=$jobs: expected a positive integer" >&2; exit 2; }
+export RUST_TEST_THREADS=${RUST_TEST_THREADS:-${SUITE_TEST_THREADS:-3}}
+[[ $RUST_TEST_THREADS =~ ^[1-9][0-9]*$ ]] ||
+  { echo "RUST_TEST_THREADS=$RUST_TEST_THREADS: expected a positive integer" >&2; exit 2; }
 (( $# > 0 )) || { echo "usage: $0 TEST_NAME..." >&2; exit 2; }
 
 target_dir=${CARGO_TARGET_DIR:-$PWD/target}
@@ -86,7 +97,7 @@ for name in "$@"; do
 done
 while (( ${#running[@]} > 0 )); do reap; done
 
-echo "==================== suites: $(( $(date +%s) - begin ))s wall, $jobs lanes ===================="
+echo "==================== suites: $(( $(date +%s) - begin ))s wall, $jobs lanes, $RUST_TEST_THREADS tests at once per binary ===================="
 printf '%s\n' "${summary[@]}"
 if (( ${#failed[@]} > 0 )); then
   for name in "${failed[@]}"; do
@@ -95,3 +106,5 @@ if (( ${#failed[@]} > 0 )); then
   done
   exit 1
 fi
+exit 0
+}

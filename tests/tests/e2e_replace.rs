@@ -13,7 +13,8 @@
 //!   and key is kept; reverted, the stuck member is restarted on the old template once the
 //!   deadline locks the revert, and the cluster heals with the same members and volumes.
 //!
-//! The tests share one environment and fail Nodes, so they run one at a time.
+//! The tests share one environment and run side by side: each one's cluster is pinned (required
+//! node affinity) to Nodes of its own, so a Node one test fails never hosts another's member.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,24 +42,40 @@ async fn env() -> &'static Env {
     static ENV: OnceCell<Env> = OnceCell::const_new();
     ENV.get_or_init(|| {
         start(
-            // 5 + 2 for the first test's replacements, 1 more for the second's.
-            PodRunner::builder().nodes(9),
+            PodRunner::builder().nodes(GONE_NODES.end),
             &["--replace-broken-members-after=20s"],
         )
     })
     .await
 }
 
-/// The tests fail Nodes of the shared environment: one at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Each test's Nodes (indexes into the runner's Nodes): the first test's 5 members and its 2
+/// replacements, the second's 3 and 1 replacement, the third's 3. Disjoint, so the tests can
+/// fail Nodes side by side.
+const TEMPLATE_NODES: std::ops::Range<usize> = 0..3;
+const NOTREADY_NODES: std::ops::Range<usize> = 3..7;
+const GONE_NODES: std::ops::Range<usize> = 7..14;
 
-/// A cluster of `replicas` on the local class, one member per Node, Ready, with keys written.
-async fn local_cluster(env: &Env, ns: &str, name: &str, replicas: i32) -> BTreeMap<String, String> {
+/// A cluster of `replicas` on the local class, one member per Node and only on the runner's
+/// Nodes `nodes`, Ready, with keys written.
+async fn local_cluster(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    replicas: i32,
+    nodes: std::ops::Range<usize>,
+) -> BTreeMap<String, String> {
+    let own: Vec<String> = env.runner.node_names()[nodes].to_vec();
     let one_per_node = serde_json::from_value(serde_json::json!({
         "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
             "topologyKey": "kubernetes.io/hostname",
             "labelSelector": {"matchLabels": {api::labels::CLUSTER: name}},
-        }]}
+        }]},
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{
+                "key": "kubernetes.io/hostname", "operator": "In", "values": own,
+            }]}],
+        }},
     }))
     .or_panic();
     env.create_cluster(
@@ -137,11 +154,10 @@ async fn settled_ids(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_whose_node_is_gone_are_replaced_one_at_a_time_keeping_quorum() {
-    let _serial = SERIAL.lock().await;
     let env = env().await;
     let ns = env.namespace("replace").await;
     let name = "rp";
-    let keys = local_cluster(env, &ns, name, 5).await;
+    let keys = local_cluster(env, &ns, name, 5, GONE_NODES).await;
     let before = env.member_ids(&ns, name).await;
     let nodes = pod_nodes(env, &ns, name).await;
     let distinct: BTreeSet<&String> = nodes.values().collect();
@@ -255,11 +271,10 @@ fn unschedulable_message(p: &k8s_openapi::api::core::v1::Pod) -> Option<String> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_whose_node_dies_but_stays_registered_is_replaced_after_the_period() {
-    let _serial = SERIAL.lock().await;
     let env = env().await;
     let ns = env.namespace("replace-notready").await;
     let name = "nr";
-    let keys = local_cluster(env, &ns, name, 3).await;
+    let keys = local_cluster(env, &ns, name, 3, NOTREADY_NODES).await;
     let before = env.member_ids(&ns, name).await;
     let nodes = pod_nodes(env, &ns, name).await;
     let victim = nodes.keys().next().expect("a member").clone();
@@ -306,11 +321,10 @@ async fn a_member_whose_node_dies_but_stays_registered_is_replaced_after_the_per
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_template_edit_no_node_can_host_stalls_the_rollout_and_replaces_nothing() {
-    let _serial = SERIAL.lock().await;
     let env = env().await;
     let ns = env.namespace("replace-template").await;
     let name = "tp";
-    let keys = local_cluster(env, &ns, name, 3).await;
+    let keys = local_cluster(env, &ns, name, 3, TEMPLATE_NODES).await;
     let before = env.member_ids(&ns, name).await;
     let claims = |pvcs: Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim>| {
         pvcs.iter()

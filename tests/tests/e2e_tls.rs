@@ -669,23 +669,41 @@ async fn cert_manager_mtls_cluster_gets_its_certificates_serves_only_tls_clients
 }
 
 /// Ask cert-manager to re-issue `certificate` now: the `Issuing` condition `cmctl renew` sets.
+/// The write carries the resourceVersion it read, and cert-manager writes the same status (its
+/// readiness and issuing controllers): a write refused as a conflict (409) is made again on a
+/// fresh read, as any client of an optimistically locked object does.
 async fn renew(env: &Env, ns: &str, certificate: &str) {
     let api = cm_api(env, ns, "Certificate");
-    let mut cert = api.get_status(certificate).await.or_panic();
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let mut conditions = cert.data["status"]["conditions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    conditions.retain(|c| c["type"] != "Issuing");
-    conditions.push(json!({
-        "type": "Issuing", "status": "True", "reason": "ManuallyTriggered",
-        "message": "renewal requested by the test", "lastTransitionTime": now,
-    }));
-    cert.data["status"]["conditions"] = json!(conditions);
-    api.replace_status(certificate, &PostParams::default(), &cert)
-        .await
-        .or_panic();
+    eventually_every(
+        &format!("Issuing=True written on Certificate {ns}/{certificate}"),
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || async {
+            let mut cert = api.get_status(certificate).await.or_panic();
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            let mut conditions = cert.data["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            conditions.retain(|c| c["type"] != "Issuing");
+            conditions.push(json!({
+                "type": "Issuing", "status": "True", "reason": "ManuallyTriggered",
+                "message": "renewal requested by the test", "lastTransitionTime": now,
+            }));
+            cert.data["status"]["conditions"] = json!(conditions);
+            match api
+                .replace_status(certificate, &PostParams::default(), &cert)
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    Err(format!("conflict: {}", status.message))
+                }
+                Err(e) => panic!("setting Issuing=True on Certificate {ns}/{certificate}: {e}"),
+            }
+        },
+    )
+    .await;
 }
 
 /// A control plane without cert-manager: the cluster is held with `CertManagerNotInstalled` and

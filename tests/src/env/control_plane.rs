@@ -14,7 +14,6 @@
 use std::fs;
 use std::future::Future;
 use std::io::Write as _;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,6 +30,8 @@ use tokio::sync::OnceCell;
 
 use super::logs;
 use super::pki::{Pki, FRONT_PROXY_CLIENT};
+pub(crate) use super::ports::free_port;
+use super::ports::listens;
 use super::process::{self, Process};
 use super::testbins::{Kubernetes, Testbins};
 use super::Error;
@@ -652,18 +653,6 @@ pub fn temp_root() -> Result<tempfile::TempDir, Error> {
         )))
 }
 
-/// A loopback port free right now. Another process may take it before the component binds it;
-/// callers retry with a new port when the component says so ([`port_taken`]).
-pub(crate) fn free_port() -> Result<u16, Error> {
-    let listener =
-        TcpListener::bind("127.0.0.1:0").map_err(Error::io("binding a loopback port"))?;
-    let port = listener
-        .local_addr()
-        .map_err(Error::io("reading a bound port"))?
-        .port();
-    Ok(port)
-}
-
 /// Whether a component that exited complains about a taken port.
 fn port_taken(process: &Process) -> bool {
     process.exited().is_some()
@@ -691,13 +680,12 @@ async fn start_etcd(bin: &Path, root: &Path, log_dir: &Path) -> Result<(Process,
             // The control plane's own store only: its data is thrown away with the test run.
             .arg("--unsafe-no-fsync");
         let etcd = Process::spawn("etcd", cmd, &log_dir.join("etcd.log"))?;
-        let addr = format!("127.0.0.1:{client_port}");
         let ready = wait_until(
             &format!("etcd /health on {client_url}"),
             ETCD_READY_TIMEOUT,
             &[&etcd],
             log_dir,
-            || etcd_healthy(addr.clone()),
+            || etcd_healthy(etcd.pid(), client_port),
         )
         .await;
         match ready {
@@ -709,8 +697,16 @@ async fn start_etcd(bin: &Path, root: &Path, log_dir: &Path) -> Result<(Process,
     Err(last.unwrap_or_else(|| Error::Unsupported("no free port".into())))
 }
 
-/// etcd's `/health` over plain HTTP/1.0 (no client needed for one loopback GET).
-pub(crate) async fn etcd_healthy(addr: String) -> Result<Option<()>, String> {
+/// etcd's `/health` over plain HTTP/1.0 (no client needed for one loopback GET) on 127.0.0.1:`port`,
+/// once the process `pid` listens there: an answer from another process's etcd on the port is not
+/// this one's health ([`listens`]).
+pub(crate) async fn etcd_healthy(pid: u32, port: u16) -> Result<Option<()>, String> {
+    if !listens(pid, port) {
+        return Err(format!(
+            "process {pid} does not listen on 127.0.0.1:{port} (yet)"
+        ));
+    }
+    let addr = format!("127.0.0.1:{port}");
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(&addr).await?;
         stream

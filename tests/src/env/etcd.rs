@@ -77,13 +77,22 @@ impl Etcd {
             .args(extra);
         let log = log_dir.join(format!("etcd-{}.log", config.name));
         let process = Process::spawn(&format!("etcd-{}", config.name), cmd, &log)?;
-        let addr = config.client_url.trim_start_matches("http://").to_string();
+        let port = config
+            .client_url
+            .rsplit_once(':')
+            .and_then(|(_, port)| port.parse::<u16>().ok())
+            .ok_or_else(|| {
+                Error::Unsupported(format!(
+                    "client_url {} has no port: EtcdConfig::new makes http://127.0.0.1:<port>",
+                    config.client_url
+                ))
+            })?;
         wait_until(
             &format!("etcd /health on {}", config.client_url),
             Duration::from_secs(60),
             &[&process],
             log_dir,
-            || etcd_healthy(addr.clone()),
+            || etcd_healthy(process.pid(), port),
         )
         .await?;
         Ok(Self {

@@ -25,6 +25,7 @@ use rcgen::ExtendedKeyUsagePurpose;
 
 use super::control_plane::{free_port, wait_until};
 use super::pki::{Authority, Leaf};
+use super::ports::listens;
 use super::process::Process;
 use super::{Error, Testbins};
 
@@ -159,7 +160,12 @@ impl Minio {
             &self.log_dir,
             || {
                 let client = client.clone();
+                // An answer from another binary's MinIO on the port is not this one's.
+                let ours = listens(process.pid(), self.port);
                 async move {
+                    if !ours {
+                        return Err("not listening on its port yet".to_string());
+                    }
                     match client.list_buckets().send().await {
                         Ok(_) => Ok(Some(())),
                         Err(e) => Err(format!("{e:?}")),

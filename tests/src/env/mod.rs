@@ -12,6 +12,7 @@ pub mod etcd;
 pub mod logs;
 pub mod minio;
 pub mod pki;
+mod ports;
 pub mod process;
 pub mod testbins;
 
