@@ -66,23 +66,32 @@ fn print_memory(what: &str, pid: u32) {
 }
 
 /// The objects of the kinds a cluster reconcile reads, as the apiserver counts them
-/// (`apiserver_storage_objects`).
+/// (`apiserver_resource_objects`, `apiserver_storage_objects` before Kubernetes 1.34).
 async fn stored_objects(env: &Env) -> f64 {
     let kinds = [
-        "etcdclusters.etcd-operator.cozystack.io",
-        "etcdmembers.etcd-operator.cozystack.io",
+        "etcdclusters",
+        "etcdmembers",
         "pods",
         "persistentvolumeclaims",
         "services",
-        "poddisruptionbudgets.policy",
+        "poddisruptionbudgets",
     ];
-    apiserver_metrics(env)
-        .await
-        .lines()
-        .filter(|l| l.starts_with("apiserver_storage_objects{"))
-        .filter(|l| label(l, "resource").is_some_and(|r| kinds.contains(&r)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    let text = apiserver_metrics(env).await;
+    let count = |metric: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(metric))
+            .filter(|l| {
+                label(l, "resource")
+                    .and_then(|r| r.split('.').next())
+                    .is_some_and(|r| kinds.contains(&r))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .fold(0.0, |a, b| a + b)
+    };
+    match count("apiserver_resource_objects{") {
+        n if n > 0.0 => n,
+        _ => count("apiserver_storage_objects{"),
+    }
 }
 
 async fn apiserver_metrics(env: &Env) -> String {
