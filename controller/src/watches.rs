@@ -32,8 +32,11 @@ use crate::lenient::Lenient;
 /// Objects per page of a watch's initial list (kube-runtime's default is 500).
 pub const PAGE_SIZE: u32 = 100;
 
-/// Reconciles of one controller in flight at once (kube-runtime's default is unbounded).
-pub const CONCURRENCY: u16 = 16;
+/// Reconciles of one controller in flight at once (kube-runtime's default is unbounded). Enough
+/// that the running clusters' health checks, due every 30 s, do not keep an edited cluster
+/// waiting for a slot; few enough that a restart with thousands of clusters does not hold
+/// thousands of reconciles' reads in memory at once.
+pub const CONCURRENCY: u16 = 64;
 
 /// The annotation `kubectl apply` keeps a whole copy of the object in.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
