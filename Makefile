@@ -92,6 +92,8 @@ bench: testbins
 	$(CARGO) bench --locked -p webhook --bench admission
 	$(CARGO) build --locked -p controller --bins
 	$(CARGO) run --locked -p tests --example bench_controller
+	$(CARGO) run --locked -p tests --example bench_scale
+	BENCH_SCALE_RUNNING=0 BENCH_SCALE_PAUSED=5000 $(CARGO) run --locked -p tests --example bench_scale
 	$(CARGO) run --locked -p tests --example bench_rollout
 	$(CARGO) build --release --locked -p controller --bin etcd-operator
 	SNAPSHOT_BENCH_RELEASE=1 $(CARGO) run --locked -p tests --example bench_snapshot

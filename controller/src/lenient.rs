@@ -45,6 +45,21 @@ impl<K> Lenient<K> {
     pub fn decoded(&self) -> Result<&Arc<K>, &Undecodable> {
         self.decoded.as_ref()
     }
+
+    /// Trim what a watch cache need not keep (see [`crate::watches`]): `meta` is applied to the
+    /// metadata and to the typed object's, `typed` to the typed object. Right after decoding the
+    /// typed object is not shared yet, so this copies nothing.
+    pub fn trim(&mut self, meta: impl Fn(&mut ObjectMeta), typed: impl FnOnce(&mut K))
+    where
+        K: Resource + Clone,
+    {
+        meta(&mut self.metadata);
+        if let Ok(object) = &mut self.decoded {
+            let object = Arc::make_mut(object);
+            meta(object.meta_mut());
+            typed(object);
+        }
+    }
 }
 
 impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {

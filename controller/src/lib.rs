@@ -31,6 +31,7 @@ pub mod template;
 pub mod tls;
 pub mod topology;
 pub mod volume;
+pub mod watches;
 
 /// UID of the object's controlling owner (the EtcdCluster of a member, the member of a Pod or PVC).
 pub fn controller_uid(obj: &impl kube::Resource) -> Option<String> {

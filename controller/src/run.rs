@@ -11,6 +11,10 @@
 //! policy's back-off table). EtcdClusters, EtcdMembers, EtcdSnapshots and EtcdDefrags are
 //! watched as [`Lenient`] objects: one stored object the operator cannot decode is reported and
 //! skipped (see [`crate::lenient`]) instead of failing the watch of every object of its kind.
+//!
+//! What the watch caches keep, the page size of their lists, the concurrency of each controller
+//! and the metadata-only triggers (owned children, member Pods, Secrets, the cluster seen from the
+//! member controller) are [`crate::watches`]'.
 
 use std::sync::Arc;
 
@@ -25,12 +29,12 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{watcher, Controller};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 
 use crate::context::Context;
 use crate::lenient::Lenient;
-use crate::{cluster, defrag, member, schedule, shell, snapshot};
+use crate::{cluster, defrag, member, schedule, shell, snapshot, watches};
 
 fn api<K>(ctx: &Context, namespace: Option<&str>) -> Api<K>
 where
@@ -67,9 +71,10 @@ pub async fn run(
         let _ = rx.wait_for(|s| *s).await;
     };
 
-    let clusters = Controller::new(
+    let clusters = watches::controller(
         api::<Lenient<EtcdCluster>>(&ctx, ns),
         watcher::Config::default(),
+        watches::cluster,
     );
     let cluster_cache = clusters.store();
     // Metadata only: the operator needs to know that a Secret changed, not its data.
@@ -93,10 +98,16 @@ pub async fn run(
         )
         .owns(api::<Service>(&ctx, ns), managed.clone())
         .owns(api::<PodDisruptionBudget>(&ctx, ns), managed.clone())
-        .watches(api::<Pod>(&ctx, ns), managed.clone(), |pod| {
-            let cluster = pod.labels().get(labels::CLUSTER)?.clone();
-            Some(ObjectRef::<Lenient<EtcdCluster>>::new(&cluster).within(&pod.namespace()?))
-        })
+        // Metadata only: a Pod's labels name its cluster, and any change of the Pod (its
+        // readiness too) is an event of the metadata watch.
+        .watches(
+            api::<PartialObjectMeta<Pod>>(&ctx, ns),
+            managed.clone(),
+            |pod| {
+                let cluster = pod.labels().get(labels::CLUSTER)?.clone();
+                Some(ObjectRef::<Lenient<EtcdCluster>>::new(&cluster).within(&pod.namespace()?))
+            },
+        )
         .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(
             |object, ctx| {
@@ -116,9 +127,10 @@ pub async fn run(
             }
         });
 
-    let members = Controller::new(
+    let members = watches::controller(
         api::<Lenient<EtcdMember>>(&ctx, ns),
         watcher::Config::default(),
+        watches::lenient,
     );
     // A member's status depends on its cluster too (the locked version it is compared with):
     // a cluster change wakes its members, found in the member controller's own cache.
@@ -126,8 +138,9 @@ pub async fn run(
     let members = members
         .owns(api::<Pod>(&ctx, ns), managed.clone())
         .owns(api::<PersistentVolumeClaim>(&ctx, ns), managed)
+        // Metadata only: the mapper reads the cluster's name; every change is an event.
         .watches(
-            api::<Lenient<EtcdCluster>>(&ctx, ns),
+            api::<PartialObjectMeta<EtcdCluster>>(&ctx, ns),
             watcher::Config::default(),
             move |cluster| {
                 let (name, ns) = (cluster.name_any(), cluster.namespace());
@@ -155,9 +168,10 @@ pub async fn run(
         });
 
     // EtcdSnapshots: their Jobs (owned; the Job's status follows its Pods).
-    let snapshots = Controller::new(
+    let snapshots = watches::controller(
         api::<Lenient<EtcdSnapshot>>(&ctx, ns),
         watcher::Config::default(),
+        watches::lenient,
     )
     .owns(api::<Job>(&ctx, ns), watcher::Config::default())
     .graceful_shutdown_on(stopped(stop_rx.clone()))
@@ -173,9 +187,10 @@ pub async fn run(
     });
 
     // EtcdDefrags: each run polls its cluster's members itself while it waits or runs.
-    let defrags = Controller::new(
+    let defrags = watches::controller(
         api::<Lenient<EtcdDefrag>>(&ctx, ns),
         watcher::Config::default(),
+        watches::lenient,
     )
     .graceful_shutdown_on(stopped(stop_rx.clone()))
     .run(
@@ -191,9 +206,10 @@ pub async fn run(
 
     // EtcdSnapshotSchedules: the snapshots they own (a snapshot finishing allows a run skipped by
     // Forbid and feeds retention); otherwise each wakes itself at its next fire time.
-    let schedules = Controller::new(
+    let schedules = watches::controller(
         api::<EtcdSnapshotSchedule>(&ctx, ns),
         watcher::Config::default(),
+        watches::plain,
     )
     .owns(
         api::<EtcdSnapshot>(&ctx, ns),
@@ -213,9 +229,10 @@ pub async fn run(
 
     // EtcdDefragPolicies: the runs they own (a run finishing feeds the history and allows the
     // next); otherwise each wakes itself at its next fire time or check.
-    let policies = Controller::new(
+    let policies = watches::controller(
         api::<EtcdDefragPolicy>(&ctx, ns),
         watcher::Config::default(),
+        watches::plain,
     )
     .owns(
         api::<EtcdDefrag>(&ctx, ns),

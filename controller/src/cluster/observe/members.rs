@@ -51,8 +51,17 @@ pub(in crate::cluster) async fn member_children(
     ctx: &Context,
     members: Vec<EtcdMember>,
 ) -> Result<Members, Error> {
-    let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
     let client = ctx.client.clone();
+    if members.is_empty() {
+        // Every Pod and PVC below is looked up by a member's name: without members (a new or
+        // paused cluster) there is nothing to read.
+        return Ok(Members {
+            items: members,
+            pods: BTreeMap::new(),
+            views: Vec::new(),
+        });
+    }
+    let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
     let selector = ListParams::default().labels(&labels::cluster_selector(&cluster.name_any()));
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     // Members that should have a Pod: added to etcd and not dormant.
