@@ -140,15 +140,14 @@ pub fn object(
     new: &serde_json::Value,
     old: Option<&serde_json::Value>,
 ) -> Vec<Violation> {
-    #[allow(clippy::result_large_err)] // as `parse`, whose error it passes on
-    fn spec_of<T: DeserializeOwned>(obj: &serde_json::Value) -> Result<T, Violation> {
+    fn spec_of<T: DeserializeOwned>(obj: &serde_json::Value) -> Result<T, Box<Violation>> {
         match obj.get("spec") {
             Some(spec) => parse("spec", spec),
-            None => Err(Violation::new(
+            None => Err(Box::new(Violation::new(
                 "spec",
                 "is required",
                 "add a spec to the object",
-            )),
+            ))),
         }
     }
     fn judge<T: DeserializeOwned>(
@@ -159,7 +158,7 @@ pub fn object(
     ) -> Vec<Violation> {
         let new = match spec_of::<T>(new) {
             Ok(spec) => spec,
-            Err(v) => return vec![v],
+            Err(v) => return vec![*v],
         };
         match old.map(spec_of::<T>) {
             None => create(&new),

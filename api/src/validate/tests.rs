@@ -347,3 +347,35 @@ fn schedule_and_policy_report_every_problem_at_once() {
     );
     assert_eq!(object("EtcdDefragPolicy", &new, Some(&old)), vec![]);
 }
+
+/// The reference runbook quotes the apiserver's CEL messages; a user with the webhook installed
+/// reads the validator's answer, which must contain those words as written there.
+#[test]
+fn the_runbooks_quoted_messages_are_in_the_validators_answer() {
+    let memory = json!({"version": "3.6.11", "replicas": 3, "storage": {"size": "256Mi", "medium": "Memory"}});
+    let mut paused = memory.clone();
+    paused["replicas"] = json!(0);
+    let text = render(
+        "EtcdCluster",
+        "my-mem-etcd",
+        &cluster_update(&cluster(memory), &cluster(paused)),
+    );
+    assert!(
+        text.contains("spec.replicas=0 with spec.storage.medium=Memory is unsupported: "),
+        "{text}"
+    );
+    let tls = cluster(
+        json!({"version": "3.6.11", "tls": {"client": {"serverSecretRef": {"name": "s"}}}}),
+    );
+    let plain = cluster(json!({"version": "3.6.11"}));
+    let text = render("EtcdCluster", "my-cluster", &cluster_update(&tls, &plain));
+    assert!(
+        text.contains(
+            "spec.tls cannot be added to or removed from an existing cluster; delete and recreate"
+        ),
+        "{text}"
+    );
+    // ... with what only the webhook can add: which way it changed, and the values.
+    assert!(text.contains("this update removes spec.tls"), "{text}");
+    assert!(text.contains("now unset)"), "{text}");
+}
