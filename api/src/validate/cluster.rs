@@ -445,18 +445,31 @@ pub fn version_upgrade(old: &str, new: &str) -> Option<Violation> {
     .into()
 }
 
-fn storage_size(size: &Quantity, memory: bool) -> Option<Violation> {
+/// `spec.storage.size`: a quantity, and positive with Memory storage. A size that is no quantity
+/// breaks both rules with Memory, as on the apiserver (its Memory rule cannot read the size).
+fn storage_size(size: &Quantity, memory: bool) -> Vec<Violation> {
     let field = "spec.storage.size";
     match quantity::parse(size) {
-        Err(e) => Some(Violation::of_rule(
-            field,
-            CEL_STORAGE_SIZE_QUANTITY,
-            e.to_string(),
-            "",
-        )),
-        Ok(q) if memory && !q.is_positive() => {
-            Some(Violation::of_rule(field, CEL_MEMORY_SIZE_POSITIVE, "", "").value(&size.0))
+        Err(e) => {
+            let mut out = vec![Violation::of_rule(
+                field,
+                CEL_STORAGE_SIZE_QUANTITY,
+                e.to_string(),
+                "",
+            )];
+            if memory {
+                out.push(Violation::of_rule(
+                    field,
+                    CEL_MEMORY_SIZE_POSITIVE,
+                    "it cannot be read as a quantity",
+                    "",
+                ));
+            }
+            out
         }
-        Ok(_) => None,
+        Ok(q) if memory && !q.is_positive() => {
+            vec![Violation::of_rule(field, CEL_MEMORY_SIZE_POSITIVE, "", "").value(&size.0)]
+        }
+        Ok(_) => Vec::new(),
     }
 }
