@@ -67,6 +67,11 @@ pub mod reason {
     /// Not in the reference API: etcd answers with another cluster ID than the one latched in
     /// `status.clusterID` (the members' endpoints reach a different cluster). Nothing is changed.
     pub const CLUSTER_ID_MISMATCH: &str = "ClusterIDMismatch";
+    /// Every member of a formed cluster is gone: no member has a Pod and no voter answers
+    /// (Available=False, Progressing=False, Degraded=True, readyMembers 0). The reference names
+    /// it; the message says how to recover (restore a snapshot into a new cluster) until the
+    /// operator drives a disaster recovery itself. Clears as soon as a member Pod is back.
+    pub const ALL_MEMBERS_LOST: &str = "AllMembersLost";
     /// Not in the reference API: a Secret named by `spec.tls` is missing, lacks a key, or holds
     /// PEM that cannot be used (Available=False, Progressing=True while the operator waits for
     /// it; the message names the Secret and the field).

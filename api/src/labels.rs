@@ -3,7 +3,13 @@
 use std::collections::BTreeMap;
 
 pub const PREFIX: &str = "etcd-operator.cozystack.io/";
+/// On a cluster's members (EtcdMember, Pod, PVC) and the other objects the operator creates for
+/// it, but never on a Job's Pods: `-l etcd-operator.cozystack.io/cluster=<cluster>` lists member
+/// Pods only, so the runbook's `.items[0]` is always an etcd member to `kubectl exec` into.
 pub const CLUSTER: &str = "etcd-operator.cozystack.io/cluster";
+/// On the Jobs the operator runs for a cluster (a snapshot's save Job, a schedule's prune Job)
+/// and on their Pods: the cluster's name, in place of [`CLUSTER`].
+pub const JOB_CLUSTER: &str = "etcd-operator.cozystack.io/job-cluster";
 pub const ROLE: &str = "etcd-operator.cozystack.io/role";
 pub const ROLE_VOTER: &str = "voter";
 pub const MEMBER_CLEANUP_FINALIZER: &str = "etcd-operator.cozystack.io/member-cleanup";
@@ -28,6 +34,16 @@ pub fn cluster_labels(cluster: &str) -> BTreeMap<String, String> {
         (APP_INSTANCE.to_string(), cluster.to_string()),
         (APP_MANAGED_BY.to_string(), MANAGED_BY_VALUE.to_string()),
     ])
+}
+
+/// Labels on a Job the operator runs for `cluster` and on its Pods: the cluster under
+/// [`JOB_CLUSTER`] and the recommended `app.kubernetes.io` labels, not [`CLUSTER`] (which
+/// selects the members).
+pub fn job_labels(cluster: &str) -> BTreeMap<String, String> {
+    let mut labels = cluster_labels(cluster);
+    labels.remove(CLUSTER);
+    labels.insert(JOB_CLUSTER.to_string(), cluster.to_string());
+    labels
 }
 
 /// Labels on a member's own objects (EtcdMember, Pod, PVC).
@@ -211,6 +227,16 @@ mod tests {
             let m = BTreeMap::from([(HEADLESS_SERVICE_ANNOTATION.to_string(), bad.to_string())]);
             assert_eq!(member_service_name(&m, "c"), "c", "{bad:?}");
         }
+    }
+
+    #[test]
+    fn job_labels_name_the_cluster_under_their_own_key_so_member_selectors_miss_them() {
+        let job = job_labels("c1");
+        assert_eq!(job.get(JOB_CLUSTER).map(String::as_str), Some("c1"));
+        assert!(!job.contains_key(CLUSTER), "{job:?}");
+        assert_eq!(job[APP_INSTANCE], "c1");
+        assert_eq!(job[APP_MANAGED_BY], MANAGED_BY_VALUE);
+        assert!(member_labels("c1", "c1-abcde").contains_key(CLUSTER));
     }
 
     #[test]

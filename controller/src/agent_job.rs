@@ -283,8 +283,10 @@ fn agent_job(
         volumes,
         mounts,
     } = pod;
+    // Not the member label: the runbook picks a member Pod with `-l <cluster label>` and
+    // `.items[0]`, which must never land on a finished Job's Pod.
     let mut job_labels: BTreeMap<String, String> =
-        labels::cluster_labels(&snapshot.spec.cluster_ref.name);
+        labels::job_labels(&snapshot.spec.cluster_ref.name);
     job_labels.insert(labels::APP_COMPONENT.into(), component.into());
     let owner = OwnerReference {
         api_version: EtcdSnapshot::api_version(&()).to_string(),

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use api::v1alpha2::{EtcdSnapshot, PvcLocation, S3Location, SnapshotDestination, SnapshotPhase};
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::DeleteParams;
-use kube::Api;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use tests::backup::{create_backups_claim, create_snapshot};
 use tests::e2e::{env, spec, Env};
@@ -198,4 +199,119 @@ async fn a_snapshot_of_a_missing_cluster_waits_and_a_deleted_job_fails_it() {
         jobs.get_opt("lost-snapshot").await.or_panic().is_none(),
         "the snapshot Job was re-created"
     );
+}
+
+/// The reference runbook picks "a member Pod" with `kubectl get pod -l
+/// etcd-operator.cozystack.io/cluster=<cluster> -o jsonpath='{.items[0].metadata.name}'` and runs
+/// `etcdctl` in it. A finished snapshot Job's Pod whose name sorts before every member's must not
+/// be that `.items[0]`: Job Pods name their cluster under their own label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runbooks_member_pod_recipe_skips_a_snapshot_job_pod_that_sorts_first() {
+    let env = env().await;
+    let ns = env.namespace("recipe").await;
+    let name = "rb";
+    env.create_cluster(&ns, name, spec(1)).await;
+    env.wait_healthy(&ns, name, 1, BOOT).await;
+    let keys = env.write_keys(&ns, name, 20).await;
+
+    // "a-first-snapshot-xxxxx" sorts before "rb-xxxxx", the member's Pod.
+    create_backups_claim(env, &ns).await;
+    create_snapshot(env, &ns, "a-first", name, backups_dest()).await;
+    let s = wait_snapshot(env, &ns, "a-first", "Complete", RUN, |p, _| {
+        p.is_some_and(|p| p.is_terminal())
+    })
+    .await;
+    assert_eq!(
+        s.status.as_ref().and_then(|st| st.phase),
+        Some(SnapshotPhase::Complete),
+        "{:?}",
+        ready(&s)
+    );
+    let pods = Api::<Pod>::namespaced(env.client(), &ns);
+    let job_pods = pods
+        .list(&ListParams::default().labels("job-name=a-first-snapshot"))
+        .await
+        .or_panic()
+        .items;
+    let job_pod = job_pods
+        .first()
+        .unwrap_or_else(|| panic!("the snapshot Job's finished Pod is gone: {job_pods:?}"));
+    let job_pod_name = job_pod.name_any();
+    let members: Vec<String> = env
+        .members(&ns, name)
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+    assert!(
+        members.iter().all(|m| job_pod_name < *m),
+        "the Job Pod {job_pod_name} must sort before the members {members:?} for this test"
+    );
+    let labels = job_pod.labels();
+    assert_eq!(
+        labels.get(api::labels::JOB_CLUSTER).map(String::as_str),
+        Some(name),
+        "{labels:?}"
+    );
+    assert!(!labels.contains_key(api::labels::CLUSTER), "{labels:?}");
+
+    // The recipe, as the runbook writes it, with the real kubectl.
+    let selector = format!("{}={name}", api::labels::CLUSTER);
+    let pod = env
+        .cp
+        .kubectl_ok(&[
+            "get",
+            "pod",
+            "-l",
+            &selector,
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ])
+        .await
+        .or_panic();
+    let pod = pod.trim().to_string();
+    assert!(
+        members.contains(&pod),
+        "`kubectl get pod -l {selector}` put {pod:?} first, not a member of {members:?}"
+    );
+    let out = env
+        .cp
+        .kubectl(&[
+            "exec",
+            "-n",
+            &ns,
+            &pod,
+            "--",
+            "etcdctl",
+            "--endpoints=http://localhost:2379",
+            "endpoint",
+            "health",
+            "--cluster",
+        ])
+        .await
+        .or_panic();
+    assert!(
+        out.success && format!("{}{}", out.stdout, out.stderr).contains("is healthy"),
+        "etcdctl in {pod}: {out:?}"
+    );
+    // The Job's Pods are found under their own label.
+    let job_selector = format!("{}={name}", api::labels::JOB_CLUSTER);
+    let listed = env
+        .cp
+        .kubectl_ok(&[
+            "get",
+            "pod",
+            "-l",
+            &job_selector,
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ])
+        .await
+        .or_panic();
+    assert_eq!(listed.trim(), job_pod_name);
+    env.check_keys(&ns, name, &keys).await;
 }

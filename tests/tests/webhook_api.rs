@@ -931,9 +931,57 @@ fn show(verdict: &Result<Verdict, String>) -> String {
     }
 }
 
+/// Every `message` of every CEL rule (`x-kubernetes-validations`) the CRDs ship.
+fn cel_rule_messages() -> Vec<String> {
+    fn walk(schema: &Value, out: &mut Vec<String>) {
+        match schema {
+            Value::Object(map) => {
+                if let Some(Value::Array(rules)) = map.get("x-kubernetes-validations") {
+                    out.extend(
+                        rules
+                            .iter()
+                            .filter_map(|r| r.get("message")?.as_str().map(str::to_string)),
+                    );
+                }
+                map.values().for_each(|v| walk(v, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for crd in api::crd::all() {
+        walk(&serde_json::to_value(&crd).or_panic(), &mut out);
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The CEL rules' messages in `cel_only` (a denial without the webhook) that `with_webhook`
+/// (the same case's denial with it) lacks: the runbook quotes the apiserver's CEL messages, so
+/// the webhook's answer must carry each verbatim. `None` when the case was not denied both ways.
+fn reworded<'a>(
+    messages: &'a [String],
+    with_webhook: &Result<Verdict, String>,
+    cel_only: &Result<Verdict, String>,
+) -> Option<(usize, Vec<&'a str>)> {
+    let (Ok(Verdict::Denied(on)), Ok(Verdict::Denied(off))) = (with_webhook, cel_only) else {
+        return None;
+    };
+    let fired: Vec<&str> = messages
+        .iter()
+        .map(String::as_str)
+        .filter(|m| off.contains(m))
+        .collect();
+    let missing = fired.iter().copied().filter(|m| !on.contains(m)).collect();
+    Some((fired.len(), missing))
+}
+
 /// 7. The whole shared corpus gets the same verdict with the webhook registered (failurePolicy
 /// Fail, defaults added by the mutating webhook) as from the CRD's CEL rules alone, and the
-/// recorded one.
+/// recorded one; and every CEL rule's message in a denial without the webhook is, verbatim, in
+/// the webhook's denial of the same case.
 #[tokio::test(flavor = "multi_thread")]
 async fn corpus_verdicts_are_the_same_with_and_without_the_webhook() {
     let turn = Turn::take("corpus-webhook").await;
@@ -1005,11 +1053,28 @@ async fn corpus_verdicts_are_the_same_with_and_without_the_webhook() {
             )
         })
         .collect();
+    let messages = cel_rule_messages();
+    let mut compared = 0;
+    let mut missing_messages = Vec::new();
+    for (case, (on, off)) in cases.iter().zip(with_webhook.iter().zip(&cel_only)) {
+        if let Some((fired, missing)) = reworded(&messages, on, off) {
+            compared += fired;
+            missing_messages.extend(missing.into_iter().map(|m| {
+                format!(
+                    "{}: without the webhook the apiserver says {m:?}; with it: {}",
+                    case.name,
+                    show(on)
+                )
+            }));
+        }
+    }
     report(&format!(
         "corpus: {} cases with the webhook in {on_time:.1?} ({consulted} webhook calls), CEL only \
-         in {off_time:.1?}; {} mismatches; test took {:.1?}",
+         in {off_time:.1?}; {} mismatches; {compared} CEL messages compared, {} missing with the \
+         webhook; test took {:.1?}",
         cases.len(),
         mismatches.len(),
+        missing_messages.len(),
         began.elapsed()
     ));
     cp.check_running().or_panic();
@@ -1019,5 +1084,12 @@ async fn corpus_verdicts_are_the_same_with_and_without_the_webhook() {
          (namespace {off_ns}), or unlike api/testdata/validation-corpus.yaml:\n  {}",
         mismatches.len(),
         mismatches.join("\n  ")
+    );
+    assert!(compared > 20, "only {compared} CEL messages were compared");
+    assert!(
+        missing_messages.is_empty(),
+        "{} CEL rule message(s) are not verbatim in the webhook's denial of the same case:\n  {}",
+        missing_messages.len(),
+        missing_messages.join("\n  ")
     );
 }

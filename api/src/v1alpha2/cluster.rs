@@ -14,6 +14,44 @@ use super::common::{
     AdditionalMetadata, EtcdOptions, IssuerReference, RestoreSource, SecretReference, StorageSpec,
 };
 
+// The messages of the CEL rules declared in this file. `api::validate` reports each broken
+// rule with the same text, so what the runbook quotes reads the same with the webhook installed.
+/// The CEL rule's message: The name rule on the EtcdCluster root.
+pub const CEL_CLUSTER_NAME: &str = "metadata.name must be a DNS-1035 label of at most 56 characters (lowercase letters, digits and '-', starting with a letter, ending with a letter or digit): the operator names Services <name> and <name>-client and Pods <name>-xxxxx after the cluster, and those names are DNS labels of at most 63 characters; choose a name such as my-etcd";
+
+/// The CEL rule's message: `spec.replicas: 0` with Memory storage.
+pub const CEL_MEMORY_PAUSE: &str = "spec.replicas=0 with spec.storage.medium=Memory is unsupported: a paused member's tmpfs data is lost, so the cluster could not resume; keep replicas >= 1, or delete the cluster to tear it down";
+
+/// The CEL rule's message: A restore into Memory storage.
+pub const CEL_MEMORY_RESTORE: &str = "spec.bootstrap.restore is unsupported with spec.storage.medium=Memory: a restored tmpfs seed would lose the data on its first restart; use PVC storage for a restored cluster";
+
+/// The CEL rule's message: Root auth without client TLS.
+pub const CEL_AUTH_NEEDS_CLIENT_TLS: &str = "spec.auth.enabled requires spec.tls.client: root credentials must not cross the network in plaintext; configure spec.tls.client or set auth.enabled=false";
+
+/// The CEL rule's message: Root auth without its credentials Secret.
+pub const CEL_AUTH_NEEDS_SECRET: &str = "spec.auth.enabled requires spec.auth.rootCredentialsSecretRef: name a kubernetes.io/basic-auth Secret holding the root username and password";
+
+/// The CEL rule's message: `spec.tls` after create (the runbook quotes this text).
+pub const CEL_TLS_IMMUTABLE: &str = "spec.tls cannot be added to or removed from an existing cluster; delete and recreate the cluster to change TLS (it cannot be changed in place either)";
+
+/// The CEL rule's message: `spec.auth` after create.
+pub const CEL_AUTH_IMMUTABLE: &str = "spec.auth cannot be added to, removed from or changed on an existing cluster; delete and recreate the cluster to change authentication";
+
+/// The CEL rule's message: `spec.bootstrap` after create.
+pub const CEL_BOOTSTRAP_IMMUTABLE: &str = "spec.bootstrap cannot be added to, removed from or changed on an existing cluster: restore happens only at first bootstrap; create a new cluster to restore";
+
+/// The CEL rule's message: The upgrade path of `spec.version` ([`VERSION_UPGRADE_RULE`]).
+pub const CEL_VERSION_UPGRADE: &str = "spec.version may only move as etcd upgrades: a patch upgrade within the minor version (3.6.1 to 3.6.4) or to the next minor version (3.5.x to 3.6.y); etcd does not support skipping a minor version, and a downgrade (even of the patch) needs etcd's downgrade API, which the operator does not drive; set an allowed version";
+
+/// The CEL rule's message: `spec.tls.client`: one source.
+pub const CEL_CLIENT_TLS_SOURCE: &str = "spec.tls.client needs exactly one of serverSecretRef (your own Secret) or certManager (operator-emitted Certificates)";
+
+/// The CEL rule's message: An operator client Secret with cert-manager.
+pub const CEL_OPERATOR_CLIENT_WITH_CERT_MANAGER: &str = "spec.tls.client.operatorClientSecretRef cannot be combined with certManager; use certManager.operatorClientIssuerRef for an operator client certificate";
+
+/// The CEL rule's message: `spec.tls.peer`: one source.
+pub const CEL_PEER_TLS_SOURCE: &str = "spec.tls.peer needs exactly one of secretRef (your own Secret) or certManager (an operator-emitted Certificate)";
+
 pub const DEFAULT_REPLICAS: i32 = 3;
 pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i32 = 600;
 /// The most members a cluster may ask for. etcd advises 3, 5 or 7 (the webhook warns above 7):
@@ -85,33 +123,33 @@ fn default_progress_deadline_seconds() -> i32 {
     ),
     category = "etcd",
     validation = Rule::new("!has(self.metadata.name) || (self.metadata.name.size() <= 56 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))")
-        .message("metadata.name must be a DNS-1035 label of at most 56 characters (lowercase letters, digits and '-', starting with a letter, ending with a letter or digit): the operator names Services <name> and <name>-client and Pods <name>-xxxxx after the cluster, and those names are DNS labels of at most 63 characters; choose a name such as my-etcd")
+        .message(CEL_CLUSTER_NAME)
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("!(self.replicas == 0 && has(self.storage.medium) && self.storage.medium == 'Memory')")
-        .message("spec.replicas=0 with spec.storage.medium=Memory is unsupported: a paused member's tmpfs data is lost, so the cluster could not resume; keep replicas >= 1, or delete the cluster to tear it down")
+        .message(CEL_MEMORY_PAUSE)
         .field_path(".replicas"),
     validation = Rule::new("!has(self.bootstrap) || !has(self.bootstrap.restore) || !has(self.storage.medium) || self.storage.medium != 'Memory'")
-        .message("spec.bootstrap.restore is unsupported with spec.storage.medium=Memory: a restored tmpfs seed would lose the data on its first restart; use PVC storage for a restored cluster")
+        .message(CEL_MEMORY_RESTORE)
         .field_path(".bootstrap"),
     validation = Rule::new("!has(self.auth) || !has(self.auth.enabled) || !self.auth.enabled || (has(self.tls) && has(self.tls.client))")
-        .message("spec.auth.enabled requires spec.tls.client: root credentials must not cross the network in plaintext; configure spec.tls.client or set auth.enabled=false")
+        .message(CEL_AUTH_NEEDS_CLIENT_TLS)
         .field_path(".auth"),
     validation = Rule::new("!has(self.auth) || !has(self.auth.enabled) || !self.auth.enabled || has(self.auth.rootCredentialsSecretRef)")
-        .message("spec.auth.enabled requires spec.auth.rootCredentialsSecretRef: name a kubernetes.io/basic-auth Secret holding the root username and password")
+        .message(CEL_AUTH_NEEDS_SECRET)
         .field_path(".auth"),
     validation = Rule::new("has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)")
-        .message("spec.tls cannot be added to or removed from an existing cluster; delete and recreate the cluster to change TLS (it cannot be changed in place either)")
+        .message(CEL_TLS_IMMUTABLE)
         .field_path(".tls"),
     validation = Rule::new("has(self.auth) == has(oldSelf.auth) && (!has(self.auth) || self.auth == oldSelf.auth)")
-        .message("spec.auth cannot be added to, removed from or changed on an existing cluster; delete and recreate the cluster to change authentication")
+        .message(CEL_AUTH_IMMUTABLE)
         .field_path(".auth"),
     validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)")
-        .message("spec.bootstrap cannot be added to, removed from or changed on an existing cluster: restore happens only at first bootstrap; create a new cluster to restore")
+        .message(CEL_BOOTSTRAP_IMMUTABLE)
         .field_path(".bootstrap"),
     validation = Rule::new(VERSION_UPGRADE_RULE)
-        .message("spec.version may only move as etcd upgrades: a patch upgrade within the minor version (3.6.1 to 3.6.4) or to the next minor version (3.5.x to 3.6.y); etcd does not support skipping a minor version, and a downgrade (even of the patch) needs etcd's downgrade API, which the operator does not drive; set an allowed version")
+        .message(CEL_VERSION_UPGRADE)
         .field_path(".version"),
 )]
 pub struct EtcdClusterSpec {
@@ -222,9 +260,9 @@ pub struct TlsSpec {
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("has(self.serverSecretRef) != has(self.certManager)")
-        .message("spec.tls.client needs exactly one of serverSecretRef (your own Secret) or certManager (operator-emitted Certificates)"),
+        .message(CEL_CLIENT_TLS_SOURCE),
     validation = Rule::new("!(has(self.operatorClientSecretRef) && has(self.certManager))")
-        .message("spec.tls.client.operatorClientSecretRef cannot be combined with certManager; use certManager.operatorClientIssuerRef for an operator client certificate")
+        .message(CEL_OPERATOR_CLIENT_WITH_CERT_MANAGER)
         .field_path(".operatorClientSecretRef"),
 )]
 pub struct ClientTlsSpec {
@@ -253,7 +291,7 @@ pub struct ClientCertManagerSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.secretRef) != has(self.certManager)")
-    .message("spec.tls.peer needs exactly one of secretRef (your own Secret) or certManager (an operator-emitted Certificate)"))]
+    .message(CEL_PEER_TLS_SOURCE))]
 pub struct PeerTlsSpec {
     /// Secret with `tls.crt`, `tls.key` and `ca.crt` for the peer listener.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -11,6 +11,41 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+// The messages of the CEL rules declared in this file. `api::validate` reports each broken
+// rule with the same text, so what the runbook quotes reads the same with the webhook installed.
+/// The CEL rule's message: `spec.storage.size` is a quantity.
+pub const CEL_STORAGE_SIZE_QUANTITY: &str =
+    "spec.storage.size must be a quantity such as 1Gi, 512Mi or a plain number of bytes";
+
+/// The CEL rule's message: A Memory cluster's size is positive.
+pub const CEL_MEMORY_SIZE_POSITIVE: &str = "spec.storage.size must be greater than 0 with spec.storage.medium=Memory: it is the tmpfs size limit of each member; set e.g. 256Mi";
+
+/// The CEL rule's message: `spec.storage.size` only grows.
+pub const CEL_STORAGE_SHRINK: &str = "spec.storage.size cannot shrink: PVCs only grow; set the previous size or larger, or delete and recreate the cluster";
+
+/// The CEL rule's message: `spec.storage.medium` after create.
+pub const CEL_STORAGE_MEDIUM_IMMUTABLE: &str = "spec.storage.medium cannot change after the cluster is created; delete and recreate the cluster to switch between PVC and Memory storage";
+
+/// The CEL rule's message: `spec.storage.storageClassName` after create.
+pub const CEL_STORAGE_CLASS_IMMUTABLE: &str = "spec.storage.storageClassName cannot be added, removed or changed after the cluster is created: a PVC's StorageClass is fixed; delete and recreate the cluster";
+
+/// The CEL rule's message: `spec.options.autoCompactionRetention`'s shape.
+pub const CEL_COMPACTION_RETENTION: &str = "spec.options.autoCompactionRetention must be a duration such as 1h or 30m, or a non-negative integer";
+
+/// The CEL rule's message: A snapshot destination: one of s3 or pvc.
+pub const CEL_DESTINATION_ONE_OF: &str =
+    "exactly one of s3 or pvc must be set: choose where the snapshot is stored";
+
+/// The CEL rule's message: A restore source: one of s3 or pvc.
+pub const CEL_RESTORE_ONE_OF: &str =
+    "exactly one of s3 or pvc must be set: choose where the snapshot to restore is read from";
+
+/// The CEL rule's message: A restore source's exact S3 key.
+pub const CEL_RESTORE_S3_KEY: &str = "s3.key must be the exact object key of the snapshot (for example my-etcd/my-etcd-2026-06-02.db, as in the snapshot's status.artifact.uri), not empty and not a prefix";
+
+/// The CEL rule's message: A restore source's exact PVC path.
+pub const CEL_RESTORE_PVC_SUBPATH: &str = "pvc.subPath must be the exact path of the snapshot .db file within the volume, not empty and not a directory";
+
 /// A reference to a Secret in the same namespace as the object that holds the reference.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
@@ -104,19 +139,19 @@ fn default_storage_size() -> Quantity {
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("isQuantity(string(self.size))")
-        .message("spec.storage.size must be a quantity such as 1Gi, 512Mi or a plain number of bytes")
+        .message(CEL_STORAGE_SIZE_QUANTITY)
         .field_path(".size"),
     validation = Rule::new("(has(self.medium) && self.medium == 'Memory') ? quantity(string(self.size)).isGreaterThan(quantity('0')) : true")
-        .message("spec.storage.size must be greater than 0 with spec.storage.medium=Memory: it is the tmpfs size limit of each member; set e.g. 256Mi")
+        .message(CEL_MEMORY_SIZE_POSITIVE)
         .field_path(".size"),
     validation = Rule::new("quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) >= 0")
-        .message("spec.storage.size cannot shrink: PVCs only grow; set the previous size or larger, or delete and recreate the cluster")
+        .message(CEL_STORAGE_SHRINK)
         .field_path(".size"),
     validation = Rule::new("(has(self.medium) ? self.medium : '') == (has(oldSelf.medium) ? oldSelf.medium : '')")
-        .message("spec.storage.medium cannot change after the cluster is created; delete and recreate the cluster to switch between PVC and Memory storage")
+        .message(CEL_STORAGE_MEDIUM_IMMUTABLE)
         .field_path(".medium"),
     validation = Rule::new("has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)")
-        .message("spec.storage.storageClassName cannot be added, removed or changed after the cluster is created: a PVC's StorageClass is fixed; delete and recreate the cluster")
+        .message(CEL_STORAGE_CLASS_IMMUTABLE)
         .field_path(".storageClassName"),
 )]
 pub struct StorageSpec {
@@ -202,7 +237,7 @@ pub struct EtcdOptions {
     /// `--auto-compaction-retention`: a duration (`1h`, `30m`) or an integer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(r"string(self).matches('^([0-9]+|([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$')")
-        .message("spec.options.autoCompactionRetention must be a duration such as 1h or 30m, or a non-negative integer"))]
+        .message(CEL_COMPACTION_RETENTION))]
     pub auto_compaction_retention: Option<IntOrString>,
     /// `--snapshot-count`: committed transactions before a raft snapshot to disk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -252,7 +287,7 @@ pub struct PvcLocation {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.s3) != has(self.pvc)")
-    .message("exactly one of s3 or pvc must be set: choose where the snapshot is stored"))]
+    .message(CEL_DESTINATION_ONE_OF))]
 pub struct SnapshotDestination {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<S3Location>,
@@ -265,11 +300,11 @@ pub struct SnapshotDestination {
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("has(self.s3) != has(self.pvc)")
-        .message("exactly one of s3 or pvc must be set: choose where the snapshot to restore is read from"),
+        .message(CEL_RESTORE_ONE_OF),
     validation = Rule::new("!has(self.s3) || (has(self.s3.key) && self.s3.key != '' && !self.s3.key.endsWith('/'))")
-        .message("s3.key must be the exact object key of the snapshot (for example my-etcd/my-etcd-2026-06-02.db, as in the snapshot's status.artifact.uri), not empty and not a prefix"),
+        .message(CEL_RESTORE_S3_KEY),
     validation = Rule::new("!has(self.pvc) || (has(self.pvc.subPath) && self.pvc.subPath != '' && !self.pvc.subPath.endsWith('/'))")
-        .message("pvc.subPath must be the exact path of the snapshot .db file within the volume, not empty and not a directory"),
+        .message(CEL_RESTORE_PVC_SUBPATH),
 )]
 pub struct RestoreSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]

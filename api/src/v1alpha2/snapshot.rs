@@ -7,6 +7,11 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{LocalReference, SnapshotDestination};
 
+// The messages of the CEL rules declared in this file. `api::validate` reports each broken
+// rule with the same text, so what the runbook quotes reads the same with the webhook installed.
+/// The CEL rule's message: An EtcdSnapshot's spec after create.
+pub const CEL_SNAPSHOT_IMMUTABLE: &str = "EtcdSnapshot spec is immutable: a snapshot is taken once; create a new EtcdSnapshot with another name instead";
+
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[kube(
     group = "etcd-operator.cozystack.io",
@@ -32,7 +37,7 @@ use super::common::{LocalReference, SnapshotDestination};
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self == oldSelf")
-    .message("EtcdSnapshot spec is immutable: a snapshot is taken once; create a new EtcdSnapshot with another name instead"))]
+    .message(CEL_SNAPSHOT_IMMUTABLE))]
 pub struct EtcdSnapshotSpec {
     /// The EtcdCluster (same namespace) to snapshot.
     pub cluster_ref: LocalReference,

@@ -13,7 +13,12 @@ use super::transition::immutable;
 use super::Violation;
 use crate::quantity;
 use crate::v1alpha2::{
-    EtcdClusterSpec, StorageMedium, CLUSTER_NAME_MAX_LEN, MAX_PROGRESS_DEADLINE_SECONDS,
+    EtcdClusterSpec, StorageMedium, CEL_AUTH_IMMUTABLE, CEL_AUTH_NEEDS_CLIENT_TLS,
+    CEL_AUTH_NEEDS_SECRET, CEL_BOOTSTRAP_IMMUTABLE, CEL_CLIENT_TLS_SOURCE, CEL_CLUSTER_NAME,
+    CEL_COMPACTION_RETENTION, CEL_MEMORY_PAUSE, CEL_MEMORY_RESTORE, CEL_MEMORY_SIZE_POSITIVE,
+    CEL_OPERATOR_CLIENT_WITH_CERT_MANAGER, CEL_PEER_TLS_SOURCE, CEL_STORAGE_CLASS_IMMUTABLE,
+    CEL_STORAGE_MEDIUM_IMMUTABLE, CEL_STORAGE_SHRINK, CEL_STORAGE_SIZE_QUANTITY, CEL_TLS_IMMUTABLE,
+    CEL_VERSION_UPGRADE, CLUSTER_NAME_MAX_LEN, MAX_PROGRESS_DEADLINE_SECONDS,
     MAX_QUOTA_BACKEND_BYTES, MAX_REPLICAS, MAX_SNAPSHOT_COUNT, RETENTION_PATTERN, VERSION_PATTERN,
 };
 
@@ -58,14 +63,11 @@ pub fn cluster_name(name: &str) -> Option<Violation> {
         return None;
     }
     Some(
-        Violation::new(
+        Violation::of_rule(
             "metadata.name",
-            format!(
-                "must be a DNS-1035 label of at most {CLUSTER_NAME_MAX_LEN} characters, because the operator names \
-                 Services <name> and <name>-client and Pods <name>-xxxxx after the cluster; this name {}",
-                problems.join(", ")
-            ),
-            "choose a name of lowercase letters, digits and '-' that starts with a letter and ends with a letter or digit, e.g. my-etcd",
+            CEL_CLUSTER_NAME,
+            format!("this name {}", problems.join(", ")),
+            "",
         )
         .value(format!("{name:?}")),
     )
@@ -99,14 +101,7 @@ pub fn cluster_create(spec: &EtcdClusterSpec) -> Vec<Violation> {
         );
     }
     if spec.replicas == 0 && memory {
-        out.push(
-            Violation::new(
-                "spec.replicas",
-                "0 (pause) is unsupported with spec.storage.medium=Memory: a paused member's tmpfs data is lost, so the cluster could not resume",
-                "keep replicas >= 1; to tear the cluster down, delete the EtcdCluster",
-            )
-            .value(0),
-        );
+        out.push(Violation::of_rule("spec.replicas", CEL_MEMORY_PAUSE, "", "").value(0));
     }
     if !VERSION_RE.is_match(&spec.version) {
         out.push(
@@ -144,10 +139,11 @@ pub fn cluster_create(spec: &EtcdClusterSpec) -> Vec<Violation> {
     if let Some(bootstrap) = &spec.bootstrap {
         if let Some(restore) = &bootstrap.restore {
             if memory {
-                out.push(Violation::new(
+                out.push(Violation::of_rule(
                     "spec.bootstrap.restore",
-                    "is unsupported with spec.storage.medium=Memory: a restored tmpfs seed would lose the data on its first restart",
-                    "use PVC storage (remove storage.medium) for a restored cluster",
+                    CEL_MEMORY_RESTORE,
+                    "",
+                    "remove storage.medium for PVC storage",
                 ));
             }
             out.extend(restore_source(
@@ -161,19 +157,21 @@ pub fn cluster_create(spec: &EtcdClusterSpec) -> Vec<Violation> {
         let has_client_tls = spec.tls.as_ref().is_some_and(|t| t.client.is_some());
         if !has_client_tls {
             out.push(
-                Violation::new(
+                Violation::of_rule(
                     "spec.auth.enabled",
-                    "requires spec.tls.client: root credentials must not cross the network in plaintext",
-                    "configure spec.tls.client (serverSecretRef or certManager), or set auth.enabled=false",
+                    CEL_AUTH_NEEDS_CLIENT_TLS,
+                    "",
+                    "spec.tls.client takes serverSecretRef or certManager",
                 )
                 .value(true),
             );
         }
         if auth.root_credentials_secret_ref.is_none() {
-            out.push(Violation::new(
+            out.push(Violation::of_rule(
                 "spec.auth.rootCredentialsSecretRef",
-                "is required when spec.auth.enabled is true",
-                "name a kubernetes.io/basic-auth Secret with the root username and password",
+                CEL_AUTH_NEEDS_SECRET,
+                "",
+                "",
             ));
         }
     }
@@ -190,23 +188,26 @@ pub fn cluster_create(spec: &EtcdClusterSpec) -> Vec<Violation> {
         if let Some(client) = &tls.client {
             let p = "spec.tls.client";
             match (&client.server_secret_ref, &client.cert_manager) {
-                (Some(_), Some(_)) => out.push(Violation::new(
+                (Some(_), Some(_)) => out.push(Violation::of_rule(
                     p,
-                    "sets both serverSecretRef and certManager",
-                    "keep exactly one: serverSecretRef for your own Secret, or certManager for operator-emitted Certificates",
+                    CEL_CLIENT_TLS_SOURCE,
+                    "this one sets both",
+                    "",
                 )),
-                (None, None) => out.push(Violation::new(
+                (None, None) => out.push(Violation::of_rule(
                     p,
-                    "sets neither serverSecretRef nor certManager",
-                    "set exactly one: serverSecretRef for your own Secret, or certManager for operator-emitted Certificates",
+                    CEL_CLIENT_TLS_SOURCE,
+                    "this one sets neither",
+                    "",
                 )),
                 _ => {}
             }
             if client.operator_client_secret_ref.is_some() && client.cert_manager.is_some() {
-                out.push(Violation::new(
+                out.push(Violation::of_rule(
                     "spec.tls.client.operatorClientSecretRef",
-                    "cannot be combined with certManager",
-                    "remove operatorClientSecretRef and set certManager.operatorClientIssuerRef to have the operator's client certificate issued",
+                    CEL_OPERATOR_CLIENT_WITH_CERT_MANAGER,
+                    "",
+                    "remove operatorClientSecretRef",
                 ));
             }
             if let Some(r) = &client.server_secret_ref {
@@ -234,15 +235,17 @@ pub fn cluster_create(spec: &EtcdClusterSpec) -> Vec<Violation> {
         if let Some(peer) = &tls.peer {
             let p = "spec.tls.peer";
             match (&peer.secret_ref, &peer.cert_manager) {
-                (Some(_), Some(_)) => out.push(Violation::new(
+                (Some(_), Some(_)) => out.push(Violation::of_rule(
                     p,
-                    "sets both secretRef and certManager",
-                    "keep exactly one: secretRef for your own Secret, or certManager for an operator-emitted Certificate",
+                    CEL_PEER_TLS_SOURCE,
+                    "this one sets both",
+                    "",
                 )),
-                (None, None) => out.push(Violation::new(
+                (None, None) => out.push(Violation::of_rule(
                     p,
-                    "sets neither secretRef nor certManager",
-                    "set exactly one: secretRef for your own Secret, or certManager for an operator-emitted Certificate",
+                    CEL_PEER_TLS_SOURCE,
+                    "this one sets neither",
+                    "",
                 )),
                 _ => {}
             }
@@ -306,18 +309,20 @@ pub fn cluster_create(spec: &EtcdClusterSpec) -> Vec<Violation> {
         }
         match &options.auto_compaction_retention {
             Some(IntOrString::Int(n)) if *n < 0 => out.push(
-                Violation::new(
+                Violation::of_rule(
                     "spec.options.autoCompactionRetention",
-                    "must not be negative",
-                    "use a duration such as 1h or a non-negative integer",
+                    CEL_COMPACTION_RETENTION,
+                    "this one is negative",
+                    "",
                 )
                 .value(n),
             ),
             Some(IntOrString::String(s)) if !RETENTION_RE.is_match(s) => out.push(
-                Violation::new(
+                Violation::of_rule(
                     "spec.options.autoCompactionRetention",
-                    "must be a duration or an integer",
-                    "use a duration such as 1h, 30m or 1h30m, or an integer (hours in periodic mode, revisions in revision mode)",
+                    CEL_COMPACTION_RETENTION,
+                    "",
+                    "an integer is hours in periodic mode and revisions in revision mode",
                 )
                 .value(format!("{s:?}")),
             ),
@@ -339,16 +344,9 @@ pub fn cluster_update(old: &EtcdClusterSpec, new: &EtcdClusterSpec) -> Vec<Viola
     ) {
         if n < o {
             out.push(
-                Violation::new(
-                    "spec.storage.size",
-                    "cannot shrink; PVCs only grow",
-                    format!(
-                        "set {} or more, or delete and recreate the cluster",
-                        old.storage.size.0
-                    ),
-                )
-                .old_value(&old.storage.size.0)
-                .value(&new.storage.size.0),
+                Violation::of_rule("spec.storage.size", CEL_STORAGE_SHRINK, "", "")
+                    .old_value(&old.storage.size.0)
+                    .value(&new.storage.size.0),
             );
         }
     }
@@ -358,13 +356,9 @@ pub fn cluster_update(old: &EtcdClusterSpec, new: &EtcdClusterSpec) -> Vec<Viola
     };
     if medium(old) != medium(new) {
         out.push(
-            Violation::new(
-                "spec.storage.medium",
-                "cannot change after the cluster is created",
-                "delete and recreate the cluster to switch between PVC and Memory storage",
-            )
-            .old_value(medium(old))
-            .value(medium(new)),
+            Violation::of_rule("spec.storage.medium", CEL_STORAGE_MEDIUM_IMMUTABLE, "", "")
+                .old_value(medium(old))
+                .value(medium(new)),
         );
     }
     if old.storage.storage_class_name != new.storage.storage_class_name {
@@ -373,32 +367,30 @@ pub fn cluster_update(old: &EtcdClusterSpec, new: &EtcdClusterSpec) -> Vec<Viola
             None => "unset".to_string(),
         };
         out.push(
-            Violation::new(
+            Violation::of_rule(
                 "spec.storage.storageClassName",
-                "cannot be added, removed or changed after the cluster is created: a PVC's StorageClass is fixed",
-                format!(
-                    "restore the previous value ({}), or delete and recreate the cluster",
-                    show(&old.storage.storage_class_name)
-                ),
+                CEL_STORAGE_CLASS_IMMUTABLE,
+                "",
+                "",
             )
             .old_value(show(&old.storage.storage_class_name))
             .value(show(&new.storage.storage_class_name)),
         );
     }
-    immutable(&mut out, "spec.tls", &old.tls, &new.tls, "TLS");
+    immutable(&mut out, "spec.tls", &old.tls, &new.tls, CEL_TLS_IMMUTABLE);
     immutable(
         &mut out,
         "spec.auth",
         &old.auth,
         &new.auth,
-        "authentication",
+        CEL_AUTH_IMMUTABLE,
     );
     immutable(
         &mut out,
         "spec.bootstrap",
         &old.bootstrap,
         &new.bootstrap,
-        "the bootstrap source (restore happens only at first bootstrap)",
+        CEL_BOOTSTRAP_IMMUTABLE,
     );
     out
 }
@@ -439,9 +431,10 @@ pub fn version_upgrade(old: &str, new: &str) -> Option<Violation> {
         "is a downgrade: etcd supports downgrades only through its downgrade API (3.6 and later, one minor at a time), which the operator does not drive".to_string()
     };
     let next_minor = format!("{o_major}.{}.x", u64::from(o_minor) + 1);
-    Violation::new(
+    Violation::of_rule(
         "spec.version",
-        problem,
+        CEL_VERSION_UPGRADE,
+        format!("the new version {problem}"),
         format!(
             "keep {old}, or set a later {o_major}.{o_minor}.x patch or {next_minor} (upgrade one minor at a time: https://etcd.io/docs/v3.6/upgrades/upgrading-etcd/); \
              to go back, restore a snapshot into a new cluster at the older version"
@@ -452,22 +445,31 @@ pub fn version_upgrade(old: &str, new: &str) -> Option<Violation> {
     .into()
 }
 
-fn storage_size(size: &Quantity, memory: bool) -> Option<Violation> {
+/// `spec.storage.size`: a quantity, and positive with Memory storage. A size that is no quantity
+/// breaks both rules with Memory, as on the apiserver (its Memory rule cannot read the size).
+fn storage_size(size: &Quantity, memory: bool) -> Vec<Violation> {
     let field = "spec.storage.size";
     match quantity::parse(size) {
-        Err(e) => Some(Violation::new(
-            field,
-            format!("must be a quantity: {e}"),
-            "write a size such as 1Gi or 512Mi",
-        )),
-        Ok(q) if memory && !q.is_positive() => Some(
-            Violation::new(
+        Err(e) => {
+            let mut out = vec![Violation::of_rule(
                 field,
-                "must be greater than 0 with spec.storage.medium=Memory (it is each member's tmpfs size limit)",
-                "set e.g. 256Mi",
-            )
-            .value(&size.0),
-        ),
-        Ok(_) => None,
+                CEL_STORAGE_SIZE_QUANTITY,
+                e.to_string(),
+                "",
+            )];
+            if memory {
+                out.push(Violation::of_rule(
+                    field,
+                    CEL_MEMORY_SIZE_POSITIVE,
+                    "it cannot be read as a quantity",
+                    "",
+                ));
+            }
+            out
+        }
+        Ok(q) if memory && !q.is_positive() => {
+            vec![Violation::of_rule(field, CEL_MEMORY_SIZE_POSITIVE, "", "").value(&size.0)]
+        }
+        Ok(_) => Vec::new(),
     }
 }

@@ -4,7 +4,10 @@
 
 use super::fields::non_empty;
 use super::Violation;
-use crate::v1alpha2::{PvcLocation, RestoreSource, S3Location, SnapshotDestination};
+use crate::v1alpha2::{
+    PvcLocation, RestoreSource, S3Location, SnapshotDestination, CEL_DESTINATION_ONE_OF,
+    CEL_RESTORE_ONE_OF, CEL_RESTORE_PVC_SUBPATH, CEL_RESTORE_S3_KEY,
+};
 
 fn s3_location(prefix: &str, s3: &S3Location, out: &mut Vec<Violation>) {
     out.extend(non_empty(&format!("{prefix}.bucket"), &s3.bucket));
@@ -26,22 +29,24 @@ pub(super) fn restore_source(prefix: &str, source: &RestoreSource) -> Vec<Violat
         prefix,
         source.s3.is_some(),
         source.pvc.is_some(),
-        "read from",
+        CEL_RESTORE_ONE_OF,
         &mut out,
     );
     if let Some(s3) = &source.s3 {
         let field = format!("{prefix}.s3.key");
         s3_location(&format!("{prefix}.s3"), s3, &mut out);
         match s3.key.as_deref() {
-            None | Some("") => out.push(Violation::new(
+            None | Some("") => out.push(Violation::of_rule(
                 field,
-                "is required for a restore source: it is the exact object key of the snapshot",
-                "copy it from the snapshot's status.artifact.uri without the s3://<bucket>/ prefix, e.g. my-etcd/my-etcd-2026-06-02.db",
+                CEL_RESTORE_S3_KEY,
+                "it is not set",
+                "copy it from the snapshot's status.artifact.uri without the s3://<bucket>/ prefix",
             )),
             Some(k) if k.ends_with('/') => out.push(
-                Violation::new(
+                Violation::of_rule(
                     field,
-                    "is a prefix, but a restore source needs the exact object key",
+                    CEL_RESTORE_S3_KEY,
+                    "this one is a prefix",
                     format!("append the snapshot's file name, e.g. {k}<snapshot-name>.db"),
                 )
                 .value(format!("{k:?}")),
@@ -53,15 +58,17 @@ pub(super) fn restore_source(prefix: &str, source: &RestoreSource) -> Vec<Violat
         let field = format!("{prefix}.pvc.subPath");
         pvc_location(&format!("{prefix}.pvc"), pvc, &mut out);
         match pvc.sub_path.as_deref() {
-            None | Some("") => out.push(Violation::new(
+            None | Some("") => out.push(Violation::of_rule(
                 field,
-                "is required for a restore source: it is the exact path of the snapshot .db file within the volume",
+                CEL_RESTORE_PVC_SUBPATH,
+                "it is not set",
                 "set it to e.g. snapshots/my-etcd-2026-06-02.db",
             )),
             Some(p) if p.ends_with('/') => out.push(
-                Violation::new(
+                Violation::of_rule(
                     field,
-                    "is a directory, but a restore source needs the exact .db file path",
+                    CEL_RESTORE_PVC_SUBPATH,
+                    "this one is a directory",
                     format!("append the snapshot's file name, e.g. {p}<snapshot-name>.db"),
                 )
                 .value(format!("{p:?}")),
@@ -72,22 +79,31 @@ pub(super) fn restore_source(prefix: &str, source: &RestoreSource) -> Vec<Violat
     out
 }
 
-fn exactly_one_location(prefix: &str, s3: bool, pvc: bool, verb: &str, out: &mut Vec<Violation>) {
+/// Exactly one of s3 or pvc; `rule` is the message of the location type's CEL rule.
+fn exactly_one_location(
+    prefix: &str,
+    s3: bool,
+    pvc: bool,
+    rule: &'static str,
+    out: &mut Vec<Violation>,
+) {
     let problem = match (s3, pvc) {
-        (true, true) => "sets both s3 and pvc",
-        (false, false) => "sets neither s3 nor pvc",
+        (true, true) => "this one sets both",
+        (false, false) => "this one sets neither",
         _ => return,
     };
-    out.push(Violation::new(
-        prefix,
-        problem,
-        format!("set exactly one of s3 or pvc to say where the snapshot is {verb}"),
-    ));
+    out.push(Violation::of_rule(prefix, rule, problem, ""));
 }
 
 pub(super) fn destination(prefix: &str, d: &SnapshotDestination) -> Vec<Violation> {
     let mut out = Vec::new();
-    exactly_one_location(prefix, d.s3.is_some(), d.pvc.is_some(), "stored", &mut out);
+    exactly_one_location(
+        prefix,
+        d.s3.is_some(),
+        d.pvc.is_some(),
+        CEL_DESTINATION_ONE_OF,
+        &mut out,
+    );
     if let Some(s3) = &d.s3 {
         s3_location(&format!("{prefix}.s3"), s3, &mut out);
     }

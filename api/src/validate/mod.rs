@@ -14,6 +14,7 @@
 //! `schedule.rs` (schedules and defrag policies), with what they share beside them (`parse.rs`,
 //! `fields.rs`, `location.rs`, `transition.rs`). No I/O and no clock anywhere in here.
 
+mod cel;
 mod cluster;
 mod defrag;
 mod fields;
@@ -38,7 +39,7 @@ pub use parse::parse;
 pub use schedule::{policy_spec, schedule_spec};
 pub use snapshot::{snapshot_create, snapshot_update};
 
-use schedule::{runs_owner_name, POLICY_NAMES, SCHEDULE_NAMES};
+use schedule::runs_owner_name;
 
 /// One broken rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,9 +50,13 @@ pub struct Violation {
     pub value: Option<String>,
     /// The previous value, for update rules.
     pub old_value: Option<String>,
-    /// What is wrong.
+    /// The message of the CRD's CEL rule this violation mirrors, verbatim, when it mirrors one:
+    /// it leads the rendering, so the text a user sees without the webhook (and the runbook
+    /// quotes) is in the webhook's answer too.
+    pub rule: Option<&'static str>,
+    /// What is wrong; with a `rule`, the detail the rule's message cannot give (may be empty).
     pub message: String,
-    /// How to fix it.
+    /// How to fix it (may be empty when the rule's message says it).
     pub hint: String,
 }
 
@@ -61,9 +66,27 @@ impl Violation {
             field: field.into(),
             value: None,
             old_value: None,
+            rule: None,
             message: message.into(),
             hint: hint.into(),
         }
+    }
+
+    /// A violation of the CEL rule whose message is `rule`, with `detail` saying what exactly
+    /// is wrong here (empty when the rule's message says it all) and `hint` the fix.
+    fn of_rule(
+        field: impl Into<String>,
+        rule: &'static str,
+        detail: impl Into<String>,
+        hint: impl Into<String>,
+    ) -> Self {
+        Self::new(field, detail, hint).rule(rule)
+    }
+
+    /// Mark this violation as the CEL rule's whose message is `rule`.
+    fn rule(mut self, rule: &'static str) -> Self {
+        self.rule = Some(rule);
+        self
     }
 
     fn value(mut self, value: impl fmt::Display) -> Self {
@@ -79,7 +102,11 @@ impl Violation {
 
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)?;
+        match (self.rule, self.message.is_empty()) {
+            (Some(rule), true) => write!(f, "{}: {rule}", self.field)?,
+            (Some(rule), false) => write!(f, "{}: {rule} — {}", self.field, self.message)?,
+            (None, _) => write!(f, "{}: {}", self.field, self.message)?,
+        }
         match (&self.old_value, &self.value) {
             (Some(old), Some(new)) => write!(f, " (was {old}, now {new})")?,
             (None, Some(new)) => write!(f, " (got {new})")?,
@@ -113,14 +140,14 @@ pub fn object(
     new: &serde_json::Value,
     old: Option<&serde_json::Value>,
 ) -> Vec<Violation> {
-    fn spec_of<T: DeserializeOwned>(obj: &serde_json::Value) -> Result<T, Violation> {
+    fn spec_of<T: DeserializeOwned>(obj: &serde_json::Value) -> Result<T, Box<Violation>> {
         match obj.get("spec") {
             Some(spec) => parse("spec", spec),
-            None => Err(Violation::new(
+            None => Err(Box::new(Violation::new(
                 "spec",
                 "is required",
                 "add a spec to the object",
-            )),
+            ))),
         }
     }
     fn judge<T: DeserializeOwned>(
@@ -131,7 +158,7 @@ pub fn object(
     ) -> Vec<Violation> {
         let new = match spec_of::<T>(new) {
             Ok(spec) => spec,
-            Err(v) => return vec![v],
+            Err(v) => return vec![*v],
         };
         match old.map(spec_of::<T>) {
             None => create(&new),
@@ -155,11 +182,15 @@ pub fn object(
             out
         }
         "EtcdSnapshot" => judge::<EtcdSnapshotSpec>(new, old, snapshot_create, snapshot_update),
-        "EtcdDefrag" => judge::<EtcdDefragSpec>(new, old, defrag_create, defrag_update),
+        "EtcdDefrag" => {
+            let mut out = judge::<EtcdDefragSpec>(new, old, defrag_create, defrag_update);
+            cel::attach_defrag_rule_messages(&mut out);
+            out
+        }
         // Plain rules, judged on create and update alike (the specs are mutable).
         "EtcdSnapshotSchedule" => {
             let mut out: Vec<Violation> = named(new)
-                .and_then(|n| runs_owner_name(n, MAX_SCHEDULE_NAME, SCHEDULE_NAMES))
+                .and_then(|n| runs_owner_name(n, MAX_SCHEDULE_NAME, cel::SCHEDULE_NAME))
                 .into_iter()
                 .collect();
             out.extend(judge::<EtcdSnapshotScheduleSpec>(
@@ -172,7 +203,7 @@ pub fn object(
         }
         "EtcdDefragPolicy" => {
             let mut out: Vec<Violation> = named(new)
-                .and_then(|n| runs_owner_name(n, MAX_POLICY_NAME, POLICY_NAMES))
+                .and_then(|n| runs_owner_name(n, MAX_POLICY_NAME, cel::POLICY_NAME))
                 .into_iter()
                 .collect();
             out.extend(judge::<EtcdDefragPolicySpec>(
@@ -181,6 +212,7 @@ pub fn object(
                 policy_spec,
                 |_, new| policy_spec(new),
             ));
+            cel::attach_defrag_rule_messages(&mut out);
             out
         }
         other => vec![Violation::new(

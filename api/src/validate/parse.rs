@@ -11,39 +11,45 @@ use crate::v1alpha2::{
 
 /// Deserialize a `spec` (or any typed part of an object; `prefix` is its path, empty for a whole
 /// object) from JSON, turning a type error into a violation that names the field where it
-/// happened (`spec.tls.client.certManager.serverIssuerRef.kind`).
-pub fn parse<T: DeserializeOwned>(prefix: &str, value: &serde_json::Value) -> Result<T, Violation> {
-    serde_path_to_error::deserialize(value).map_err(|err| {
-        let inner = err.path().to_string();
-        let mut field = if inner == "." || inner.is_empty() {
-            prefix.to_string()
-        } else if prefix.is_empty() {
-            inner
-        } else {
-            format!("{prefix}.{inner}")
-        };
-        let detail = err.inner().to_string();
-        // serde reports a missing field at its parent; name the field itself, as the apiserver does.
-        if let Some(missing) = detail
-            .strip_prefix("missing field `")
-            .and_then(|rest| rest.split('`').next())
-        {
-            field = format!("{field}.{missing}");
-            return Violation::new(
+/// happened (`spec.tls.client.certManager.serverIssuerRef.kind`). Boxed: a violation is larger
+/// than a `Result` should carry on its success path.
+pub fn parse<T: DeserializeOwned>(
+    prefix: &str,
+    value: &serde_json::Value,
+) -> Result<T, Box<Violation>> {
+    serde_path_to_error::deserialize(value)
+        .map_err(|err| {
+            let inner = err.path().to_string();
+            let mut field = if inner == "." || inner.is_empty() {
+                prefix.to_string()
+            } else if prefix.is_empty() {
+                inner
+            } else {
+                format!("{prefix}.{inner}")
+            };
+            let detail = err.inner().to_string();
+            // serde reports a missing field at its parent; name the field itself, as the apiserver does.
+            if let Some(missing) = detail
+                .strip_prefix("missing field `")
+                .and_then(|rest| rest.split('`').next())
+            {
+                field = format!("{field}.{missing}");
+                return Violation::new(
+                    field,
+                    "is required",
+                    "set it (see `kubectl explain` for the field)",
+                );
+            }
+            if let Some(out_of_range) = integer_out_of_range(&field, &detail) {
+                return out_of_range;
+            }
+            Violation::new(
                 field,
-                "is required",
-                "set it (see `kubectl explain` for the field)",
-            );
-        }
-        if let Some(out_of_range) = integer_out_of_range(&field, &detail) {
-            return out_of_range;
-        }
-        Violation::new(
-            field,
-            format!("cannot be read: {detail}"),
-            "fix the value's type or spelling (see `kubectl explain` for the field)",
-        )
-    })
+                format!("cannot be read: {detail}"),
+                "fix the value's type or spelling (see `kubectl explain` for the field)",
+            )
+        })
+        .map_err(Box::new)
 }
 
 /// The bounds and the fix of the integer fields with bounds of their own (the CRD schema carries

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use super::defrag::defrag_rule;
 use super::fields::{bounded_length, in_range, non_empty};
 use super::location::destination;
-use super::Violation;
+use super::{cel, Violation};
 use crate::cron::{Schedule, ScheduleError};
 use crate::v1alpha2::{
     EtcdDefragPolicySpec, EtcdSnapshotScheduleSpec, CHECK_INTERVAL_PATTERN, MAX_AGE_PATTERN,
@@ -22,13 +22,9 @@ static CHECK_INTERVAL_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
     regex::Regex::new(CHECK_INTERVAL_PATTERN).expect("CHECK_INTERVAL_PATTERN is a valid regex")
 });
 
-pub(super) const SCHEDULE_NAMES: &str =
-    "the schedule names its snapshots <name>-<unix minutes> and their Jobs <snapshot>-snapshot";
-pub(super) const POLICY_NAMES: &str = "the policy names its runs <name>-<unix minutes>";
-
 /// The name of an object whose runs are named `<name>-<unix minutes>`: a DNS label short enough
-/// for the runs' names (the CRD's root CEL rule).
-pub(super) fn runs_owner_name(name: &str, max: usize, why: &str) -> Option<Violation> {
+/// for the runs' names (the CRD's root CEL rule, whose message is `rule`).
+pub(super) fn runs_owner_name(name: &str, max: usize, rule: &'static str) -> Option<Violation> {
     let label = DNS_LABEL_RE.is_match(name);
     let length = name.chars().count();
     let problem = match (length > max, label) {
@@ -37,20 +33,20 @@ pub(super) fn runs_owner_name(name: &str, max: usize, why: &str) -> Option<Viola
         (false, true) => return None,
     };
     Some(
-        Violation::new(
-            "metadata.name",
-            format!(
-                "must be a DNS label of at most {max} characters, because {why}, which must stay within 63 characters; this name {problem}"
-            ),
-            "choose a shorter name of lowercase letters, digits and '-', e.g. my-etcd-nightly",
-        )
-        .value(format!("{name:?}")),
+        Violation::of_rule("metadata.name", rule, format!("this name {problem}"), "")
+            .value(format!("{name:?}")),
     )
 }
 
 /// The cron expression and time zone, parsed as the controller parses them: CEL checks only
 /// their shape, so `61 * * * *` or `Mars/Olympus` pass the CRD and are refused here.
-fn cron_schedule(expression: &str, time_zone: Option<&str>, out: &mut Vec<Violation>) {
+/// `rule` is the message of the kind's CEL rule on the expression's shape.
+fn cron_schedule(
+    expression: &str,
+    time_zone: Option<&str>,
+    rule: &'static str,
+    out: &mut Vec<Violation>,
+) {
     if let Some(tz) = time_zone {
         out.extend(bounded_length("spec.timeZone", tz, 64));
     }
@@ -61,18 +57,20 @@ fn cron_schedule(expression: &str, time_zone: Option<&str>, out: &mut Vec<Violat
     match Schedule::parse(expression, time_zone.unwrap_or("UTC")) {
         Ok(_) => {}
         Err(ScheduleError::Cron { value, reason }) => out.push(
-            Violation::new(
+            Violation::of_rule(
                 "spec.schedule",
-                format!("is not a valid cron expression: {reason}"),
-                "use 5 fields, minute hour day-of-month month day-of-week (e.g. '0 */6 * * *'), or @hourly, @daily, @weekly, @monthly, @yearly",
+                rule,
+                format!("this one is not a valid cron expression: {reason}"),
+                "",
             )
             .value(format!("{value:?}")),
         ),
         Err(ScheduleError::TimeZone { value }) => out.push(
-            Violation::new(
+            Violation::of_rule(
                 "spec.timeZone",
-                "is not a known IANA time zone",
-                "use a name from the tz database such as UTC, Europe/Berlin or America/New_York (see `timedatectl list-timezones`)",
+                cel::TIME_ZONE,
+                "this one is not a known IANA time zone",
+                "see `timedatectl list-timezones` for the names, e.g. America/New_York",
             )
             .value(format!("{value:?}")),
         ),
@@ -83,7 +81,12 @@ fn cron_schedule(expression: &str, time_zone: Option<&str>, out: &mut Vec<Violat
 pub fn schedule_spec(spec: &EtcdSnapshotScheduleSpec) -> Vec<Violation> {
     let mut out = Vec::new();
     out.extend(non_empty("spec.clusterRef.name", &spec.cluster_ref.name));
-    cron_schedule(&spec.schedule, spec.time_zone.as_deref(), &mut out);
+    cron_schedule(
+        &spec.schedule,
+        spec.time_zone.as_deref(),
+        cel::SCHEDULE_CRON,
+        &mut out,
+    );
     out.extend(destination(
         "spec.snapshotTemplate.destination",
         &spec.snapshot_template.destination,
@@ -97,10 +100,11 @@ pub fn schedule_spec(spec: &EtcdSnapshotScheduleSpec) -> Vec<Violation> {
     ));
     if let Some(r) = &spec.retention {
         if r.keep_last.is_none() && r.max_age.is_none() {
-            out.push(Violation::new(
+            out.push(Violation::of_rule(
                 "spec.retention",
-                "sets neither keepLast nor maxAge",
-                "set keepLast, maxAge or both; remove spec.retention to keep every snapshot",
+                cel::RETENTION_EMPTY,
+                "",
+                "",
             ));
         }
         out.extend(in_range(
@@ -112,12 +116,8 @@ pub fn schedule_spec(spec: &EtcdSnapshotScheduleSpec) -> Vec<Violation> {
         ));
         if let Some(age) = r.max_age.as_deref().filter(|a| !MAX_AGE_RE.is_match(a)) {
             out.push(
-                Violation::new(
-                    "spec.retention.maxAge",
-                    "must be a whole number of minutes, hours or days",
-                    "write e.g. 30m, 12h or 7d",
-                )
-                .value(format!("{age:?}")),
+                Violation::of_rule("spec.retention.maxAge", cel::RETENTION_MAX_AGE, "", "")
+                    .value(format!("{age:?}")),
             );
         }
     }
@@ -129,37 +129,40 @@ pub fn policy_spec(spec: &EtcdDefragPolicySpec) -> Vec<Violation> {
     let mut out = Vec::new();
     out.extend(non_empty("spec.clusterRef.name", &spec.cluster_ref.name));
     if spec.schedule.is_none() && spec.check_interval.is_none() {
-        out.push(Violation::new(
+        out.push(Violation::of_rule(
             "spec",
-            "sets neither schedule nor checkInterval, so the policy would never create a run",
-            "set schedule (runs on a cron schedule), checkInterval (a run when a check finds a member worth defragmenting) or both",
+            cel::POLICY_TRIGGER,
+            "without either the policy would never create a run",
+            "",
         ));
     }
     if let Some(expression) = &spec.schedule {
-        cron_schedule(expression, spec.time_zone.as_deref(), &mut out);
+        cron_schedule(
+            expression,
+            spec.time_zone.as_deref(),
+            cel::POLICY_CRON,
+            &mut out,
+        );
     } else if let Some(tz) = spec.time_zone.as_deref() {
         // No schedule to read in it, but the field is still judged as the controller reads it.
-        cron_schedule("* * * * *", Some(tz), &mut out);
+        cron_schedule("* * * * *", Some(tz), cel::POLICY_CRON, &mut out);
     }
     if let Some(interval) = spec.check_interval.as_deref() {
         if !CHECK_INTERVAL_RE.is_match(interval) {
             out.push(
-                Violation::new(
-                    "spec.checkInterval",
-                    "must be a whole number of minutes or hours",
-                    "write e.g. 10m or 1h",
-                )
-                .value(format!("{interval:?}")),
+                Violation::of_rule("spec.checkInterval", cel::CHECK_INTERVAL, "", "")
+                    .value(format!("{interval:?}")),
             );
         }
     }
     if let Some(rule) = &spec.rule {
         out.extend(defrag_rule(rule));
         if rule.is_all() && spec.check_interval.is_some() {
-            out.push(Violation::new(
+            out.push(Violation::of_rule(
                 "spec.rule.all",
-                "true with spec.checkInterval would defragment every member at every check",
-                "remove checkInterval and use schedule for unconditional runs, or set a rule such as freeSpaceAbove instead of all",
+                cel::POLICY_ALL_WITH_CHECKS,
+                "",
+                "",
             ));
         }
     }

@@ -1,7 +1,10 @@
 use serde_json::json;
 
 use super::*;
-use crate::v1alpha2::CLUSTER_NAME_MAX_LEN;
+use crate::v1alpha2::{
+    CEL_CLUSTER_NAME, CEL_SNAPSHOT_IMMUTABLE, CEL_STORAGE_SHRINK, CEL_TLS_IMMUTABLE,
+    CLUSTER_NAME_MAX_LEN,
+};
 
 fn cluster(spec: serde_json::Value) -> EtcdClusterSpec {
     parse("spec", &spec).expect("spec parses")
@@ -18,7 +21,8 @@ fn shrink_message_names_both_sizes_and_the_fix() {
     assert_eq!(v[0].old_value.as_deref(), Some("10Gi"));
     assert_eq!(v[0].value.as_deref(), Some("5Gi"));
     assert!(
-        text.contains("cannot shrink") && text.contains("set 10Gi or more"),
+        text.starts_with(&format!("spec.storage.size: {CEL_STORAGE_SHRINK}"))
+            && text.contains("(was 10Gi, now 5Gi)"),
         "{text}"
     );
 }
@@ -38,7 +42,8 @@ fn immutable_subtree_change_names_the_sub_field_and_both_values() {
     assert_eq!(v[0].value.as_deref(), Some("\"b\""));
     let text = v[0].to_string();
     assert!(
-        text.contains("spec.tls is immutable") && text.contains("(was \"a\", now \"b\")"),
+        text.contains(CEL_TLS_IMMUTABLE)
+            && text.contains("this update changes spec.tls (was \"a\", now \"b\")"),
         "{text}"
     );
 }
@@ -55,7 +60,12 @@ fn immutable_subtree_added_shows_it_as_compact_json() {
         v[0].value.as_deref(),
         Some(r#"{"peer":{"secretRef":{"name":"p"}}}"#)
     );
-    assert!(v[0].message.contains("cannot be added"), "{}", v[0]);
+    assert_eq!(v[0].rule, Some(CEL_TLS_IMMUTABLE));
+    assert!(
+        v[0].message.contains("this update adds spec.tls"),
+        "{}",
+        v[0]
+    );
 }
 
 #[test]
@@ -72,6 +82,12 @@ fn snapshot_spec_change_names_what_changed() {
     assert_eq!(v[0].field, "spec.destination.s3.bucket");
     assert_eq!(v[0].old_value.as_deref(), Some("\"a\""));
     assert_eq!(v[0].value.as_deref(), Some("\"b\""));
+    // The CEL rule's words, which send the user to a new EtcdSnapshot.
+    let text = v[0].to_string();
+    assert!(
+        text.contains(CEL_SNAPSHOT_IMMUTABLE) && text.contains("create a new EtcdSnapshot"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -183,8 +199,9 @@ fn cluster_name_violation_says_what_is_wrong_and_why() {
         "ends with '-'",
         "<name>-client",
     ] {
-        assert!(v.message.contains(part), "{part} missing from {v}");
+        assert!(v.to_string().contains(part), "{part} missing from {v}");
     }
+    assert_eq!(v.rule, Some(CEL_CLUSTER_NAME));
     let v = cluster_name(&"a".repeat(57)).expect("a violation");
     assert!(v.message.contains("is 57 characters long"), "{v}");
 }
@@ -260,7 +277,7 @@ fn cron_expressions_and_time_zones_cel_cannot_parse_are_refused_with_field_and_v
     assert_eq!(v.len(), 1, "{v:?}");
     assert_eq!(v[0].field, "spec.timeZone");
     assert_eq!(v[0].value.as_deref(), Some("\"Mars/Olympus\""));
-    assert!(v[0].hint.contains("Europe/Berlin"), "{v:?}");
+    assert!(v[0].to_string().contains("Europe/Berlin"), "{v:?}");
 
     // A policy's time zone is judged with or without a schedule.
     let policy =
@@ -329,4 +346,36 @@ fn schedule_and_policy_report_every_problem_at_once() {
         json!({"clusterRef": {"name": "e"}, "schedule": "@weekly"}),
     );
     assert_eq!(object("EtcdDefragPolicy", &new, Some(&old)), vec![]);
+}
+
+/// The reference runbook quotes the apiserver's CEL messages; a user with the webhook installed
+/// reads the validator's answer, which must contain those words as written there.
+#[test]
+fn the_runbooks_quoted_messages_are_in_the_validators_answer() {
+    let memory = json!({"version": "3.6.11", "replicas": 3, "storage": {"size": "256Mi", "medium": "Memory"}});
+    let mut paused = memory.clone();
+    paused["replicas"] = json!(0);
+    let text = render(
+        "EtcdCluster",
+        "my-mem-etcd",
+        &cluster_update(&cluster(memory), &cluster(paused)),
+    );
+    assert!(
+        text.contains("spec.replicas=0 with spec.storage.medium=Memory is unsupported: "),
+        "{text}"
+    );
+    let tls = cluster(
+        json!({"version": "3.6.11", "tls": {"client": {"serverSecretRef": {"name": "s"}}}}),
+    );
+    let plain = cluster(json!({"version": "3.6.11"}));
+    let text = render("EtcdCluster", "my-cluster", &cluster_update(&tls, &plain));
+    assert!(
+        text.contains(
+            "spec.tls cannot be added to or removed from an existing cluster; delete and recreate"
+        ),
+        "{text}"
+    );
+    // ... with what only the webhook can add: which way it changed, and the values.
+    assert!(text.contains("this update removes spec.tls"), "{text}");
+    assert!(text.contains("now unset)"), "{text}");
 }

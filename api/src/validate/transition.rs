@@ -4,43 +4,53 @@
 
 use serde::Serialize;
 
-use super::Violation;
+use super::{cel, Violation};
+use crate::v1alpha2::CEL_SNAPSHOT_IMMUTABLE;
 
+/// A subtree of an EtcdCluster spec that may not be added, removed or changed after create;
+/// `rule` is the message of its CEL transition rule.
 pub(super) fn immutable<T: PartialEq + Serialize>(
     out: &mut Vec<Violation>,
     field: &str,
     old: &Option<T>,
     new: &Option<T>,
-    what: &str,
+    rule: &'static str,
 ) {
     let change = match (old, new) {
-        (None, Some(_)) => "cannot be added to an existing cluster",
-        (Some(_), None) => "cannot be removed from an existing cluster",
-        (Some(o), Some(n)) if o != n => "cannot be changed on an existing cluster",
+        (None, Some(_)) => format!("this update adds {field}"),
+        (Some(_), None) => format!("this update removes {field}"),
+        (Some(o), Some(n)) if o != n => format!("this update changes {field}"),
         _ => return,
     };
     out.push(changed(
         field,
         old,
         new,
-        change,
-        format!("restore the previous value; to change {what}, delete and recreate the cluster"),
+        Some(rule),
+        &change,
+        "restore the previous value".to_string(),
     ));
 }
 
 /// A change to the immutable `field`, reported at the first sub-field that differs, with its
 /// old and new value, so the user sees what changed and not only where.
-fn changed<T: Serialize>(field: &str, old: &T, new: &T, message: &str, hint: String) -> Violation {
+fn changed<T: Serialize>(
+    field: &str,
+    old: &T,
+    new: &T,
+    rule: Option<&'static str>,
+    detail: &str,
+    hint: String,
+) -> Violation {
     let as_json = |v: &T| serde_json::to_value(v).ok();
-    let Some(diff) = first_difference(field, as_json(old).as_ref(), as_json(new).as_ref()) else {
-        return Violation::new(field, message, hint);
+    let diff = first_difference(field, as_json(old).as_ref(), as_json(new).as_ref());
+    let at = diff.as_ref().map_or(field, |d| d.field.as_str());
+    let mut violation = Violation::new(at, detail, hint);
+    violation.rule = rule;
+    let Some(diff) = diff else {
+        return violation;
     };
-    let message = if diff.field == field {
-        message.to_string()
-    } else {
-        format!("{message}: {field} is immutable")
-    };
-    Violation::new(diff.field, message, hint)
+    violation
         .old_value(shown_json(diff.old.as_ref()))
         .value(shown_json(diff.new.as_ref()))
 }
@@ -96,20 +106,29 @@ fn shown_json(value: Option<&serde_json::Value>) -> String {
     cut
 }
 
-/// The violation of a one-shot kind's update that changes its spec (which is immutable).
+/// The violation of a one-shot kind's update that changes its spec (which is immutable),
+/// reported with the message of the kind's `self == oldSelf` CEL rule, which says to create a
+/// new object instead. `message` is said when the kind has no such rule.
 pub(super) fn spec_unchanged<T: PartialEq + Serialize>(
     old: &T,
     new: &T,
     message: &str,
     kind: &str,
 ) -> Option<Violation> {
-    (old != new).then(|| {
-        changed(
+    let rule = match kind {
+        "EtcdSnapshot" => Some(CEL_SNAPSHOT_IMMUTABLE),
+        "EtcdDefrag" => Some(cel::DEFRAG_IMMUTABLE),
+        _ => None,
+    };
+    (old != new).then(|| match rule {
+        Some(_) => changed("spec", old, new, rule, "", String::new()),
+        None => changed(
             "spec",
             old,
             new,
+            None,
             message,
             format!("create a new {kind} with another name instead of editing this one"),
-        )
+        ),
     })
 }

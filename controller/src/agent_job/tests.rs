@@ -101,6 +101,34 @@ fn job_has_behaviours_settings_and_is_owned_by_the_snapshot() {
     assert_eq!(sc.read_only_root_filesystem, Some(true));
 }
 
+/// The runbook finds a member Pod with `-l etcd-operator.cozystack.io/cluster=<cluster>` and
+/// `.items[0]`: the save and prune Jobs' Pods name their cluster under another key.
+#[test]
+fn job_pods_name_their_cluster_under_the_job_label_not_the_member_label() {
+    let dest = SnapshotDestination {
+        s3: None,
+        pvc: Some(PvcLocation {
+            claim_name: "backups".into(),
+            sub_path: None,
+        }),
+    };
+    for job in [
+        snapshot_job(&snapshot(s3()), &cluster(false, false), "op:1").unwrap(),
+        prune_job(&snapshot(dest), "op:1", false).unwrap(),
+    ] {
+        let template = job.spec.as_ref().unwrap().template.metadata.as_ref();
+        for labels in [
+            job.metadata.labels.as_ref(),
+            template.and_then(|m| m.labels.as_ref()),
+        ] {
+            let labels = labels.unwrap();
+            assert!(!labels.contains_key(labels::CLUSTER), "{labels:?}");
+            assert_eq!(labels[labels::JOB_CLUSTER], "demo");
+            assert_eq!(labels[labels::APP_INSTANCE], "demo");
+        }
+    }
+}
+
 #[test]
 fn s3_destination_becomes_agent_flags_and_credentials_from_the_secret() {
     let job = snapshot_job(&snapshot(s3()), &cluster(false, false), "op:1").unwrap();

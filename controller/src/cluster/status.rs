@@ -92,6 +92,45 @@ fn id_mismatch_message(latched: &str, answered: &str) -> String {
     )
 }
 
+/// How long every member must have been gone (Available already False that long) before the
+/// cluster says `AllMembersLost`: a Pod being recreated (the one member of a cluster restarting,
+/// a resume from pause) leaves none for a moment, which is not a loss.
+const ALL_MEMBERS_LOST_AFTER_SECONDS: i64 = 30;
+
+/// Every member gone, for long enough to say so (see [`ALL_MEMBERS_LOST_AFTER_SECONDS`]), or
+/// already said.
+fn all_members_lost(cluster: &EtcdCluster, facts: &Facts, now: Timestamp) -> bool {
+    if !facts.all_members_lost {
+        return false;
+    }
+    let available = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == ctype::AVAILABLE));
+    available.is_some_and(|c| {
+        c.reason == reason::ALL_MEMBERS_LOST
+            || (c.status == "False"
+                && now.as_second() - c.last_transition_time.0.as_second()
+                    >= ALL_MEMBERS_LOST_AFTER_SECONDS)
+    })
+}
+
+/// The message of `AllMembersLost`: what is gone, and the two ways back.
+fn all_members_lost_message(cluster: &EtcdCluster, members: i32) -> String {
+    let name = cluster.name_any();
+    let ns = cluster.namespace().unwrap_or_default();
+    format!(
+        "every member is gone: none of the {members} members has a Pod and no etcd member \
+         answers, so the cluster serves nothing (readyMembers 0). While the members' PVCs remain, \
+         the operator recreates their Pods and the cluster recovers by itself once they run: find \
+         what stops them (kubectl get events -n {ns}; kubectl get pod,pvc -n {ns} -l \
+         {}={name}). If the data is gone too, restore the newest Complete EtcdSnapshot into a new \
+         EtcdCluster (spec.bootstrap.restore, see docs/snapshots.md): this operator does not yet \
+         rebuild a lost cluster in place",
+        labels::CLUSTER
+    )
+}
+
 /// A TLS Secret cert-manager has not issued yet is a wait; any other problem is not ready.
 fn tls_reason(waiting_for_certificate: bool) -> &'static str {
     if waiting_for_certificate {
@@ -152,6 +191,7 @@ pub fn render(
                 .join(", ")
         )
     });
+    let lost = all_members_lost(cluster, facts, now);
     let id_mismatch = facts
         .cluster_id_mismatch
         .as_ref()
@@ -217,6 +257,12 @@ pub fn render(
             id_mismatch_message(latched, answered),
         ),
         _ if paused => set(ctype::AVAILABLE, false, reason::PAUSED, paused_message.clone()),
+        _ if lost => set(
+            ctype::AVAILABLE,
+            false,
+            reason::ALL_MEMBERS_LOST,
+            all_members_lost_message(cluster, members),
+        ),
         _ if matches!(plan.action, Action::LatchClusterId { .. }) => set(
             ctype::AVAILABLE,
             true,
@@ -305,6 +351,12 @@ pub fn render(
             true,
             tls_reason(*waiting_for_certificate),
             problem.clone(),
+        ),
+        _ if lost => set(
+            ctype::PROGRESSING,
+            false,
+            reason::ALL_MEMBERS_LOST,
+            all_members_lost_message(cluster, members),
         ),
         _ if facts.memory_rollout_unsafe.is_some() => set(
             ctype::PROGRESSING,
@@ -462,6 +514,13 @@ pub fn render(
         set(ctype::DEGRADED, false, reason::PAUSED, paused_message);
     } else if let Some(m) = id_mismatch {
         set(ctype::DEGRADED, true, reason::CLUSTER_ID_MISMATCH, m);
+    } else if lost {
+        set(
+            ctype::DEGRADED,
+            true,
+            reason::ALL_MEMBERS_LOST,
+            all_members_lost_message(cluster, members),
+        );
     } else if formed {
         if ready_quorum < majority {
             set(

@@ -165,6 +165,9 @@ pub struct Facts {
     /// those they loaded): no member is restarted for the new CA bundles. The message names the
     /// Secret and the safe procedure ([`super::ca_set::unsafe_change`]).
     pub unsafe_ca_change: Option<String>,
+    /// The cluster formed and runs (replicas > 0), yet no member has a Pod and etcd did not
+    /// answer: every member is gone (the status says `AllMembersLost` once it lasts).
+    pub all_members_lost: bool,
 }
 
 impl Facts {
@@ -482,6 +485,10 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         facts.etcd_error = Some(e.clone());
     }
     facts.paused = observed.replicas == 0;
+    facts.all_members_lost = formed
+        && observed.replicas > 0
+        && o.etcd.members().is_none()
+        && live_members.iter().all(|m| m.pod.is_none());
     let behind = live_members
         .iter()
         .filter(|m| m.version != observed.version)

@@ -477,3 +477,149 @@ fn a_member_whose_pod_cannot_be_scheduled_is_named_with_the_schedulers_message()
     }
     assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_AVAILABLE);
 }
+
+/// A formed 3-member cluster whose members report no Ready Pod; `lost`: none has a Pod at all
+/// and etcd did not answer.
+fn members_down(lost: bool) -> Facts {
+    Facts {
+        formed: true,
+        ready_members: 0,
+        voters: 3,
+        ready_voters: 0,
+        live_members: 3,
+        broken_members: 3,
+        all_members_lost: lost,
+        etcd_error: None,
+        ..Default::default()
+    }
+}
+
+/// The cluster after a status rendered at `at` from `facts`.
+fn rendered_at(facts: Facts, at: Timestamp) -> EtcdCluster {
+    let mut c = cluster();
+    c.status = Some(EtcdClusterStatus {
+        cluster_id: Some("ab".into()),
+        ..Default::default()
+    });
+    let status = render(
+        &c,
+        &plan(3, Phase::Reconciled, facts, Action::None),
+        None,
+        at,
+    );
+    c.status = Some(status);
+    c
+}
+
+#[test]
+fn every_member_gone_for_a_while_is_all_members_lost_naming_the_recovery() {
+    // Quorum was lost a minute ago (the Pods went), and still no member has a Pod.
+    let before = now()
+        .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(60))
+        .unwrap();
+    let c = rendered_at(members_down(true), before);
+    let s = render(
+        &c,
+        &plan(3, Phase::Reconciled, members_down(true), Action::None),
+        None,
+        now(),
+    );
+    for (t, status) in [
+        (ctype::AVAILABLE, "False"),
+        (ctype::PROGRESSING, "False"),
+        (ctype::DEGRADED, "True"),
+    ] {
+        let got = cond(&s, t);
+        assert_eq!(
+            (got.status.as_str(), got.reason.as_str()),
+            (status, reason::ALL_MEMBERS_LOST),
+            "{t}"
+        );
+    }
+    assert_eq!(s.ready_members, 0);
+    let message = &cond(&s, ctype::AVAILABLE).message;
+    for part in [
+        "every member is gone",
+        "EtcdSnapshot",
+        "spec.bootstrap.restore",
+        "docs/snapshots.md",
+    ] {
+        assert!(message.contains(part), "{part} missing from {message}");
+    }
+    // Said once, it stays while the loss lasts (no flapping back to QuorumLost).
+    let mut again = c.clone();
+    again.status = Some(s);
+    let s = render(
+        &again,
+        &plan(3, Phase::Reconciled, members_down(true), Action::None),
+        None,
+        now(),
+    );
+    assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::ALL_MEMBERS_LOST);
+}
+
+#[test]
+fn a_moment_without_member_pods_is_quorum_lost_not_all_members_lost() {
+    // Available was True until now: a Pod being recreated leaves none for a moment.
+    let healthy = Facts {
+        ready_members: 3,
+        ready_voters: 3,
+        broken_members: 0,
+        ..members_down(false)
+    };
+    let c = rendered_at(healthy, now());
+    let s = render(
+        &c,
+        &plan(3, Phase::Reconciled, members_down(true), Action::None),
+        None,
+        now(),
+    );
+    assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_LOST);
+    assert_eq!(cond(&s, ctype::DEGRADED).reason, reason::QUORUM_LOST);
+}
+
+#[test]
+fn all_members_lost_clears_as_soon_as_a_member_pod_is_back() {
+    let before = now()
+        .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(60))
+        .unwrap();
+    let mut c = rendered_at(members_down(true), before);
+    let lost = render(
+        &c,
+        &plan(3, Phase::Reconciled, members_down(true), Action::None),
+        None,
+        before
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(40))
+            .unwrap(),
+    );
+    assert_eq!(
+        cond(&lost, ctype::DEGRADED).reason,
+        reason::ALL_MEMBERS_LOST
+    );
+    c.status = Some(lost);
+    // The Pods exist again but are not Ready yet: quorum is still lost, the members are not.
+    let s = render(
+        &c,
+        &plan(3, Phase::Reconciled, members_down(false), Action::None),
+        None,
+        now(),
+    );
+    assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_LOST);
+    assert_eq!(cond(&s, ctype::DEGRADED).reason, reason::QUORUM_LOST);
+    assert_eq!(cond(&s, ctype::PROGRESSING).reason, reason::RECONCILED);
+    // Ready again: healthy.
+    let ready = Facts {
+        ready_members: 3,
+        ready_voters: 3,
+        broken_members: 0,
+        ..members_down(false)
+    };
+    let s = render(
+        &c,
+        &plan(3, Phase::Reconciled, ready, Action::None),
+        None,
+        now(),
+    );
+    assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_HEALTHY);
+    assert_eq!(cond(&s, ctype::DEGRADED).status, "False");
+}
