@@ -29,7 +29,7 @@ mod record;
 
 #[cfg(test)]
 pub(super) use create::member_tls;
-use create::{create_member, set_initial_cluster};
+use create::{add_learners, create_member, set_initial_cluster};
 use record::record;
 
 /// What the step left for the rest of the reconcile.
@@ -151,6 +151,14 @@ pub(super) async fn act(
                 .await;
             }
             set_initial_cluster(&members_api, member, initial_cluster_after_add).await?;
+        }
+        Action::AddLearners {
+            create,
+            add,
+            complete,
+        } => {
+            requeue =
+                add_learners(cluster, ctx, &plan.observed, seen, *create, add, complete).await?;
         }
         Action::LatchClusterId {
             cluster_id,

@@ -12,6 +12,13 @@ pub struct Ghost {
     pub is_learner: bool,
 }
 
+/// A member to add to etcd as a learner: its EtcdMember's name and its peer URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Joiner {
+    pub member: String,
+    pub peer_url: String,
+}
+
 /// The one thing to do this reconcile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -27,6 +34,17 @@ pub enum Action {
         already_added: bool,
         /// The `--initial-cluster` value once the member is in etcd's list (for a seed: itself).
         initial_cluster_after_add: String,
+    },
+    /// Several members join at once (every member runs with a `--max-learners` that allows
+    /// it): create `create` new EtcdMembers, `MemberAddAsLearner` each of `add` and then each
+    /// created one, and only then set `spec.initialCluster` of every one of them and of
+    /// `complete` (pending members etcd lists already) to etcd's member list after the last add.
+    /// No joiner's Pod exists before its initial cluster is set, so each starts with the list
+    /// etcd holds then, which is what etcd demands of a joining member.
+    AddLearners {
+        create: u32,
+        add: Vec<Joiner>,
+        complete: Vec<String>,
     },
     /// The seed is alone in etcd: record the cluster ID and the seed's member ID.
     LatchClusterId {

@@ -78,6 +78,112 @@ pub(super) fn data_out_of_reach(
     }
 }
 
+/// Promote a learner whose Pod is Ready (etcd checks that it has caught up with the leader,
+/// `isLearnerReady`, and that the started voters keep a quorum; not the 5-second connection
+/// rule of an add), one per reconcile.
+fn promotion(
+    o: &Observed<'_>,
+    live: &[&MemberView],
+    peer_url: &dyn Fn(&str) -> String,
+) -> Option<Action> {
+    live.iter().find_map(|m| {
+        let entry = etcd_entry(&o.etcd, &peer_url(&m.name))?;
+        (entry.is_learner && is_ready(m)).then(|| Action::Promote {
+            member: m.name.clone(),
+            member_id: entry.id,
+        })
+    })
+}
+
+/// How many learners etcd accepts at once in this cluster: the smallest `--max-learners` among
+/// the members. etcd checks the limit on every member as it applies an added learner
+/// (`ValidateConfigurationChange`: a member with a lower limit would skip the change the others
+/// apply) and when a member starts, so the lowest limit rules. A member that runs without the
+/// flag (built before the operator set it, taken over from the reference operator, etcd 3.5)
+/// counts as etcd's default of one, which makes the joining one member at a time.
+pub(super) fn learner_capacity(live: &[&MemberView]) -> usize {
+    live.iter()
+        .map(|m| m.max_learners as usize)
+        .min()
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// The joining step: members that are to join etcd as learners. Pending members (created, not
+/// yet given an initial cluster) are added while etcd accepts more learners and completed once
+/// etcd lists them; missing members are created, every one at once when the members accept that
+/// many learners, only while every other member is a Ready voter. `None` when nothing can go on
+/// now.
+///
+/// Safety: a joiner compares its `--initial-cluster` with etcd's member list when it first
+/// starts (`ValidateClusterAndAssignIDs`), so no learner is added while a member that was given
+/// its initial cluster has not started yet (etcd lists it without a name): the adds of one step
+/// all come before any of its initial clusters is set (see [`Action::AddLearners`]).
+pub(super) fn plan_join(
+    o: &Observed<'_>,
+    target: &ObservedSpec,
+    live: &[&MemberView],
+    etcd_members: &[EtcdMemberInfo],
+    peer_url: &dyn Fn(&str) -> String,
+) -> Option<Action> {
+    let entry = |m: &MemberView| etcd_entry(&o.etcd, &peer_url(&m.name));
+    let pending: Vec<&MemberView> = live.iter().copied().filter(|m| m.pending).collect();
+    let (added, not_added): (Vec<&MemberView>, Vec<&MemberView>) =
+        pending.iter().partition(|m| entry(m).is_some());
+    let joining = live
+        .iter()
+        .any(|m| !m.pending && entry(m).is_some_and(|e| e.name.is_empty()));
+    let learners = etcd_members.iter().filter(|e| e.is_learner).count();
+    let capacity = learner_capacity(live);
+    let mut room = capacity.saturating_sub(learners);
+    let add: Vec<&MemberView> = if joining {
+        Vec::new()
+    } else {
+        not_added.iter().copied().take(room).collect()
+    };
+    room -= add.len();
+    // New members only while every other member is a Ready voter and etcd's learners are the
+    // pending members' (one at a time: only once the pending member is done).
+    let pending_url = |u: &String| pending.iter().any(|m| &peer_url(&m.name) == u);
+    let settled = live.iter().all(|m| m.pending || is_ready(m))
+        && etcd_members
+            .iter()
+            .filter(|e| e.is_learner)
+            .all(|e| e.peer_urls.iter().any(pending_url));
+    let missing = (target.replicas as usize).saturating_sub(live.len());
+    let create = if !joining
+        && settled
+        && add.len() == not_added.len()
+        && (capacity > 1 || pending.is_empty())
+    {
+        missing.min(room)
+    } else {
+        0
+    };
+    let joiner = |m: &MemberView| Joiner {
+        member: m.name.clone(),
+        peer_url: peer_url(&m.name),
+    };
+    match (create, add.as_slice(), added.as_slice()) {
+        (0, [], []) => None,
+        (1, [], []) => Some(Action::CreateMember),
+        (0, [one], []) | (0, [], [one]) => {
+            let j = joiner(one);
+            Some(Action::CompletePending {
+                initial_cluster_after_add: initial_cluster(etcd_members, &j.member, &j.peer_url),
+                already_added: add.is_empty(),
+                member: j.member,
+                peer_url: j.peer_url,
+            })
+        }
+        _ => Some(Action::AddLearners {
+            create: create as u32,
+            add: add.iter().map(|m| joiner(m)).collect(),
+            complete: added.iter().map(|m| m.name.clone()).collect(),
+        }),
+    }
+}
+
 pub(super) fn plan_formed(
     o: &Observed<'_>,
     target: &ObservedSpec,
@@ -102,28 +208,30 @@ pub(super) fn plan_formed(
         }
     };
 
-    // 1. Finish a half-done scale-up step (crash between create / MemberAddAsLearner / patch).
-    if let Some(m) = live.iter().find(|m| m.pending) {
-        let url = peer_url(&m.name);
-        let already_added = etcd_entry(&o.etcd, &url).is_some();
-        return Action::CompletePending {
-            member: m.name.clone(),
-            initial_cluster_after_add: initial_cluster(etcd_members, &m.name, &url),
-            peer_url: url,
-            already_added,
-        };
+    // 1. Finish a half-done joining step (crash between create / MemberAddAsLearner / patch):
+    // add what can be added, complete what etcd lists. What cannot go on yet waits for the
+    // learners in the way to start and be promoted.
+    if live.iter().any(|m| m.pending) {
+        if let Some(action) = plan_join(o, target, live, etcd_members, peer_url) {
+            return action;
+        }
+        if let Some(action) = promotion(o, live, peer_url) {
+            return action;
+        }
+        let waiting: Vec<&str> = live
+            .iter()
+            .filter(|m| m.pending)
+            .map(|m| m.name.as_str())
+            .collect();
+        return Action::Wait(format!(
+            "waiting for the learners etcd lists to start and be promoted before adding {}",
+            waiting.join(", ")
+        ));
     }
 
     // 2. Promote a learner whose Pod is Ready.
-    for m in live {
-        if let Some(entry) = etcd_entry(&o.etcd, &peer_url(&m.name)) {
-            if entry.is_learner && m.pod.as_ref().is_some_and(|p| p.ready) {
-                return Action::Promote {
-                    member: m.name.clone(),
-                    member_id: entry.id,
-                };
-            }
-        }
+    if let Some(action) = promotion(o, live, peer_url) {
+        return action;
     }
 
     // 3. Ghosts: etcd members nothing describes. A learner never counts towards quorum; a voter
@@ -221,17 +329,16 @@ pub(super) fn plan_formed(
         };
     }
 
-    // 6. Scale, one member at a time, each step gated on every member being a Ready voter.
+    // 6. Scale up, each step gated on every member being a Ready voter: every missing member
+    // at once when the members accept that many learners, else one at a time.
     let want = target.replicas as usize;
     if live.len() < want {
-        let all_ready_voters = live.iter().all(|m| m.pod.as_ref().is_some_and(|p| p.ready))
-            && etcd_members.iter().all(|e| !e.is_learner);
-        if !all_ready_voters {
-            return Action::Wait(
-                "waiting for existing members to become Ready before next scale-up step".into(),
-            );
+        if let Some(action) = plan_join(o, target, live, etcd_members, peer_url) {
+            return action;
         }
-        return Action::CreateMember;
+        return Action::Wait(
+            "waiting for existing members to become Ready before next scale-up step".into(),
+        );
     }
     if live.len() > want {
         if let Some(v) = scale_down_victim(&o.members) {
