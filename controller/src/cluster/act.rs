@@ -157,8 +157,16 @@ pub(super) async fn act(
             add,
             complete,
         } => {
-            requeue =
-                add_learners(cluster, ctx, &plan.observed, seen, *create, add, complete).await?;
+            requeue = add_learners(
+                cluster,
+                ctx,
+                &plan.observed,
+                seen,
+                *create,
+                add,
+                complete.as_ref(),
+            )
+            .await?;
         }
         Action::LatchClusterId {
             cluster_id,

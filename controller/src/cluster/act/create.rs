@@ -114,13 +114,13 @@ pub(super) async fn set_initial_cluster(
 }
 
 /// [`plan::Action::AddLearners`]: create `create` EtcdMembers, `MemberAddAsLearner` each of
-/// `add` and then each created one, then set the initial cluster of every member now in etcd
-/// (`complete` and those just added) to etcd's member list after the last add. No joiner has a
-/// Pod before its initial cluster is set, so each one's first start finds the list it was given.
+/// `add` and then each created one, then set the initial cluster of one member now in etcd
+/// (`complete`, else the first one added) to etcd's member list after the last add. No joiner
+/// has a Pod before its initial cluster is set, so its first start finds the list it was given;
+/// the planner completes the others one by one, each once the previous one has started.
 ///
 /// A refusal to add (etcd's 5-second connection rule, or more learners than a member allows)
-/// stops the adds: the members added so far are completed, the rest stay pending and the next
-/// reconcile goes on once the learners in the way have started. A crash anywhere leaves pending
+/// stops the adds: the rest stay pending for a later step. A crash anywhere leaves pending
 /// members (added or not) that the planner finishes in the same way.
 pub(super) async fn add_learners(
     cluster: &EtcdCluster,
@@ -129,7 +129,7 @@ pub(super) async fn add_learners(
     seen: &mut Seen,
     create: u32,
     add: &[Joiner],
-    complete: &[String],
+    complete: Option<&String>,
 ) -> Result<Option<Requeue>, Error> {
     let name = cluster.name_any();
     let members_api: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &seen.ns);
@@ -175,7 +175,8 @@ pub(super) async fn add_learners(
         }
     }
     let initial = plan::initial_cluster_of(listed, &added);
-    for member in complete.iter().chain(added.iter().map(|j| &j.member)) {
+    let first = complete.or(added.first().map(|j| &j.member));
+    if let Some(member) = first {
         set_initial_cluster(&members_api, member, &initial).await?;
     }
     for j in &added {
@@ -196,6 +197,6 @@ pub(super) async fn add_learners(
         tracing::info!(cluster = %name, error = %e, members = ?left, "etcd accepts no more learners now; the rest stay pending, retrying in 1 s");
         return Ok(Some(Requeue::requeue(Duration::from_secs(1))));
     }
-    tracing::info!(cluster = %name, members = added.len() + complete.len(), "members join as learners; their Pods start with the initial cluster {initial}");
+    tracing::info!(cluster = %name, added = added.len(), first = ?first, "members join as learners; each Pod starts with the initial cluster {initial}, one after another");
     Ok(Some(Requeue::requeue(Duration::from_millis(200))))
 }

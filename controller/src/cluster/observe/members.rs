@@ -144,14 +144,16 @@ fn member_view(
 }
 
 /// How many learners the etcd of a member Pod accepts at once, from its etcd container's
-/// command line (see [`pod_builder::max_learners_of_args`]).
+/// command line, command and args (the reference operator puts etcd's flags in the command;
+/// see [`pod_builder::max_learners_of_args`]).
 fn pod_max_learners(pod: &Pod) -> u32 {
-    let args = pod
+    let etcd = pod
         .spec
         .as_ref()
-        .and_then(|s| s.containers.iter().find(|c| c.name == ETCD_CONTAINER))
-        .and_then(|c| c.args.as_ref());
-    pod_builder::max_learners_of_args(args.into_iter().flatten())
+        .and_then(|s| s.containers.iter().find(|c| c.name == ETCD_CONTAINER));
+    let command = etcd.and_then(|c| c.command.as_ref()).into_iter().flatten();
+    let args = etcd.and_then(|c| c.args.as_ref()).into_iter().flatten();
+    pod_builder::max_learners_of_args(command.chain(args))
 }
 
 /// Where the data of each member whose Pod cannot run lives (see [`DataHome`]): only those,

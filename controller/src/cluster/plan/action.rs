@@ -37,14 +37,14 @@ pub enum Action {
     },
     /// Several members join at once (every member runs with a `--max-learners` that allows
     /// it): create `create` new EtcdMembers, `MemberAddAsLearner` each of `add` and then each
-    /// created one, and only then set `spec.initialCluster` of every one of them and of
-    /// `complete` (pending members etcd lists already) to etcd's member list after the last add.
-    /// No joiner's Pod exists before its initial cluster is set, so each starts with the list
-    /// etcd holds then, which is what etcd demands of a joining member.
+    /// created one, and then set `spec.initialCluster` of one member to etcd's member list after
+    /// the last add: `complete` (a pending member etcd lists already), else the first one added.
+    /// Its Pod starts with the list etcd holds then, which is what etcd demands of a joining
+    /// member; the others are completed one by one, each once the previous one has started.
     AddLearners {
         create: u32,
         add: Vec<Joiner>,
-        complete: Vec<String>,
+        complete: Option<String>,
     },
     /// The seed is alone in etcd: record the cluster ID and the seed's member ID.
     LatchClusterId {

@@ -110,29 +110,32 @@ pub(super) fn learner_capacity(live: &[&MemberView]) -> usize {
 }
 
 /// The joining step: members that are to join etcd as learners. Pending members (created, not
-/// yet given an initial cluster) are added while etcd accepts more learners and completed once
-/// etcd lists them; missing members are created, every one at once when the members accept that
-/// many learners, only while every other member is a Ready voter. `None` when nothing can go on
-/// now.
+/// yet given an initial cluster) are added while etcd accepts more learners; missing members are
+/// created, every one at once when the members accept that many learners, only while every other
+/// member is a Ready voter; then one member etcd lists is completed (given its initial cluster,
+/// so its Pod starts), the next only once that one's etcd has started. `None` when nothing can
+/// go on now.
 ///
 /// Safety: a joiner compares its `--initial-cluster` with etcd's member list when it first
-/// starts (`ValidateClusterAndAssignIDs`), so no learner is added while a member that was given
-/// its initial cluster has not started yet (etcd lists it without a name): the adds of one step
-/// all come before any of its initial clusters is set (see [`Action::AddLearners`]).
+/// starts (`ValidateClusterAndAssignIDs`), so nothing is added while a completed member has not
+/// started yet ([`Facts::joining`]), and each initial cluster is etcd's list at the moment it is
+/// set. Speed: a joiner's bootstrap asks every member of its list for the cluster, its version
+/// and the downgrade state (10 s and 7 s timeouts each); a member that listens but is still in
+/// its own bootstrap answers none of them, so joiners started together wait on each other for
+/// tens of seconds, while one that has not been given a Pod yet fails fast (no address).
 pub(super) fn plan_join(
     o: &Observed<'_>,
     target: &ObservedSpec,
     live: &[&MemberView],
     etcd_members: &[EtcdMemberInfo],
     peer_url: &dyn Fn(&str) -> String,
+    facts: &Facts,
 ) -> Option<Action> {
     let entry = |m: &MemberView| etcd_entry(&o.etcd, &peer_url(&m.name));
     let pending: Vec<&MemberView> = live.iter().copied().filter(|m| m.pending).collect();
     let (added, not_added): (Vec<&MemberView>, Vec<&MemberView>) =
         pending.iter().partition(|m| entry(m).is_some());
-    let joining = live
-        .iter()
-        .any(|m| !m.pending && entry(m).is_some_and(|e| e.name.is_empty()));
+    let joining = facts.joining.is_some();
     let learners = etcd_members.iter().filter(|e| e.is_learner).count();
     let capacity = learner_capacity(live);
     let mut room = capacity.saturating_sub(learners);
@@ -160,26 +163,29 @@ pub(super) fn plan_join(
     } else {
         0
     };
+    let complete = if joining { None } else { added.first() };
     let joiner = |m: &MemberView| Joiner {
         member: m.name.clone(),
         peer_url: peer_url(&m.name),
     };
-    match (create, add.as_slice(), added.as_slice()) {
-        (0, [], []) => None,
-        (1, [], []) => Some(Action::CreateMember),
-        (0, [one], []) | (0, [], [one]) => {
-            let j = joiner(one);
-            Some(Action::CompletePending {
-                initial_cluster_after_add: initial_cluster(etcd_members, &j.member, &j.peer_url),
-                already_added: add.is_empty(),
-                member: j.member,
-                peer_url: j.peer_url,
-            })
+    let complete_one = |m: &MemberView, already_added: bool| {
+        let j = joiner(m);
+        Action::CompletePending {
+            initial_cluster_after_add: initial_cluster(etcd_members, &j.member, &j.peer_url),
+            already_added,
+            member: j.member,
+            peer_url: j.peer_url,
         }
+    };
+    match (create, add.as_slice(), complete) {
+        (0, [], None) => None,
+        (1, [], None) => Some(Action::CreateMember),
+        (0, [], Some(m)) => Some(complete_one(m, true)),
+        (0, [one], None) => Some(complete_one(one, false)),
         _ => Some(Action::AddLearners {
             create: create as u32,
             add: add.iter().map(|m| joiner(m)).collect(),
-            complete: added.iter().map(|m| m.name.clone()).collect(),
+            complete: complete.map(|m| m.name.clone()),
         }),
     }
 }
@@ -212,7 +218,7 @@ pub(super) fn plan_formed(
     // add what can be added, complete what etcd lists. What cannot go on yet waits for the
     // learners in the way to start and be promoted.
     if live.iter().any(|m| m.pending) {
-        if let Some(action) = plan_join(o, target, live, etcd_members, peer_url) {
+        if let Some(action) = plan_join(o, target, live, etcd_members, peer_url, facts) {
             return action;
         }
         if let Some(action) = promotion(o, live, peer_url) {
@@ -333,7 +339,7 @@ pub(super) fn plan_formed(
     // at once when the members accept that many learners, else one at a time.
     let want = target.replicas as usize;
     if live.len() < want {
-        if let Some(action) = plan_join(o, target, live, etcd_members, peer_url) {
+        if let Some(action) = plan_join(o, target, live, etcd_members, peer_url, facts) {
             return action;
         }
         return Action::Wait(

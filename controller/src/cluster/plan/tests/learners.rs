@@ -63,7 +63,7 @@ fn a_new_cluster_adds_every_missing_member_as_a_learner_at_once_after_the_seed_l
         Action::AddLearners {
             create: 4,
             add: vec![],
-            complete: vec![],
+            complete: None,
         }
     );
 }
@@ -84,7 +84,7 @@ fn a_scale_up_adds_every_new_member_at_once_only_while_every_member_is_a_ready_v
         Action::AddLearners {
             create: 2,
             add: vec![],
-            complete: vec![],
+            complete: None,
         }
     );
 
@@ -115,7 +115,7 @@ fn a_batch_never_holds_more_learners_than_the_lowest_limit() {
         Action::AddLearners {
             create: 2,
             add: vec![],
-            complete: vec![],
+            complete: None,
         }
     );
 }
@@ -130,7 +130,7 @@ fn crash_after_the_members_were_created_adds_them_all_before_completing_any() {
         Action::AddLearners {
             create: 0,
             add: vec![joiner("c-b"), joiner("c-c")],
-            complete: vec![],
+            complete: None,
         }
     );
 }
@@ -149,34 +149,45 @@ fn crash_between_two_adds_adds_the_rest_then_completes_both() {
         Action::AddLearners {
             create: 0,
             add: vec![joiner("c-c")],
-            complete: vec!["c-b".into()],
+            complete: Some("c-b".into()),
         }
     );
 }
 
 #[test]
-fn crash_after_every_add_completes_every_pending_member_with_the_same_list() {
+fn members_are_completed_one_by_one_each_once_the_previous_one_has_started() {
+    // Both added (a crash after the adds, or the step itself): one is given its list now.
     let c = formed(3);
     let members = vec![flagged(m("c-a", 1)), pending("c-b", 2), pending("c-c", 3)];
-    let listed = etcd(vec![
-        e(1, "c-a", false),
-        unstarted(2, "c-b"),
-        unstarted(3, "c-c"),
-    ]);
-    let p = run(&c, members, listed);
+    let listed = || {
+        etcd(vec![
+            e(1, "c-a", false),
+            unstarted(2, "c-b"),
+            unstarted(3, "c-c"),
+        ])
+    };
+    let three = format!("c-a={},c-b={},c-c={}", url("c-a"), url("c-b"), url("c-c"));
+    let p = run(&c, members, listed());
     assert_eq!(
         p.action,
-        Action::AddLearners {
-            create: 0,
-            add: vec![],
-            complete: vec!["c-b".into(), "c-c".into()],
+        Action::CompletePending {
+            member: "c-b".into(),
+            peer_url: url("c-b"),
+            already_added: true,
+            initial_cluster_after_add: three.clone(),
         }
     );
-    // Crash after the first patch: the other gets the same list (etcd's three members).
+    // c-b's etcd has not started: c-c waits (two joiners starting together would wait on each
+    // other's bootstrap), and the cluster is looked at again soon.
+    let members = vec![flagged(m("c-a", 1)), joining("c-b", 2), pending("c-c", 3)];
+    let p = run(&c, members, listed());
+    assert!(matches!(p.action, Action::Wait(_)), "{:?}", p.action);
+    assert_eq!(p.facts.joining.as_deref(), Some("c-b"));
+    // c-b has started (named in etcd): c-c gets the same list.
     let members = vec![flagged(m("c-a", 1)), joining("c-b", 2), pending("c-c", 3)];
     let listed = etcd(vec![
         e(1, "c-a", false),
-        unstarted(2, "c-b"),
+        e(2, "c-b", true),
         unstarted(3, "c-c"),
     ]);
     let p = run(&c, members, listed);
@@ -186,14 +197,10 @@ fn crash_after_every_add_completes_every_pending_member_with_the_same_list() {
             member: "c-c".into(),
             peer_url: url("c-c"),
             already_added: true,
-            initial_cluster_after_add: format!(
-                "c-a={},c-b={},c-c={}",
-                url("c-a"),
-                url("c-b"),
-                url("c-c")
-            ),
+            initial_cluster_after_add: three,
         }
     );
+    assert_eq!(p.facts.joining, None);
 }
 
 #[test]
@@ -211,7 +218,7 @@ fn crash_after_creating_only_the_first_member_adds_it_and_creates_the_rest_in_th
         Action::AddLearners {
             create: 1,
             add: vec![joiner("c-d")],
-            complete: vec![],
+            complete: None,
         }
     );
 }
