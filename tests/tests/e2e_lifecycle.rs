@@ -609,10 +609,8 @@ async fn scale_up_converges_after_operator_crashes_in_each_window() {
     .boxed();
     wait_init_done(&mut trigger).await;
 
-    // Window 1: the first new EtcdMember has just been created — the members of this cluster
-    // run with --max-learners, so both new members join as one batch: created pending (no
-    // spec.initialCluster), then added to etcd, then completed. SIGKILL the operator the moment
-    // the first CR appears.
+    // Window 1: the first new EtcdMember has just been created — pending (no spec.initialCluster),
+    // and at most just added to etcd. SIGKILL the operator the moment the CR appears.
     env.scale(&ns, name, 5).await;
     let fourth = next_new_member(&mut trigger, &original, Duration::from_secs(60)).await;
     s.operator.kill();
@@ -629,9 +627,9 @@ async fn scale_up_converges_after_operator_crashes_in_each_window() {
         );
         window1.assert_joining("crash 1 (CR created)");
     }
-    // The window between two adds of a batch: one joiner in etcd, the other not, neither
-    // completed. A kill rarely lands there; when both CRs were pending and neither added, make
-    // the first add the dead operator was about to make.
+    // The add-before-patch window: the member is in etcd but its CR is still pending. A kill
+    // rarely lands between the two calls; when it landed before the add, make the add the dead
+    // operator was about to make.
     let listed_now = etcd_peers(env, &ns, name).await.expect("a voter answers");
     let mut pending_unlisted = Vec::new();
     for joiner in &new_now {
@@ -647,22 +645,23 @@ async fn scale_up_converges_after_operator_crashes_in_each_window() {
             pending_unlisted.push((joiner.clone(), url));
         }
     }
-    if let [(first, url), _] = pending_unlisted.as_slice() {
+    for (joiner, url) in &pending_unlisted {
         let peer_urls = format!("--peer-urls={url}");
         let out = etcdctl(
             env,
             &ns,
             name,
-            &["member", "add", first, &peer_urls, "--learner"],
+            &["member", "add", joiner, &peer_urls, "--learner"],
         )
         .await;
         assert_eq!(out.code, Some(0), "member add: {}", out.stderr);
-        eprintln!("crash 1: added {first} as a learner for the dead operator (between two adds)");
+        eprintln!("crash 1: added {joiner} as a learner for the dead operator (add-before-patch)");
     }
     s.restart().await;
 
-    // Window 2: two pending learners — etcd lists both new members as learners (added, their
-    // CRs completed or about to be, their Pods starting). SIGKILL the operator then.
+    // Window 2: two pending learners — the members of this cluster run with --max-learners, so
+    // the fifth member joins as soon as the fourth has started, before either is promoted: etcd
+    // lists both as learners. SIGKILL the operator then.
     let learners = eventually_every(
         "two learners in etcd after the first restart",
         Duration::from_secs(120),

@@ -1,25 +1,16 @@
 //! Creating an EtcdMember: from the locked target, never the live spec, with the TLS view of the
-//! cluster and the annotations of what it runs; then its `--initial-cluster`. And several at once
-//! ([`add_learners`]): create, add every one to etcd, then complete them all.
+//! cluster and the annotations of what it runs; then its `--initial-cluster`.
 
 use api::labels;
 use api::v1alpha2::{EtcdCluster, EtcdMember, EtcdMemberSpec, MemberTls, ObservedSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
-
 use serde_json::json;
 
-use std::time::Duration;
-
-use kube::runtime::controller::Action as Requeue;
-
-use crate::cluster::observe::Seen;
-use crate::cluster::plan::{EtcdView, Joiner};
 use crate::cluster::{plan, status};
 use crate::context::Context;
-use crate::events::{Action as EventAction, Reason};
-use crate::{naming, Error};
+use crate::Error;
 
 /// Create the next EtcdMember from the locked target (`status.observed`), never from the live
 /// spec: an edit made while this target is in flight waits for the next target.
@@ -111,92 +102,4 @@ pub(super) async fn set_initial_cluster(
     api.patch(member, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())
-}
-
-/// [`plan::Action::AddLearners`]: create `create` EtcdMembers, `MemberAddAsLearner` each of
-/// `add` and then each created one, then set the initial cluster of one member now in etcd
-/// (`complete`, else the first one added) to etcd's member list after the last add. No joiner
-/// has a Pod before its initial cluster is set, so its first start finds the list it was given;
-/// the planner completes the others one by one, each once the previous one has started.
-///
-/// A refusal to add (etcd's 5-second connection rule, or more learners than a member allows)
-/// stops the adds: the rest stay pending for a later step. A crash anywhere leaves pending
-/// members (added or not) that the planner finishes in the same way.
-pub(super) async fn add_learners(
-    cluster: &EtcdCluster,
-    ctx: &Context,
-    target: &ObservedSpec,
-    seen: &mut Seen,
-    create: u32,
-    add: &[Joiner],
-    complete: Option<&String>,
-) -> Result<Option<Requeue>, Error> {
-    let name = cluster.name_any();
-    let members_api: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &seen.ns);
-    let (
-        Some(etcd),
-        EtcdView::Members {
-            members: listed, ..
-        },
-    ) = (seen.etcd.as_mut(), &seen.etcd_view)
-    else {
-        return Err(Error::EtcdUnavailable);
-    };
-    let mut joiners = add.to_vec();
-    for _ in 0..create {
-        let member = create_member(
-            cluster,
-            ctx,
-            target,
-            false,
-            seen.tls.trust_bundle.as_deref(),
-            seen.tls.trusted_cas.as_deref(),
-        )
-        .await?;
-        let member_name = member.name_any();
-        joiners.push(Joiner {
-            peer_url: naming::peer_url(&member_name, &name, &seen.ns, cluster.peer_https()),
-            member: member_name,
-        });
-    }
-    let mut added = Vec::new();
-    let mut refused = None;
-    for j in &joiners {
-        match etcd.member_add_as_learner(&j.peer_url).await {
-            Ok(_) => {
-                tracing::info!(cluster = %name, member = %j.member, "added member as learner");
-                added.push(j.clone());
-            }
-            Err(e) if e.is_reconfig_too_soon() || e.is_too_many_learners() => {
-                refused = Some(e);
-                break;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let initial = plan::initial_cluster_of(listed, &added);
-    let first = complete.or(added.first().map(|j| &j.member));
-    if let Some(member) = first {
-        set_initial_cluster(&members_api, member, &initial).await?;
-    }
-    for j in &added {
-        ctx.event(
-            cluster,
-            false,
-            Reason::MemberAdded,
-            EventAction::MemberAddAsLearner,
-            format!("added {} as a learner", j.member),
-        )
-        .await;
-    }
-    if let Some(e) = refused {
-        let left: Vec<&str> = joiners[added.len()..]
-            .iter()
-            .map(|j| j.member.as_str())
-            .collect();
-        tracing::info!(cluster = %name, error = %e, members = ?left, "etcd accepts no more learners now; the rest stay pending, retrying in 1 s");
-        return Ok(Some(Requeue::requeue(Duration::from_secs(1))));
-    }
-    tracing::info!(cluster = %name, added = added.len(), first = ?first, "members join as learners; each Pod starts with the initial cluster {initial}, one after another");
-    Ok(Some(Requeue::requeue(Duration::from_millis(200))))
 }

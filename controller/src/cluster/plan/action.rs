@@ -12,13 +12,6 @@ pub struct Ghost {
     pub is_learner: bool,
 }
 
-/// A member to add to etcd as a learner: its EtcdMember's name and its peer URL.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Joiner {
-    pub member: String,
-    pub peer_url: String,
-}
-
 /// The one thing to do this reconcile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -34,17 +27,6 @@ pub enum Action {
         already_added: bool,
         /// The `--initial-cluster` value once the member is in etcd's list (for a seed: itself).
         initial_cluster_after_add: String,
-    },
-    /// Several members join at once (every member runs with a `--max-learners` that allows
-    /// it): create `create` new EtcdMembers, `MemberAddAsLearner` each of `add` and then each
-    /// created one, and then set `spec.initialCluster` of one member to etcd's member list after
-    /// the last add: `complete` (a pending member etcd lists already), else the first one added.
-    /// Its Pod starts with the list etcd holds then, which is what etcd demands of a joining
-    /// member; the others are completed one by one, each once the previous one has started.
-    AddLearners {
-        create: u32,
-        add: Vec<Joiner>,
-        complete: Option<String>,
     },
     /// The seed is alone in etcd: record the cluster ID and the seed's member ID.
     LatchClusterId {

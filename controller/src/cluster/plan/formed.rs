@@ -109,20 +109,20 @@ pub(super) fn learner_capacity(live: &[&MemberView]) -> usize {
         .max(1)
 }
 
-/// The joining step: members that are to join etcd as learners. Pending members (created, not
-/// yet given an initial cluster) are added while etcd accepts more learners; missing members are
-/// created, every one at once when the members accept that many learners, only while every other
-/// member is a Ready voter; then one member etcd lists is completed (given its initial cluster,
-/// so its Pod starts), the next only once that one's etcd has started. `None` when nothing can
-/// go on now.
+/// The joining step, one member at a time: finish a pending member (created, not yet given its
+/// initial cluster: add it to etcd unless listed, then complete it), or create the next missing
+/// one. `None` when nothing can go on now.
 ///
-/// Safety: a joiner compares its `--initial-cluster` with etcd's member list when it first
-/// starts (`ValidateClusterAndAssignIDs`), so nothing is added while a completed member has not
-/// started yet ([`Facts::joining`]), and each initial cluster is etcd's list at the moment it is
-/// set. Speed: a joiner's bootstrap asks every member of its list for the cluster, its version
-/// and the downgrade state (10 s and 7 s timeouts each); a member that listens but is still in
-/// its own bootstrap answers none of them, so joiners started together wait on each other for
-/// tens of seconds, while one that has not been given a Pod yet fails fast (no address).
+/// Several members may be learners at once (up to the members' lowest `--max-learners`): the next
+/// one is added as soon as the previous one's etcd has *started* (etcd lists it under its name),
+/// not once it is promoted. Safety and speed rest on etcd's rules for a joiner's first start
+/// (`bootstrapExistingClusterNoWAL`): its `--initial-cluster` must match etcd's member list
+/// (`ValidateClusterAndAssignIDs`: so nothing is added while a completed member has not started,
+/// [`Facts::joining`]); every listed peer URL must resolve (for up to 30 s it retries: a learner
+/// with no Pod yet would cost that); and it asks every listed member for the cluster, its version
+/// and the downgrade state (10 s and 7 s timeouts: a member still in its own bootstrap listens but
+/// answers none of them, so joiners started together wait each other out). A started member
+/// answers at once.
 pub(super) fn plan_join(
     o: &Observed<'_>,
     target: &ObservedSpec,
@@ -131,63 +131,32 @@ pub(super) fn plan_join(
     peer_url: &dyn Fn(&str) -> String,
     facts: &Facts,
 ) -> Option<Action> {
-    let entry = |m: &MemberView| etcd_entry(&o.etcd, &peer_url(&m.name));
-    let pending: Vec<&MemberView> = live.iter().copied().filter(|m| m.pending).collect();
-    let (added, not_added): (Vec<&MemberView>, Vec<&MemberView>) =
-        pending.iter().partition(|m| entry(m).is_some());
-    let joining = facts.joining.is_some();
-    let learners = etcd_members.iter().filter(|e| e.is_learner).count();
-    let capacity = learner_capacity(live);
-    let mut room = capacity.saturating_sub(learners);
-    let add: Vec<&MemberView> = if joining {
-        Vec::new()
-    } else {
-        not_added.iter().copied().take(room).collect()
-    };
-    room -= add.len();
-    // New members only while every other member is a Ready voter and etcd's learners are the
-    // pending members' (one at a time: only once the pending member is done).
-    let pending_url = |u: &String| pending.iter().any(|m| &peer_url(&m.name) == u);
-    let settled = live.iter().all(|m| m.pending || is_ready(m))
-        && etcd_members
-            .iter()
-            .filter(|e| e.is_learner)
-            .all(|e| e.peer_urls.iter().any(pending_url));
-    let missing = (target.replicas as usize).saturating_sub(live.len());
-    let create = if !joining
-        && settled
-        && add.len() == not_added.len()
-        && (capacity > 1 || pending.is_empty())
-    {
-        missing.min(room)
-    } else {
-        0
-    };
-    let complete = if joining { None } else { added.first() };
-    let joiner = |m: &MemberView| Joiner {
-        member: m.name.clone(),
-        peer_url: peer_url(&m.name),
-    };
-    let complete_one = |m: &MemberView, already_added: bool| {
-        let j = joiner(m);
-        Action::CompletePending {
-            initial_cluster_after_add: initial_cluster(etcd_members, &j.member, &j.peer_url),
-            already_added,
-            member: j.member,
-            peer_url: j.peer_url,
-        }
-    };
-    match (create, add.as_slice(), complete) {
-        (0, [], None) => None,
-        (1, [], None) => Some(Action::CreateMember),
-        (0, [], Some(m)) => Some(complete_one(m, true)),
-        (0, [one], None) => Some(complete_one(one, false)),
-        _ => Some(Action::AddLearners {
-            create: create as u32,
-            add: add.iter().map(|m| joiner(m)).collect(),
-            complete: complete.map(|m| m.name.clone()),
-        }),
+    if facts.joining.is_some() {
+        return None;
     }
+    let learners = etcd_members.iter().filter(|e| e.is_learner).count();
+    let room = learner_capacity(live) > learners;
+    if let Some(m) = live.iter().find(|m| m.pending) {
+        let url = peer_url(&m.name);
+        let already_added = etcd_entry(&o.etcd, &url).is_some();
+        return (already_added || room).then(|| Action::CompletePending {
+            member: m.name.clone(),
+            initial_cluster_after_add: initial_cluster(etcd_members, &m.name, &url),
+            peer_url: url,
+            already_added,
+        });
+    }
+    // Every voter serves and every learner has started: the next member's first start finds
+    // every listed member answering.
+    let settled = live
+        .iter()
+        .all(|m| match etcd_entry(&o.etcd, &peer_url(&m.name)) {
+            Some(e) if e.is_learner => !e.name.is_empty(),
+            Some(_) => is_ready(m),
+            None => false,
+        })
+        && etcd_members.len() == live.len();
+    (live.len() < target.replicas as usize && room && settled).then_some(Action::CreateMember)
 }
 
 pub(super) fn plan_formed(
@@ -214,33 +183,49 @@ pub(super) fn plan_formed(
         }
     };
 
-    // 1. Finish a half-done joining step (crash between create / MemberAddAsLearner / patch):
-    // add what can be added, complete what etcd lists. What cannot go on yet waits for the
-    // learners in the way to start and be promoted.
-    if live.iter().any(|m| m.pending) {
+    // 1. Finish a half-done joining step (crash between create / MemberAddAsLearner / patch).
+    // A pending member that cannot go on yet waits for the learners in the way to start or be
+    // promoted.
+    if let Some(m) = live.iter().find(|m| m.pending) {
         if let Some(action) = plan_join(o, target, live, etcd_members, peer_url, facts) {
             return action;
         }
         if let Some(action) = promotion(o, live, peer_url) {
             return action;
         }
-        let waiting: Vec<&str> = live
-            .iter()
-            .filter(|m| m.pending)
-            .map(|m| m.name.as_str())
-            .collect();
         return Action::Wait(format!(
-            "waiting for the learners etcd lists to start and be promoted before adding {}",
-            waiting.join(", ")
+            "waiting for the learners etcd lists to start or be promoted before adding {}",
+            m.name
         ));
     }
 
-    // 2. Promote a learner whose Pod is Ready.
+    // 2. While members join as learners (etcd accepts more than one), the next one joins as
+    // soon as the previous one has started, before any learner is promoted: a promotion adds a
+    // voter, and etcd accepts the next add only once the member serving it has been connected
+    // to that voter for 5 s.
+    let learners = etcd_members.iter().filter(|e| e.is_learner).count();
+    let want = target.replicas as usize;
+    let joins_ahead = learners > 0
+        && live.len() < want
+        && facts.ghosts.is_empty()
+        && learner_capacity(live) > learners;
+    if joins_ahead {
+        if let Some(action) = plan_join(o, target, live, etcd_members, peer_url, facts) {
+            return action;
+        }
+        if let Some(m) = &facts.joining {
+            return Action::Wait(format!(
+                "waiting for {m} to start before the next member joins"
+            ));
+        }
+    }
+
+    // 3. Promote a learner whose Pod is Ready.
     if let Some(action) = promotion(o, live, peer_url) {
         return action;
     }
 
-    // 3. Ghosts: etcd members nothing describes. A learner never counts towards quorum; a voter
+    // 4. Ghosts: etcd members nothing describes. A learner never counts towards quorum; a voter
     // is removed only while the serving voters keep a majority without it. The counts are the
     // facts already gathered from etcd's list (this branch runs only when etcd answered).
     let (voters, ready_voters) = (facts.voters, facts.ready_voters);
@@ -252,7 +237,7 @@ pub(super) fn plan_formed(
         return Action::RemoveGhost(g.clone());
     }
 
-    // 4. Self-heal.
+    // 5. Self-heal.
     for m in live {
         if m.memory && m.recorded_pod_uid.is_some() {
             let lost = match &m.pod {
@@ -308,7 +293,7 @@ pub(super) fn plan_formed(
         }
     }
 
-    // 5. Pause / resume.
+    // 6. Pause / resume.
     if target.replicas == 0 {
         if live.len() > 1 {
             if let Some(v) = scale_down_victim(&o.members) {
@@ -335,9 +320,8 @@ pub(super) fn plan_formed(
         };
     }
 
-    // 6. Scale up, each step gated on every member being a Ready voter: every missing member
-    // at once when the members accept that many learners, else one at a time.
-    let want = target.replicas as usize;
+    // 7. Scale up, one member at a time, each gated on every voter being Ready and every
+    // learner having started; several learners at once when the members accept that many.
     if live.len() < want {
         if let Some(action) = plan_join(o, target, live, etcd_members, peer_url, facts) {
             return action;
@@ -355,12 +339,12 @@ pub(super) fn plan_formed(
         }
     }
 
-    // 7. A new trust bundle or template: restart the members one at a time.
+    // 8. A new trust bundle or template: restart the members one at a time.
     if let Some(action) = plan_rollout(o, target, live, etcd_members, peer_url, want, facts) {
         return action;
     }
 
-    // 8. On request, replace adopted members by native ones: one at a time, and only while the
+    // 9. On request, replace adopted members by native ones: one at a time, and only while the
     // cluster is whole (every member a Ready voter, etcd listing exactly these), so removing one
     // leaves a majority; the scale-up step above then adds its native successor.
     let requested = o

@@ -28,7 +28,7 @@ mod hold;
 mod revision;
 mod rollout;
 
-pub use action::{Action, DeleteReason, Ghost, Joiner};
+pub use action::{Action, DeleteReason, Ghost};
 use bootstrap::plan_bootstrap;
 use formed::plan_formed;
 pub use formed::{scale_down_victim, CRASH_LOOP_RECENT, CRASH_LOOP_RESTARTS};
@@ -344,27 +344,9 @@ pub fn initial_cluster(
     joiner: &str,
     joiner_peer_url: &str,
 ) -> String {
-    initial_cluster_of(
-        etcd_members,
-        &[Joiner {
-            member: joiner.to_string(),
-            peer_url: joiner_peer_url.to_string(),
-        }],
-    )
-}
-
-/// `--initial-cluster` for members joining now: every member etcd lists plus `joiners` (those
-/// just added, which the list read before the adds does not hold yet). etcd compares it with its
-/// member list when a joiner first starts (`ValidateClusterAndAssignIDs`: as many members, the
-/// same peer URLs), so every joiner of one step gets this same list.
-pub fn initial_cluster_of(etcd_members: &[EtcdMemberInfo], joiners: &[Joiner]) -> String {
     let mut entries: Vec<String> = etcd_members
         .iter()
-        .filter(|m| {
-            !m.peer_urls
-                .iter()
-                .any(|u| joiners.iter().any(|j| &j.peer_url == u))
-        })
+        .filter(|m| !m.peer_urls.iter().any(|u| u == joiner_peer_url))
         .filter_map(|m| {
             let url = m.peer_urls.first()?;
             let name = if m.name.is_empty() {
@@ -375,11 +357,7 @@ pub fn initial_cluster_of(etcd_members: &[EtcdMemberInfo], joiners: &[Joiner]) -
             Some(format!("{name}={url}"))
         })
         .collect();
-    entries.extend(
-        joiners
-            .iter()
-            .map(|j| format!("{}={}", j.member, j.peer_url)),
-    );
+    entries.push(format!("{joiner}={joiner_peer_url}"));
     entries.sort();
     entries.join(",")
 }
