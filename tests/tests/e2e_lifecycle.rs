@@ -647,14 +647,30 @@ async fn scale_up_converges_after_operator_crashes_in_each_window() {
     }
     for (joiner, url) in &pending_unlisted {
         let peer_urls = format!("--peer-urls={url}");
-        let out = etcdctl(
-            env,
-            &ns,
-            name,
-            &["member", "add", joiner, &peer_urls, "--learner"],
+        // Like the operator, wait out etcd's 5-second connection rule (the cluster's last
+        // member was promoted a moment ago); any other refusal fails the test.
+        eventually_every(
+            "the add the dead operator was about to make",
+            Duration::from_secs(30),
+            Duration::from_millis(500),
+            || async {
+                let out = etcdctl(
+                    env,
+                    &ns,
+                    name,
+                    &["member", "add", joiner, &peer_urls, "--learner"],
+                )
+                .await;
+                match out.code {
+                    Some(0) => Ok(()),
+                    _ if out.stderr.contains("unhealthy cluster") => {
+                        Err(format!("member add: {}", out.stderr))
+                    }
+                    _ => panic!("member add: {}", out.stderr),
+                }
+            },
         )
         .await;
-        assert_eq!(out.code, Some(0), "member add: {}", out.stderr);
         eprintln!("crash 1: added {joiner} as a learner for the dead operator (add-before-patch)");
     }
     s.restart().await;
