@@ -67,6 +67,7 @@ const PURE: &[&str] = &[
     "cluster/plan/tests/replace.rs",
     "cluster/plan/tests/rollout.rs",
     "cluster/plan/tests/ca.rs",
+    "cluster/plan/tests/learners.rs",
     "cluster/status.rs",
     "cluster/status/tests.rs",
     "cluster/plan/hold.rs",

@@ -664,10 +664,38 @@ async fn live_reference_cluster_is_adopted_without_restarts_then_scales_3_5_3() 
     }
     env.check_keys(&ns, NAME, &keys).await;
 
-    // From here on it is a cluster like any other.
+    // From here on it is a cluster like any other, except that its members run without
+    // --max-learners (the reference's Pods, kept as they are): etcd accepts one learner at a
+    // time there, so each new member is added only after the previous one was promoted.
     env.scale(&ns, NAME, 5).await;
     env.wait_healthy(&ns, NAME, 5, BOOT).await;
     env.check_keys(&ns, NAME, &keys).await;
+    // Each add came after the previous learner's promotion (never two learners at once), and
+    // no add was refused for too many learners.
+    let log = std::fs::read_to_string(env.operator.log()).unwrap_or_default();
+    let steps: Vec<&str> = log
+        .lines()
+        .filter_map(|l| {
+            if l.contains("added member as learner") {
+                Some("add")
+            } else if l.contains("promoted learner") {
+                Some("promote")
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        ["add", "promote", "add", "promote"],
+        "members running without --max-learners join one at a time; log: {}",
+        env.operator.log().display()
+    );
+    assert!(
+        !log.contains("too many learner"),
+        "an add was refused for too many learners; log: {}",
+        env.operator.log().display()
+    );
     let (_, etcd) = etcd_membership(&ns, &env.member_names(&ns, NAME).await).await;
     assert_eq!(etcd.len(), 5, "{etcd:?}");
     assert!(etcd.iter().all(|(_, _, learner)| !learner), "{etcd:?}");

@@ -102,11 +102,11 @@ pub(super) async fn act(
             ) = (seen.etcd.as_mut(), &seen.etcd_view)
             {
                 if let Err(e) = etcd.member_add_as_learner(&url).await {
-                    if !e.is_reconfig_too_soon() {
+                    if !e.is_reconfig_too_soon() && !e.is_too_many_learners() {
                         return Err(e.into());
                     }
                     // The member stays pending; the next reconcile completes the step.
-                    tracing::info!(cluster = %name, member = %member_name, "etcd accepts the next member once every voter has been connected for 5 s; retrying in 1 s");
+                    tracing::info!(cluster = %name, member = %member_name, error = %e, "etcd accepts the next member later (5-second connection rule, or as many learners as a member allows); retrying in 1 s");
                     return Ok(Acted::Stop(Requeue::requeue(Duration::from_secs(1))));
                 }
                 tracing::info!(cluster = %name, member = %member_name, "added member as learner");
@@ -134,10 +134,10 @@ pub(super) async fn act(
                     return Err(Error::EtcdUnavailable);
                 };
                 if let Err(e) = etcd.member_add_as_learner(peer_url).await {
-                    if !e.is_reconfig_too_soon() {
+                    if !e.is_reconfig_too_soon() && !e.is_too_many_learners() {
                         return Err(e.into());
                     }
-                    tracing::info!(cluster = %name, member = %member, "etcd accepts the next member once every voter has been connected for 5 s; retrying in 1 s");
+                    tracing::info!(cluster = %name, member = %member, error = %e, "etcd accepts the next member later (5-second connection rule, or as many learners as a member allows); retrying in 1 s");
                     return Ok(Acted::Stop(Requeue::requeue(Duration::from_secs(1))));
                 }
                 tracing::info!(cluster = %name, member = %member, "added member as learner");

@@ -163,6 +163,7 @@ mod tests {
             template_hash: String::new(),
             data_home: DataHome::Unknown,
             image_repository: None,
+            max_learners: 1,
         }
     }
 

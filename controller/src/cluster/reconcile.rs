@@ -140,6 +140,10 @@ fn next_check(plan: &Plan, now: Timestamp) -> Requeue {
         }
         _ => {}
     }
+    if plan.facts.joining.is_some() {
+        // A completed member's etcd starting sends no event; the next joiner waits for it.
+        after = Some(after.map_or(JOINING_RECHECK, |a| a.min(JOINING_RECHECK)));
+    }
     if plan.phase == Phase::Progressing {
         if let Some(deadline) = plan.progress_deadline {
             let left = Duration::try_from(deadline.duration_since(now))
@@ -157,6 +161,10 @@ fn next_check(plan: &Plan, now: Timestamp) -> Requeue {
 /// How often a seed that is not reachable yet is dialed again (its Pod's readiness changes wake
 /// the reconcile sooner).
 pub const SEED_RECHECK: Duration = Duration::from_secs(5);
+
+/// How often etcd is asked again while a member that was given its initial cluster has not
+/// started (the next member joins only after it).
+pub const JOINING_RECHECK: Duration = Duration::from_millis(300);
 
 /// How often a missing or unusable TLS Secret is read again.
 pub const TLS_SECRET_RECHECK: Duration = Duration::from_secs(10);

@@ -46,6 +46,11 @@ pub struct MemberView {
     /// [`api::labels::IMAGE_REPOSITORY_ANNOTATION`] on the EtcdMember: the etcd image repository
     /// its Pod is to run. `None` on a member created before the operator recorded it.
     pub image_repository: Option<String>,
+    /// How many learners this member's etcd accepts at once (`--max-learners`): read off the
+    /// etcd container's command line of its Pod (etcd's default of one for a Pod built without
+    /// the flag: before the operator set it, or by the reference operator), or, for a member
+    /// with no Pod yet, what a Pod built now for its version runs with.
+    pub max_learners: u32,
 }
 
 /// Where a member's data lives, as far as it decides whether a member whose Pod cannot run may be

@@ -100,6 +100,15 @@ impl EtcdError {
             .is_some_and(|(c, m)| c == code::UNAVAILABLE && m.contains("unhealthy cluster"))
     }
 
+    /// A learner add that etcd refused because the cluster holds as many learners as a member's
+    /// `--max-learners` allows (`FailedPrecondition`, ErrTooManyLearners). Not a failure: the
+    /// operator adds the next once a learner is promoted.
+    pub fn is_too_many_learners(&self) -> bool {
+        self.grpc().is_some_and(|(c, m)| {
+            c == code::FAILED_PRECONDITION && m.contains("too many learner members")
+        })
+    }
+
     /// A message stable across retries (no addresses or ports), for conditions.
     pub fn stable_message(&self) -> String {
         match self {

@@ -36,6 +36,52 @@ fn option_flags(options: Option<&EtcdOptions>) -> Vec<String> {
     flags
 }
 
+/// The learners every member of etcd 3.6 or later accepts at once (`--max-learners`): one fewer
+/// than the most replicas a cluster may have ([`api::v1alpha2::MAX_REPLICAS`]), so every missing
+/// member of a new cluster or of a scale-up can join as a learner in one step. etcd checks the
+/// limit when it applies an added learner, on every member (`ValidateConfigurationChange`), and
+/// again when a member starts (`ValidateMaxLearnerConfig`), so every member runs the same value.
+pub const MAX_LEARNERS: u32 = (api::v1alpha2::MAX_REPLICAS - 1) as u32;
+
+/// etcd's own limit when `--max-learners` is not given, and etcd 3.5's fixed limit
+/// (`membership.maxLearners`, a constant: 3.5 has no flag for it).
+pub const ETCD_DEFAULT_MAX_LEARNERS: u32 = 1;
+
+/// `--max-learners` first appeared in etcd 3.6.0 (the pre-releases' `--experimental-max-learners`
+/// was renamed before the release, and 3.6 refuses that spelling); 3.5 has neither flag.
+fn has_max_learners_flag(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= (3, 6),
+        _ => false,
+    }
+}
+
+/// The `--max-learners` flag a member of `version` runs with, if its etcd has it.
+fn max_learners_flag(version: &str) -> Option<String> {
+    has_max_learners_flag(version).then(|| format!("--max-learners={MAX_LEARNERS}"))
+}
+
+/// How many learners a member Pod built now for etcd `version` accepts at once.
+pub fn max_learners_of_version(version: &str) -> u32 {
+    if has_max_learners_flag(version) {
+        MAX_LEARNERS
+    } else {
+        ETCD_DEFAULT_MAX_LEARNERS
+    }
+}
+
+/// How many learners the etcd of a running member Pod accepts at once, read from the etcd
+/// container's command line: a Pod built before the operator set `--max-learners` (or one of
+/// the reference operator's, taken over) runs with etcd's default of one.
+pub fn max_learners_of_args<'a>(args: impl IntoIterator<Item = &'a String>) -> u32 {
+    args.into_iter()
+        .filter_map(|a| a.strip_prefix("--max-learners="))
+        .filter_map(|v| v.parse::<u32>().ok())
+        .last()
+        .unwrap_or(ETCD_DEFAULT_MAX_LEARNERS)
+}
+
 /// etcd's data directory: the volume root, or the adopted member's legacy subdirectory of it
 /// (see [`labels::DATA_DIR_SUBPATH_ANNOTATION`]) so a recreated Pod finds the existing data.
 pub fn data_dir(member: &EtcdMember) -> String {
@@ -88,6 +134,7 @@ pub fn etcd_args(member: &EtcdMember) -> Result<Vec<String>, BuildError> {
         "--initial-cluster-state=$(INITIAL_CLUSTER_STATE)".to_string(),
         format!("--listen-metrics-urls=http://0.0.0.0:{METRICS_PORT}"),
     ];
+    args.extend(max_learners_flag(&spec.version));
     args.extend(option_flags(spec.options.as_ref()));
     if client_tls {
         args.extend([

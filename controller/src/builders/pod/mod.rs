@@ -22,7 +22,10 @@ use super::{member_metadata, restore, BuildError};
 use crate::naming;
 
 pub use container::{container_resources, default_resources, etcd_image, image_repository};
-pub use flags::{data_dir, etcd_args};
+pub use flags::{
+    data_dir, etcd_args, max_learners_of_args, max_learners_of_version, ETCD_DEFAULT_MAX_LEARNERS,
+    MAX_LEARNERS,
+};
 pub use probes::READINESS_PATH;
 
 use container::{etcd_container, etcd_security_context};

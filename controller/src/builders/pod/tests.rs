@@ -577,3 +577,29 @@ fn empty_resources_written_by_the_reference_get_the_default_requests() {
     let pod = member_pod(&m, &params()).unwrap();
     assert_eq!(pod.spec.unwrap().containers[0].resources, Some(limits_only));
 }
+
+#[test]
+fn etcd_3_6_members_accept_a_learner_per_missing_member_and_3_5_members_keep_etcds_one() {
+    let mut m = member("c-x", "c", "n");
+    m.spec.version = "3.6.16".into();
+    let args = args_of(&member_pod(&m, &params()).unwrap());
+    assert!(
+        args.iter().any(|a| a == "--max-learners=98"),
+        "3.6 gets --max-learners: {args:?}"
+    );
+    assert_eq!(max_learners_of_args(&args), MAX_LEARNERS);
+    assert_eq!(max_learners_of_version("3.6.16"), MAX_LEARNERS);
+    assert_eq!(max_learners_of_version("3.10.0"), MAX_LEARNERS);
+
+    // etcd 3.5 has no such flag (its limit is a constant) and exits on an unknown one.
+    m.spec.version = "3.5.35".into();
+    let args = args_of(&member_pod(&m, &params()).unwrap());
+    assert!(
+        !args.iter().any(|a| a.contains("max-learners")),
+        "3.5 gets no learner flag: {args:?}"
+    );
+    assert_eq!(max_learners_of_args(&args), ETCD_DEFAULT_MAX_LEARNERS);
+    assert_eq!(max_learners_of_version("3.5.35"), 1);
+    // A Pod built before the flag existed (or the reference operator's) runs with etcd's default.
+    assert_eq!(max_learners_of_args(&["--name=c-x".to_string()]), 1);
+}

@@ -11,10 +11,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, Resource, ResourceExt};
 
+use crate::builders::pod as pod_builder;
 use crate::cluster::plan::{DataHome, MemberView};
 use crate::context::Context;
 use crate::naming;
-use crate::pods::pod_view;
+use crate::pods::{pod_view, ETCD_CONTAINER};
 use crate::Error;
 
 /// The cluster's members and what belongs to them: their Pods and PVCs, and the planner's view
@@ -127,6 +128,10 @@ fn member_view(
             .annotations()
             .contains_key(api::labels::HEADLESS_SERVICE_ANNOTATION)
             .then(|| naming::member_service(m)),
+        max_learners: match pod {
+            Some(p) => pod_max_learners(p),
+            None => pod_builder::max_learners_of_version(&m.spec.version),
+        },
         pod: pod.map(pod_view),
         data_lost: !m.spec.storage.is_memory() && pvc_gone,
         trust_bundle: m
@@ -145,6 +150,19 @@ fn member_view(
             .cloned(),
         name,
     }
+}
+
+/// How many learners the etcd of a member Pod accepts at once, from its etcd container's
+/// command line, command and args (the reference operator puts etcd's flags in the command;
+/// see [`pod_builder::max_learners_of_args`]).
+fn pod_max_learners(pod: &Pod) -> u32 {
+    let etcd = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == ETCD_CONTAINER));
+    let command = etcd.and_then(|c| c.command.as_ref()).into_iter().flatten();
+    let args = etcd.and_then(|c| c.args.as_ref()).into_iter().flatten();
+    pod_builder::max_learners_of_args(command.chain(args))
 }
 
 /// Where the data of each member whose Pod cannot run lives (see [`DataHome`]): only those,

@@ -78,6 +78,87 @@ pub(super) fn data_out_of_reach(
     }
 }
 
+/// Promote a learner whose Pod is Ready (etcd checks that it has caught up with the leader,
+/// `isLearnerReady`, and that the started voters keep a quorum; not the 5-second connection
+/// rule of an add), one per reconcile.
+fn promotion(
+    o: &Observed<'_>,
+    live: &[&MemberView],
+    peer_url: &dyn Fn(&str) -> String,
+) -> Option<Action> {
+    live.iter().find_map(|m| {
+        let entry = etcd_entry(&o.etcd, &peer_url(&m.name))?;
+        (entry.is_learner && is_ready(m)).then(|| Action::Promote {
+            member: m.name.clone(),
+            member_id: entry.id,
+        })
+    })
+}
+
+/// How many learners etcd accepts at once in this cluster: the smallest `--max-learners` among
+/// the members. etcd checks the limit on every member as it applies an added learner
+/// (`ValidateConfigurationChange`: a member with a lower limit would skip the change the others
+/// apply) and when a member starts, so the lowest limit rules. A member that runs without the
+/// flag (built before the operator set it, taken over from the reference operator, etcd 3.5)
+/// counts as etcd's default of one, which makes the joining one member at a time.
+pub(super) fn learner_capacity(live: &[&MemberView]) -> usize {
+    live.iter()
+        .map(|m| m.max_learners as usize)
+        .min()
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// The joining step, one member at a time: finish a pending member (created, not yet given its
+/// initial cluster: add it to etcd unless listed, then complete it), or create the next missing
+/// one. `None` when nothing can go on now.
+///
+/// Several members may be learners at once (up to the members' lowest `--max-learners`): the next
+/// one is added as soon as the previous one's etcd has *started* (etcd lists it under its name),
+/// not once it is promoted. Safety and speed rest on etcd's rules for a joiner's first start
+/// (`bootstrapExistingClusterNoWAL`): its `--initial-cluster` must match etcd's member list
+/// (`ValidateClusterAndAssignIDs`: so nothing is added while a completed member has not started,
+/// [`Facts::joining`]); every listed peer URL must resolve (for up to 30 s it retries: a learner
+/// with no Pod yet would cost that); and it asks every listed member for the cluster, its version
+/// and the downgrade state (10 s and 7 s timeouts: a member still in its own bootstrap listens but
+/// answers none of them, so joiners started together wait each other out). A started member
+/// answers at once.
+pub(super) fn plan_join(
+    o: &Observed<'_>,
+    target: &ObservedSpec,
+    live: &[&MemberView],
+    etcd_members: &[EtcdMemberInfo],
+    peer_url: &dyn Fn(&str) -> String,
+    facts: &Facts,
+) -> Option<Action> {
+    if facts.joining.is_some() {
+        return None;
+    }
+    let learners = etcd_members.iter().filter(|e| e.is_learner).count();
+    let room = learner_capacity(live) > learners;
+    if let Some(m) = live.iter().find(|m| m.pending) {
+        let url = peer_url(&m.name);
+        let already_added = etcd_entry(&o.etcd, &url).is_some();
+        return (already_added || room).then(|| Action::CompletePending {
+            member: m.name.clone(),
+            initial_cluster_after_add: initial_cluster(etcd_members, &m.name, &url),
+            peer_url: url,
+            already_added,
+        });
+    }
+    // Every voter serves and every learner has started: the next member's first start finds
+    // every listed member answering.
+    let settled = live
+        .iter()
+        .all(|m| match etcd_entry(&o.etcd, &peer_url(&m.name)) {
+            Some(e) if e.is_learner => !e.name.is_empty(),
+            Some(_) => is_ready(m),
+            None => false,
+        })
+        && etcd_members.len() == live.len();
+    (live.len() < target.replicas as usize && room && settled).then_some(Action::CreateMember)
+}
+
 pub(super) fn plan_formed(
     o: &Observed<'_>,
     target: &ObservedSpec,
@@ -102,31 +183,49 @@ pub(super) fn plan_formed(
         }
     };
 
-    // 1. Finish a half-done scale-up step (crash between create / MemberAddAsLearner / patch).
+    // 1. Finish a half-done joining step (crash between create / MemberAddAsLearner / patch).
+    // A pending member that cannot go on yet waits for the learners in the way to start or be
+    // promoted.
     if let Some(m) = live.iter().find(|m| m.pending) {
-        let url = peer_url(&m.name);
-        let already_added = etcd_entry(&o.etcd, &url).is_some();
-        return Action::CompletePending {
-            member: m.name.clone(),
-            initial_cluster_after_add: initial_cluster(etcd_members, &m.name, &url),
-            peer_url: url,
-            already_added,
-        };
+        if let Some(action) = plan_join(o, target, live, etcd_members, peer_url, facts) {
+            return action;
+        }
+        if let Some(action) = promotion(o, live, peer_url) {
+            return action;
+        }
+        return Action::Wait(format!(
+            "waiting for the learners etcd lists to start or be promoted before adding {}",
+            m.name
+        ));
     }
 
-    // 2. Promote a learner whose Pod is Ready.
-    for m in live {
-        if let Some(entry) = etcd_entry(&o.etcd, &peer_url(&m.name)) {
-            if entry.is_learner && m.pod.as_ref().is_some_and(|p| p.ready) {
-                return Action::Promote {
-                    member: m.name.clone(),
-                    member_id: entry.id,
-                };
-            }
+    // 2. While members join as learners (etcd accepts more than one), the next one joins as
+    // soon as the previous one has started, before any learner is promoted: a promotion adds a
+    // voter, and etcd accepts the next add only once the member serving it has been connected
+    // to that voter for 5 s.
+    let learners = etcd_members.iter().filter(|e| e.is_learner).count();
+    let want = target.replicas as usize;
+    let joins_ahead = learners > 0
+        && live.len() < want
+        && facts.ghosts.is_empty()
+        && learner_capacity(live) > learners;
+    if joins_ahead {
+        if let Some(action) = plan_join(o, target, live, etcd_members, peer_url, facts) {
+            return action;
+        }
+        if let Some(m) = &facts.joining {
+            return Action::Wait(format!(
+                "waiting for {m} to start before the next member joins"
+            ));
         }
     }
 
-    // 3. Ghosts: etcd members nothing describes. A learner never counts towards quorum; a voter
+    // 3. Promote a learner whose Pod is Ready.
+    if let Some(action) = promotion(o, live, peer_url) {
+        return action;
+    }
+
+    // 4. Ghosts: etcd members nothing describes. A learner never counts towards quorum; a voter
     // is removed only while the serving voters keep a majority without it. The counts are the
     // facts already gathered from etcd's list (this branch runs only when etcd answered).
     let (voters, ready_voters) = (facts.voters, facts.ready_voters);
@@ -138,7 +237,7 @@ pub(super) fn plan_formed(
         return Action::RemoveGhost(g.clone());
     }
 
-    // 4. Self-heal.
+    // 5. Self-heal.
     for m in live {
         if m.memory && m.recorded_pod_uid.is_some() {
             let lost = match &m.pod {
@@ -194,7 +293,7 @@ pub(super) fn plan_formed(
         }
     }
 
-    // 5. Pause / resume.
+    // 6. Pause / resume.
     if target.replicas == 0 {
         if live.len() > 1 {
             if let Some(v) = scale_down_victim(&o.members) {
@@ -221,17 +320,15 @@ pub(super) fn plan_formed(
         };
     }
 
-    // 6. Scale, one member at a time, each step gated on every member being a Ready voter.
-    let want = target.replicas as usize;
+    // 7. Scale up, one member at a time, each gated on every voter being Ready and every
+    // learner having started; several learners at once when the members accept that many.
     if live.len() < want {
-        let all_ready_voters = live.iter().all(|m| m.pod.as_ref().is_some_and(|p| p.ready))
-            && etcd_members.iter().all(|e| !e.is_learner);
-        if !all_ready_voters {
-            return Action::Wait(
-                "waiting for existing members to become Ready before next scale-up step".into(),
-            );
+        if let Some(action) = plan_join(o, target, live, etcd_members, peer_url, facts) {
+            return action;
         }
-        return Action::CreateMember;
+        return Action::Wait(
+            "waiting for existing members to become Ready before next scale-up step".into(),
+        );
     }
     if live.len() > want {
         if let Some(v) = scale_down_victim(&o.members) {
@@ -242,12 +339,12 @@ pub(super) fn plan_formed(
         }
     }
 
-    // 7. A new trust bundle or template: restart the members one at a time.
+    // 8. A new trust bundle or template: restart the members one at a time.
     if let Some(action) = plan_rollout(o, target, live, etcd_members, peer_url, want, facts) {
         return action;
     }
 
-    // 8. On request, replace adopted members by native ones: one at a time, and only while the
+    // 9. On request, replace adopted members by native ones: one at a time, and only while the
     // cluster is whole (every member a Ready voter, etcd listing exactly these), so removing one
     // leaves a majority; the scale-up step above then adds its native successor.
     let requested = o

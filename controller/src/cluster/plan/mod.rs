@@ -122,6 +122,10 @@ pub struct Facts {
     pub broken_members: i32,
     /// etcd members no EtcdMember describes.
     pub ghosts: Vec<Ghost>,
+    /// A member given its initial cluster whose etcd has not started yet (etcd lists it without
+    /// a name): no member is added or completed until it has, and it is looked at again soon
+    /// (its start is no Kubernetes event).
+    pub joining: Option<String>,
     /// `(latched, answered)`: etcd answers with another cluster ID than `status.clusterID`.
     pub cluster_id_mismatch: Option<(String, String)>,
     /// Members whose version differs from the locked target: `(count, target)`. Rolling
@@ -454,6 +458,13 @@ pub fn plan(o: &Observed<'_>) -> Plan {
                 })
                 .count() as i32;
             facts.ghosts = ghosts(members, &o.members, &peer_url_of);
+            facts.joining = live_members
+                .iter()
+                .filter(|m| !m.pending)
+                .find(|m| {
+                    etcd_entry(&o.etcd, &peer_url_of(&m.name)).is_some_and(|e| e.name.is_empty())
+                })
+                .map(|m| m.name.clone());
         }
         None => {
             facts.voters = live_members.iter().filter(|m| m.voter).count() as i32;

@@ -70,6 +70,7 @@ fn m(name: &str, created: i64) -> MemberView {
         template_hash: template(),
         data_home: DataHome::Unknown,
         image_repository: None,
+        max_learners: 1,
     }
 }
 
@@ -261,6 +262,7 @@ mod bootstrap;
 mod ca;
 mod formed;
 mod holds;
+mod learners;
 mod locking;
 mod replace;
 mod rollout;
