@@ -4,7 +4,9 @@
 //! UID metadata), a restore brings every key back under a new cluster ID (etcdutl 3.6 and 3.5),
 //! PVC destinations and sources, and every refusal (foreign object, 403 without ListBucket, bad
 //! credentials, unreachable endpoint, server killed mid-upload, too-small filesystem), a
-//! SIGTERM mid-upload aborting the multipart upload, and two agents of one snapshot uploading
+//! SIGTERM mid-upload aborting the multipart upload, a multipart snapshot (parts uploaded
+//! concurrently) stored byte for byte as etcd sent it, etcd lost with parts in flight leaving
+//! nothing behind, and two agents of one snapshot uploading
 //! the same key at once (each reports the stored object, which is never replaced).
 
 use std::collections::{BTreeMap, HashMap};
@@ -917,6 +919,109 @@ async fn s3_killed_mid_upload_leaves_no_object_and_no_upload() {
     run.assert_aborted_upload("UploadPart");
     assert_nothing_stored(&minio, "big.db", &run.output).await;
     etcd.stop();
+}
+
+/// `count` keys `snap/<i>`, each a distinct 512 KiB text value (a part uploaded in the wrong
+/// place shows as wrong values, not only as a wrong checksum).
+async fn put_distinct_values(
+    client: &mut etcd_client::Client,
+    count: usize,
+) -> BTreeMap<String, String> {
+    let mut keys = BTreeMap::new();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in 0..count {
+        let value: String = (0..512 * 1024)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                char::from(b'a' + (x >> 59) as u8 % 26)
+            })
+            .collect();
+        let key = format!("snap/{i:04}");
+        client
+            .put(key.clone(), value.clone(), None)
+            .await
+            .or_panic();
+        keys.insert(key, value);
+    }
+    keys
+}
+
+#[tokio::test]
+async fn s3_multipart_snapshot_is_byte_identical_and_restores() {
+    // Parts upload concurrently: the stored object must still be etcd's stream byte for byte,
+    // in order, whatever order the parts finished in.
+    let (bins, tmp, minio) = with_minio(false).await;
+    let root = tmp.path();
+    let (etcd, _, source_id) = etcd_with_keys(&bins, "etcd-3.6", root, 0).await;
+    let mut client = etcd.client().await.or_panic();
+    // ~48 MiB: six parts of 8 MiB, more than the agent holds at once.
+    let keys = put_distinct_values(&mut client, 96).await;
+
+    let run = s3_save(root, &etcd, "multi", "uid-multi", &minio, &minio.writer)
+        .run("save-multi")
+        .await;
+    run.assert_code(0, "save failed");
+    let uploaded = run.output.matches("part uploaded").count();
+    assert!(uploaded >= 6, "{uploaded} parts:\n{}", run.output);
+    let (body, meta) = stored_object(&minio, "multi.db").await;
+    assert_eq!(Some(body.len() as u64), run.artifact("sizeBytes").as_u64());
+    assert_eq!(
+        run.artifact("checksum").as_str(),
+        Some(format!("sha256:{}", sha256_hex(&body)).as_str())
+    );
+    assert_eq!(meta.get("sha256"), Some(&sha256_hex(&body)), "{meta:?}");
+    // etcd ends its snapshot stream with the sha256 of everything before it: the object is
+    // exactly what etcd sent.
+    let (db, trailer) = body.split_at(body.len() - 32);
+    let trailer: String = trailer.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        sha256_hex(db),
+        trailer,
+        "the stored object is not the stream etcd sent (parts out of order or lost)"
+    );
+    assert_eq!(minio.uploads("multi.db").await, Vec::<String>::new());
+
+    let (restore, got, id) = restore_and_read(
+        &bins,
+        "etcd-3.6",
+        root,
+        &s3_source(&minio, "multi.db"),
+        Some(&minio.writer),
+        "restored-multi",
+    )
+    .await;
+    restore.assert_code(0, "restore failed");
+    assert!(
+        got == keys,
+        "every key is back with its value ({} of {} keys)",
+        got.len(),
+        keys.len()
+    );
+    assert_ne!(id, source_id);
+    etcd.stop();
+}
+
+#[tokio::test]
+async fn s3_snapshot_stream_broken_with_parts_in_flight_leaves_no_object_and_no_upload() {
+    // etcd goes away while parts are uploading: the agent stops the parts in flight and aborts
+    // the multipart upload; nothing of the snapshot stays in the bucket.
+    let (bins, tmp, minio) = with_minio(false).await;
+    let root = tmp.path();
+    // ~128 MiB of values: sixteen parts, far more than the agent holds (and has read) when the
+    // first part is stored.
+    let (etcd, _client) = etcd_with_mib(&bins, root, 128).await;
+
+    let agent = s3_save(root, &etcd, "big", "uid-big", &minio, &minio.writer);
+    let running = agent.start("save-etcd-killed");
+    wait_for_log(&running.log, "part=1 ", Duration::from_secs(120)).await;
+    etcd.stop();
+    let run = running
+        .finish(AGENT_TIMEOUT, "the agent whose etcd was killed")
+        .await;
+    run.assert_aborted_upload("the snapshot stream from etcd broke");
+    assert_nothing_stored(&minio, "big.db", &run.output).await;
 }
 
 #[tokio::test]
