@@ -18,13 +18,13 @@ use tokio::task::JoinSet;
 
 use crate::objectstore::{hex, Failure, Location, S3};
 
-/// Fixed part size of the multipart upload (S3 allows 10,000 parts, so snapshots up to ~78
-/// GiB; etcd's backend is at most 8 GiB).
-pub const PART_SIZE: usize = 8 * 1024 * 1024;
-/// Parts held at once: one being filled from etcd's stream, the rest uploading concurrently.
-/// The agent's buffers are at most `PARTS_IN_MEMORY × PART_SIZE` (24 MiB) whatever the
-/// snapshot's size; docs/performance.md has the measurements behind the number.
-pub const PARTS_IN_MEMORY: usize = 3;
+/// Fixed part size of the multipart upload: S3's minimum for every part but the last (10,000
+/// parts allowed, so snapshots up to ~48 GiB; etcd's backend is at most 8 GiB).
+pub const PART_SIZE: usize = 5 * 1024 * 1024;
+/// Parts held at once: one being filled from etcd's stream, the rest (three) uploading
+/// concurrently. The agent's buffers are at most `PARTS_IN_MEMORY × PART_SIZE` (20 MiB)
+/// whatever the snapshot's size; docs/performance.md has the measurements behind the numbers.
+pub const PARTS_IN_MEMORY: usize = 4;
 const _: () = assert!(
     PARTS_IN_MEMORY >= 2,
     "one part filling and at least one uploading"
