@@ -127,7 +127,9 @@ pub fn snapshot_key(prefix: Option<&str>, name: &str) -> String {
     }
 }
 
-/// A connected S3 client and the settings it was built from (for messages).
+/// A connected S3 client and the settings it was built from (for messages). A clone shares
+/// the client (its connection pool).
+#[derive(Clone)]
 pub struct S3 {
     pub(crate) client: aws_sdk_s3::Client,
     pub(crate) endpoint: String,

@@ -5,22 +5,34 @@
 //! taken twice, one after the other:
 //!
 //! - `etcdctl snapshot save` to a local file (the baseline);
+//! - the ceiling: that file's bytes uploaded to the same MinIO by a plain S3 client, aws-sdk-s3
+//!   with its default configuration driven as the AWS CLI and the transfer managers drive a
+//!   multipart upload by default (8 MiB parts, 10 in flight; each worker reads its part from the
+//!   file, which is in the page cache);
 //! - `etcd-operator snapshot-agent save` to a real MinIO on loopback (what a snapshot Job runs:
 //!   multipart upload at constant memory, sha256 while streaming).
 //!
 //! For each: wall time, throughput, and peak RSS. Peak RSS is exact, not sampled: the measured
 //! program runs as the only child of a fresh copy of this binary (`--measure-peak-rss`), which
 //! reads `getrusage(RUSAGE_CHILDREN).ru_maxrss` after reaping it, the kernel's high-water mark of
-//! that one process.
+//! that one process. The ceiling runs the same way, as a fresh copy of this binary
+//! (`--s3-ceiling`).
 //!
 //! The agent is the release build (`<target>/release/etcd-operator`, which `make bench` builds
 //! first) when `SNAPSHOT_BENCH_RELEASE=1`, else the binary the e2e suites use
 //! (`ETCD_OPERATOR_BIN_DIR`, default the debug build).
 
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext, TrustStore};
+use futures::{StreamExt, TryStreamExt};
 use nix::sys::resource::{getrusage, UsageWho};
 use tests::env::control_plane::temp_root;
 use tests::env::etcd::{Etcd, EtcdConfig};
@@ -31,6 +43,10 @@ use tests::operator::bin_dir;
 use tests::OrPanic;
 
 const MEASURE: &str = "--measure-peak-rss";
+const CEILING: &str = "--s3-ceiling";
+/// The AWS CLI's defaults (`multipart_chunksize` 8 MiB, `max_concurrent_requests` 10).
+const CEILING_PART: u64 = 8 * 1024 * 1024;
+const CEILING_IN_FLIGHT: usize = 10;
 const VALUE_BYTES: usize = 64 * 1024;
 const WRITERS: usize = 8;
 const MIB: f64 = 1024.0 * 1024.0;
@@ -39,6 +55,9 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some(MEASURE) {
         return measure(&args[2..]);
+    }
+    if args.get(1).map(String::as_str) == Some(CEILING) {
+        return ceiling(&args[2..]);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -75,6 +94,122 @@ fn measure(args: &[String]) -> ExitCode {
     }
 }
 
+/// `--s3-ceiling <file> <endpoint> <bucket> <key>` (keys in `AWS_ACCESS_KEY_ID` /
+/// `AWS_SECRET_ACCESS_KEY`): upload the file as a plain S3 client does, see [`upload_file`].
+fn ceiling(args: &[String]) -> ExitCode {
+    let [file, endpoint, bucket, key] = args else {
+        eprintln!("usage: {CEILING} <file> <endpoint> <bucket> <key>");
+        return ExitCode::from(2);
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .or_panic();
+    match runtime.block_on(upload_file(Path::new(file), endpoint, bucket, key)) {
+        Ok(size) => {
+            println!("uploaded {size} bytes to {bucket}/{key}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The ceiling: aws-sdk-s3 with its defaults (behavior version latest: payload signing, the
+/// default CRC checksum), the file in [`CEILING_PART`] parts, [`CEILING_IN_FLIGHT`] at a time,
+/// each read (`pread`) by the worker that uploads it, as the AWS CLI's transfer does.
+async fn upload_file(file: &Path, endpoint: &str, bucket: &str, key: &str) -> Result<u64, String> {
+    let env = |name: &str| std::env::var(name).map_err(|_| format!("{name} is not set"));
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
+        .tls_context(
+            TlsContext::builder()
+                .with_trust_store(TrustStore::default())
+                .build()
+                .map_err(|e| format!("TLS context: {e}"))?,
+        )
+        .build_https();
+    let config = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new(
+            env("AWS_ACCESS_KEY_ID")?,
+            env("AWS_SECRET_ACCESS_KEY")?,
+            None,
+            None,
+            "environment",
+        ))
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .http_client(http)
+        .build();
+    let client = aws_sdk_s3::Client::from_conf(config);
+    let file = Arc::new(std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?);
+    let size = file.metadata().map_err(|e| e.to_string())?.len();
+    let created = client
+        .create_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .map_err(|e| format!("CreateMultipartUpload: {e:?}"))?;
+    let upload_id = created.upload_id().unwrap_or_default().to_string();
+    let parts = size.div_ceil(CEILING_PART);
+    let mut completed: Vec<CompletedPart> = futures::stream::iter(0..parts)
+        .map(|i| {
+            let (client, file, upload_id) = (client.clone(), file.clone(), upload_id.clone());
+            async move {
+                let offset = i * CEILING_PART;
+                let len = CEILING_PART.min(size - offset) as usize;
+                let body = tokio::task::spawn_blocking(move || {
+                    let mut buf = vec![0u8; len];
+                    file.read_exact_at(&mut buf, offset).map(|()| buf)
+                })
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("reading part {}: {e}", i + 1))?;
+                let number = i32::try_from(i + 1).map_err(|e| e.to_string())?;
+                let out = client
+                    .upload_part()
+                    .bucket(bucket)
+                    .key(key)
+                    .upload_id(&upload_id)
+                    .part_number(number)
+                    .body(ByteStream::from(body))
+                    .send()
+                    .await
+                    .map_err(|e| format!("UploadPart {number}: {e:?}"))?;
+                Ok::<_, String>(
+                    CompletedPart::builder()
+                        .part_number(number)
+                        .set_e_tag(out.e_tag().map(str::to_string))
+                        .set_checksum_crc32(out.checksum_crc32().map(str::to_string))
+                        .build(),
+                )
+            }
+        })
+        .buffer_unordered(CEILING_IN_FLIGHT)
+        .try_collect()
+        .await?;
+    completed.sort_by_key(|p| p.part_number());
+    client
+        .complete_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(&upload_id)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .set_parts(Some(completed))
+                .build(),
+        )
+        .send()
+        .await
+        .map_err(|e| format!("CompleteMultipartUpload: {e:?}"))?;
+    Ok(size)
+}
+
 /// One measured run.
 struct Run {
     took: Duration,
@@ -85,6 +220,16 @@ struct Run {
 impl Run {
     fn mib_per_s(&self) -> f64 {
         self.bytes as f64 / MIB / self.took.as_secs_f64()
+    }
+
+    /// `wall s, MiB/s, peak RSS MiB`, 24 columns.
+    fn cell(&self) -> String {
+        format!(
+            "{:>6.1} s {:>5.0} MiB/s {:>4} MiB",
+            self.took.as_secs_f64(),
+            self.mib_per_s(),
+            self.peak_rss_kib / 1024
+        )
     }
 }
 
@@ -192,8 +337,13 @@ async fn bench() {
         }
     );
     println!(
-        "{:>9}  {:>24}  {:>24}  {:>12}",
-        "db", "etcdctl → local file", "agent → S3 (MinIO)", "agent/etcdctl"
+        "{:>9}  {:>24}  {:>24}  {:>24}  {:>13}  {:>13}",
+        "db",
+        "etcdctl → local file",
+        "ceiling: file → S3",
+        "agent → S3 (MinIO)",
+        "agent/ceiling",
+        "agent/etcdctl"
     );
     let keys_for = |bytes: u64| (bytes / VALUE_BYTES as u64) as usize;
     let mut loaded = 0;
@@ -223,6 +373,20 @@ async fn bench() {
             &[],
         );
         baseline.bytes = std::fs::metadata(&file).or_panic().len();
+        let mut ceiling = measured(
+            &logs,
+            &format!("ceiling-{stage}"),
+            &std::env::current_exe().or_panic(),
+            &[
+                CEILING.into(),
+                file.display().to_string(),
+                minio.endpoint.clone(),
+                minio.bucket.clone(),
+                format!("ceiling/{stage}.db"),
+            ],
+            &writer_env(&minio),
+        );
+        ceiling.bytes = baseline.bytes;
         let _ = std::fs::remove_file(&file);
 
         let term = logs.join(format!("agent-{stage}.json"));
@@ -231,27 +395,33 @@ async fn bench() {
             &format!("agent-{stage}"),
             &agent,
             &agent_args(&config, &minio, stage, &term),
-            &[
-                ("AWS_ACCESS_KEY_ID", minio.writer.access_key.as_str()),
-                ("AWS_SECRET_ACCESS_KEY", minio.writer.secret_key.as_str()),
-                ("RUST_LOG", "info"),
-            ],
+            &[writer_env(&minio).as_slice(), &[("RUST_LOG", "info")]].concat(),
         );
         ours.bytes = artifact_size(&term);
         println!(
-            "{:>5.0} MiB  {:>6.1} s {:>5.0} MiB/s {:>4} MiB  {:>6.1} s {:>5.0} MiB/s {:>4} MiB  {:>12.2}",
+            "{:>5.0} MiB  {}  {}  {}  {:>13.2}  {:>13.2}",
             size as f64 / MIB,
-            baseline.took.as_secs_f64(),
-            baseline.mib_per_s(),
-            baseline.peak_rss_kib / 1024,
-            ours.took.as_secs_f64(),
-            ours.mib_per_s(),
-            ours.peak_rss_kib / 1024,
+            baseline.cell(),
+            ceiling.cell(),
+            ours.cell(),
+            ours.mib_per_s() / ceiling.mib_per_s(),
             ours.mib_per_s() / baseline.mib_per_s(),
         );
     }
-    println!("(throughput = snapshot bytes / wall time of the process; RSS = the process's peak)");
+    println!(
+        "(each cell: wall time of the process, snapshot bytes / that time, the process's peak RSS; \
+         load average now: {})",
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+    );
     etcd.stop();
+}
+
+/// The writer's keys, as the agent and the ceiling read them.
+fn writer_env(minio: &Minio) -> Vec<(&str, &str)> {
+    vec![
+        ("AWS_ACCESS_KEY_ID", minio.writer.access_key.as_str()),
+        ("AWS_SECRET_ACCESS_KEY", minio.writer.secret_key.as_str()),
+    ]
 }
 
 fn agent_args(config: &EtcdConfig, minio: &Minio, stage: &str, term: &Path) -> Vec<String> {

@@ -4,7 +4,9 @@
 //! UID metadata), a restore brings every key back under a new cluster ID (etcdutl 3.6 and 3.5),
 //! PVC destinations and sources, and every refusal (foreign object, 403 without ListBucket, bad
 //! credentials, unreachable endpoint, server killed mid-upload, too-small filesystem), a
-//! SIGTERM mid-upload aborting the multipart upload, and two agents of one snapshot uploading
+//! SIGTERM mid-upload aborting the multipart upload, a multipart snapshot (parts uploaded
+//! concurrently) stored byte for byte as etcd sent it, etcd lost with parts in flight leaving
+//! nothing behind, and two agents of one snapshot uploading
 //! the same key at once (each reports the stored object, which is never replaced).
 
 use std::collections::{BTreeMap, HashMap};
@@ -446,7 +448,7 @@ async fn put_mib_values(client: &mut etcd_client::Client, range: std::ops::Range
     }
 }
 
-/// A single-member etcd 3.6 with ~`mib` MiB of values (8 MiB make one upload part), and a
+/// A single-member etcd 3.6 with ~`mib` MiB of values (5 MiB make one upload part), and a
 /// client of it.
 async fn etcd_with_mib(bins: &Testbins, root: &Path, mib: usize) -> (Etcd, etcd_client::Client) {
     let (etcd, _, _) = etcd_with_keys(bins, "etcd-3.6", root, 1).await;
@@ -897,7 +899,7 @@ async fn s3_killed_mid_upload_leaves_no_object_and_no_upload() {
         .send()
         .await
         .or_panic_debug();
-    // ~48 MiB of values: six parts of 8 MiB.
+    // ~48 MiB of values: ten parts of 5 MiB.
     let (etcd, _client) = etcd_with_mib(&bins, root, 48).await;
 
     let agent = s3_save(root, &etcd, "big", "uid-big", &minio, &minio.writer);
@@ -919,6 +921,97 @@ async fn s3_killed_mid_upload_leaves_no_object_and_no_upload() {
     etcd.stop();
 }
 
+/// `count` keys `big/<i>`, each a distinct 512 KiB value (no two parts of the snapshot alike).
+async fn put_distinct_values(client: &mut etcd_client::Client, count: usize) {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in 0..count {
+        let value: Vec<u8> = (0..512 * 1024)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (x >> 56) as u8
+            })
+            .collect();
+        client
+            .put(format!("big/{i:04}"), value, None)
+            .await
+            .or_panic();
+    }
+}
+
+#[tokio::test]
+async fn s3_multipart_snapshot_is_byte_identical_and_restores() {
+    // Parts upload concurrently: the stored object must still be etcd's stream byte for byte,
+    // in order, whatever order the parts finished in.
+    let (bins, tmp, minio) = with_minio(false).await;
+    let root = tmp.path();
+    let (etcd, keys, source_id) = etcd_with_keys(&bins, "etcd-3.6", root, 200).await;
+    let mut client = etcd.client().await.or_panic();
+    // ~48 MiB: ten parts of 5 MiB, more than the agent holds at once.
+    put_distinct_values(&mut client, 96).await;
+
+    let run = s3_save(root, &etcd, "multi", "uid-multi", &minio, &minio.writer)
+        .run("save-multi")
+        .await;
+    run.assert_code(0, "save failed");
+    let uploaded = run.output.matches("part uploaded").count();
+    assert!(uploaded >= 9, "{uploaded} parts:\n{}", run.output);
+    let (body, meta) = stored_object(&minio, "multi.db").await;
+    assert_eq!(Some(body.len() as u64), run.artifact("sizeBytes").as_u64());
+    assert_eq!(
+        run.artifact("checksum").as_str(),
+        Some(format!("sha256:{}", sha256_hex(&body)).as_str())
+    );
+    assert_eq!(meta.get("sha256"), Some(&sha256_hex(&body)), "{meta:?}");
+    // etcd ends its snapshot stream with the sha256 of everything before it: the object is
+    // exactly what etcd sent.
+    let (db, trailer) = body.split_at(body.len() - 32);
+    let trailer: String = trailer.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        sha256_hex(db),
+        trailer,
+        "the stored object is not the stream etcd sent (parts out of order or lost)"
+    );
+    assert_eq!(minio.uploads("multi.db").await, Vec::<String>::new());
+
+    let (restore, got, id) = restore_and_read(
+        &bins,
+        "etcd-3.6",
+        root,
+        &s3_source(&minio, "multi.db"),
+        Some(&minio.writer),
+        "restored-multi",
+    )
+    .await;
+    // etcdutl checks etcd's trailing hash too before it restores.
+    restore.assert_code(0, "restore failed");
+    assert_eq!(got, keys, "every key is back with its value");
+    assert_ne!(id, source_id);
+    etcd.stop();
+}
+
+#[tokio::test]
+async fn s3_snapshot_stream_broken_with_parts_in_flight_leaves_no_object_and_no_upload() {
+    // etcd goes away while parts are uploading: the agent stops the parts in flight and aborts
+    // the multipart upload; nothing of the snapshot stays in the bucket.
+    let (bins, tmp, minio) = with_minio(false).await;
+    let root = tmp.path();
+    // ~128 MiB of values: 26 parts, far more than the agent holds (and has read) when the
+    // first part is stored.
+    let (etcd, _client) = etcd_with_mib(&bins, root, 128).await;
+
+    let agent = s3_save(root, &etcd, "big", "uid-big", &minio, &minio.writer);
+    let running = agent.start("save-etcd-killed");
+    wait_for_log(&running.log, "part=1 ", Duration::from_secs(120)).await;
+    etcd.stop();
+    let run = running
+        .finish(AGENT_TIMEOUT, "the agent whose etcd was killed")
+        .await;
+    run.assert_aborted_upload("the snapshot stream from etcd broke");
+    assert_nothing_stored(&minio, "big.db", &run.output).await;
+}
+
 #[tokio::test]
 async fn s3_sigterm_mid_upload_aborts_the_multipart_upload() {
     // A snapshot Job's Pod is stopped with SIGTERM when the Job passes its deadline, when
@@ -926,7 +1019,7 @@ async fn s3_sigterm_mid_upload_aborts_the_multipart_upload() {
     // its multipart upload before it exits, not leave the parts stored in the bucket.
     let (bins, tmp, minio) = with_minio(false).await;
     let root = tmp.path();
-    // ~96 MiB of values: twelve parts of 8 MiB, so the upload is still running when the signal
+    // ~96 MiB of values: nineteen parts of 5 MiB, so the upload is still running when the signal
     // comes right after it started.
     let (etcd, _client) = etcd_with_mib(&bins, root, 96).await;
 
@@ -1221,7 +1314,7 @@ async fn s3_save_peak_memory_does_not_grow_with_the_database() {
     let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 10).await;
     let mut client = etcd.client().await.or_panic();
     let mut sizes = Vec::new();
-    // ~40 MiB (five parts), then ~120 MiB (fifteen parts).
+    // ~40 MiB (eight parts, twice what the agent holds), then ~120 MiB (24 parts).
     for (name, puts) in [("medium", 0..40), ("big", 40..120)] {
         put_mib_values(&mut client, puts, b'y').await;
         let (rss, run) = peak_rss_and_run(root, &minio, &etcd, name).await;
@@ -1236,12 +1329,16 @@ async fn s3_save_peak_memory_does_not_grow_with_the_database() {
         big_size > 3 * medium_size / 2 && big_size > 100 << 20,
         "{sizes:?}"
     );
+    // The 64 MiB target is the release build's, measured exactly by bench_snapshot
+    // (docs/performance.md). This debug build needs ~49 MiB before its first part (measured:
+    // ~57 MiB peak with one 8 MiB part), so its bound is that plus the parts it holds
+    // (4 × 5 MiB) and allocator slack.
     assert!(
-        big < 64 << 20,
-        "peak RSS {big} bytes saving {big_size} bytes (target: under 64 MiB)"
+        big < 80 << 20,
+        "peak RSS {big} bytes saving {big_size} bytes (debug-build bound: under 80 MiB)"
     );
-    // Three times the data (100 MiB more), at most allocator noise more memory (two parts'
-    // worth); buffering the snapshot would add the 100 MiB.
+    // Three times the data (100 MiB more), at most allocator noise more memory (about two
+    // parts' worth); buffering the snapshot would add the 100 MiB.
     assert!(
         big < medium + (16 << 20),
         "peak RSS grew from {medium} bytes ({medium_size}-byte snapshot) to {big} bytes ({big_size}-byte snapshot)"

@@ -6,9 +6,11 @@
 //! (`{"artifact":{...}}` or `{"error":"..."}`) and the exit codes: 0 success, 2 a permanent
 //! failure a retry cannot fix (overwrite refused, access denied, bad credentials, bad input),
 //! 1 anything else. Saving is in [`save`], restoring in [`restore`], the storage backends in
-//! [`s3`] (the agent's side of [`crate::objectstore`]) and [`pvc`].
+//! [`s3`] (the agent's side of [`crate::objectstore`]; the concurrent part uploads in [`parts`])
+//! and [`pvc`].
 
 pub mod delete;
+pub mod parts;
 pub mod pvc;
 pub mod restore;
 pub mod s3;

@@ -5,20 +5,17 @@
 use std::path::Path;
 use std::time::Duration;
 
-use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, MetadataDirective};
-use futures::{Stream, StreamExt};
+use aws_sdk_s3::types::{CompletedMultipartUpload, MetadataDirective};
+use futures::Stream;
 use tokio::io::AsyncWriteExt;
 use tokio::signal::unix::{signal, SignalKind};
 
+use super::parts::{self, InFlight};
 use crate::objectstore::{
     error_text, hex, owner_of, sha256_of, size_of, status_of, Failure, Location, Uploaded,
     META_SHA256, META_UID, S3,
 };
 
-/// Fixed part size of the multipart upload: the agent's buffer (S3 allows 10,000 parts, so
-/// snapshots up to ~78 GiB; etcd's backend is at most 8 GiB).
-pub const PART_SIZE: usize = 8 * 1024 * 1024;
 /// CopyObject's limit: larger objects keep the UID but not the sha256 in their metadata.
 const MAX_COPY_SIZE: u64 = 5 * 1024 * 1024 * 1024;
 /// How long a failed upload keeps trying to abort its multipart upload (the server may be
@@ -171,7 +168,8 @@ impl S3 {
     }
 
     /// Stream `chunks` into a multipart upload at `at`, stamped with `uid`, in fixed
-    /// [`PART_SIZE`] parts; the sha256 is computed on the way. A failure aborts the upload, and
+    /// [`parts::PART_SIZE`] parts, several uploading at once ([`parts`]); the sha256 is computed
+    /// on the way. A failure aborts the upload (after stopping every part still being sent), and
     /// so does SIGTERM (the Job passed its deadline, or concurrencyPolicy Replace or the
     /// EtcdSnapshot's deletion removed it): the parts never stay behind in the bucket. So does
     /// finding the key taken at completion ([`Completion::KeyTaken`]).
@@ -201,8 +199,9 @@ impl S3 {
             )));
         }
         tracing::info!(uri = %at.uri(), upload_id, "multipart upload started");
+        let mut in_flight = InFlight::new();
         let (result, abort_within) = tokio::select! {
-            r = self.upload_parts(at, &upload_id, chunks) => (r, ABORT_DEADLINE),
+            r = self.upload_parts(at, &upload_id, chunks, &mut in_flight) => (r, ABORT_DEADLINE),
             _ = term.recv() => (
                 Err(Failure::transient(format!(
                     "SIGTERM during the upload of {} (the Job reached its deadline, or was deleted \
@@ -213,6 +212,9 @@ impl S3 {
                 ABORT_AFTER_SIGTERM,
             ),
         };
+        // No part is still being sent when the upload is aborted: a part stored after the
+        // abort would stay behind in the bucket. (Empty after a completion.)
+        in_flight.shutdown().await;
         match result {
             Ok(Completion::KeyTaken) => {
                 tracing::info!(uri = %at.uri(), upload_id, "the key was stored by another upload first (412 on the conditional completion); aborting ours");
@@ -239,68 +241,17 @@ impl S3 {
         &self,
         at: &Location,
         upload_id: &str,
-        mut chunks: S,
+        chunks: S,
+        in_flight: &mut InFlight,
     ) -> Result<Completion, Failure>
     where
         S: Stream<Item = Result<Vec<u8>, Failure>> + Unpin,
     {
-        let mut hasher = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
-        let mut parts = Vec::new();
-        let mut size = 0u64;
-        // The tail of a chunk that did not fit in the previous part.
-        let mut carry: Vec<u8> = Vec::new();
-        let mut ended = false;
-        loop {
-            // Fill one part (the last one may be short). etcd's stream is pulled only as fast as
-            // parts go out, so memory stays at one part (plus one chunk) whatever the snapshot's
-            // size.
-            let mut part = Vec::with_capacity(PART_SIZE);
-            part.append(&mut carry);
-            while !ended && part.len() < PART_SIZE {
-                match chunks.next().await {
-                    Some(chunk) => {
-                        let chunk = chunk?;
-                        hasher.update(&chunk);
-                        size += chunk.len() as u64;
-                        let room = PART_SIZE - part.len();
-                        if chunk.len() > room {
-                            part.extend_from_slice(&chunk[..room]);
-                            carry.extend_from_slice(&chunk[room..]);
-                        } else {
-                            part.extend_from_slice(&chunk);
-                        }
-                    }
-                    None => ended = true,
-                }
-            }
-            if part.is_empty() {
-                break;
-            }
-            let n = part.len();
-            let number = i32::try_from(parts.len() + 1).unwrap_or(i32::MAX);
-            let uploaded = self
-                .client
-                .upload_part()
-                .bucket(&at.bucket)
-                .key(&at.key)
-                .upload_id(upload_id)
-                .part_number(number)
-                .content_length(n as i64)
-                .body(ByteStream::from(part))
-                .send()
-                .await
-                .map_err(|e| self.request_failure(&format!("UploadPart {number}"), at, &e))?;
-            tracing::info!(part = number, bytes = n, total = size, "part uploaded");
-            parts.push(
-                CompletedPart::builder()
-                    .part_number(number)
-                    .set_e_tag(uploaded.e_tag().map(str::to_string))
-                    .build(),
-            );
-            if ended && carry.is_empty() {
-                break;
-            }
-        }
+        let parts::Sent {
+            parts,
+            size,
+            sha256,
+        } = parts::send(self, at, upload_id, chunks, in_flight).await?;
         if size == 0 {
             return Err(Failure::transient(
                 "etcd sent an empty snapshot; retry (is the member healthy?)",
@@ -328,10 +279,7 @@ impl S3 {
             Err(e) => return Err(self.request_failure("CompleteMultipartUpload", at, &e)),
         };
         Ok(Completion::Stored {
-            done: Uploaded {
-                size,
-                sha256: hex(hasher.finish().as_ref()),
-            },
+            done: Uploaded { size, sha256 },
             etag: completed.e_tag().map(str::to_string),
         })
     }
