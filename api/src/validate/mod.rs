@@ -19,6 +19,7 @@ mod defrag;
 mod fields;
 mod location;
 mod parse;
+mod policy;
 mod schedule;
 mod snapshot;
 mod transition;
@@ -29,7 +30,7 @@ use serde::de::DeserializeOwned;
 
 use crate::v1alpha2::{
     EtcdClusterSpec, EtcdDefragPolicySpec, EtcdDefragSpec, EtcdSnapshotScheduleSpec,
-    EtcdSnapshotSpec, MAX_POLICY_NAME, MAX_SCHEDULE_NAME,
+    EtcdSnapshotSpec, MAX_SCHEDULE_NAME,
 };
 
 pub use cluster::{cluster_create, cluster_name, cluster_update, version_upgrade};
@@ -38,7 +39,7 @@ pub use parse::parse;
 pub use schedule::{policy_spec, schedule_spec};
 pub use snapshot::{snapshot_create, snapshot_update};
 
-use schedule::{runs_owner_name, POLICY_NAMES, SCHEDULE_NAMES};
+use schedule::{runs_owner_name, SCHEDULE_NAMES};
 
 /// One broken rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,7 +173,7 @@ pub fn object(
         }
         "EtcdDefragPolicy" => {
             let mut out: Vec<Violation> = named(new)
-                .and_then(|n| runs_owner_name(n, MAX_POLICY_NAME, POLICY_NAMES))
+                .and_then(policy::policy_name)
                 .into_iter()
                 .collect();
             out.extend(judge::<EtcdDefragPolicySpec>(

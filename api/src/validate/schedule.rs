@@ -24,7 +24,6 @@ static CHECK_INTERVAL_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
 
 pub(super) const SCHEDULE_NAMES: &str =
     "the schedule names its snapshots <name>-<unix minutes> and their Jobs <snapshot>-snapshot";
-pub(super) const POLICY_NAMES: &str = "the policy names its runs <name>-<unix minutes>";
 
 /// The name of an object whose runs are named `<name>-<unix minutes>`: a DNS label short enough
 /// for the runs' names (the CRD's root CEL rule).
@@ -153,6 +152,7 @@ pub fn policy_spec(spec: &EtcdDefragPolicySpec) -> Vec<Violation> {
             );
         }
     }
+    out.extend(super::policy::released_fields(spec));
     if let Some(rule) = &spec.rule {
         out.extend(defrag_rule(rule));
         if rule.is_all() && spec.check_interval.is_some() {
