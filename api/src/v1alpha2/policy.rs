@@ -121,8 +121,9 @@ pub struct EtcdDefragPolicySpec {
     pub starting_deadline_seconds: Option<i64>,
     /// How many finished (Complete or Failed) runs of the policy are kept, the oldest deleted
     /// first. `successfulRunsHistoryLimit` and `failedRunsHistoryLimit`, when set, refine it per
-    /// phase. Absent: with `ttlSecondsAfterFinished` and neither refinement, cleanup is left to
-    /// the runs' TTL; otherwise the per-phase limits apply (default 3 Complete, 1 Failed).
+    /// phase. Absent: with `ttlSecondsAfterFinished`, cleanup is left to the runs' TTL (and the
+    /// per-phase limits that are set); without, the per-phase limits apply (default 3 Complete,
+    /// 1 Failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub history_limit: Option<i32>,
@@ -131,12 +132,12 @@ pub struct EtcdDefragPolicySpec {
     #[schemars(range(min = 0))]
     pub ttl_seconds_after_finished: Option<i32>,
     /// Keep at most the newest this many Complete runs of the policy (default 3 when neither
-    /// `historyLimit` nor `ttlSecondsAfterFinished` is set).
+    /// `historyLimit` nor `ttlSecondsAfterFinished` is set, else no per-phase limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_HISTORY_LIMIT))]
     pub successful_runs_history_limit: Option<i32>,
     /// Keep at most the newest this many Failed runs of the policy (default 1 when neither
-    /// `historyLimit` nor `ttlSecondsAfterFinished` is set).
+    /// `historyLimit` nor `ttlSecondsAfterFinished` is set, else no per-phase limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_HISTORY_LIMIT))]
     pub failed_runs_history_limit: Option<i32>,
@@ -171,30 +172,23 @@ impl EtcdDefragPolicySpec {
 
     /// How many finished runs are kept, in total and per phase. `historyLimit` (the reference's)
     /// caps the total; ours refine it per phase when set. Our per-phase defaults (3 Complete, 1
-    /// Failed) apply only when none of the three is set and `ttlSecondsAfterFinished` is not
-    /// either: a reference policy that leaves cleanup to the runs' TTL keeps that meaning.
+    /// Failed) fill an unset per-phase limit only when neither `historyLimit` nor
+    /// `ttlSecondsAfterFinished` is set: a reference policy that leaves cleanup to one of them
+    /// keeps that meaning, and a policy of ours keeps its limits as before.
     pub fn history(&self) -> HistoryLimits {
         let count = |v: Option<i32>| v.map(|n| n.max(0) as usize);
         let total = count(self.history_limit);
-        let (complete, failed) = (
-            count(self.successful_runs_history_limit),
-            count(self.failed_runs_history_limit),
-        );
-        let ours_default = total.is_none()
-            && complete.is_none()
-            && failed.is_none()
-            && self.ttl_seconds_after_finished.is_none();
-        if ours_default {
-            return HistoryLimits {
-                total: None,
-                complete: Some(DEFAULT_SUCCESSFUL_HISTORY as usize),
-                failed: Some(DEFAULT_FAILED_HISTORY as usize),
-            };
-        }
+        let ours_default = total.is_none() && self.ttl_seconds_after_finished.is_none();
+        let or_default = |v: Option<i32>, default: i32| {
+            count(v).or(ours_default.then_some(default.max(0) as usize))
+        };
         HistoryLimits {
             total,
-            complete,
-            failed,
+            complete: or_default(
+                self.successful_runs_history_limit,
+                DEFAULT_SUCCESSFUL_HISTORY,
+            ),
+            failed: or_default(self.failed_runs_history_limit, DEFAULT_FAILED_HISTORY),
         }
     }
 }
@@ -292,6 +286,12 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(h(s), limits(None, None, None));
+        // Ours as before: an unset per-phase limit keeps its default beside a set one.
+        let s = EtcdDefragPolicySpec {
+            successful_runs_history_limit: Some(1),
+            ..Default::default()
+        };
+        assert_eq!(h(s), limits(None, Some(1), Some(1)));
         // Negative values (refused at admission) keep nothing rather than wrapping around.
         let s = EtcdDefragPolicySpec {
             history_limit: Some(-1),
