@@ -38,12 +38,19 @@ pub mod schedule {
 pub mod defrag {
     /// True once Complete; its reason says what the run waits for or did.
     pub const READY: &str = "Ready";
+    /// The reference's (v0.5.5): whether the run's admission checks let it go. False with
+    /// `Queued` (another run of the cluster goes first) or `ClusterNotHealthy`; True with
+    /// `Running` once admitted. Kept as the run last saw it after the run ends.
+    pub const DEFRAG_CHECKED: &str = "DefragChecked";
 }
 
 /// EtcdDefragPolicy condition types.
 pub mod defrag_policy {
-    /// The policy parses and is being followed.
+    /// The policy parses and is being followed (ours, kept beside `Active`).
     pub const READY: &str = "Ready";
+    /// The reference's (v0.5.5): True with `Scheduled` while the policy stamps runs; False with
+    /// `Suspended` or `InvalidSchedule`.
+    pub const ACTIVE: &str = "Active";
 }
 
 /// Every reason the operator writes, across kinds.
@@ -148,4 +155,13 @@ pub mod reason {
     pub const COMPLETE: &str = "Complete";
     pub const MEMBERS_FAILED: &str = "MembersFailed";
     pub const LEADER_FAILED: &str = "LeaderFailed";
+    // EtcdDefrag DefragChecked (the reference's; also RUNNING above)
+    /// Another run of the same cluster goes first.
+    pub const QUEUED: &str = "Queued";
+    /// The cluster is not healthy enough to defragment (or cannot be reached or found).
+    pub const CLUSTER_NOT_HEALTHY: &str = "ClusterNotHealthy";
+    /// Not a condition's: the reason an EtcdDefrag's `status.members[]` entry starts with when
+    /// the member was defragmented but its size could not be read afterwards (the reference's
+    /// word; `dbSizeAfter` and `reclaimedBytes` stay unset).
+    pub const AFTER_SIZE_UNAVAILABLE: &str = "AfterSizeUnavailable";
 }

@@ -103,7 +103,27 @@ fn each_rule_rejects_its_bad_value_naming_the_field() {
     );
     case(
         &|_: &mut Value| {},
-        &"a".repeat(45),
-        "metadata.name must be a DNS label of at most 44",
+        &"a".repeat(64),
+        "metadata.name must be at most 63 characters",
     );
+    case(
+        &set("rule", json!({"quotaUsageAbove": "100%"})),
+        "p",
+        "spec.rule.quotaUsageAbove must be a whole percentage from 1% to 99%",
+    );
+}
+
+#[test]
+fn a_policy_written_for_the_reference_passes_with_every_released_field() {
+    let spec = json!({
+        "clusterRef": {"name": "my-etcd"},
+        "schedule": "*/5 * * * *",
+        "suspend": false,
+        "concurrencyPolicy": "Allow",
+        "startingDeadlineSeconds": 0,
+        "historyLimit": 0,
+        "ttlSecondsAfterFinished": 0,
+        "rule": {"freeSpaceAbove": "100Mi", "quotaUsageAbove": "99%", "minReclaim": "16Mi"},
+    });
+    assert_eq!(errors(&object(&"a".repeat(63), spec)), Vec::<String>::new());
 }

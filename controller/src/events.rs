@@ -60,7 +60,13 @@ pub enum Reason {
     PruneFailed,
     DefragCreated,
     DefragSkipped,
+    /// A policy stamped the run of a scheduled tick (the reference's word).
+    StampedRun,
+    /// A tick of a `concurrencyPolicy: Forbid` policy came while a run of it was unfinished.
+    ConcurrencyForbidden,
     // EtcdDefrag
+    /// The run waits: another run of the cluster goes first, or the cluster is not healthy.
+    DefragDeferred,
     DefragStarted,
     DefragComplete,
     DefragFailed,
@@ -118,6 +124,9 @@ impl Reason {
         Reason::PruneFailed,
         Reason::DefragCreated,
         Reason::DefragSkipped,
+        Reason::StampedRun,
+        Reason::ConcurrencyForbidden,
+        Reason::DefragDeferred,
         Reason::DefragStarted,
         Reason::DefragComplete,
         Reason::DefragFailed,
@@ -174,6 +183,9 @@ impl Reason {
             Reason::PruneFailed => "PruneFailed",
             Reason::DefragCreated => "DefragCreated",
             Reason::DefragSkipped => "DefragSkipped",
+            Reason::StampedRun => "StampedRun",
+            Reason::ConcurrencyForbidden => "ConcurrencyForbidden",
+            Reason::DefragDeferred => "DefragDeferred",
             Reason::DefragStarted => "DefragStarted",
             Reason::DefragComplete => "DefragComplete",
             Reason::DefragFailed => "DefragFailed",

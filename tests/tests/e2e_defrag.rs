@@ -875,3 +875,283 @@ async fn defrag_policies_create_runs_on_their_schedule_and_when_a_check_finds_sp
         ready_message(&p)
     );
 }
+
+/// The reference's released (v0.5.5) `EtcdDefragPolicy`, every spec field set, as its users
+/// write it (the threshold rule: `all` is exclusive with the other rule fields).
+fn reference_policy(name: &str, cluster: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "etcd-operator.cozystack.io/v1alpha2", "kind": "EtcdDefragPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "clusterRef": {"name": cluster},
+            "schedule": "* * * * *",
+            "suspend": false,
+            "concurrencyPolicy": "Forbid",
+            "startingDeadlineSeconds": 50,
+            "historyLimit": 1,
+            "ttlSecondsAfterFinished": 3600,
+            "rule": {"freeSpaceAbove": "1Mi", "quotaUsageAbove": "50%", "minReclaim": "512Ki"},
+        },
+    })
+}
+
+/// The policy's condition of `type_`: (status, reason, message).
+fn policy_condition(p: &EtcdDefragPolicy, type_: &str) -> Option<(String, String, String)> {
+    p.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// The unix second a run's name carries (`<policy>-<unix seconds of the tick>`).
+fn tick_of(run: &str, policy: &str) -> i64 {
+    run.strip_prefix(&format!("{policy}-"))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("run {run} is not named <{policy}>-<unix seconds>"))
+}
+
+fn last_schedule(p: &EtcdDefragPolicy) -> Option<i64> {
+    p.status
+        .as_ref()?
+        .last_schedule_time
+        .as_ref()
+        .map(|t| t.0.as_second())
+}
+
+/// Rewind `status.lastScheduleTime`, as a policy the operator last acted on at `at` (the
+/// operator was down since): the next reconcile walks the ticks missed since.
+async fn rewind(env: &Env, ns: &str, policy: &str, at: &str) {
+    Api::<EtcdDefragPolicy>::namespaced(env.client(), ns)
+        .patch_status(
+            policy,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"lastScheduleTime": at}})),
+        )
+        .await
+        .or_panic();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reference_defrag_policy_keeps_every_field_and_stamps_runs_as_released() {
+    let env = env().await;
+    let ns = env.namespace("defrag-refpolicy").await;
+    let name = "rp";
+    env.create_cluster(&ns, name, spec(1)).await;
+    let policies = Api::<EtcdDefragPolicy>::namespaced(env.client(), &ns);
+    let apply = |m: serde_json::Value| {
+        let policies = policies.clone();
+        async move {
+            let name = m["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            policies
+                .patch(
+                    &name,
+                    &PatchParams::apply("reference-user"),
+                    &Patch::Apply(m),
+                )
+                .await
+                .or_panic()
+        }
+    };
+
+    // Applied server-side, the reference's manifest reads back identical: nothing pruned, no
+    // default injected.
+    let manifest = reference_policy("reference", name);
+    apply(manifest.clone()).await;
+    let raw = Api::<kube::api::DynamicObject>::namespaced_with(
+        env.client(),
+        &ns,
+        &kube::api::ApiResource::erase::<EtcdDefragPolicy>(&()),
+    );
+    let stored = raw.get("reference").await.or_panic();
+    assert_eq!(stored.data["spec"], manifest["spec"], "the spec as stored");
+
+    // Forbid and Allow against a cluster that does not exist: their runs never finish.
+    let no_deadline = |mut m: serde_json::Value| {
+        if let Some(spec) = m["spec"].as_object_mut() {
+            spec.remove("startingDeadlineSeconds");
+        }
+        m
+    };
+    apply(no_deadline(reference_policy("forbid", "nowhere"))).await;
+    let mut allow = no_deadline(reference_policy("allow", "nowhere"));
+    allow["spec"]["concurrencyPolicy"] = "Allow".into();
+    apply(allow).await;
+
+    // A yearly schedule last acted on long ago, with a deadline: the newest tick (this year's
+    // January 1st) is far past it, so it is skipped, consumed and reported, and no run starts.
+    let mut late = reference_policy("late", name);
+    late["spec"]["schedule"] = "0 0 1 1 *".into();
+    late["spec"]["startingDeadlineSeconds"] = 60.into();
+    apply(late).await;
+    // A yearly schedule missed for over two centuries, no deadline: the backlog is not walked
+    // to its end but collapses into one run of the newest tick.
+    let mut backlog = no_deadline(reference_policy("backlog", "nowhere"));
+    backlog["spec"]["schedule"] = "0 0 1 1 *".into();
+    apply(backlog).await;
+    for p in ["late", "backlog"] {
+        wait_policy(env, &ns, p, "the policy's first reconcile", |p| {
+            policy_condition(p, "Active").is_some()
+        })
+        .await;
+    }
+    rewind(env, &ns, "late", "2000-01-01T00:00:00Z").await;
+    rewind(env, &ns, "backlog", "1800-01-01T00:00:00Z").await;
+    let late = wait_policy(env, &ns, "late", "the late tick consumed", |p| {
+        last_schedule(p).is_some_and(|t| t > 946_684_800)
+    })
+    .await;
+    let consumed = late
+        .status
+        .as_ref()
+        .and_then(|s| s.last_schedule_time.clone());
+    let consumed = consumed.map(|t| t.0.to_string()).unwrap_or_default();
+    assert!(consumed.ends_with("-01-01T00:00:00Z"), "{consumed}");
+    assert!(policy_runs(env, &ns, "late").await.is_empty());
+    tests::harness::eventually("MissedSchedule on the late policy", RUN, || async {
+        let ev = events(env, &ns, "late").await;
+        ev.iter()
+            .find(|(r, m)| r == "MissedSchedule" && m.contains("startingDeadlineSeconds"))
+            .map(|_| ())
+            .ok_or(format!("{ev:?}"))
+    })
+    .await;
+    let collapsed = tests::harness::eventually("the backlog's one run", RUN, || async {
+        let runs = policy_runs(env, &ns, "backlog").await;
+        match runs.as_slice() {
+            [one] => Ok(one.name_any()),
+            _ => Err(format!("{runs:?}")),
+        }
+    })
+    .await;
+    let ev = events(env, &ns, "backlog").await;
+    assert!(
+        ev.iter()
+            .any(|(r, m)| r == "StampedRun" && m.contains(&collapsed) && m.contains("collapsed")),
+        "{ev:?}"
+    );
+
+    // The reference policy's first run: named for its tick, owned by and labelled with the
+    // policy and the cluster, carrying the rule and the TTL.
+    env.wait_healthy(&ns, name, 1, BOOT).await;
+    let uid = policies.get("reference").await.or_panic().uid();
+    let first = tests::harness::eventually("the first stamped run", RUN, || async {
+        let runs = policy_runs(env, &ns, "reference").await;
+        runs.first().cloned().ok_or("no run yet".to_string())
+    })
+    .await;
+    let run = first.name_any();
+    let tick = tick_of(&run, "reference");
+    assert_eq!(tick % 60, 0, "{run}: a per-minute tick");
+    assert_eq!(
+        first.labels().get(POLICY_LABEL).map(String::as_str),
+        Some("reference")
+    );
+    assert_eq!(
+        first.labels().get(api::labels::CLUSTER).map(String::as_str),
+        Some(name)
+    );
+    let owner = first
+        .owner_references()
+        .first()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (
+            owner.kind.as_str(),
+            owner.name.as_str(),
+            Some(owner.uid),
+            owner.controller
+        ),
+        ("EtcdDefragPolicy", "reference", uid, Some(true))
+    );
+    assert_eq!(
+        serde_json::to_value(&first.spec.rule).or_panic(),
+        manifest["spec"]["rule"]
+    );
+    assert_eq!(first.spec.ttl_seconds_after_finished, Some(3600));
+    let p = wait_policy(
+        env,
+        &ns,
+        "reference",
+        "lastScheduleTime of the first tick",
+        |p| last_schedule(p).is_some_and(|t| t >= tick),
+    )
+    .await;
+    let active = policy_condition(&p, "Active").unwrap_or_default();
+    assert_eq!(
+        (active.0.as_str(), active.1.as_str()),
+        ("True", "Scheduled")
+    );
+    let done = wait_defrag(env, &ns, &run, "the first run finishes", RUN, terminal).await;
+    assert_eq!(
+        done.status.and_then(|s| s.phase),
+        Some(DefragPhase::Complete)
+    );
+
+    // historyLimit 1: once the next tick's run finished, the first is deleted (oldest first).
+    let kept =
+        tests::harness::eventually("the next run kept, the first deleted", RUN * 2, || async {
+            let runs = policy_runs(env, &ns, "reference").await;
+            let names: Vec<String> = runs.iter().map(|d| d.name_any()).collect();
+            match runs.as_slice() {
+                [one] if one.name_any() != run && terminal(one) => Ok(one.name_any()),
+                _ => Err(format!("{names:?}")),
+            }
+        })
+        .await;
+    assert!(tick_of(&kept, "reference") > tick);
+    let ev = events(env, &ns, "reference").await;
+    assert!(
+        ev.iter()
+            .any(|(r, m)| r == "StampedRun" && m.contains(&run)),
+        "{ev:?}"
+    );
+
+    // Forbid: while its first run waits (its cluster does not exist), the next ticks are
+    // skipped, consumed (lastScheduleTime moves on) and reported; Allow stamps them anyway.
+    let forbidden = tests::harness::eventually("a forbidden tick", RUN * 2, || async {
+        let ev = events(env, &ns, "forbid").await;
+        ev.iter()
+            .find(|(r, _)| r == "ConcurrencyForbidden")
+            .map(|(_, m)| m.clone())
+            .ok_or(format!("{ev:?}"))
+    })
+    .await;
+    let runs = policy_runs(env, &ns, "forbid").await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let waiting = runs[0].name_any();
+    assert!(forbidden.contains(&waiting), "{forbidden}");
+    let p = policies.get("forbid").await.or_panic();
+    assert!(last_schedule(&p).unwrap_or_default() > tick_of(&waiting, "forbid"));
+    assert_eq!(
+        p.status
+            .as_ref()
+            .map(|s| s.active.iter().map(|a| a.name.clone()).collect()),
+        Some(vec![waiting.clone()])
+    );
+    let checked = runs[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "DefragChecked"))
+        .map(|c| (c.status.clone(), c.reason.clone()));
+    assert_eq!(
+        checked,
+        Some(("False".to_string(), "ClusterNotHealthy".to_string()))
+    );
+    assert!(events(env, &ns, &waiting)
+        .await
+        .iter()
+        .any(|(r, _)| r == "DefragDeferred"));
+    tests::harness::eventually("Allow stamps a run at each tick", RUN, || async {
+        let runs = policy_runs(env, &ns, "allow").await;
+        (runs.len() >= 2 && runs.iter().all(|d| !terminal(d)))
+            .then_some(())
+            .ok_or(format!("{} runs", runs.len()))
+    })
+    .await;
+}

@@ -45,6 +45,16 @@ const PRUNED_ON_ROLLBACK: &[(&str, &str)] = &[
     // phase and the Ready condition.
     ("EtcdSnapshot", "status.startTime"),
     ("EtcdSnapshot", "status.completionTime"),
+    // EtcdDefragPolicy (the reference's v0.5.5 kind): our extensions. Without them the
+    // reference reads the schedule in UTC, runs no condition-driven checks and falls back to its
+    // historyLimit (or the runs' TTL); the status fields are informational.
+    ("EtcdDefragPolicy", "spec.timeZone"),
+    ("EtcdDefragPolicy", "spec.checkInterval"),
+    ("EtcdDefragPolicy", "spec.successfulRunsHistoryLimit"),
+    ("EtcdDefragPolicy", "spec.failedRunsHistoryLimit"),
+    ("EtcdDefragPolicy", "status.lastRunTime"),
+    ("EtcdDefragPolicy", "status.lastCheckTime"),
+    ("EtcdDefragPolicy", "status.observedGeneration"),
 ];
 
 fn dir(name: &str) -> PathBuf {
@@ -112,6 +122,7 @@ fn every_field_the_reference_schema_lacks_is_listed_as_pruned_on_rollback() {
         ("etcdmembers.paths", "EtcdMember"),
         ("etcdsnapshots.paths", "EtcdSnapshot"),
         ("etcddefrags.paths", "EtcdDefrag"),
+        ("etcddefragpolicies.paths", "EtcdDefragPolicy"),
     ] {
         let reference = reference_paths(file);
         let crd = api::crd::all()

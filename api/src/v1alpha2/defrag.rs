@@ -14,8 +14,9 @@ use super::common::LocalReference;
 pub const DEFAULT_FREE_SPACE_ABOVE: &str = "200Mi";
 /// `minReclaim` when the rule leaves it unset.
 pub const DEFAULT_MIN_RECLAIM: &str = "32Mi";
-/// `quotaUsageAbove`: a whole percentage from 1% to 100%.
-pub const QUOTA_USAGE_PATTERN: &str = r"^([1-9][0-9]?|100)%$";
+/// `quotaUsageAbove`: a whole percentage from 1% to 99%, the released reference's pattern. At
+/// 100% the backend is already full (etcd raised NOSPACE), so the threshold would never help.
+pub const QUOTA_USAGE_PATTERN: &str = r"^[1-9][0-9]?%$";
 
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[kube(
@@ -55,7 +56,8 @@ pub struct EtcdDefragSpec {
     /// never `all`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<DefragRule>,
-    /// Delete this object that many seconds after it finishes (Complete or Failed); unset keeps it.
+    /// Delete this object that many seconds after it finishes (Complete or Failed, counted from
+    /// `status.completedAt`); unset keeps it. The EtcdDefrag controller deletes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub ttl_seconds_after_finished: Option<i32>,
@@ -87,10 +89,12 @@ pub struct DefragRule {
     #[x_kube(validation = Rule::new("isQuantity(string(self)) && quantity(string(self)).isGreaterThan(quantity('0'))")
         .message("spec.rule.freeSpaceAbove must be a positive quantity such as 200Mi or 1Gi"))]
     pub free_space_above: Option<Quantity>,
-    /// A percentage of the backend quota such as `80%`: above it, the floor drops to
-    /// `minReclaim`. Unset by default.
+    /// A percentage of the backend quota from `1%` to `99%` such as `80%`: above it, the floor
+    /// drops to `minReclaim`. Unset by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([1-9][0-9]?|100)%$"), length(max = 4))]
+    #[schemars(regex(pattern = r"^[1-9][0-9]?%$"), length(max = 4))]
+    #[x_kube(validation = Rule::new(r"self.matches('^[1-9][0-9]?%$')")
+        .message("spec.rule.quotaUsageAbove must be a whole percentage from 1% to 99% (100% and above are refused: at 100% the quota is already exhausted and etcd has raised NOSPACE); write e.g. 80%"))]
     pub quota_usage_above: Option<String>,
     /// The least reclaimable space worth a defrag (default 32Mi); not above `freeSpaceAbove`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

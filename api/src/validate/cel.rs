@@ -24,7 +24,7 @@ pub(super) const RETENTION_MAX_AGE: &str =
     "spec.retention.maxAge must be a whole number of minutes, hours or days such as 30m, 12h or 7d";
 
 /// EtcdDefragPolicy: the name rule on the CRD root.
-pub(super) const POLICY_NAME: &str = "metadata.name must be a DNS label of at most 44 characters: the policy names its runs <name>-<unix minutes>, which must stay within 63 characters; choose a shorter name such as my-etcd-defrag";
+pub(super) const POLICY_NAME: &str = "metadata.name must be at most 63 characters: the policy's runs carry it as the value of the etcd-operator.cozystack.io/defrag-policy label; choose a shorter name such as my-etcd-defrag";
 /// EtcdDefragPolicy: a schedule, a check interval or both.
 pub(super) const POLICY_TRIGGER: &str = "spec needs schedule (runs on a cron schedule), checkInterval (a run when a check finds a member worth defragmenting) or both";
 /// EtcdDefragPolicy: `rule.all` with `checkInterval`.
@@ -41,6 +41,8 @@ pub(super) const DEFRAG_IMMUTABLE: &str = "EtcdDefrag spec is immutable: a defra
 const DEFRAG_ALL_EXCLUSIVE: &str = "spec.rule.all=true defragments every member unconditionally and cannot be combined with freeSpaceAbove, quotaUsageAbove or minReclaim; remove those fields or set all=false";
 /// A defrag rule: `minReclaim` not above `freeSpaceAbove`.
 const DEFRAG_MIN_RECLAIM_ABOVE_FREE: &str = "spec.rule.minReclaim must not be above spec.rule.freeSpaceAbove (defaults 32Mi and 200Mi): a member with that much reclaimable space is defragmented anyway; lower minReclaim or raise freeSpaceAbove";
+/// A defrag rule: `quotaUsageAbove` a whole percentage below 100.
+const DEFRAG_QUOTA_USAGE: &str = "spec.rule.quotaUsageAbove must be a whole percentage from 1% to 99% (100% and above are refused: at 100% the quota is already exhausted and etcd has raised NOSPACE); write e.g. 80%";
 /// A defrag rule: a positive `freeSpaceAbove`.
 const DEFRAG_FREE_SPACE_POSITIVE: &str =
     "spec.rule.freeSpaceAbove must be a positive quantity such as 200Mi or 1Gi";
@@ -60,6 +62,7 @@ pub(super) fn attach_defrag_rule_messages(violations: &mut [Violation]) {
             }
             "spec.rule.minReclaim" => Some(DEFRAG_MIN_RECLAIM_POSITIVE),
             "spec.rule.freeSpaceAbove" => Some(DEFRAG_FREE_SPACE_POSITIVE),
+            "spec.rule.quotaUsageAbove" => Some(DEFRAG_QUOTA_USAGE),
             _ => None,
         };
     }
@@ -110,6 +113,7 @@ mod tests {
             DEFRAG_MIN_RECLAIM_ABOVE_FREE,
             DEFRAG_FREE_SPACE_POSITIVE,
             DEFRAG_MIN_RECLAIM_POSITIVE,
+            DEFRAG_QUOTA_USAGE,
         ] {
             assert!(
                 messages.iter().any(|m| m == copied),

@@ -74,7 +74,7 @@ pub(super) fn defrag_rule(rule: &DefragRule) -> Vec<Violation> {
             out.push(
                 Violation::new(
                     format!("{prefix}.quotaUsageAbove"),
-                    "must be a whole percentage from 1% to 100%",
+                    "must be a whole percentage from 1% to 99% (100% and above are refused: at 100% the quota is already exhausted and etcd has raised NOSPACE)",
                     "write e.g. 80%",
                 )
                 .value(p),

@@ -20,6 +20,7 @@ mod defrag;
 mod fields;
 mod location;
 mod parse;
+mod policy;
 mod schedule;
 mod snapshot;
 mod transition;
@@ -30,7 +31,7 @@ use serde::de::DeserializeOwned;
 
 use crate::v1alpha2::{
     EtcdClusterSpec, EtcdDefragPolicySpec, EtcdDefragSpec, EtcdSnapshotScheduleSpec,
-    EtcdSnapshotSpec, MAX_POLICY_NAME, MAX_SCHEDULE_NAME,
+    EtcdSnapshotSpec, MAX_SCHEDULE_NAME,
 };
 
 pub use cluster::{cluster_create, cluster_name, cluster_update, version_upgrade};
@@ -203,7 +204,7 @@ pub fn object(
         }
         "EtcdDefragPolicy" => {
             let mut out: Vec<Violation> = named(new)
-                .and_then(|n| runs_owner_name(n, MAX_POLICY_NAME, cel::POLICY_NAME))
+                .and_then(policy::policy_name)
                 .into_iter()
                 .collect();
             out.extend(judge::<EtcdDefragPolicySpec>(

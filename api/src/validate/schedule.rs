@@ -52,6 +52,12 @@ fn cron_schedule(
     }
     if expression.is_empty() || expression.chars().count() > 256 {
         out.extend(bounded_length("spec.schedule", expression, 256));
+        if expression.is_empty() {
+            // The shape rule rejects an empty expression too, as the apiserver reports.
+            out.push(
+                Violation::of_rule("spec.schedule", rule, "this one is empty", "").value("\"\""),
+            );
+        }
         return;
     }
     match Schedule::parse(expression, time_zone.unwrap_or("UTC")) {
@@ -155,6 +161,7 @@ pub fn policy_spec(spec: &EtcdDefragPolicySpec) -> Vec<Violation> {
             );
         }
     }
+    out.extend(super::policy::released_fields(spec));
     if let Some(rule) = &spec.rule {
         out.extend(defrag_rule(rule));
         if rule.is_all() && spec.check_interval.is_some() {

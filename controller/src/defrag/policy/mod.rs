@@ -1,17 +1,17 @@
-//! The EtcdDefragPolicy controller: creates EtcdDefrag runs `<policy>-<unix minutes>` (owned by
-//! the policy, labelled with its name) at each fire time of its cron schedule, and — every
-//! `checkInterval` — when a member passes the policy's rule (reclaimable space, quota usage)
-//! as the run would judge it, so a check that finds nothing creates nothing. One run of a policy
-//! at a time: a run due while the previous one has not finished is skipped with an Event. The
-//! newest Complete and Failed runs are kept up to the history limits, older ones deleted.
-//! The runs themselves are the EtcdDefrag controller's ([`super::run`]).
+//! The EtcdDefragPolicy controller: stamps EtcdDefrag runs `<policy>-<unix seconds of the tick>`
+//! (owned by the policy, labelled with the policy and the cluster, carrying its rule and TTL) at
+//! the ticks of its cron schedule, as the reference's released policy does (`suspend` without
+//! backfill, `concurrencyPolicy`, `startingDeadlineSeconds`, a bounded missed-tick walk,
+//! `historyLimit`), and — our extension — every `checkInterval` when a member passes the policy's
+//! rule as the run would judge it, so a check that finds nothing creates nothing. The decisions
+//! are [`plan`]'s; the runs themselves are the EtcdDefrag controller's ([`super::run`]).
 
 pub mod plan;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use api::conditions::defrag_policy::READY;
+use api::conditions::defrag_policy::{ACTIVE, READY};
 use api::conditions::reason;
 use api::v1alpha2::{
     DefragPhase, EtcdCluster, EtcdDefrag, EtcdDefragPolicy, EtcdDefragPolicyStatus, LocalReference,
@@ -25,22 +25,27 @@ use kube::{Api, ResourceExt};
 use super::run::observe::observe;
 use crate::conditions::set_condition;
 use crate::context::Context;
-use crate::cron::{due, to_chrono, to_time, Due, Schedule};
+use crate::cron::{to_chrono, to_time, Schedule};
 use crate::etcd::access::{Access, User};
 use crate::events::{Action, Reason};
 use crate::Error;
-use plan::{check_due, finished, first_selected, history_to_delete, new_run, Run, POLICY_LABEL};
+use plan::{
+    active_condition, check_due, finished, first_selected, history_to_delete, new_run, passed_over,
+    tick, Run, Tick, TickFacts, POLICY_LABEL,
+};
 
 /// How often a policy with an unfinished run looks again (its end feeds the history).
 const ACTIVE_RECHECK: Duration = Duration::from_secs(15);
 
-/// Create the run; an existing one of the same minute counts as created.
+/// Create the run; an existing one of the same second counts as created (the tick was acted on
+/// by a reconcile whose status write did not land).
 async fn create_run(
     ctx: &Context,
     policy: &EtcdDefragPolicy,
     runs: &Api<EtcdDefrag>,
     mine: &mut Vec<EtcdDefrag>,
     at: DateTime<Utc>,
+    announce: Reason,
     why: String,
 ) -> Result<(), Error> {
     let run = new_run(policy, at)?;
@@ -49,12 +54,17 @@ async fn create_run(
         Ok(created) => {
             mine.push(created);
             tracing::info!(policy = %policy.name_any(), run = %name, %why, "created defrag run");
+            let verb = if announce == Reason::StampedRun {
+                "stamped"
+            } else {
+                "created"
+            };
             ctx.event(
                 policy,
                 false,
-                Reason::DefragCreated,
+                announce,
                 Action::Create,
-                format!("created EtcdDefrag {name}: {why}"),
+                format!("{verb} EtcdDefrag {name}: {why}"),
             )
             .await;
             Ok(())
@@ -119,21 +129,10 @@ pub async fn reconcile(policy: Arc<EtcdDefragPolicy>, ctx: Arc<Context>) -> Resu
         Some(expression) => match Schedule::parse(expression, policy.spec.time_zone_name()) {
             Ok(c) => Some(c),
             Err(e) => {
-                set_ready(
-                    &policy,
-                    &mut status,
-                    false,
-                    reason::INVALID_SCHEDULE,
-                    e.to_string(),
-                );
-                ctx.event(
-                    &policy,
-                    true,
-                    Reason::InvalidSchedule,
-                    Action::Parse,
-                    e.to_string(),
-                )
-                .await;
+                let why = e.to_string();
+                set_conditions(&policy, &mut status, false, reason::INVALID_SCHEDULE, &why);
+                ctx.event(&policy, true, Reason::InvalidSchedule, Action::Parse, why)
+                    .await;
                 write(&policies, &policy, &status).await?;
                 return Ok(Requeue::await_change());
             }
@@ -155,72 +154,62 @@ pub async fn reconcile(policy: Arc<EtcdDefragPolicy>, ctx: Arc<Context>) -> Resu
         .map(|d| d.name_any())
         .collect();
 
-    let mut last_check_note = None;
-    if !policy.spec.suspended() {
-        let since = |t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
-            t.as_ref()
-                .or(policy.metadata.creation_timestamp.as_ref())
-                .map(to_chrono)
-                .unwrap_or(now)
+    let mut created = false;
+    if let Some(cron) = &cron {
+        let since = status
+            .last_schedule_time
+            .as_ref()
+            .or(policy.metadata.creation_timestamp.as_ref())
+            .map(to_chrono)
+            .unwrap_or(now);
+        let facts = TickFacts {
+            since,
+            now,
+            suspended: policy.spec.suspended(),
+            resuming: !policy.spec.suspended() && was_suspended(&policy),
+            concurrency: policy.spec.concurrency(),
+            starting_deadline_seconds: policy.spec.starting_deadline_seconds,
+            active: &active,
         };
-        let mut created = false;
-        if let Some(cron) = &cron {
-            if let Due::Run(t) = due(cron, since(&status.last_schedule_time), now, None) {
-                status.last_schedule_time = Some(to_time(t));
-                if active.is_empty() {
-                    create_run(
-                        ctx.as_ref(),
-                        &policy,
-                        &runs,
-                        &mut mine,
-                        t,
-                        format!("the scheduled run at {t}"),
-                    )
-                    .await?;
-                    status.last_run_time = Some(to_time(now));
-                    created = true;
-                } else {
-                    ctx.event(
-                        &policy,
-                        false,
-                        Reason::DefragSkipped,
-                        Action::Skip,
-                        format!(
-                            "skipped the run at {t}: EtcdDefrag {} of this policy has not finished",
-                            active.join(", ")
-                        ),
-                    )
-                    .await;
-                }
-            }
+        let decided = tick(cron, &facts);
+        act_on_tick(ctx.as_ref(), &policy, &runs, &mut mine, &decided, &active).await?;
+        if matches!(decided, Tick::Stamp { .. }) {
+            status.last_run_time = Some(to_time(now));
+            created = true;
         }
-        let last_check = status.last_check_time.as_ref().map(to_chrono);
-        if interval.is_some_and(|i| !created && check_due(last_check, i, now)) && active.is_empty()
-        {
-            status.last_check_time = Some(to_time(now));
-            match check(ctx.as_ref(), &ns, &policy).await? {
-                Ok(Some((member, why))) => {
-                    create_run(
-                        ctx.as_ref(),
-                        &policy,
-                        &runs,
-                        &mut mine,
-                        now,
-                        format!("member {member}: {why}"),
-                    )
-                    .await?;
-                    status.last_run_time = Some(to_time(now));
-                    last_check_note = Some(format!(
-                        "the last check found member {member} worth a defrag ({why})"
-                    ));
-                }
-                Ok(None) => {
-                    last_check_note =
-                        Some("the last check found no member the rule selects".to_string());
-                }
-                Err(message) => {
-                    last_check_note = Some(format!("the last check could not be made: {message}"));
-                }
+        if let Some(at) = decided.consumed() {
+            status.last_schedule_time = Some(to_time(at));
+        }
+    }
+
+    let mut last_check_note = None;
+    let last_check = status.last_check_time.as_ref().map(to_chrono);
+    let check_now = interval.is_some_and(|i| !created && check_due(last_check, i, now));
+    if !policy.spec.suspended() && check_now && active.is_empty() {
+        status.last_check_time = Some(to_time(now));
+        match check(ctx.as_ref(), &ns, &policy).await? {
+            Ok(Some((member, why))) => {
+                create_run(
+                    ctx.as_ref(),
+                    &policy,
+                    &runs,
+                    &mut mine,
+                    now,
+                    Reason::DefragCreated,
+                    format!("member {member}: {why}"),
+                )
+                .await?;
+                status.last_run_time = Some(to_time(now));
+                last_check_note = Some(format!(
+                    "the last check found member {member} worth a defrag ({why})"
+                ));
+            }
+            Ok(None) => {
+                last_check_note =
+                    Some("the last check found no member the rule selects".to_string());
+            }
+            Err(message) => {
+                last_check_note = Some(format!("the last check could not be made: {message}"));
             }
         }
     }
@@ -238,11 +227,7 @@ pub async fn reconcile(policy: Arc<EtcdDefragPolicy>, ctx: Arc<Context>) -> Resu
             phase: d.status.as_ref().and_then(|s| s.phase),
         })
         .collect();
-    for gone in history_to_delete(
-        &history,
-        policy.spec.successful_history(),
-        policy.spec.failed_history(),
-    ) {
+    for gone in history_to_delete(&history, policy.spec.history()) {
         match runs.delete(&gone, &DeleteParams::background()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
@@ -277,25 +262,18 @@ pub async fn reconcile(policy: Arc<EtcdDefragPolicy>, ctx: Arc<Context>) -> Resu
             .unwrap_or(now)
             + chrono::Duration::seconds(i)
     });
-    let (reason, message) = if policy.spec.suspended() {
-        (
-            reason::SUSPENDED,
-            "spec.suspend is true: no new runs".to_string(),
-        )
-    } else {
-        let mut parts = Vec::new();
-        if let Some(t) = next_fire {
-            parts.push(format!("next scheduled run at {t}"));
-        }
-        if let Some(t) = next_check {
-            parts.push(format!("next check at {t}"));
-        }
-        if let Some(note) = last_check_note.or_else(|| previous_note(&policy)) {
-            parts.push(note);
-        }
-        (reason::SCHEDULED, parts.join("; "))
-    };
-    set_ready(&policy, &mut status, true, reason, message);
+    let mut parts = Vec::new();
+    if let Some(t) = next_fire {
+        parts.push(format!("next scheduled run at {t}"));
+    }
+    if let Some(t) = next_check {
+        parts.push(format!("next check at {t}"));
+    }
+    if let Some(note) = last_check_note.or_else(|| previous_note(&policy)) {
+        parts.push(note);
+    }
+    let (ok, reason, message) = active_condition(policy.spec.suspended(), None, parts.join("; "));
+    set_conditions(&policy, &mut status, ok, reason, &message);
     if policy.status.as_ref() != Some(&status) {
         write(&policies, &policy, &status).await?;
     }
@@ -318,6 +296,68 @@ pub async fn reconcile(policy: Arc<EtcdDefragPolicy>, ctx: Arc<Context>) -> Resu
     Ok(Requeue::requeue(wait))
 }
 
+/// Perform the schedule's decision: stamp the run, or announce why the tick was skipped.
+async fn act_on_tick(
+    ctx: &Context,
+    policy: &EtcdDefragPolicy,
+    runs: &Api<EtcdDefrag>,
+    mine: &mut Vec<EtcdDefrag>,
+    decided: &Tick,
+    active: &[String],
+) -> Result<(), Error> {
+    match decided {
+        Tick::Nothing => {}
+        Tick::Stamp { at, walk } => {
+            let why = format!("the tick at {at}{}", passed_over(walk));
+            create_run(ctx, policy, runs, mine, *at, Reason::StampedRun, why).await?;
+        }
+        Tick::Forbidden { at, walk } => {
+            let message = format!(
+                "skipped the tick at {at}: EtcdDefrag {} of this policy has not finished and                  spec.concurrencyPolicy is Forbid (set Allow to queue runs behind it){}",
+                active.join(", "),
+                passed_over(walk)
+            );
+            ctx.event(
+                policy,
+                false,
+                Reason::ConcurrencyForbidden,
+                Action::Skip,
+                message,
+            )
+            .await;
+        }
+        Tick::Late { at, late_by, walk } => {
+            let message = format!(
+                "skipped the tick at {at}: acted on {late_by}s after it, later than                  spec.startingDeadlineSeconds {} allows; the next tick runs as scheduled{}",
+                policy.spec.starting_deadline_seconds.unwrap_or_default(),
+                passed_over(walk)
+            );
+            ctx.event(policy, true, Reason::MissedSchedule, Action::Skip, message)
+                .await;
+        }
+        Tick::Resumed { at, walk } => {
+            tracing::info!(policy = %policy.name_any(), tick = %at, passed_over = walk.passed_over, "resumed: ticks missed while suspended are not backfilled");
+        }
+    }
+    Ok(())
+}
+
+/// Whether the last reconcile saw the policy suspended: its `Active` condition (or, written by
+/// an operator before it had one, `Ready`) says `Suspended`.
+fn was_suspended(policy: &EtcdDefragPolicy) -> bool {
+    let conditions = policy.status.as_ref().map(|s| s.conditions.as_slice());
+    let reason_of = |type_: &str| {
+        conditions
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.reason.as_str())
+    };
+    reason_of(ACTIVE)
+        .or_else(|| reason_of(READY))
+        .is_some_and(|r| r == reason::SUSPENDED)
+}
+
 /// The last check's note of the current Ready message, kept until the next check.
 fn previous_note(policy: &EtcdDefragPolicy) -> Option<String> {
     policy
@@ -332,22 +372,28 @@ fn previous_note(policy: &EtcdDefragPolicy) -> Option<String> {
         .map(str::to_string)
 }
 
-fn set_ready(
+/// Set `Active` (the reference's) and `Ready` (ours, which stays True while suspended).
+fn set_conditions(
     policy: &EtcdDefragPolicy,
     status: &mut EtcdDefragPolicyStatus,
-    ok: bool,
+    active: bool,
     reason: &str,
-    message: String,
+    message: &str,
 ) {
-    set_condition(
-        &mut status.conditions,
-        READY,
-        ok,
-        reason,
-        message,
-        policy.metadata.generation,
-        Timestamp::now(),
-    );
+    let generation = policy.metadata.generation;
+    let now = Timestamp::now();
+    let ready = active || reason == reason::SUSPENDED;
+    for (type_, ok) in [(ACTIVE, active), (READY, ready)] {
+        set_condition(
+            &mut status.conditions,
+            type_,
+            ok,
+            reason,
+            message.to_string(),
+            generation,
+            now,
+        );
+    }
 }
 
 async fn write(

@@ -41,6 +41,32 @@ pub(super) async fn step(
     })
 }
 
+/// Write the status of a run that waits (its `DefragChecked` condition False: queued behind
+/// another run, or the cluster not healthy) and look again after [`RECHECK`]; a new wait is
+/// announced with a `DefragDeferred` Event (the reference's), a continuing one is not repeated.
+pub(super) async fn defer(
+    ctx: &Context,
+    api: &Api<EtcdDefrag>,
+    defrag: &EtcdDefrag,
+    status: &mut EtcdDefragStatus,
+    o: &Outcome,
+    now: Timestamp,
+) -> Result<Requeue, Error> {
+    let announce = plan::newly_deferred(status, o.reason);
+    let requeue = step(api, defrag, status, o, now, RECHECK).await?;
+    if announce {
+        ctx.event(
+            defrag,
+            false,
+            Reason::DefragDeferred,
+            Action::Defragment,
+            o.message.clone(),
+        )
+        .await;
+    }
+    Ok(requeue)
+}
+
 /// Write a terminal status, count the run and announce it.
 pub(super) async fn finish(
     ctx: &Context,
@@ -195,27 +221,40 @@ pub(super) enum Unfinished {
     Failed(String),
 }
 
-/// Send the one `Defragment` call of a member, bounded by `limit`, and return the member's
-/// status afterwards, with why the call ended without an answer if it did. Such a call is never
-/// repeated: etcd ignores the caller giving up and runs the defragmentation to its end, so a
-/// second call would queue a second one behind it. The member is waited for instead.
+/// How a member's one `Defragment` call ended.
+pub(super) enum Ended {
+    /// It answered; the member's status afterwards.
+    Answered(MemberStatus),
+    /// It answered, but the member's `Status` failed afterwards (why): defragmented, size
+    /// unknown (`AfterSizeUnavailable`).
+    SizeUnavailable(String),
+    /// It ended without an answer (why); the member's status once it answered again.
+    Unanswered(MemberStatus, String),
+}
+
+/// Send the one `Defragment` call of a member, bounded by `limit`, and say how it ended. Such a
+/// call is never repeated: etcd ignores the caller giving up and runs the defragmentation to
+/// its end, so a second call would queue a second one behind it. The member is waited for
+/// instead.
 pub(super) async fn defragment(
     client: &mut Etcd,
     limit: Duration,
     url: &str,
     access: &Access,
-) -> Result<(MemberStatus, Option<String>), Unfinished> {
+) -> Result<Ended, Unfinished> {
     let unanswered = match tokio::time::timeout(limit, client.defragment()).await {
-        Ok(Ok(())) => match client.member_status().await {
-            Ok(after) => return Ok((after, None)),
-            Err(e) => format!("defragmented, but Status failed afterwards: {e}"),
-        },
+        Ok(Ok(())) => {
+            return Ok(match client.member_status().await {
+                Ok(after) => Ended::Answered(after),
+                Err(e) => Ended::SizeUnavailable(e.to_string()),
+            })
+        }
         Ok(Err(e)) => e.to_string(),
         Err(_) => format!("no answer within {}s", limit.as_secs_f32()),
     };
     tracing::info!(url, why = %unanswered, "the Defragment call ended without an answer; waiting for the member");
     let after = await_answer(url, access).await?;
-    Ok((after, Some(unanswered)))
+    Ok(Ended::Unanswered(after, unanswered))
 }
 
 /// How long one reconcile waits for a member to answer again after its `Defragment` call.

@@ -8,7 +8,7 @@
 mod act;
 pub(super) mod observe;
 
-use act::{await_answer, complete, defragment, finish, step, Unfinished};
+use act::{await_answer, complete, defer, defragment, finish, step, Ended, Unfinished};
 use observe::{observe, url_of};
 pub mod plan;
 
@@ -149,7 +149,7 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
                 "EtcdCluster {cluster_name} (spec.clusterRef.name) does not exist in this namespace"
             ),
         );
-        return step(&api, &defrag, &mut status, &o, now, RECHECK).await;
+        return defer(ctx, &api, &defrag, &mut status, &o, now).await;
     };
 
     if !running {
@@ -162,7 +162,7 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
                      never overlap"
                 ),
             );
-            return step(&api, &defrag, &mut status, &o, now, RECHECK).await;
+            return defer(ctx, &api, &defrag, &mut status, &o, now).await;
         }
     }
 
@@ -170,7 +170,7 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
         Ok(a) => a,
         Err(why) => {
             let o = wait(reason::CREDENTIALS_NOT_READY, why);
-            return step(&api, &defrag, &mut status, &o, now, RECHECK).await;
+            return defer(ctx, &api, &defrag, &mut status, &o, now).await;
         }
     };
     let (members, conns, alarms) = observe(ctx, &ns, &cluster, &access).await?;
@@ -179,7 +179,7 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
             reason::CLUSTER_UNHEALTHY,
             format!("waiting for cluster {cluster_name} to be healthy: {why}"),
         );
-        return step(&api, &defrag, &mut status, &o, now, RECHECK).await;
+        return defer(ctx, &api, &defrag, &mut status, &o, now).await;
     }
     if !running {
         let o = Outcome {
@@ -328,10 +328,7 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
             let limit = ctx.config.defrag_timeout.for_size(before);
             let result = if sent {
                 await_answer(&url, &access).await.map(|after| {
-                    (
-                        after,
-                        Some("its earlier call was not seen to end".to_string()),
-                    )
+                    Ended::Unanswered(after, "its earlier call was not seen to end".to_string())
                 })
             } else {
                 let mut client = match access
@@ -371,11 +368,12 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
                 defrag = write(&api, &defrag, &status).await?;
                 defragment(&mut client, limit, &url, &access).await
             };
-            let judged = result.and_then(|(after, unanswered)| match unanswered {
-                None => Ok((after, why.clone())),
-                Some(e) => match plan::judge_unanswered(before, &after) {
+            let judged = result.and_then(|ended| match ended {
+                Ended::Answered(after) => Ok((Some(after), why.clone())),
+                Ended::SizeUnavailable(e) => Ok((None, plan::after_size_unavailable(&why, &e))),
+                Ended::Unanswered(after, e) => match plan::judge_unanswered(before, &after) {
                     Ok(j) => Ok((
-                        after,
+                        Some(after),
                         format!(
                             "{why}; the Defragment call did not answer ({e}) and was not \
                              repeated; {j}"
@@ -390,30 +388,38 @@ async fn reconcile_inner(defrag: &EtcdDefrag, ctx: &Context) -> Result<Requeue, 
             });
             match judged {
                 Ok((after, why)) => {
-                    let reclaimed = (before - after.db_size).max(0);
+                    let after = after.map(|a| a.db_size);
+                    let reclaimed = after.map(|a| (before - a).max(0));
                     entry.outcome = Some(DefragOutcome::Defragmented);
                     entry.reason = Some(why);
-                    entry.db_size_after = Some(after.db_size);
-                    entry.reclaimed_bytes = Some(reclaimed);
+                    entry.db_size_after = after;
+                    entry.reclaimed_bytes = reclaimed;
                     ctx.metrics.count_defrag_member(
                         "Defragmented",
-                        reclaimed,
+                        reclaimed.unwrap_or(0),
                         Some(took.elapsed()),
                     );
-                    tracing::info!(defrag = %name, member = %member.name, role, reclaimed, "defragmented member");
+                    tracing::info!(defrag = %name, member = %member.name, role, ?reclaimed, "defragmented member");
+                    let sizes = match (after, reclaimed) {
+                        (Some(a), Some(r)) => format!(
+                            "dbSize {} -> {}, reclaimed {}",
+                            format_bytes(before),
+                            format_bytes(a),
+                            format_bytes(r)
+                        ),
+                        _ => format!(
+                            "dbSize {} -> unknown ({})",
+                            format_bytes(before),
+                            reason::AFTER_SIZE_UNAVAILABLE
+                        ),
+                    };
                     ctx.event_related(
                         &defrag,
                         Some(member_ref(&ns, &member.name)),
                         false,
                         Reason::MemberDefragmented,
                         Action::Defragment,
-                        format!(
-                            "defragmented {role} {}: dbSize {} -> {}, reclaimed {}",
-                            member.name,
-                            format_bytes(before),
-                            format_bytes(after.db_size),
-                            format_bytes(reclaimed)
-                        ),
+                        format!("defragmented {role} {}: {sizes}", member.name),
                     )
                     .await;
                 }

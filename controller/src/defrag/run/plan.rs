@@ -9,7 +9,8 @@ use std::collections::BTreeSet;
 use api::v1alpha2::DefragMemberStatus;
 use k8s_openapi::api::core::v1::Pod;
 
-use api::conditions::defrag::READY;
+use api::conditions::defrag::{DEFRAG_CHECKED, READY};
+use api::conditions::reason;
 use api::quantity::{format_bytes, to_bytes};
 use api::v1alpha2::{DefragOutcome, DefragPhase, DefragRule, EtcdDefrag, EtcdDefragStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -363,11 +364,59 @@ pub struct Outcome {
     pub message: String,
 }
 
-/// The run's status after a step: its phase, the `Ready` condition, when it started and
-/// ended, and how many members it defragmented.
+/// The reference's `DefragChecked` condition for a step whose `Ready` reason is `ready_reason`:
+/// `False`/`Queued` while another run of the cluster goes first, `False`/`ClusterNotHealthy`
+/// while the cluster cannot be defragmented (not found, credentials not usable, unhealthy), and
+/// `True`/`Running` once the run was admitted and works on the members. `None` leaves the
+/// condition as it was (a finished run keeps what it last saw).
+pub fn checked(ready_reason: &str) -> Option<(bool, &'static str)> {
+    match ready_reason {
+        reason::WAITING_FOR_RUN => Some((false, reason::QUEUED)),
+        reason::CLUSTER_UNHEALTHY | reason::CLUSTER_NOT_FOUND | reason::CREDENTIALS_NOT_READY => {
+            Some((false, reason::CLUSTER_NOT_HEALTHY))
+        }
+        reason::RUNNING => Some((true, reason::RUNNING)),
+        _ => None,
+    }
+}
+
+/// Whether a step that waits (`DefragChecked` False) starts a new wait, i.e. is worth a
+/// `DefragDeferred` Event: the condition was not already False with the same reason.
+pub fn newly_deferred(status: &EtcdDefragStatus, ready_reason: &str) -> bool {
+    let Some((false, why)) = checked(ready_reason) else {
+        return false;
+    };
+    !status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == DEFRAG_CHECKED && c.status == "False" && c.reason == why)
+}
+
+/// A member's reason when its `Defragment` call answered but its size could not be read
+/// afterwards: it was defragmented; `dbSizeAfter` and `reclaimedBytes` stay unknown.
+pub fn after_size_unavailable(why: &str, error: &str) -> String {
+    format!(
+        "{}: {why}; the Defragment call answered, but the member's Status failed afterwards          ({error}), so its size after the defrag is unknown",
+        reason::AFTER_SIZE_UNAVAILABLE
+    )
+}
+
+/// The run's status after a step: its phase, the `Ready` and `DefragChecked` conditions, when
+/// it started and ended, and how many members it defragmented.
 pub fn render(defrag: &EtcdDefrag, status: &mut EtcdDefragStatus, o: &Outcome, now: Timestamp) {
     let generation = defrag.metadata.generation;
     status.observed_generation = generation;
+    if let Some((ok, why)) = checked(o.reason) {
+        set_condition(
+            &mut status.conditions,
+            DEFRAG_CHECKED,
+            ok,
+            why,
+            o.message.clone(),
+            generation,
+            now,
+        );
+    }
     set_condition(
         &mut status.conditions,
         READY,

@@ -1,5 +1,7 @@
 use super::*;
 use api::quantity::to_bytes;
+
+mod ticks;
 use api::v1alpha2::{DefragRule, LocalReference};
 use chrono::TimeZone;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -8,14 +10,24 @@ fn at(m: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 3, 10, 10, m, 0).unwrap()
 }
 
-#[test]
-fn history_keeps_the_newest_complete_and_failed_runs_and_never_an_unfinished_one() {
-    let r = |name: &str, m: u32, phase: Option<DefragPhase>| Run {
+fn r(name: &str, m: u32, phase: Option<DefragPhase>) -> Run {
+    Run {
         name: name.into(),
         created: at(m),
         phase,
-    };
-    let runs = [
+    }
+}
+
+fn limits(total: Option<usize>, complete: Option<usize>, failed: Option<usize>) -> HistoryLimits {
+    HistoryLimits {
+        total,
+        complete,
+        failed,
+    }
+}
+
+fn history() -> [Run; 7] {
+    [
         r("a", 1, Some(DefragPhase::Complete)),
         r("b", 2, Some(DefragPhase::Failed)),
         r("c", 3, Some(DefragPhase::Complete)),
@@ -23,10 +35,45 @@ fn history_keeps_the_newest_complete_and_failed_runs_and_never_an_unfinished_one
         r("e", 5, Some(DefragPhase::Complete)),
         r("f", 6, Some(DefragPhase::Running)),
         r("g", 7, None),
-    ];
-    assert_eq!(history_to_delete(&runs, 2, 1), ["a", "b"]);
-    assert_eq!(history_to_delete(&runs, 0, 0), ["a", "b", "c", "d", "e"]);
-    assert!(history_to_delete(&runs, 3, 2).is_empty());
+    ]
+}
+
+#[test]
+fn history_keeps_the_newest_complete_and_failed_runs_and_never_an_unfinished_one() {
+    let runs = history();
+    let per_phase = |c, f| limits(None, Some(c), Some(f));
+    assert_eq!(history_to_delete(&runs, per_phase(2, 1)), ["a", "b"]);
+    assert_eq!(
+        history_to_delete(&runs, per_phase(0, 0)),
+        ["a", "b", "c", "d", "e"]
+    );
+    assert!(history_to_delete(&runs, per_phase(3, 2)).is_empty());
+    // No limit at all (a reference policy leaving cleanup to the runs' TTL): nothing deleted.
+    assert!(history_to_delete(&runs, limits(None, None, None)).is_empty());
+}
+
+#[test]
+fn history_limit_caps_the_finished_runs_oldest_first_and_ours_refine_it() {
+    let runs = history();
+    // The reference's historyLimit: the newest two finished runs stay, whatever their phase.
+    assert_eq!(
+        history_to_delete(&runs, limits(Some(2), None, None)),
+        ["a", "b", "c"]
+    );
+    assert_eq!(
+        history_to_delete(&runs, limits(Some(0), None, None)),
+        ["a", "b", "c", "d", "e"]
+    );
+    // Ours refine it: at most one Failed among the newest three finished.
+    assert_eq!(
+        history_to_delete(&runs, limits(Some(3), None, Some(1))),
+        ["a", "b"]
+    );
+    // A per-phase limit below the total wins for its phase; the total still holds.
+    assert_eq!(
+        history_to_delete(&runs, limits(Some(1), Some(3), Some(3))),
+        ["a", "b", "c", "d"]
+    );
 }
 
 #[test]
@@ -86,7 +133,7 @@ fn quota_usage_is_measured_against_the_quota_each_member_runs_with() {
 }
 
 #[test]
-fn runs_are_named_with_the_minute_owned_by_the_policy_and_carry_its_rule() {
+fn runs_are_named_with_the_tick_second_owned_by_the_policy_and_carry_its_rule_and_ttl() {
     let mut p = EtcdDefragPolicy::new(
         "nightly",
         api::v1alpha2::EtcdDefragPolicySpec {
@@ -96,13 +143,14 @@ fn runs_are_named_with_the_minute_owned_by_the_policy_and_carry_its_rule() {
                 all: Some(true),
                 ..Default::default()
             }),
+            ttl_seconds_after_finished: Some(600),
             ..Default::default()
         },
     );
     p.metadata.namespace = Some("ns".into());
     p.metadata.uid = Some("uid-1".into());
     let run = new_run(&p, Utc.timestamp_opt(1_800_000_000, 0).unwrap()).unwrap();
-    assert_eq!(run.name_any(), "nightly-30000000");
+    assert_eq!(run.name_any(), "nightly-1800000000");
     assert_eq!(
         run.labels().get(POLICY_LABEL).map(String::as_str),
         Some("nightly")
@@ -113,4 +161,6 @@ fn runs_are_named_with_the_minute_owned_by_the_policy_and_carry_its_rule() {
     );
     assert_eq!(crate::controller_uid(&run).as_deref(), Some("uid-1"));
     assert_eq!(run.spec.rule, p.spec.rule);
+    assert_eq!(run.spec.ttl_seconds_after_finished, Some(600));
+    assert_eq!(run.spec.cluster_ref.name, "c");
 }

@@ -1,6 +1,7 @@
 //! The defrag planner: health, member order, the rule's gates and run turns.
 
 use super::*;
+use api::conditions::defrag::DEFRAG_CHECKED;
 use api::v1alpha2::{EtcdDefragSpec, EtcdDefragStatus, LocalReference};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -349,4 +350,70 @@ fn one_run_per_cluster_at_a_time_running_first_then_oldest() {
     let runs = vec![a.clone(), c.clone()];
     assert_eq!(blocking_run(&c, &runs), Some("a".into()));
     assert_eq!(blocking_run(&a, &runs), None);
+}
+
+fn rendered(d: &EtcdDefrag, phase: DefragPhase, why: &'static str) -> EtcdDefragStatus {
+    let mut status = d.status.clone().unwrap_or_default();
+    let o = Outcome {
+        phase,
+        reason: why,
+        message: format!("because {why}"),
+    };
+    render(d, &mut status, &o, Timestamp::from_second(100).unwrap());
+    status
+}
+
+fn defrag_checked(s: &EtcdDefragStatus) -> Option<(String, String)> {
+    s.conditions
+        .iter()
+        .find(|c| c.type_ == DEFRAG_CHECKED)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+#[test]
+fn defrag_checked_says_queued_cluster_not_healthy_or_running_and_stays_after_the_end() {
+    let d = run("a", "c", 10, None);
+    let pair = |s: &str, r: &str| Some((s.to_string(), r.to_string()));
+    let s = rendered(&d, DefragPhase::Pending, reason::WAITING_FOR_RUN);
+    assert_eq!(defrag_checked(&s), pair("False", "Queued"));
+    for why in [
+        reason::CLUSTER_UNHEALTHY,
+        reason::CLUSTER_NOT_FOUND,
+        reason::CREDENTIALS_NOT_READY,
+    ] {
+        let s = rendered(&d, DefragPhase::Pending, why);
+        assert_eq!(
+            defrag_checked(&s),
+            pair("False", "ClusterNotHealthy"),
+            "{why}"
+        );
+    }
+    let mut d = run("a", "c", 10, None);
+    d.status = Some(rendered(&d, DefragPhase::Running, reason::RUNNING));
+    assert_eq!(
+        defrag_checked(d.status.as_ref().unwrap()),
+        pair("True", "Running")
+    );
+    // The run ends: DefragChecked keeps what it last saw, Ready says how it ended.
+    let s = rendered(&d, DefragPhase::Complete, reason::COMPLETE);
+    assert_eq!(defrag_checked(&s), pair("True", "Running"));
+    assert_eq!(s.phase, Some(DefragPhase::Complete));
+}
+
+#[test]
+fn only_a_new_wait_is_announced_as_deferred() {
+    let d = run("a", "c", 10, None);
+    let fresh = EtcdDefragStatus::default();
+    assert!(newly_deferred(&fresh, reason::WAITING_FOR_RUN));
+    assert!(!newly_deferred(&fresh, reason::RUNNING));
+    let queued = rendered(&d, DefragPhase::Pending, reason::WAITING_FOR_RUN);
+    assert!(!newly_deferred(&queued, reason::WAITING_FOR_RUN));
+    assert!(newly_deferred(&queued, reason::CLUSTER_UNHEALTHY));
+}
+
+#[test]
+fn a_member_whose_size_is_unreadable_after_its_defrag_says_after_size_unavailable() {
+    let why = after_size_unavailable("spec.rule.all is true", "connection reset");
+    assert!(why.starts_with("AfterSizeUnavailable: "), "{why}");
+    assert!(why.contains("connection reset"), "{why}");
 }
