@@ -550,6 +550,28 @@ async fn set_quota(env: &Env, ns: &str, name: &str, quota: i64) {
         .or_panic();
 }
 
+/// Every member Pod of `name` Ready and running with `--quota-backend-bytes=<quota>`.
+async fn wait_runs_quota(env: &Env, ns: &str, name: &str, quota: i64) {
+    let flag = format!("--quota-backend-bytes={quota}");
+    tests::harness::eventually("the members run the quota", 2 * RUN, || async {
+        let pods = env.pods(ns, name).await;
+        let rolled = pods.iter().all(|p| {
+            pod_ready(p)
+                && p.spec.as_ref().is_some_and(|s| {
+                    s.containers
+                        .iter()
+                        .any(|c| c.args.iter().flatten().any(|a| *a == flag))
+                })
+        });
+        if rolled && !pods.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{} pod(s), not all Ready with {flag}", pods.len()))
+        }
+    })
+    .await;
+}
+
 async fn pause_rollout(env: &Env, ns: &str, name: &str, paused: bool) {
     let value = paused.then_some("true");
     env.clusters(ns)
@@ -570,19 +592,34 @@ async fn a_full_quota_keeps_members_ready_and_a_raised_quota_rolls_out_then_nosp
     let ns = env.namespace("quota").await;
     let name = "qt";
     let small: i64 = 16 * 1024 * 1024;
+    let medium: i64 = 32 * 1024 * 1024;
     let large: i64 = 64 * 1024 * 1024;
     let mut cluster = spec(1);
     cluster.options = Some(EtcdOptions {
-        quota_backend_bytes: Some(small),
+        quota_backend_bytes: Some(medium),
         ..Default::default()
     });
     env.create_cluster(&ns, name, cluster).await;
     env.wait_healthy(&ns, name, 1, BOOT).await;
+    // 20 MiB of live data under a 32 MiB quota, then the quota lowered to 16 MiB: the data a
+    // defrag keeps is then above the quota the member runs with whatever bbolt's file growth and
+    // fragmentation (filling a 16 MiB quota to the brim leaves live data that a defrag may shrink
+    // just under it, and then disarming is right).
     let mut etcd = env.etcd_client(&ns, name).await;
     let value = vec![b'x'; 64 * KIB];
+    let live = 320;
+    for i in 0..live {
+        etcd.put(format!("fill/{i:05}"), value.clone(), None)
+            .await
+            .or_panic();
+    }
+    let mut accepted: i64 = live;
+    set_quota(env, &ns, name, small).await;
+    wait_runs_quota(env, &ns, name, small).await;
+    env.wait_healthy(&ns, name, 1, RUN).await;
+    let mut etcd = env.etcd_client(&ns, name).await;
     let mut refused = None;
-    let mut accepted: i64 = 0;
-    for i in 0..1000 {
+    for i in live..1000 {
         if let Err(e) = etcd.put(format!("fill/{i:05}"), value.clone(), None).await {
             refused = Some(e.to_string());
             break;
@@ -632,24 +669,7 @@ async fn a_full_quota_keeps_members_ready_and_a_raised_quota_rolls_out_then_nosp
 
     // Rolled out: the member restarts with the new quota (Ready again under NOSPACE).
     pause_rollout(env, &ns, name, false).await;
-    let flag = format!("--quota-backend-bytes={large}");
-    tests::harness::eventually("the member runs the raised quota", 2 * RUN, || async {
-        let pods = env.pods(&ns, name).await;
-        let rolled = pods.iter().all(|p| {
-            pod_ready(p)
-                && p.spec.as_ref().is_some_and(|s| {
-                    s.containers
-                        .iter()
-                        .any(|c| c.args.iter().flatten().any(|a| *a == flag))
-                })
-        });
-        if rolled && !pods.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("{} pod(s), not all Ready with {flag}", pods.len()))
-        }
-    })
-    .await;
+    wait_runs_quota(env, &ns, name, large).await;
     env.wait_healthy(&ns, name, 1, RUN).await;
 
     // A defrag now disarms it: every member is below the quota it runs with.
