@@ -112,7 +112,7 @@ async fn delete_cluster(env: &Env, ns: &str, name: &str) {
                     .map_err(|e| e.to_string())?
                     .items
                     .len(),
-                // Member Pods only: the snapshot Jobs' Pods carry the cluster's labels too.
+                // Member Pods only (Job Pods of an older operator carried the cluster label too).
                 pods.list(&selector)
                     .await
                     .map_err(|e| e.to_string())?
