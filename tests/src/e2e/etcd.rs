@@ -67,10 +67,36 @@ pub async fn put_keys(
     keys
 }
 
-/// Every key under `prefix` with its value, read linearizably through `etcd`.
+/// etcd's refusals while its members elect a leader (`rpctypes.ErrGRPCLeaderChanged`,
+/// `ErrGRPCNoLeader`, `ErrGRPCTimeoutDueToLeaderFail`).
+const BETWEEN_LEADERS: [&str; 3] = [
+    "etcdserver: leader changed",
+    "etcdserver: no leader",
+    "etcdserver: request timed out, possibly due to previous leader failure",
+];
+
+/// Every key under `prefix` with its value, read linearizably through `etcd`. A read refused
+/// because the cluster is between leaders (etcd's "leader changed", "no leader" and "request
+/// timed out, possibly due to previous leader failure", which a test that just evicted or
+/// restarted a member can meet) is made again for up to 30 s, as any etcd client would; every
+/// other error, or one lasting longer, fails the test.
 pub async fn read_keys(etcd: &mut etcd_client::Client, prefix: &str) -> BTreeMap<String, String> {
-    let got = etcd.get(prefix, Some(etcd_client::GetOptions::new().with_prefix()));
-    key_values(&got.await.or_panic())
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = etcd
+            .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
+            .await;
+        match got {
+            Ok(got) => return key_values(&got),
+            Err(etcd_client::Error::GRpcStatus(status))
+                if BETWEEN_LEADERS.contains(&status.message())
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("reading the keys under {prefix:?}: {e}"),
+        }
+    }
 }
 
 /// The keys of a range response with their values (as text).
