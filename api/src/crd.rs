@@ -90,6 +90,38 @@ pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_yaml::Err
     ))
 }
 
+/// Every `message` of every CEL rule (`x-kubernetes-validations`) the CRDs ship, sorted, each
+/// once: what the apiserver answers when a rule rejects, and so what the validator and the
+/// webhook must quote verbatim.
+pub fn cel_messages() -> Vec<String> {
+    fn walk(schema: &serde_json::Value, out: &mut Vec<String>) {
+        match schema {
+            serde_json::Value::Object(map) => {
+                if let Some(serde_json::Value::Array(rules)) = map.get("x-kubernetes-validations") {
+                    out.extend(
+                        rules
+                            .iter()
+                            .filter_map(|r| r.get("message")?.as_str().map(str::to_string)),
+                    );
+                }
+                map.values().for_each(|v| walk(v, out));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for crd in all() {
+        // A CRD built from our own types always serializes; an error would only drop its rules.
+        if let Ok(schema) = serde_json::to_value(&crd) {
+            walk(&schema, &mut out);
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// The OpenAPI v3 schema of a CRD's only version, as JSON (for client-side CEL evaluation).
 pub fn schema_json(crd: &CustomResourceDefinition) -> Option<serde_json::Value> {
     let schema = crd

@@ -284,40 +284,13 @@ fn name_rule_passes_an_object_that_only_has_generate_name() {
     );
 }
 
-/// Every `message` of every CEL rule (`x-kubernetes-validations`) in `schema`.
-fn rule_messages(schema: &Value, out: &mut Vec<String>) {
-    match schema {
-        Value::Object(map) => {
-            if let Some(Value::Array(rules)) = map.get("x-kubernetes-validations") {
-                out.extend(
-                    rules
-                        .iter()
-                        .filter_map(|r| r.get("message")?.as_str().map(str::to_string)),
-                );
-            }
-            map.values().for_each(|v| rule_messages(v, out));
-        }
-        Value::Array(items) => items.iter().for_each(|v| rule_messages(v, out)),
-        _ => {}
-    }
-}
-
 /// The runbook quotes the apiserver's CEL messages; with the webhook installed the user reads
 /// the validator's rendering instead. So every CEL rule that rejects a corpus case must have its
 /// message, verbatim, in the validator's answer on the same case.
 #[test]
 fn rust_validator_answers_carry_the_message_of_every_cel_rule_that_rejects() {
     let schemas = schemas();
-    let mut messages = Vec::new();
-    for schema in [
-        &schemas.cluster,
-        &schemas.snapshot,
-        &schemas.defrag,
-        &schemas.schedule,
-        &schemas.policy,
-    ] {
-        rule_messages(schema, &mut messages);
-    }
+    let messages = api::crd::cel_messages();
     let mut missing = Vec::new();
     let mut compared = 0;
     // A bare suffix or sign ("Gi", "-") is the quantity 0 to the apiserver (and to

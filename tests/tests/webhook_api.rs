@@ -931,33 +931,6 @@ fn show(verdict: &Result<Verdict, String>) -> String {
     }
 }
 
-/// Every `message` of every CEL rule (`x-kubernetes-validations`) the CRDs ship.
-fn cel_rule_messages() -> Vec<String> {
-    fn walk(schema: &Value, out: &mut Vec<String>) {
-        match schema {
-            Value::Object(map) => {
-                if let Some(Value::Array(rules)) = map.get("x-kubernetes-validations") {
-                    out.extend(
-                        rules
-                            .iter()
-                            .filter_map(|r| r.get("message")?.as_str().map(str::to_string)),
-                    );
-                }
-                map.values().for_each(|v| walk(v, out));
-            }
-            Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    for crd in api::crd::all() {
-        walk(&serde_json::to_value(&crd).or_panic(), &mut out);
-    }
-    out.sort();
-    out.dedup();
-    out
-}
-
 /// The CEL rules' messages in `cel_only` (a denial without the webhook) that `with_webhook`
 /// (the same case's denial with it) lacks: the runbook quotes the apiserver's CEL messages, so
 /// the webhook's answer must carry each verbatim. `None` when the case was not denied both ways.
@@ -1053,7 +1026,7 @@ async fn corpus_verdicts_are_the_same_with_and_without_the_webhook() {
             )
         })
         .collect();
-    let messages = cel_rule_messages();
+    let messages = api::crd::cel_messages();
     let mut compared = 0;
     let mut missing_messages = Vec::new();
     for (case, (on, off)) in cases.iter().zip(with_webhook.iter().zip(&cel_only)) {
