@@ -122,9 +122,11 @@ build_k8s() { # build_k8s <out> <module dir> <cmd...>
 build_etcd() { # build_etcd <out> <module dir>
 	local out=$1 mod=$2 version
 	version=$(mod_version "$mod" go.etcd.io/etcd/server/v3)
-	gobuild "$mod" "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3
-	gobuild "$mod" "-s -w" -o "$out/etcdctl" go.etcd.io/etcd/etcdctl/v3
-	gobuild "$mod" "-s -w" -o "$out/etcdutl" go.etcd.io/etcd/etcdutl/v3
+	# One `go build` for the three commands: one package graph, compiled once with -p over all
+	# three, the links side by side. With `-o <dir>/` Go names each output after its package's
+	# last element before the /v3 suffix: server, etcdctl, etcdutl.
+	gobuild "$mod" "-s -w" -o "$out/" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3
+	mv "$out/server" "$out/etcd"
 	local got
 	got=$("$out/etcd" --version)
 	[[ $got == *"etcd Version: ${version#v}"* ]] || die "etcd --version printed '$got', want ${version#v}"
@@ -167,8 +169,9 @@ build_cert_manager() { # build_cert_manager <out> <module dir>
 	local flags="-s -w"
 	flags+=" -X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$version"
 	flags+=" -X github.com/cert-manager/cert-manager/pkg/util.AppGitCommit=$CERT_MANAGER_GIT_COMMIT"
-	gobuild "$mod" "$flags" -o "$out/controller" github.com/cert-manager/cert-manager/cmd/controller
-	gobuild "$mod" "$flags" -o "$out/cainjector" github.com/cert-manager/cert-manager/cmd/cainjector
+	# One `go build` for both commands (outputs named controller and cainjector).
+	gobuild "$mod" "$flags" -o "$out/" github.com/cert-manager/cert-manager/cmd/controller \
+		github.com/cert-manager/cert-manager/cmd/cainjector
 	# Neither command has --version; both log their version and commit (at
 	# -v=2) as they start, before they need an apiserver, so start each with a
 	# kubeconfig that does not exist and read what it logs before it gives up.
@@ -188,8 +191,8 @@ build_minio() { # build_minio <out> <module dir>
 	version=$(mod_version "$mod" github.com/minio/minio)
 	# MinIO's release tags are not semver; the module proxy serves commits as pseudo-versions.
 	# Its version variables are left alone (they must parse as release times).
-	gobuild "$mod" "-s -w" -o "$out/minio" github.com/minio/minio
-	gobuild "$mod" "-s -w" -o "$out/minio-setup" ./minio-setup
+	# One `go build` for both (outputs named minio and minio-setup): they share madmin-go & co.
+	gobuild "$mod" "-s -w" -o "$out/" github.com/minio/minio ./minio-setup
 	local got
 	got=$("$out/minio" --version 2>&1 | head -1)
 	[[ $got == "minio version "* ]] || die "minio --version printed '$got'"
