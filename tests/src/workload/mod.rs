@@ -313,8 +313,8 @@ impl Target {
         }
     }
 
-    /// The reasons of the Events about the cluster and its EtcdMembers since the start, with
-    /// how often each came.
+    /// The reasons of the Events about the operator's objects in the namespace (the cluster,
+    /// its members, snapshots, defrag runs) since the start, with how often each came.
     async fn operator_events(&self) -> BTreeMap<String, u64> {
         let events =
             Api::<k8s_openapi::api::core::v1::Event>::namespaced(self.kube.clone(), &self.ns)
@@ -324,10 +324,13 @@ impl Target {
                 .unwrap_or_default();
         let mut reasons = BTreeMap::new();
         for e in events {
-            let ours = matches!(
-                e.involved_object.kind.as_deref(),
-                Some("EtcdCluster" | "EtcdMember")
-            );
+            // The operator's objects (clusters, members, snapshots, defrag runs) are the ones it
+            // reports Events about.
+            let ours = e
+                .involved_object
+                .api_version
+                .as_deref()
+                .is_some_and(|v| v.starts_with(&format!("{}/", api::v1alpha2::GROUP)));
             let at = e
                 .series
                 .as_ref()

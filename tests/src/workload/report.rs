@@ -32,7 +32,8 @@ pub struct Report {
     pub reads: u64,
     pub failed_reads: u64,
     pub watch: WatchOutcome,
-    /// Reasons of the Events about the cluster and its members during the run, with counts.
+    /// Reasons of the Events about the operator's objects in the namespace during the run, with
+    /// counts.
     pub events: BTreeMap<String, u64>,
     /// How long the writer ran.
     pub duration: Duration,
