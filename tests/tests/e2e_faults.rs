@@ -14,8 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use api::v1alpha2::{
-    DefragPhase, DefragRule, EtcdCluster, EtcdClusterSpec, EtcdDefrag, EtcdDefragSpec,
-    EtcdSnapshot, LocalReference, PvcLocation, SnapshotDestination, SnapshotPhase, StorageSpec,
+    AuthSpec, DefragPhase, DefragRule, EtcdCluster, EtcdClusterSpec, EtcdDefrag, EtcdDefragSpec,
+    EtcdSnapshot, LocalReference, PvcLocation, SecretReference, SnapshotDestination, SnapshotPhase,
+    StorageSpec,
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
@@ -926,5 +927,76 @@ async fn minor_upgrade_with_a_member_killed_midway_completes_keeping_every_write
     let report = workload.finish().await;
     print(&report);
     eprintln!("upgrade: fewest Ready {fewest_ready}, Progressing reasons {reasons:?}");
+    s.finish(name).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A member's etcd SIGKILLed on a cluster a client reaches over mTLS as root (the workload's
+// TLS and auth path).
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_killed_on_an_mtls_cluster_with_auth_keeps_every_acknowledged_write() {
+    let s = Scope::new("tls-auth").await;
+    let (env, ns, name) = (s.env, s.ns.as_str(), "ta");
+    let material = tests::tls::mint(name, ns);
+    tests::tls::create_server_secret(env, ns, "ta-server-tls", &material).await;
+    tests::tls::create_operator_secret(env, ns, "ta-operator-tls", &material).await;
+    tests::tls::create_peer_secret(env, ns, "ta-peer-tls", &material).await;
+    tests::tls::create_secret(env, ns, "ta-root", &[("password", "fault-suite-root")]).await;
+    s.create(
+        name,
+        EtcdClusterSpec {
+            auth: Some(AuthSpec {
+                enabled: true,
+                root_credentials_secret_ref: Some(SecretReference::new("ta-root")),
+            }),
+            ..tests::tls::tls_spec(
+                3,
+                Some("ta-server-tls"),
+                Some("ta-operator-tls"),
+                Some("ta-peer-tls"),
+            )
+        },
+    )
+    .await;
+    // The workload reads the CA, the client certificate and root's password from the cluster's
+    // Secrets; it logs in once the operator has enabled auth.
+    let workload = Workload::start(env, ns, name)
+        .await
+        .named("a member's etcd SIGKILL, mTLS + auth cluster");
+    tokio::time::sleep(BASELINE).await;
+
+    // A member that is not the seed (`faults::leader` asks members on plain endpoints, which
+    // this cluster does not serve): the leader or a follower, as it comes.
+    let victim = env
+        .members(ns, name)
+        .await
+        .into_iter()
+        .find(|m| !m.spec.bootstrap)
+        .map(|m| m.name_any())
+        .unwrap_or_else(|| panic!("{ns}/{name}: no member but the seed"));
+    let restarts = faults::restart_counts(env, ns, name).await;
+    workload.fault_started();
+    faults::kill_member(env, ns, &victim);
+    eventually_every(
+        &format!("{victim}'s etcd restarted"),
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || async {
+            let now = faults::restart_counts(env, ns, name).await;
+            if now.get(&victim) > restarts.get(&victim) {
+                Ok(())
+            } else {
+                Err(format!("restarts {now:?}"))
+            }
+        },
+    )
+    .await;
+    s.wait_healthy(name, 3, HEAL).await;
+    workload.fault_ended();
+    tokio::time::sleep(BASELINE).await;
+    let report = workload.finish().await;
+    print(&report);
+    assert!(report.acknowledged_during > 0, "{report:?}");
     s.finish(name).await;
 }
