@@ -335,3 +335,59 @@ pub async fn member_holds(pod: &Pod, key: &str) -> Result<bool, String> {
         Err(_) => Err(format!("{}: read of {key} timed out", pod.name_any())),
     }
 }
+
+/// Partition the member from its peers while clients still reach it: blackhole routes in its
+/// Pod's network namespace to every other member Pod's IP (the member's packets to its peers
+/// are dropped, so no connection between them lives; the host's bridge address, which clients
+/// come from, keeps its route). Heal with [`Partition::heal`].
+pub async fn isolate_from_peers(env: &Env, ns: &str, cluster: &str, pod: &str) -> Partition {
+    let netns = env
+        .runner
+        .netns(ns, pod)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| panic!("{ns}/{pod} has no network namespace"));
+    let peers: Vec<String> = env
+        .pods(ns, cluster)
+        .await
+        .iter()
+        .filter(|p| p.name_any() != pod)
+        .filter_map(|p| p.status.as_ref().and_then(|s| s.pod_ip.clone()))
+        .collect();
+    assert!(
+        !peers.is_empty(),
+        "{ns}/{cluster}: {pod} has no peer with an IP"
+    );
+    let partition = Partition { netns, peers };
+    partition.routes("add").await;
+    partition
+}
+
+/// A member cut off from its peers by [`isolate_from_peers`].
+#[derive(Debug)]
+pub struct Partition {
+    netns: String,
+    peers: Vec<String>,
+}
+
+impl Partition {
+    /// The routes to the peers back.
+    pub async fn heal(self) {
+        self.routes("del").await;
+    }
+
+    async fn routes(&self, verb: &str) {
+        for peer in &self.peers {
+            let args = [
+                "-n",
+                &self.netns,
+                "route",
+                verb,
+                "blackhole",
+                &format!("{peer}/32"),
+            ];
+            crate::podrunner::network::ip_async(args.iter().map(|a| a.to_string()).collect())
+                .await
+                .unwrap_or_else(|e| panic!("ip {}: {e}", args.join(" ")));
+        }
+    }
+}

@@ -375,6 +375,46 @@ async fn leader_cut_off_is_replaced_as_leader_and_the_operator_removes_nothing()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_cut_off_from_its_peers_but_not_its_clients_serves_no_stale_read() {
+    let s = Scope::new("partition").await;
+    let (env, ns, name) = (s.env, s.ns.as_str(), "pt");
+    s.create(name, spec(3)).await;
+    let members = sorted_members(env, ns, name).await;
+    let uids = faults::pod_uids(env, ns, name).await;
+    let workload = Workload::start(env, ns, name)
+        .await
+        .named("5b. leader partitioned from its peers 10 s, clients still reach it");
+    tokio::time::sleep(BASELINE).await;
+
+    // The old leader keeps answering clients: without its peers it must step down (check
+    // quorum) and refuse, never serve a linearizable read or acknowledge a write alone.
+    let old = faults::leader(env, ns, name).await;
+    workload.fault_started();
+    let partition = faults::isolate_from_peers(env, ns, name, &old).await;
+    let during = workload.newest_revision();
+    writes_flow(
+        &workload,
+        during,
+        Duration::from_secs(20),
+        "by the majority side",
+    )
+    .await;
+    tokio::time::sleep(HOLD).await;
+    nothing_removed(env, ns, name, &members, &uids, "during the partition").await;
+    partition.heal().await;
+    workload.fault_ended();
+
+    s.wait_healthy(name, 3, HEAL).await;
+    tokio::time::sleep(BASELINE).await;
+    let report = workload.finish().await;
+    print(&report);
+    assert!(report.acknowledged_during > 0, "{report:?}");
+    caught_up(env, ns, &old, &report).await;
+    nothing_removed(env, ns, name, &members, &uids, "after the partition").await;
+    s.finish(name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_frozen_past_the_election_timeout_steps_down_and_catches_up_after_sigcont() {
     let s = Scope::new("freeze").await;
     let (env, ns, name) = (s.env, s.ns.as_str(), "fz");
