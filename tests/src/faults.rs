@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::e2e::Env;
+use crate::workload::Access;
 use crate::OrPanic;
 
 /// The etcd container of a member Pod.
@@ -28,13 +29,51 @@ pub const ELECTION_TIMEOUT: Duration = Duration::from_millis(1000);
 
 /// The member Pod etcd names leader: every current member is asked on its own endpoint and the
 /// leader most of them name is taken (a partitioned member may still believe in an old one).
-/// Panics when no majority of the members that answered names the same leader.
+/// Panics when no majority of the members that answered names the same leader. Plain members
+/// only: see [`leader_with`] for TLS and auth.
 pub async fn leader(env: &Env, ns: &str, cluster: &str) -> String {
-    let views = env.member_views(ns, cluster).await;
+    let views: BTreeMap<String, Result<(u64, u64), String>> = env
+        .member_views(ns, cluster)
+        .await
+        .into_iter()
+        .map(|(pod, v)| (pod, v.map(|v| (v.member_id, v.leader))))
+        .collect();
+    named_leader(ns, cluster, &views)
+}
+
+/// [`leader`] for a cluster whose members serve TLS (and auth): each Ready member asked through
+/// `access` (e.g. [`crate::workload::Access::of_cluster`]) on its own DNS name.
+pub async fn leader_with(env: &Env, ns: &str, cluster: &str, access: &Access) -> String {
+    let mut views = BTreeMap::new();
+    for pod in env.ready_pods(ns, cluster).await {
+        let name = pod.name_any();
+        let endpoint = access.member_endpoint(ns, cluster, &name);
+        let view = async {
+            let mut etcd = access.connect(&[endpoint]).await?;
+            let status = etcd
+                .status()
+                .await
+                .map_err(|e| format!("{name}: Status: {e}"))?;
+            let member = status.header().map(|h| h.member_id()).unwrap_or(0);
+            Ok::<_, String>((member, status.leader()))
+        }
+        .await;
+        views.insert(name, view);
+    }
+    named_leader(ns, cluster, &views)
+}
+
+/// The Pod of the leader most answering members name: `views` is Pod → (its member ID, the
+/// leader it names) or why it did not answer.
+fn named_leader(
+    ns: &str,
+    cluster: &str,
+    views: &BTreeMap<String, Result<(u64, u64), String>>,
+) -> String {
     let mut votes: BTreeMap<u64, usize> = BTreeMap::new();
-    for view in views.values().flatten() {
-        if view.leader != 0 {
-            *votes.entry(view.leader).or_insert(0) += 1;
+    for (_, leader) in views.values().flatten() {
+        if *leader != 0 {
+            *votes.entry(*leader).or_insert(0) += 1;
         }
     }
     let answered = views.values().filter(|v| v.is_ok()).count();
@@ -49,7 +88,7 @@ pub async fn leader(env: &Env, ns: &str, cluster: &str) -> String {
     );
     views
         .iter()
-        .find(|(_, v)| v.as_ref().is_ok_and(|v| v.member_id == leader_id))
+        .find(|(_, v)| v.as_ref().is_ok_and(|(member, _)| *member == leader_id))
         .map(|(pod, _)| pod.clone())
         .unwrap_or_else(|| {
             panic!("{ns}/{cluster}: leader {leader_id:x} is none of the member Pods: {views:?}")

@@ -975,7 +975,7 @@ async fn minor_upgrade_with_a_member_killed_midway_completes_keeping_every_write
 // TLS and auth path).
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn member_killed_on_an_mtls_cluster_with_auth_keeps_every_acknowledged_write() {
+async fn follower_killed_on_an_mtls_cluster_with_auth_keeps_every_acknowledged_write() {
     let s = Scope::new("tls-auth").await;
     let (env, ns, name) = (s.env, s.ns.as_str(), "ta");
     let material = tests::tls::mint(name, ns);
@@ -1003,18 +1003,18 @@ async fn member_killed_on_an_mtls_cluster_with_auth_keeps_every_acknowledged_wri
     // Secrets; it logs in once the operator has enabled auth.
     let workload = Workload::start(env, ns, name)
         .await
-        .named("a member's etcd SIGKILL, mTLS + auth cluster");
+        .named("a follower's etcd SIGKILL, mTLS + auth cluster");
     tokio::time::sleep(BASELINE).await;
 
-    // A member that is not the seed (`faults::leader` asks members on plain endpoints, which
-    // this cluster does not serve): the leader or a follower, as it comes.
+    // A follower, as etcd's members name the leader over TLS as root.
+    let access = tests::workload::Access::of_cluster(&env.client(), ns, name).await;
+    let leader = faults::leader_with(env, ns, name, &access).await;
     let victim = env
-        .members(ns, name)
+        .member_names(ns, name)
         .await
         .into_iter()
-        .find(|m| !m.spec.bootstrap)
-        .map(|m| m.name_any())
-        .unwrap_or_else(|| panic!("{ns}/{name}: no member but the seed"));
+        .find(|m| *m != leader)
+        .unwrap_or_else(|| panic!("{ns}/{name}: no member but the leader {leader}"));
     let restarts = faults::restart_counts(env, ns, name).await;
     workload.fault_started();
     faults::kill_member(env, ns, &victim);

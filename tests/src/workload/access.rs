@@ -77,7 +77,8 @@ impl Access {
         access
     }
 
-    pub(super) fn scheme(&self) -> &'static str {
+    /// `https` with TLS, else `http`.
+    pub fn scheme(&self) -> &'static str {
         if self.tls.is_some() {
             "https"
         } else {
@@ -85,11 +86,24 @@ impl Access {
         }
     }
 
-    /// A client on `endpoints`: 2 s to connect, 2 s a request when `bounded` (the watcher's
-    /// stream is not bounded), HTTP/2 pings every 6 s while a request is open (etcd answers
-    /// pings more often than every 5 s with GOAWAY) to find a member that went silent, and
-    /// requests refused by a member without a leader, as Kubernetes' own etcd client does.
-    pub(super) async fn dial(&self, endpoints: &[String], bounded: bool) -> etcd_client::Client {
+    /// The client URL of one member Pod (its per-member DNS name).
+    pub fn member_endpoint(&self, ns: &str, cluster: &str, pod: &str) -> String {
+        format!("{}://{pod}.{cluster}.{ns}.svc:2379", self.scheme())
+    }
+
+    /// One try at a client on `endpoints` with the workload's options (see [`Access::dial`]):
+    /// for support code that asks one member and reports instead of panicking.
+    pub async fn connect(&self, endpoints: &[String]) -> Result<etcd_client::Client, String> {
+        etcd_client::Client::connect(endpoints, Some(self.options(true)))
+            .await
+            .map_err(|e| format!("connecting to {endpoints:?}: {e}"))
+    }
+
+    /// 2 s to connect, 2 s a request when `bounded` (the watcher's stream is not bounded),
+    /// HTTP/2 pings every 6 s while a request is open (etcd answers pings more often than every
+    /// 5 s with GOAWAY) to find a member that went silent, and requests refused by a member
+    /// without a leader, as Kubernetes' own etcd client does.
+    fn options(&self, bounded: bool) -> ConnectOptions {
         let mut options = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(2))
             .with_keep_alive(Duration::from_secs(6), Duration::from_secs(2))
@@ -110,7 +124,13 @@ impl Access {
                 .with_user(user.clone(), password.clone())
                 .with_auto_token_refresh(true);
         }
-        // Logging in (with auth) needs a member that answers: try for a while.
+        options
+    }
+
+    /// A client on `endpoints` with [`Access::options`]; logging in (with auth) needs a member
+    /// that answers, so it tries for a while.
+    pub(super) async fn dial(&self, endpoints: &[String], bounded: bool) -> etcd_client::Client {
+        let options = self.options(bounded);
         let deadline = Instant::now() + CATCH_UP;
         loop {
             match etcd_client::Client::connect(endpoints, Some(options.clone())).await {
