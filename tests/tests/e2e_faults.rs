@@ -1,0 +1,1042 @@
+//! End to end, member-level faults with a client workload running through each
+//! ([`tests::workload`]: a writer, a reader and a watcher, checked at the end for every
+//! acknowledged write kept, revisions in order, the watch complete and no stale read). Each test
+//! ends with the workload's check and the cluster Available with the members it asked for, and
+//! prints the workload's report row (docs/reliability.md collects them).
+//!
+//! Every test runs its own operator, limited to the test's namespace (its Lease there too), as in
+//! `e2e_lifecycle`: the operator-crash tests kill and restart theirs. The control plane and the
+//! pod runner are shared by the binary.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use api::v1alpha2::{
+    AuthSpec, DefragPhase, DefragRule, EtcdCluster, EtcdClusterSpec, EtcdDefrag, EtcdDefragSpec,
+    EtcdSnapshot, LocalReference, PvcLocation, SecretReference, SnapshotDestination, SnapshotPhase,
+    StorageSpec,
+};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tokio::sync::OnceCell;
+
+use tests::e2e::{healthy, member_view, spec, Env};
+use tests::faults;
+use tests::harness::{eventually_every, poll, throughout};
+use tests::operator::Operator;
+use tests::podrunner::PodRunner;
+use tests::workload::{Report, Workload};
+use tests::OrPanic;
+
+const BOOT: Duration = Duration::from_secs(180);
+/// How long a cluster gets to heal after a fault.
+const HEAL: Duration = Duration::from_secs(240);
+/// The workload's run before a fault, for the "before" latency.
+const BASELINE: Duration = Duration::from_secs(3);
+/// How long a network cut or a freeze lasts: ten election timeouts.
+const HOLD: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------------------------
+// The environment: the shared control plane and pod runner, and one operator per test.
+
+/// The binary's control plane and pod runner. `Env` carries an operator too; this one watches a
+/// namespace no test uses, so it never acts: each test brings its own (see [`Scope`]).
+async fn lab() -> &'static Env {
+    static LAB: OnceCell<Env> = OnceCell::const_new();
+    LAB.get_or_init(|| async {
+        let staged = tests::e2e::stage(PodRunner::builder()).await;
+        let idle = staged.cp.namespace("faults-idle").await.or_panic();
+        staged.operator(Some(&idle), &[]).await
+    })
+    .await
+}
+
+/// One test's namespace and the operator that owns it.
+struct Scope {
+    env: &'static Env,
+    ns: String,
+    operator: Operator,
+    /// Logs of every operator this test ran (a restart starts a new log).
+    logs: Vec<PathBuf>,
+}
+
+impl Scope {
+    async fn new(prefix: &str) -> Self {
+        let env = lab().await;
+        let ns = env.namespace(prefix).await;
+        let operator = Self::operator(env, &ns).await;
+        let logs = vec![operator.log()];
+        Self {
+            env,
+            ns,
+            operator,
+            logs,
+        }
+    }
+
+    async fn operator(env: &Env, ns: &str) -> Operator {
+        let image = format!("--operator-image={}", tests::e2e::OPERATOR_IMAGE);
+        Operator::start_with(env.cp, ns, Some(ns), &[image.as_str()])
+            .await
+            .or_panic()
+    }
+
+    /// SIGKILL the operator (a crash), then start a replacement. It is ready at once but acts only
+    /// once the dead leader's Lease has expired, as a real replacement Pod would.
+    async fn crash_and_restart(&mut self) {
+        self.operator.kill();
+        self.operator = Self::operator(self.env, &self.ns).await;
+        self.logs.push(self.operator.log());
+    }
+
+    fn logs(&self) -> String {
+        self.logs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    async fn wait_for(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(&EtcdCluster) -> bool,
+    ) -> EtcdCluster {
+        let what = format!(
+            "{}/{name}: {what} (operator logs: {})",
+            self.ns,
+            self.logs()
+        );
+        self.env
+            .wait_for_every(
+                &self.ns,
+                name,
+                &what,
+                timeout,
+                Duration::from_millis(500),
+                check,
+            )
+            .await
+    }
+
+    /// `replicas` Ready members, `Available=True/QuorumHealthy`, nothing in progress.
+    async fn wait_healthy(&self, name: &str, replicas: i32, timeout: Duration) -> EtcdCluster {
+        self.wait_for(
+            name,
+            &format!("{replicas} ready members and QuorumHealthy"),
+            timeout,
+            |c| healthy(c, replicas),
+        )
+        .await
+    }
+
+    async fn create(&self, name: &str, spec: EtcdClusterSpec) {
+        let replicas = spec.replicas;
+        self.env.create_cluster(&self.ns, name, spec).await;
+        self.wait_healthy(name, replicas, BOOT).await;
+    }
+
+    /// Delete the cluster while the operator still runs (its members' finalizers need it) and
+    /// give the Pods a moment to go, so finished tests stop competing for the CPU.
+    async fn finish(&self, name: &str) {
+        let _ = self
+            .env
+            .cp
+            .kubectl(&[
+                "delete",
+                "etcdcluster",
+                name,
+                "-n",
+                &self.ns,
+                "--wait=false",
+            ])
+            .await;
+        // Best effort: a cleanup, not a check.
+        let _ = poll(
+            Duration::from_secs(30),
+            Duration::from_millis(500),
+            || async {
+                if self.env.pods(&self.ns, name).await.is_empty() {
+                    Ok(())
+                } else {
+                    Err(())
+                }
+            },
+        )
+        .await;
+    }
+}
+
+/// Print the report as a table row (the suite's output is where docs/reliability.md's figures
+/// come from) and check what every fault test demands of it.
+fn print(report: &Report) {
+    println!("{}\n{report}", Report::HEADER);
+    assert_eq!(report.lost, 0, "{report:?}");
+    assert!(
+        report.acknowledged > 0,
+        "the writer wrote nothing: {report:?}"
+    );
+}
+
+/// Wait until the workload has an acknowledged write newer than `after`: the cluster serves
+/// writes (again).
+async fn writes_flow(workload: &Workload, after: Option<i64>, within: Duration, what: &str) {
+    eventually_every(
+        &format!("writes acknowledged {what}"),
+        within,
+        Duration::from_millis(100),
+        || async {
+            match workload.newest_revision() {
+                Some(r) if after.is_none_or(|a| r > a) => Ok(r),
+                newest => Err(format!("newest acknowledged revision {newest:?}")),
+            }
+        },
+    )
+    .await;
+}
+
+/// `pod`'s member holds the workload's newest acknowledged key in its own data (a serializable
+/// read on its own endpoint): it caught up after the fault.
+async fn caught_up(env: &Env, ns: &str, pod: &str, report: &Report) {
+    let Some((key, _)) = report.newest.clone() else {
+        panic!("no acknowledged write: {report:?}");
+    };
+    let pods: Api<Pod> = Api::namespaced(env.client(), ns);
+    eventually_every(
+        &format!("{ns}/{pod} to hold {key} in its own data"),
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || async {
+            let p = pods.get(pod).await.map_err(|e| e.to_string())?;
+            if faults::member_holds(&p, &key).await? {
+                Ok(())
+            } else {
+                Err(format!("{pod} does not hold {key} yet"))
+            }
+        },
+    )
+    .await;
+}
+
+/// Nothing was removed or replaced: the same EtcdMembers and the same member Pods (by UID), none
+/// being deleted.
+async fn nothing_removed(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    members: &[String],
+    uids: &BTreeMap<String, String>,
+    when: &str,
+) {
+    let mut now = env.member_names(ns, name).await;
+    now.sort();
+    assert_eq!(now, members, "{when}: the EtcdMembers changed");
+    let pods = env.pods(ns, name).await;
+    for p in &pods {
+        assert!(
+            p.metadata.deletion_timestamp.is_none(),
+            "{when}: Pod {} is being deleted",
+            p.name_any()
+        );
+    }
+    assert_eq!(
+        &faults::pod_uids(env, ns, name).await,
+        uids,
+        "{when}: a member Pod was replaced"
+    );
+}
+
+async fn sorted_members(env: &Env, ns: &str, name: &str) -> Vec<String> {
+    let mut m = env.member_names(ns, name).await;
+    m.sort();
+    m
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4, 5, 6: a member cut off or frozen past the election timeout.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_cut_off_past_the_election_timeout_rejoins_keeping_every_acknowledged_write() {
+    let s = Scope::new("cut-follower").await;
+    let (env, ns, name) = (s.env, s.ns.as_str(), "cf");
+    s.create(name, spec(3)).await;
+    let members = sorted_members(env, ns, name).await;
+    let uids = faults::pod_uids(env, ns, name).await;
+    let workload = Workload::start(env, ns, name)
+        .await
+        .named("4. follower network cut 10 s");
+    tokio::time::sleep(BASELINE).await;
+
+    let victim = faults::followers(env, ns, name).await.remove(0);
+    workload.fault_started();
+    let cut = faults::cut_member(env, ns, &victim).await;
+    // Two of three keep the quorum: writes go on while the follower is away.
+    let during = workload.newest_revision();
+    writes_flow(&workload, during, HOLD, "with a follower cut off").await;
+    tokio::time::sleep(HOLD).await;
+    nothing_removed(env, ns, name, &members, &uids, "during the cut").await;
+    cut.restore().await;
+    workload.fault_ended();
+
+    s.wait_healthy(name, 3, HEAL).await;
+    tokio::time::sleep(BASELINE).await;
+    let report = workload.finish().await;
+    print(&report);
+    assert!(report.acknowledged_during > 0, "{report:?}");
+    caught_up(env, ns, &victim, &report).await;
+    nothing_removed(env, ns, name, &members, &uids, "after the cut").await;
+    s.finish(name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_cut_off_is_replaced_as_leader_and_the_operator_removes_nothing() {
+    let s = Scope::new("cut-leader").await;
+    let (env, ns, name) = (s.env, s.ns.as_str(), "cl");
+    s.create(name, spec(3)).await;
+    let members = sorted_members(env, ns, name).await;
+    let uids = faults::pod_uids(env, ns, name).await;
+    let workload = Workload::start(env, ns, name)
+        .await
+        .named("5. leader network cut 15 s");
+    tokio::time::sleep(BASELINE).await;
+
+    let old = faults::leader(env, ns, name).await;
+    let old_pod = env
+        .pods(ns, name)
+        .await
+        .into_iter()
+        .find(|p| p.name_any() == old)
+        .unwrap_or_else(|| panic!("{ns}/{old}: the leader's Pod is gone"));
+    let old_id = member_view(&old_pod).await.or_panic().member_id;
+    workload.fault_started();
+    let cut = faults::cut_member(env, ns, &old).await;
+    // The two others elect a leader among themselves.
+    let others: Vec<Pod> = env
+        .pods(ns, name)
+        .await
+        .into_iter()
+        .filter(|p| p.name_any() != old)
+        .collect();
+    eventually_every(
+        "the two reachable members to elect a new leader",
+        Duration::from_secs(30),
+        Duration::from_millis(250),
+        || async {
+            let mut leaders = Vec::new();
+            for p in &others {
+                leaders.push(member_view(p).await.map(|v| v.leader));
+            }
+            let agreed = leaders
+                .iter()
+                .all(|l| l.as_ref().is_ok_and(|l| *l != 0 && *l != old_id));
+            if agreed {
+                Ok(())
+            } else {
+                Err(format!("leaders seen: {leaders:?}"))
+            }
+        },
+    )
+    .await;
+    let during = workload.newest_revision();
+    writes_flow(
+        &workload,
+        during,
+        Duration::from_secs(15),
+        "under the new leader",
+    )
+    .await;
+    // Past every probe's failure threshold: the operator sees an unready member and must still
+    // remove nothing (its data is intact; the member is only unreachable).
+    throughout(Duration::from_secs(15), Duration::from_secs(1), || async {
+        nothing_removed(env, ns, name, &members, &uids, "during the leader's cut").await;
+    })
+    .await;
+    cut.restore().await;
+    workload.fault_ended();
+
+    s.wait_healthy(name, 3, HEAL).await;
+    tokio::time::sleep(BASELINE).await;
+    let report = workload.finish().await;
+    print(&report);
+    assert!(report.acknowledged_during > 0, "{report:?}");
+    caught_up(env, ns, &old, &report).await;
+    nothing_removed(env, ns, name, &members, &uids, "after the cut").await;
+    let listed = faults::etcd_member_list(env, ns, name).await.or_panic();
+    assert_eq!(listed.len(), 3, "etcd's member list: {listed:?}");
+    s.finish(name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_cut_off_from_its_peers_but_not_its_clients_serves_no_stale_read() {
+    let s = Scope::new("partition").await;
+    let (env, ns, name) = (s.env, s.ns.as_str(), "pt");
+    s.create(name, spec(3)).await;
+    let members = sorted_members(env, ns, name).await;
+    let uids = faults::pod_uids(env, ns, name).await;
+    let workload = Workload::start(env, ns, name)
+        .await
+        .named("5b. leader partitioned from its peers 10 s, clients still reach it");
+    tokio::time::sleep(BASELINE).await;
+
+    // The old leader keeps answering clients: without its peers it must step down (check
+    // quorum) and refuse, never serve a linearizable read or acknowledge a write alone.
+    let old = faults::leader(env, ns, name).await;
+    workload.fault_started();
+    let partition = faults::isolate_from_peers(env, ns, name, &old).await;
+    let during = workload.newest_revision();
+    writes_flow(
+        &workload,
+        during,
+        Duration::from_secs(20),
+        "by the majority side",
+    )
+    .await;
+    tokio::time::sleep(HOLD).await;
+    nothing_removed(env, ns, name, &members, &uids, "during the partition").await;
+    partition.heal().await;
+    workload.fault_ended();
+
+    s.wait_healthy(name, 3, HEAL).await;
+    tokio::time::sleep(BASELINE).await;
+    let report = workload.finish().await;
+    print(&report);
+    assert!(report.acknowledged_during > 0, "{report:?}");
+    caught_up(env, ns, &old, &report).await;
+    nothing_removed(env, ns, name, &members, &uids, "after the partition").await;
+    s.finish(name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_frozen_past_the_election_timeout_steps_down_and_catches_up_after_sigcont() {
+    let s = Scope::new("freeze").await;
+    let (env, ns, name) = (s.env, s.ns.as_str(), "fz");
+    s.create(name, spec(3)).await;
+    let members = sorted_members(env, ns, name).await;
+    let workload = Workload::start(env, ns, name)
+        .await
+        .named("6. leader SIGSTOP 10 s, SIGCONT");
+    tokio::time::sleep(BASELINE).await;
+
+    let victim = faults::leader(env, ns, name).await;
+    workload.fault_started();
+    let frozen = faults::freeze_member(env, ns, &victim);
+    let during = workload.newest_revision();
+    writes_flow(
+        &workload,
+        during,
+        Duration::from_secs(20),
+        "with the leader frozen",
+    )
+    .await;
+    tokio::time::sleep(HOLD).await;
+    frozen.thaw();
+    workload.fault_ended();
+
+    s.wait_healthy(name, 3, HEAL).await;
+    tokio::time::sleep(BASELINE).await;
+    let report = workload.finish().await;
+    print(&report);
+    assert!(report.acknowledged_during > 0, "{report:?}");
+    // The thawed member believed itself leader for a moment; it must have stepped down and
+    // caught up, not served or kept a diverging history.
+    let leader_now = faults::leader(env, ns, name).await;
+    eprintln!("leader before the freeze: {victim}; after: {leader_now}");
+    caught_up(env, ns, &victim, &report).await;
+    assert_eq!(sorted_members(env, ns, name).await, members);
+    s.finish(name).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9: two members of five lost at once.
+
+/// etcd's member list as one member answered it: `(name, is_learner)` each.
+type MemberList = Vec<(String, bool)>;
+
+/// Delete a member's claim for good (its protection finalizer removed, as a storage admin
+/// force-deleting it would) and its Pod: the member's disk is gone.
+async fn lose_disk(env: &Env, ns: &str, member: &str) {
+    let pvc = faults::data_claim(member);
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.client(), ns);
+    pvcs.delete(&pvc, &DeleteParams::default()).await.or_panic();
+    pvcs.patch(
+        &pvc,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .or_panic();
+    let pods: Api<Pod> = Api::namespaced(env.client(), ns);
+    pods.delete(member, &DeleteParams::default().grace_period(0))
+        .await
+        .or_panic();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_five_members_lost_at_once_are_replaced_while_the_quorum_serves() {
+    let s = Scope::new("lose-two").await;
+    let (env, ns, name) = (s.env, s.ns.as_str(), "l2");
+    s.create(name, spec(5)).await;
+    let leader = faults::leader(env, ns, name).await;
+    let victims: Vec<String> = env
+        .members(ns, name)
+        .await
+        .into_iter()
+        .filter(|m| !m.spec.bootstrap && m.name_any() != leader)
+        .map(|m| m.name_any())
+        .take(2)
+        .collect();
+    assert_eq!(victims.len(), 2, "two non-seed followers");
+    let survivors: Vec<String> = env
+        .member_names(ns, name)
+        .await
+        .into_iter()
+        .filter(|m| !victims.contains(m))
+        .collect();
+    let workload = Workload::start(env, ns, name)
+        .await
+        .named("9. two of five members' disks lost at once");
+    tokio::time::sleep(BASELINE).await;
+
+    // etcd's member list through the healing, every change recorded.
+    let timeline: Arc<Mutex<Vec<MemberList>>> = Arc::default();
+    let sampler = {
+        let timeline = timeline.clone();
+        let ns = ns.to_string();
+        tokio::spawn(async move {
+            loop {
+                if let Ok(list) = faults::etcd_member_list(env, &ns, "l2").await {
+                    let mut t = timeline.lock().or_panic();
+                    if t.last() != Some(&list) {
+                        t.push(list);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
+
+    workload.fault_started();
+    for v in &victims {
+        lose_disk(env, ns, v).await;
+    }
+    eventually_every(
+        &format!(
+            "{victims:?} replaced by new members (operator logs: {})",
+            s.logs()
+        ),
+        HEAL,
+        Duration::from_secs(1),
+        || async {
+            let names = env.member_names(ns, name).await;
+            if names.len() == 5 && victims.iter().all(|v| !names.contains(v)) {
+                Ok(names)
+            } else {
+                Err(format!("members {names:?}"))
+            }
+        },
+    )
+    .await;
+    s.wait_healthy(name, 5, HEAL).await;
+    workload.fault_ended();
+    tokio::time::sleep(BASELINE).await;
+    sampler.abort();
+    let report = workload.finish().await;
+    print(&report);
+    let timeline = timeline.lock().or_panic().clone();
+    for (i, list) in timeline.iter().enumerate() {
+        eprintln!("etcd members {i}: {list:?}");
+    }
+    assert!(report.acknowledged_during > 0, "{report:?}");
+    // Only the lost members were removed: the three survivors are voters in every list etcd
+    // gave, and it never listed more than five voters.
+    for list in &timeline {
+        let voters: Vec<&str> = list
+            .iter()
+            .filter(|(_, learner)| !learner)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        assert!(
+            survivors.iter().all(|s| voters.contains(&s.as_str())) && voters.len() <= 5,
+            "a survivor lost its vote, or too many voters: {list:?} (timeline {timeline:?})"
+        );
+    }
+    let listed = faults::etcd_member_list(env, ns, name).await.or_panic();
+    assert_eq!(listed.len(), 5, "{listed:?}");
+    assert!(listed.iter().all(|(_, learner)| !learner), "{listed:?}");
+    s.finish(name).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7: one member's volume full.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_members_full_volume_stops_only_that_member_and_it_recovers_once_freed() {
+    let s = Scope::new("nospace").await;
+    let (env, ns, name) = (s.env, s.ns.as_str(), "fv");
+    // Size-limited volumes (tmpfs of the claim's size, memory only as far as used): room for
+    // etcd's preallocated 64 MB WAL segments and a backend grown by the bulk values below.
+    let storage = StorageSpec {
+        size: Quantity("512Mi".into()),
+        medium: None,
+        storage_class_name: Some(env.runner.sized_storage_class()),
+    };
+    s.create(name, EtcdClusterSpec { storage, ..spec(3) }).await;
+    let workload = Workload::start(env, ns, name)
+        .await
+        .named("7. a follower's volume filled (ENOSPC)");
+    tokio::time::sleep(BASELINE).await;
+
+    let victim = faults::followers(env, ns, name).await.remove(0);
+    let restarts = faults::restart_counts(env, ns, name).await;
+    workload.fault_started();
+    let filled = faults::fill_volume(env, ns, &victim).await;
+    eprintln!("filled {victim}'s volume with {} bytes", filled.bytes);
+    // etcd preallocates its WAL segments and reuses the pages its backend already wrote, so a
+    // full filesystem shows at its next new page: 1 MiB values grow every member's backend. The
+    // two others have room; the filled one fails on its own disk.
+    let bulk = env.etcd_client(ns, name).await;
+    let pods: Api<Pod> = Api::namespaced(env.client(), ns);
+    let mut n = 0u32;
+    let big = vec![b'x'; 1 << 20];
+    eventually_every(
+        &format!("{victim} to fail on its full volume"),
+        Duration::from_secs(90),
+        Duration::from_millis(500),
+        || {
+            n += 1;
+            let (mut bulk, big) = (bulk.clone(), big.clone());
+            let (pods, victim, restarts) = (&pods, &victim, &restarts);
+            async move {
+                let _ = bulk.put(format!("bulk/{n:04}"), big, None).await;
+                let p = pods.get(victim).await.map_err(|e| e.to_string())?;
+                let restarted =
+                    faults::restart_counts(env, ns, name).await.get(victim) > restarts.get(victim);
+                if restarted || !tests::e2e::pod_ready(&p) {
+                    Ok(())
+                } else {
+                    Err(format!("still Ready, not restarted after {n} MiB more"))
+                }
+            }
+        },
+    )
+    .await;
+    let during = workload.newest_revision();
+    writes_flow(
+        &workload,
+        during,
+        Duration::from_secs(20),
+        "with one member's disk full",
+    )
+    .await;
+    tokio::time::sleep(HOLD).await;
+    filled.free();
+    workload.fault_ended();
+
+    s.wait_healthy(name, 3, HEAL).await;
+    tokio::time::sleep(BASELINE).await;
+    let report = workload.finish().await;
+    print(&report);
+    assert!(report.acknowledged_during > 0, "{report:?}");
+    let members = env.member_names(ns, name).await;
+    eprintln!(
+        "after the full volume: members {members:?} ({victim} {})",
+        if members.contains(&victim) {
+            "kept"
+        } else {
+            "replaced"
+        }
+    );
+    s.finish(name).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1: the operator SIGKILLed at an observable step of its work.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_killed_after_a_scale_up_learner_and_after_a_scale_down_removal_converges() {
+    let mut s = Scope::new("op-scale").await;
+    let (env, ns, name) = (s.env, s.ns.clone(), "os");
+    let ns = ns.as_str();
+    s.create(name, spec(3)).await;
+
+    // Scale-up: killed the moment etcd lists the first new member as a learner.
+    let workload = Workload::start(env, ns, name)
+        .await
+        .named("1a. operator SIGKILL once a scale-up's learner is added (3 → 5)");
+    tokio::time::sleep(BASELINE).await;
+    workload.fault_started();
+    env.scale(ns, name, 5).await;
+    let learner = eventually_every(
+        "a learner added for the scale-up",
+        Duration::from_secs(120),
+        Duration::from_millis(100),
+        || faults::learner_listed(env, ns, name),
+    )
+    .await;
+    s.crash_and_restart().await;
+    eprintln!("operator killed with learner {learner:?} listed (no name until it starts)");
+    s.wait_healthy(name, 5, HEAL).await;
+    workload.fault_ended();
+    tokio::time::sleep(BASELINE).await;
+    let report = workload.finish().await;
+    print(&report);
+    let listed = faults::etcd_member_list(env, ns, name).await.or_panic();
+    assert_eq!(listed.len(), 5, "{listed:?}");
+    assert!(listed.iter().all(|(_, learner)| !learner), "{listed:?}");
+
+    // Scale-down: killed the moment etcd lists fewer than five members.
+    let workload = Workload::start(env, ns, name)
+        .await
+        .named("1b. operator SIGKILL once a scale-down's member left etcd (5 → 3)");
+    tokio::time::sleep(BASELINE).await;
+    workload.fault_started();
+    env.scale(ns, name, 3).await;
+    eventually_every(
+        "a member removed from etcd for the scale-down",
+        Duration::from_secs(120),
+        Duration::from_millis(100),
+        || faults::members_fewer(env, ns, name, 5),
+    )
+    .await;
+    s.crash_and_restart().await;
+    s.wait_healthy(name, 3, HEAL).await;
+    workload.fault_ended();
+    tokio::time::sleep(BASELINE).await;
+    let report = workload.finish().await;
+    print(&report);
+    let listed = faults::etcd_member_list(env, ns, name).await.or_panic();
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    assert_eq!(env.member_names(ns, name).await.len(), 3);
+    s.finish(name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_killed_mid_rollout_finishes_it_one_member_at_a_time() {
+    let mut s = Scope::new("op-roll").await;
+    let (env, ns, name) = (s.env, s.ns.clone(), "or");
+    let ns = ns.as_str();
+    s.create(name, spec(3)).await;
+    let before = faults::pod_uids(env, ns, name).await;
+    let workload = Workload::start(env, ns, name)
+        .await
+        .named("1c. operator SIGKILL once a rollout deleted its first Pod");
+    tokio::time::sleep(BASELINE).await;
+    workload.fault_started();
+    env.clusters(ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"resources": {"requests": {"memory": "64Mi"}}}})),
+        )
+        .await
+        .or_panic();
+    let first = eventually_every(
+        "the rollout's first Pod deleted",
+        Duration::from_secs(120),
+        Duration::from_millis(100),
+        || faults::pod_replaced(env, ns, name, &before),
+    )
+    .await;
+    s.crash_and_restart().await;
+    eprintln!("operator killed as {first} was rolled");
+    let (fewest_ready, reasons) =
+        tests::rollout::wait_rolled(env, ns, name, 3, &before, HEAL).await;
+    workload.fault_ended();
+    tokio::time::sleep(BASELINE).await;
+    let report = workload.finish().await;
+    print(&report);
+    eprintln!("rollout: fewest Ready {fewest_ready}, Progressing reasons {reasons:?}");
+    assert!(
+        fewest_ready >= 2,
+        "fewer than 2 members Ready during the rollout: {fewest_ready}"
+    );
+    s.finish(name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_killed_mid_defrag_and_mid_snapshot_finishes_both() {
+    let mut s = Scope::new("op-maint").await;
+    let (env, ns, name) = (s.env, s.ns.clone(), "om");
+    let ns = ns.as_str();
+    s.create(name, spec(3)).await;
+
+    // Defrag of every member: killed once the first member's outcome is recorded.
+    let workload = Workload::start(env, ns, name)
+        .await
+        .named("1d. operator SIGKILL once a defrag processed its first member");
+    tokio::time::sleep(BASELINE).await;
+    workload.fault_started();
+    let defrags: Api<EtcdDefrag> = Api::namespaced(env.client(), ns);
+    let run = EtcdDefrag::new(
+        "all",
+        EtcdDefragSpec {
+            cluster_ref: LocalReference {
+                name: name.to_string(),
+            },
+            rule: Some(DefragRule {
+                all: Some(true),
+                ..Default::default()
+            }),
+            ttl_seconds_after_finished: None,
+        },
+    );
+    defrags
+        .create(&PostParams::default(), &run)
+        .await
+        .or_panic();
+    let first = eventually_every(
+        "the defrag's first member processed",
+        Duration::from_secs(120),
+        Duration::from_millis(100),
+        || async {
+            let d = defrags.get("all").await.map_err(|e| e.to_string())?;
+            let status = d.status.unwrap_or_default();
+            status
+                .members
+                .iter()
+                .find(|m| m.outcome.is_some())
+                .map(|m| m.name.clone())
+                .ok_or_else(|| format!("phase {:?}, members {:?}", status.phase, status.members))
+        },
+    )
+    .await;
+    s.crash_and_restart().await;
+    eprintln!("operator killed after {first} was defragmented");
+    let done = eventually_every(
+        &format!("the defrag run to finish (operator logs: {})", s.logs()),
+        HEAL,
+        Duration::from_millis(500),
+        || async {
+            let d = defrags.get("all").await.map_err(|e| e.to_string())?;
+            let status = d.status.clone().unwrap_or_default();
+            if status.phase.is_some_and(DefragPhase::is_terminal) {
+                Ok(status)
+            } else {
+                Err(format!(
+                    "phase {:?}, members {:?}",
+                    status.phase, status.members
+                ))
+            }
+        },
+    )
+    .await;
+    assert_eq!(done.phase, Some(DefragPhase::Complete), "{done:?}");
+    assert_eq!(done.members.len(), 3, "{done:?}");
+    s.wait_healthy(name, 3, HEAL).await;
+    workload.fault_ended();
+    tokio::time::sleep(BASELINE).await;
+    let report = workload.finish().await;
+    print(&report);
+
+    // Snapshot to a claim: killed once its Job exists.
+    let workload = Workload::start(env, ns, name)
+        .await
+        .named("1e. operator SIGKILL once a snapshot's Job was created");
+    tokio::time::sleep(BASELINE).await;
+    tests::backup::create_backups_claim(env, ns).await;
+    workload.fault_started();
+    tests::backup::create_snapshot(
+        env,
+        ns,
+        "during-crash",
+        name,
+        SnapshotDestination {
+            s3: None,
+            pvc: Some(PvcLocation {
+                claim_name: "backups".into(),
+                sub_path: Some("etcd".into()),
+            }),
+        },
+    )
+    .await;
+    let jobs: Api<Job> = Api::namespaced(env.client(), ns);
+    let job = eventually_every(
+        "the snapshot's Job",
+        Duration::from_secs(120),
+        Duration::from_millis(100),
+        || async {
+            let list = jobs
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .first()
+                .map(|j| j.name_any())
+                .ok_or_else(|| "no Job yet".to_string())
+        },
+    )
+    .await;
+    s.crash_and_restart().await;
+    eprintln!("operator killed with Job {job} created");
+    let snapshots: Api<EtcdSnapshot> = Api::namespaced(env.client(), ns);
+    let done = eventually_every(
+        &format!("the snapshot to finish (operator logs: {})", s.logs()),
+        HEAL,
+        Duration::from_millis(500),
+        || async {
+            let snap = snapshots
+                .get("during-crash")
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = snap.status.clone().unwrap_or_default();
+            if status.phase.is_some_and(|p| p.is_terminal()) {
+                Ok(status)
+            } else {
+                Err(format!("phase {:?}: {:?}", status.phase, status.conditions))
+            }
+        },
+    )
+    .await;
+    assert_eq!(done.phase, Some(SnapshotPhase::Complete), "{done:?}");
+    let artifact = done.artifact.clone().expect("status.artifact");
+    let dir = env.runner.claim_dir(ns, "backups").await.or_panic();
+    let stored = std::fs::metadata(dir.join("etcd/during-crash.db")).or_panic();
+    assert_eq!(stored.len() as i64, artifact.size_bytes, "{done:?}");
+    workload.fault_ended();
+    tokio::time::sleep(BASELINE).await;
+    let report = workload.finish().await;
+    print(&report);
+    s.finish(name).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 13: a minor upgrade with a member killed in the middle.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minor_upgrade_with_a_member_killed_midway_completes_keeping_every_write() {
+    let s = Scope::new("upgrade-kill").await;
+    let (env, ns, name) = (s.env, s.ns.as_str(), "uk");
+    s.create(
+        name,
+        EtcdClusterSpec {
+            version: "3.5.35".into(),
+            ..spec(3)
+        },
+    )
+    .await;
+    let before = faults::pod_uids(env, ns, name).await;
+    let workload = Workload::start(env, ns, name)
+        .await
+        .named("13. 3.5 → 3.6 rollout, a not yet rolled member SIGKILLed midway");
+    tokio::time::sleep(BASELINE).await;
+    workload.fault_started();
+    env.clusters(ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"version": "3.6.16"}})),
+        )
+        .await
+        .or_panic();
+    // Once one member runs 3.6 again (its Pod replaced and Ready), kill one still on 3.5.
+    let victim = eventually_every(
+        "one member rolled and Ready, another not rolled yet",
+        HEAL,
+        Duration::from_millis(250),
+        || async {
+            let pods = env.pods(ns, name).await;
+            let rolled_ready = pods
+                .iter()
+                .any(|p| before.get(&p.name_any()) != p.uid().as_ref() && tests::e2e::pod_ready(p));
+            let old = pods.iter().find(|p| {
+                before.get(&p.name_any()) == p.uid().as_ref()
+                    && p.metadata.deletion_timestamp.is_none()
+                    && tests::e2e::pod_ready(p)
+            });
+            match old {
+                Some(p) if rolled_ready => Ok(p.name_any()),
+                _ => Err(format!("pods {:?}", faults::pod_uids(env, ns, name).await)),
+            }
+        },
+    )
+    .await;
+    faults::kill_member(env, ns, &victim);
+    eprintln!("killed {victim}'s etcd midway through the rollout");
+    let (fewest_ready, reasons) =
+        tests::rollout::wait_rolled(env, ns, name, 3, &before, HEAL).await;
+    workload.fault_ended();
+    tokio::time::sleep(BASELINE).await;
+    let report = workload.finish().await;
+    print(&report);
+    eprintln!("upgrade: fewest Ready {fewest_ready}, Progressing reasons {reasons:?}");
+    s.finish(name).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A member's etcd SIGKILLed on a cluster a client reaches over mTLS as root (the workload's
+// TLS and auth path).
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_killed_on_an_mtls_cluster_with_auth_keeps_every_acknowledged_write() {
+    let s = Scope::new("tls-auth").await;
+    let (env, ns, name) = (s.env, s.ns.as_str(), "ta");
+    let material = tests::tls::mint(name, ns);
+    tests::tls::create_server_secret(env, ns, "ta-server-tls", &material).await;
+    tests::tls::create_operator_secret(env, ns, "ta-operator-tls", &material).await;
+    tests::tls::create_peer_secret(env, ns, "ta-peer-tls", &material).await;
+    tests::tls::create_secret(env, ns, "ta-root", &[("password", "fault-suite-root")]).await;
+    s.create(
+        name,
+        EtcdClusterSpec {
+            auth: Some(AuthSpec {
+                enabled: true,
+                root_credentials_secret_ref: Some(SecretReference::new("ta-root")),
+            }),
+            ..tests::tls::tls_spec(
+                3,
+                Some("ta-server-tls"),
+                Some("ta-operator-tls"),
+                Some("ta-peer-tls"),
+            )
+        },
+    )
+    .await;
+    // The workload reads the CA, the client certificate and root's password from the cluster's
+    // Secrets; it logs in once the operator has enabled auth.
+    let workload = Workload::start(env, ns, name)
+        .await
+        .named("a follower's etcd SIGKILL, mTLS + auth cluster");
+    tokio::time::sleep(BASELINE).await;
+
+    // A follower, as etcd's members name the leader over TLS as root.
+    let access = tests::workload::Access::of_cluster(&env.client(), ns, name).await;
+    let leader = faults::leader_with(env, ns, name, &access).await;
+    let victim = env
+        .member_names(ns, name)
+        .await
+        .into_iter()
+        .find(|m| *m != leader)
+        .unwrap_or_else(|| panic!("{ns}/{name}: no member but the leader {leader}"));
+    let restarts = faults::restart_counts(env, ns, name).await;
+    workload.fault_started();
+    faults::kill_member(env, ns, &victim);
+    eventually_every(
+        &format!("{victim}'s etcd restarted"),
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || async {
+            let now = faults::restart_counts(env, ns, name).await;
+            if now.get(&victim) > restarts.get(&victim) {
+                Ok(())
+            } else {
+                Err(format!("restarts {now:?}"))
+            }
+        },
+    )
+    .await;
+    s.wait_healthy(name, 3, HEAL).await;
+    workload.fault_ended();
+    tokio::time::sleep(BASELINE).await;
+    let report = workload.finish().await;
+    print(&report);
+    assert!(report.acknowledged_during > 0, "{report:?}");
+    s.finish(name).await;
+}
