@@ -163,9 +163,16 @@ async fn a_good_snapshot_is_verified_and_a_flipped_byte_or_a_wrong_hashkv_is_cau
         recorded.revision
     );
     assert!(
-        message.contains(&format!("revision {}", recorded.revision)),
+        message.contains(&format!("revision {}", recorded.revision))
+            && message.contains("as the cluster reported at save time"),
         "{message}"
     );
+    let log = env
+        .cp
+        .kubectl_ok(&["logs", "-n", &ns, "job/vc-good-verify"])
+        .await
+        .or_panic();
+    assert!(log.contains("etcdutl hashkv"), "{log}");
     let events = env.events(&ns, "vc-good").await;
     assert!(
         events
@@ -298,6 +305,16 @@ async fn a_3_5_pvc_snapshot_is_verified_by_the_clusters_own_etcd() {
         (verification.revision, verification.hash),
         (recorded.revision, recorded.hash)
     );
+    assert!(
+        message.contains("as the cluster reported at save time"),
+        "{message}"
+    );
+    let log = env
+        .cp
+        .kubectl_ok(&["logs", "-n", &ns, "job/v35-pvc-verify"])
+        .await
+        .or_panic();
+    assert!(log.contains("running etcd on the restored copy"), "{log}");
     // The Job ran the 3.5 image (whose etcdutl has no hashkv: etcd itself answered).
     let job = Api::<Job>::namespaced(env.client(), &ns)
         .get("v35-pvc-verify")

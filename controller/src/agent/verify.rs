@@ -168,8 +168,13 @@ async fn run(args: &VerifyArgs) -> Result<Verified, Problem> {
         })?;
     let revision = recorded.map_or(0, |r| r.revision);
     let restored = if etcdutl_has_hashkv(&args.etcdutl).await {
+        tracing::info!(revision, "hashing the restored copy with etcdutl hashkv");
         hashkv_by_etcdutl(&args.etcdutl, &data.join("member/snap/db"), revision).await
     } else {
+        tracing::info!(
+            revision,
+            "this etcdutl has no hashkv (etcd 3.5): running etcd on the restored copy"
+        );
         hashkv_by_etcd(&args.etcd, &data, &peer, revision).await
     };
     let restored = restored.map_err(|e| match e {
