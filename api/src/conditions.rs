@@ -26,6 +26,12 @@ pub mod member {
 /// EtcdSnapshot condition types.
 pub mod snapshot {
     pub const READY: &str = "Ready";
+    /// Not in the reference API: whether the stored snapshot was read back, its sha256 checked,
+    /// restored into scratch space and its `hashkv` compared with what the cluster reported
+    /// (docs/snapshots.md, "Verification"). Unknown while the verification Job runs; absent
+    /// when the snapshot asked for none (`spec.verify: false`) or completed before the operator
+    /// verified snapshots.
+    pub const VERIFIED: &str = "Verified";
 }
 
 /// EtcdSnapshotSchedule condition types.
@@ -143,6 +149,21 @@ pub mod reason {
     pub const SNAPSHOT_JOB_LOST: &str = "SnapshotJobLost";
     pub const JOB_FAILED: &str = "JobFailed";
     pub const SNAPSHOT_STORED: &str = "SnapshotStored";
+    // EtcdSnapshot Verified (not in the reference API)
+    /// Unknown: the snapshot is Complete and its verification Job is to run or running.
+    pub const VERIFYING: &str = "Verifying";
+    /// True: sha256, restore and hashkv all agree with what was recorded at save time.
+    pub const SNAPSHOT_VERIFIED: &str = "SnapshotVerified";
+    /// False: the stored object's sha256 or size is not what the save recorded.
+    pub const CHECKSUM_MISMATCH: &str = "ChecksumMismatch";
+    /// False: etcdutl could not restore the stored snapshot (etcd's own trailing hash, a
+    /// truncated or foreign file).
+    pub const SNAPSHOT_RESTORE_FAILED: &str = "SnapshotRestoreFailed";
+    /// False: the restored store's hashkv at the recorded revision differs from the cluster's.
+    pub const HASH_KV_MISMATCH: &str = "HashKVMismatch";
+    /// False: the verification could not be done (the store unreachable, access denied, the
+    /// Job failed or its cluster is gone); nothing is known to be wrong with the snapshot.
+    pub const VERIFICATION_ERROR: &str = "VerificationError";
     // EtcdSnapshotSchedule Ready, EtcdDefragPolicy Ready
     pub const INVALID_SCHEDULE: &str = "InvalidSchedule";
     pub const SUSPENDED: &str = "Suspended";

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use api::labels;
-use api::v1alpha2::{EtcdCluster, EtcdSnapshot, SnapshotArtifact, TlsSecrets};
+use api::v1alpha2::{EtcdCluster, EtcdSnapshot, RecordedHashKv, SnapshotArtifact, TlsSecrets};
 use k8s_openapi::api::batch::v1::{
     Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
 };
@@ -27,6 +27,8 @@ use serde::Deserialize;
 
 use crate::auth;
 use crate::builders::mount;
+
+pub mod verify;
 
 /// BEHAVIOUR.md's Job settings.
 pub const BACKOFF_LIMIT: i32 = 3;
@@ -150,31 +152,9 @@ pub fn snapshot_job(
         if let Some(key) = s3.key.as_deref().filter(|k| !k.is_empty()) {
             args.push(format!("--s3-key={key}"));
         }
-        if let Some(endpoint) = s3.endpoint.as_deref().filter(|e| !e.is_empty()) {
-            args.push(format!("--s3-endpoint={endpoint}"));
-        }
-        args.push(format!(
-            "--s3-region={}",
-            s3.region
-                .as_deref()
-                .filter(|r| !r.is_empty())
-                .unwrap_or("us-east-1")
-        ));
-        if s3.force_path_style == Some(true) {
-            args.push("--s3-force-path-style".into());
-        }
-        if let Some(creds) = &s3.credentials_secret_ref {
-            env.push(secret_env(
-                "AWS_ACCESS_KEY_ID",
-                &creds.name,
-                "AWS_ACCESS_KEY_ID",
-            ));
-            env.push(secret_env(
-                "AWS_SECRET_ACCESS_KEY",
-                &creds.name,
-                "AWS_SECRET_ACCESS_KEY",
-            ));
-        }
+        let (more_args, more_env) = s3_access(s3);
+        args.extend(more_args);
+        env.extend(more_env);
     } else if let Some(pvc) = &dest.pvc {
         volumes.push(pvc_volume(&pvc.claim_name));
         mounts.push(mount("snapshot", PVC_MOUNT, false));
@@ -197,6 +177,7 @@ pub fn snapshot_job(
             env,
             volumes,
             mounts,
+            image: None,
         },
     ))
 }
@@ -239,12 +220,39 @@ pub fn prune_job(
             env: Vec::new(),
             volumes: vec![pvc_volume(&pvc.claim_name)],
             mounts: vec![mount("snapshot", PVC_MOUNT, false)],
+            image: None,
         },
     ))
 }
 
 pub fn prune_job_name(snapshot: &str) -> String {
     format!("{snapshot}-prune")
+}
+
+/// How the agent reaches an S3 destination: the endpoint, region and addressing flags, and the
+/// credentials from `credentialsSecretRef`.
+fn s3_access(s3: &api::v1alpha2::S3Location) -> (Vec<String>, Vec<EnvVar>) {
+    let mut args = Vec::new();
+    let mut env = Vec::new();
+    if let Some(endpoint) = s3.endpoint.as_deref().filter(|e| !e.is_empty()) {
+        args.push(format!("--s3-endpoint={endpoint}"));
+    }
+    args.push(format!(
+        "--s3-region={}",
+        s3.region
+            .as_deref()
+            .filter(|r| !r.is_empty())
+            .unwrap_or("us-east-1")
+    ));
+    if s3.force_path_style == Some(true) {
+        args.push("--s3-force-path-style".into());
+    }
+    if let Some(creds) = &s3.credentials_secret_ref {
+        for key in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+            env.push(secret_env(key, &creds.name, key));
+        }
+    }
+    (args, env)
 }
 
 fn pvc_volume(claim: &str) -> Volume {
@@ -259,11 +267,22 @@ fn pvc_volume(claim: &str) -> Volume {
 }
 
 /// The agent container's command line and what it mounts.
+#[derive(Default)]
 struct AgentPod {
     args: Vec<String>,
     env: Vec<EnvVar>,
     volumes: Vec<Volume>,
     mounts: Vec<k8s_openapi::api::core::v1::VolumeMount>,
+    /// Another image than the operator's (the cluster's etcd image for a verification), with
+    /// the command that runs the agent in it and the init containers that put it there.
+    image: Option<ImageOverride>,
+}
+
+/// The agent run inside another image: the operator binary copied in by an init container.
+struct ImageOverride {
+    image: String,
+    command: Vec<String>,
+    init_containers: Vec<Container>,
 }
 
 /// A Job owned by `snapshot` running the agent as BEHAVIOUR.md's settings say (backoff limit,
@@ -282,7 +301,12 @@ fn agent_job(
         env,
         volumes,
         mounts,
+        image,
     } = pod;
+    let (image, command, init_containers) = match image {
+        Some(o) => (o.image, Some(o.command), o.init_containers),
+        None => (operator_image.to_string(), None, Vec::new()),
+    };
     // Not the member label: the runbook picks a member Pod with `-l <cluster label>` and
     // `.items[0]`, which must never land on a finished Job's Pod.
     let mut job_labels: BTreeMap<String, String> =
@@ -298,7 +322,8 @@ fn agent_job(
     };
     let container = Container {
         name: CONTAINER.into(),
-        image: Some(operator_image.to_string()),
+        image: Some(image),
+        command,
         args: Some(args),
         env: (!env.is_empty()).then_some(env),
         volume_mounts: (!mounts.is_empty()).then_some(mounts),
@@ -306,16 +331,7 @@ fn agent_job(
         // The agent's result is its termination message; a crash without one falls back to
         // the log's tail, which still says why.
         termination_message_policy: Some("FallbackToLogsOnError".into()),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                add: None,
-            }),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            ..Default::default()
-        }),
+        security_context: Some(restricted()),
         ..Default::default()
     };
     Job {
@@ -361,6 +377,7 @@ fn agent_job(
                         }),
                         ..Default::default()
                     }),
+                    init_containers: (!init_containers.is_empty()).then_some(init_containers),
                     containers: vec![container],
                     volumes: (!volumes.is_empty()).then_some(volumes),
                     ..Default::default()
@@ -372,13 +389,60 @@ fn agent_job(
     }
 }
 
+/// The agent containers' security context: non-root, nothing to escalate, read-only root.
+fn restricted() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: None,
+        }),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        ..Default::default()
+    }
+}
+
+/// The stored object a save reported, with the hashkv it recorded.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct ReportedArtifact {
+    #[serde(flatten)]
+    pub artifact: SnapshotArtifact,
+    #[serde(default, rename = "hashKV")]
+    pub hash_kv: Option<RecordedHashKv>,
+}
+
+/// A verification Job's success: the revision and hash the restored copy matched
+/// (`compared: false`: the save recorded no hashkv, so they were not compared).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct VerifiedReport {
+    pub revision: i64,
+    pub hash: i64,
+    #[serde(default)]
+    pub compared: bool,
+}
+
+/// A verification Job's finding that the snapshot is bad: the `Verified=False` reason and what
+/// differs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct UnverifiedReport {
+    pub reason: String,
+    pub message: String,
+}
+
 /// What the agent wrote to its termination message.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 pub struct AgentReport {
     #[serde(default)]
-    pub artifact: Option<SnapshotArtifact>,
+    pub artifact: Option<ReportedArtifact>,
     #[serde(default)]
     pub error: Option<String>,
+    /// A verification Job: the snapshot checked out.
+    #[serde(default)]
+    pub verified: Option<VerifiedReport>,
+    /// A verification Job: the snapshot is bad.
+    #[serde(default)]
+    pub unverified: Option<UnverifiedReport>,
     /// A prune Job's `snapshot-agent delete`: what it removed.
     #[serde(default)]
     pub deleted: Option<String>,
@@ -398,6 +462,8 @@ impl AgentReport {
                     || r.error.is_some()
                     || r.deleted.is_some()
                     || r.left_in_place.is_some()
+                    || r.verified.is_some()
+                    || r.unverified.is_some()
             })
     }
 }

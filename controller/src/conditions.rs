@@ -13,7 +13,21 @@ pub fn set_condition(
     generation: Option<i64>,
     now: Timestamp,
 ) {
-    let status = if status { "True" } else { "False" }.to_string();
+    let status = if status { "True" } else { "False" };
+    set_condition_status(conditions, type_, status, reason, message, generation, now);
+}
+
+/// [`set_condition`] with the status as written (`True`, `False` or `Unknown`).
+pub fn set_condition_status(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let status = status.to_string();
     let existing = conditions.iter().position(|c| c.type_ == type_);
     let last_transition_time = match existing.map(|i| &conditions[i]) {
         Some(c) if c.status == status => c.last_transition_time.clone(),

@@ -51,6 +51,11 @@ pub enum Reason {
     SnapshotJobLost,
     JobFailed,
     AuthLatchTimeout,
+    /// A Complete snapshot's verification Job was created.
+    SnapshotVerifying,
+    SnapshotVerified,
+    /// Verified=False: the snapshot is bad, or could not be verified (the message says which).
+    SnapshotVerificationFailed,
     // EtcdSnapshotSchedule, EtcdDefragPolicy
     InvalidSchedule,
     MissedSchedule,
@@ -116,6 +121,9 @@ impl Reason {
         Reason::SnapshotJobLost,
         Reason::JobFailed,
         Reason::AuthLatchTimeout,
+        Reason::SnapshotVerifying,
+        Reason::SnapshotVerified,
+        Reason::SnapshotVerificationFailed,
         Reason::InvalidSchedule,
         Reason::MissedSchedule,
         Reason::SnapshotCreated,
@@ -175,6 +183,9 @@ impl Reason {
             Reason::SnapshotJobLost => condition::SNAPSHOT_JOB_LOST,
             Reason::JobFailed => condition::JOB_FAILED,
             Reason::AuthLatchTimeout => condition::AUTH_LATCH_TIMEOUT,
+            Reason::SnapshotVerifying => "SnapshotVerifying",
+            Reason::SnapshotVerified => condition::SNAPSHOT_VERIFIED,
+            Reason::SnapshotVerificationFailed => "SnapshotVerificationFailed",
             Reason::InvalidSchedule => "InvalidSchedule",
             Reason::MissedSchedule => "MissedSchedule",
             Reason::SnapshotCreated => "SnapshotCreated",
@@ -251,6 +262,7 @@ pub enum Action {
     SetDormant,
     Skip,
     UserChangePassword,
+    Verify,
     WakeDormant,
 }
 
@@ -287,6 +299,7 @@ impl Action {
         Action::SetDormant,
         Action::Skip,
         Action::UserChangePassword,
+        Action::Verify,
         Action::WakeDormant,
     ];
 
@@ -323,6 +336,7 @@ impl Action {
             Action::SetDormant => "SetDormant",
             Action::Skip => "Skip",
             Action::UserChangePassword => "UserChangePassword",
+            Action::Verify => "Verify",
             Action::WakeDormant => "WakeDormant",
         }
     }

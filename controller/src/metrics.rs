@@ -1,7 +1,8 @@
 //! Prometheus metrics of the controller: reconciles (count, duration, errors by reason) and etcd
 //! call latencies. Served on the admin port's `/metrics`.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -58,6 +59,10 @@ struct Inner {
     defrag_members: Family<OutcomeLabel, Counter>,
     defrag_member_seconds: Histogram,
     defrag_reclaimed_bytes: Counter,
+    newest_verified_snapshot_age: Family<ClusterLabel, Gauge>,
+    /// Completion time (unix seconds) of each cluster's newest verified snapshot; the age is
+    /// computed from it when the metrics are rendered.
+    newest_verified_snapshot: Mutex<HashMap<ClusterLabel, i64>>,
 }
 
 impl Default for Metrics {
@@ -141,8 +146,16 @@ impl Metrics {
             "Backend bytes reclaimed by defragmentation",
             defrag_reclaimed_bytes.clone(),
         );
+        let newest_verified_snapshot_age = Family::<ClusterLabel, Gauge>::default();
+        registry.register(
+            "newest_verified_snapshot_age_seconds",
+            "Seconds since the newest EtcdSnapshot of the cluster that reads Verified=True was taken (its completion)",
+            newest_verified_snapshot_age.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
+                newest_verified_snapshot_age,
+                newest_verified_snapshot: Mutex::default(),
                 defrag_runs,
                 defrag_run_seconds,
                 defrag_members,
@@ -241,6 +254,19 @@ impl Metrics {
         }
     }
 
+    /// A verified snapshot of the cluster, taken (completed) at `completed` (unix seconds): the
+    /// newest one's age is exported.
+    pub fn record_verified_snapshot(&self, namespace: &str, cluster: &str, completed: i64) {
+        let label = ClusterLabel {
+            namespace: namespace.to_string(),
+            cluster: cluster.to_string(),
+        };
+        if let Ok(mut newest) = self.inner.newest_verified_snapshot.lock() {
+            let at = newest.entry(label).or_insert(completed);
+            *at = (*at).max(completed);
+        }
+    }
+
     /// Drop a deleted cluster's gauges.
     pub fn forget_cluster(&self, namespace: &str, cluster: &str) {
         let label = ClusterLabel {
@@ -250,10 +276,27 @@ impl Metrics {
         self.inner.ready_members.remove(&label);
         self.inner.voters.remove(&label);
         self.inner.learners.remove(&label);
+        self.inner.newest_verified_snapshot_age.remove(&label);
+        if let Ok(mut newest) = self.inner.newest_verified_snapshot.lock() {
+            newest.remove(&label);
+        }
     }
 
     /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
+        self.render_at(chrono::Utc::now().timestamp())
+    }
+
+    /// [`Metrics::render`] at `now` (unix seconds): ages are computed when scraped.
+    fn render_at(&self, now: i64) -> String {
+        if let Ok(newest) = self.inner.newest_verified_snapshot.lock() {
+            for (label, at) in newest.iter() {
+                self.inner
+                    .newest_verified_snapshot_age
+                    .get_or_create(label)
+                    .set((now - at).max(0));
+            }
+        }
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.inner.registry).is_err() {
             out.clear();
@@ -291,6 +334,17 @@ mod tests {
         );
         m.forget_cluster("ns", "c");
         assert!(!m.render().contains("cluster=\"c\""));
+        m.record_verified_snapshot("ns", "c", 1_000);
+        m.record_verified_snapshot("ns", "c", 900);
+        let text = m.render_at(1_060);
+        assert!(
+            text.contains(
+                "etcd_operator_newest_verified_snapshot_age_seconds{namespace=\"ns\",cluster=\"c\"} 60"
+            ),
+            "{text}"
+        );
+        m.forget_cluster("ns", "c");
+        assert!(!m.render_at(1_060).contains("cluster=\"c\""));
         m.count_defrag_member("Defragmented", 4096, Some(Duration::from_millis(20)));
         m.count_defrag_member("Skipped", 0, None);
         m.count_defrag_run("Complete", Some(Duration::from_secs(3)));

@@ -80,6 +80,8 @@ const PURE: &[&str] = &[
     "schedule/plan.rs",
     "volume.rs",
     "agent_job.rs",
+    "agent_job/verify.rs",
+    "snapshot/verify.rs",
     "cron.rs",
     "cron/tests.rs",
     "defrag/run/plan.rs",

@@ -37,6 +37,7 @@ pub async fn create_snapshot(
                 name: cluster.to_string(),
             },
             destination: dest,
+            verify: None,
         },
     );
     Api::<EtcdSnapshot>::namespaced(env.client(), ns)

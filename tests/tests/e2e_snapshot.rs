@@ -296,8 +296,13 @@ async fn the_runbooks_member_pod_recipe_skips_a_snapshot_job_pod_that_sorts_firs
         out.success && format!("{}{}", out.stdout, out.stderr).contains("is healthy"),
         "etcdctl in {pod}: {out:?}"
     );
-    // The Job's Pods are found under their own label.
-    let job_selector = format!("{}={name}", api::labels::JOB_CLUSTER);
+    // The Job's Pods are found under their own label (with the component: the snapshot's
+    // verification Job runs beside it under the same cluster label, component `verify`).
+    let job_selector = format!(
+        "{}={name},{}=snapshot",
+        api::labels::JOB_CLUSTER,
+        api::labels::APP_COMPONENT
+    );
     let listed = env
         .cp
         .kubectl_ok(&[

@@ -120,6 +120,9 @@ pub struct SnapshotTemplate {
     pub metadata: Option<AdditionalMetadata>,
     /// Where each snapshot is stored.
     pub destination: SnapshotDestination,
+    /// Each snapshot's `spec.verify` (default true: verified once Complete).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<bool>,
 }
 
 /// Which snapshots of the schedule are kept. Complete and Failed snapshots are counted apart: a
@@ -142,6 +145,13 @@ pub struct SnapshotRetention {
     #[x_kube(validation = Rule::new(r"self.matches('^[1-9][0-9]{0,5}(m|h|d)$')")
         .message("spec.retention.maxAge must be a whole number of minutes, hours or days such as 30m, 12h or 7d"))]
     pub max_age: Option<String>,
+    /// Count only verified snapshots (`Verified=True`) as good ones: unverified and
+    /// failed-verification Complete snapshots are counted apart (like Failed ones) and one
+    /// still being verified is neither counted nor pruned, so a bad snapshot never pushes a
+    /// verified one out of `keepLast`. Never prunes a snapshot that retention without it would
+    /// keep. Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_verified: Option<bool>,
 }
 
 impl SnapshotRetention {
@@ -187,6 +197,7 @@ mod tests {
         let r = |s: &str| SnapshotRetention {
             keep_last: None,
             max_age: Some(s.into()),
+            require_verified: None,
         };
         assert_eq!(r("30m").max_age_seconds(), Some(1800));
         assert_eq!(r("12h").max_age_seconds(), Some(43_200));

@@ -43,6 +43,19 @@ pub struct EtcdSnapshotSpec {
     pub cluster_ref: LocalReference,
     /// Where the snapshot is stored.
     pub destination: SnapshotDestination,
+    /// Verify the snapshot once it is Complete (default true): a Job reads the stored object
+    /// back, checks its sha256, restores it into scratch space with the cluster's own etcdutl
+    /// and compares its `hashkv` with what the cluster reported at save time; the result is
+    /// the `Verified` condition and `status.verification`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<bool>,
+}
+
+impl EtcdSnapshotSpec {
+    /// Whether the snapshot is verified once Complete (`spec.verify`, default true).
+    pub fn verify(&self) -> bool {
+        self.verify.unwrap_or(true)
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -72,6 +85,32 @@ pub struct SnapshotArtifact {
     pub checksum: String,
 }
 
+/// What the snapshotted member reported for `HashKV` at a revision the snapshot holds, taken
+/// by the snapshot agent just before the save (on the member the save then streamed from).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordedHashKv {
+    /// The revision hashed: the member's revision when the save began (the snapshot holds it).
+    pub revision: i64,
+    /// etcd's `HashKV` (a CRC-32C of the key-value history up to `revision`).
+    pub hash: i64,
+    /// The compaction revision the hash was computed over (hashes are comparable only at the
+    /// same compaction).
+    pub compact_revision: i64,
+}
+
+/// A successful verification of the stored snapshot.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotVerification {
+    /// When the verification Job reported.
+    pub verified_at: Time,
+    /// The revision whose `hashkv` the restored copy matched.
+    pub revision: i64,
+    /// That `hashkv`.
+    pub hash: i64,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdSnapshotStatus {
@@ -87,4 +126,34 @@ pub struct EtcdSnapshotStatus {
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The cluster's `hashkv` recorded at save time (what verification compares against);
+    /// absent when the agent could not record it.
+    #[serde(default, rename = "hashKV", skip_serializing_if = "Option::is_none")]
+    pub hash_kv: Option<RecordedHashKv>,
+    /// The last successful verification (the `Verified` condition says whether one ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<SnapshotVerification>,
+}
+
+impl EtcdSnapshotStatus {
+    /// The `Verified` condition: `Some(true)` verified, `Some(false)` shown bad or not
+    /// verifiable, `None` not decided (being verified, or never asked for).
+    pub fn verified(&self) -> Option<bool> {
+        let c = self
+            .conditions
+            .iter()
+            .find(|c| c.type_ == crate::conditions::snapshot::VERIFIED)?;
+        match c.status.as_str() {
+            "True" => Some(true),
+            "False" => Some(false),
+            _ => None,
+        }
+    }
+
+    /// Whether a verification is under way (`Verified=Unknown`).
+    pub fn verifying(&self) -> bool {
+        self.conditions
+            .iter()
+            .any(|c| c.type_ == crate::conditions::snapshot::VERIFIED && c.status == "Unknown")
+    }
 }

@@ -15,6 +15,7 @@ pub mod pvc;
 pub mod restore;
 pub mod s3;
 pub mod save;
+pub mod verify;
 
 use std::path::Path;
 
@@ -31,6 +32,8 @@ pub enum AgentCommand {
     Restore(restore::RestoreArgs),
     /// Remove a pruned snapshot's file (and sidecars) from a PVC, if the snapshot wrote it.
     Delete(delete::DeleteArgs),
+    /// Read a stored snapshot back, restore it into scratch space and compare its hashkv.
+    Verify(verify::VerifyArgs),
 }
 
 /// The stored snapshot, as `EtcdSnapshot.status.artifact` takes it.
@@ -41,6 +44,9 @@ pub struct Artifact {
     pub size_bytes: u64,
     /// `sha256:<hex>`.
     pub checksum: String,
+    /// The member's hashkv recorded by the save (what verification compares against).
+    #[serde(rename = "hashKV", skip_serializing_if = "Option::is_none")]
+    pub hash_kv: Option<verify::HashKv>,
 }
 
 /// What the termination log says.
@@ -58,6 +64,7 @@ pub enum Outcome {
 /// Run one agent command and turn its outcome into the termination log and an exit code.
 pub async fn run(command: AgentCommand) -> i32 {
     let (log, result) = match command {
+        AgentCommand::Verify(args) => return verify::main(args).await,
         AgentCommand::Save(args) => {
             let log = args.termination_log.clone();
             (log, save::run(args).await.map(Outcome::Artifact))
@@ -129,6 +136,7 @@ mod tests {
             uri: "s3://b/k.db".into(),
             size_bytes: 42,
             checksum: "sha256:ab".into(),
+            hash_kv: None,
         };
         assert_eq!(
             serde_json::to_string(&Outcome::Artifact(a)).unwrap(),

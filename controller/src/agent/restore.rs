@@ -167,6 +167,7 @@ pub async fn run(args: RestoreArgs) -> Result<Outcome, Failure> {
         uri,
         size_bytes: got.size,
         checksum: format!("sha256:{}", got.sha256),
+        hash_kv: None,
     }))
 }
 
@@ -253,7 +254,7 @@ fn parse_sha256(text: &str) -> Result<String, Failure> {
     }
 }
 
-async fn hash_file(file: &Path) -> Result<Uploaded, Failure> {
+pub(super) async fn hash_file(file: &Path) -> Result<Uploaded, Failure> {
     use tokio::io::AsyncReadExt;
     let mut f = tokio::fs::File::open(file)
         .await

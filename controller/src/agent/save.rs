@@ -72,6 +72,8 @@ pub async fn run(args: SaveArgs) -> Result<Artifact, Failure> {
         }
     };
     let etcd = connect(&args).await?;
+    // What verification compares the stored snapshot with (agent/verify.rs).
+    let recorded = super::verify::record(&etcd).await;
     let stream = etcd.maintenance_client().snapshot().await.map_err(|e| {
         Failure::transient(format!(
             "starting the snapshot on {}: {e}",
@@ -89,6 +91,7 @@ pub async fn run(args: SaveArgs) -> Result<Artifact, Failure> {
         uri,
         size_bytes: done.size,
         checksum: format!("sha256:{}", done.sha256),
+        hash_kv: super::verify::confirm(&etcd, recorded).await,
     })
 }
 

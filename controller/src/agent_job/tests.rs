@@ -12,6 +12,7 @@ fn snapshot(dest: SnapshotDestination) -> EtcdSnapshot {
                 name: "demo".into(),
             },
             destination: dest,
+            verify: None,
         },
     );
     s.metadata.namespace = Some("ns".into());

@@ -40,6 +40,12 @@ fn every_event_reason_keeps_its_string() {
         (Reason::SnapshotJobLost, "SnapshotJobLost"),
         (Reason::JobFailed, "JobFailed"),
         (Reason::AuthLatchTimeout, "AuthLatchTimeout"),
+        (Reason::SnapshotVerifying, "SnapshotVerifying"),
+        (Reason::SnapshotVerified, "SnapshotVerified"),
+        (
+            Reason::SnapshotVerificationFailed,
+            "SnapshotVerificationFailed",
+        ),
         (Reason::InvalidSchedule, "InvalidSchedule"),
         (Reason::MissedSchedule, "MissedSchedule"),
         (Reason::SnapshotCreated, "SnapshotCreated"),
@@ -108,6 +114,7 @@ fn every_event_action_keeps_its_string() {
         (Action::SetDormant, "SetDormant"),
         (Action::Skip, "Skip"),
         (Action::UserChangePassword, "UserChangePassword"),
+        (Action::Verify, "Verify"),
         (Action::WakeDormant, "WakeDormant"),
     ];
     assert_eq!(

@@ -15,7 +15,7 @@ use api::conditions::schedule::READY;
 use api::labels;
 use api::v1alpha2::{
     ConcurrencyPolicy, EtcdSnapshot, EtcdSnapshotSchedule, EtcdSnapshotScheduleStatus,
-    EtcdSnapshotSpec, LocalReference, S3Location, SnapshotPhase,
+    EtcdSnapshotSpec, LocalReference, S3Location,
 };
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
@@ -35,7 +35,7 @@ use crate::objectstore::{file_name, snapshot_key, Location, S3Args, S3};
 use crate::shell;
 use crate::Error;
 
-use plan::{Owned, Removal, State, Unowned};
+use plan::{Owned, Removal, Unowned};
 
 /// How often a schedule with unfinished snapshots looks again (their end may allow a run
 /// skipped by `Forbid`, and retention counts finished snapshots only).
@@ -93,6 +93,7 @@ fn new_snapshot(schedule: &EtcdSnapshotSchedule, at: DateTime<Utc>) -> Result<Et
         spec: EtcdSnapshotSpec {
             cluster_ref: schedule.spec.cluster_ref.clone(),
             destination: template.destination.clone(),
+            verify: template.verify,
         },
         status: None,
     })
@@ -286,19 +287,16 @@ async fn prune(
                 .as_ref()
                 .map(to_chrono)
                 .unwrap_or(now),
-            state: match s.status.as_ref().and_then(|st| st.phase) {
-                Some(SnapshotPhase::Complete) => State::Complete,
-                Some(SnapshotPhase::Failed) => State::Failed,
-                _ => State::Running,
-            },
+            state: plan::state_of(s.status.as_ref()),
+            verification: plan::verification_of(s.status.as_ref()),
         })
         .collect();
-    for gone in plan::prune(
-        &owned,
-        retention.keep_last,
-        retention.max_age_seconds(),
-        now,
-    ) {
+    let policy = plan::Retention {
+        keep_last: retention.keep_last,
+        max_age_seconds: retention.max_age_seconds(),
+        require_verified: retention.require_verified.unwrap_or(false),
+    };
+    for gone in plan::prune_with(&owned, &policy, now) {
         let Some(snapshot) = mine.iter().find(|s| s.name_any() == gone) else {
             continue;
         };
@@ -356,11 +354,7 @@ async fn delete_stored(ctx: &Context, snapshot: &EtcdSnapshot) -> Result<Stored,
         .as_ref()
         .and_then(|s| s.artifact.as_ref())
         .map(|a| a.uri.clone());
-    let state = match snapshot.status.as_ref().and_then(|s| s.phase) {
-        Some(SnapshotPhase::Complete) => State::Complete,
-        Some(SnapshotPhase::Failed) => State::Failed,
-        _ => State::Running,
-    };
+    let state = plan::state_of(snapshot.status.as_ref());
     let dest = &snapshot.spec.destination;
     let destination = match (&dest.s3, &dest.pvc) {
         (Some(_), _) => plan::Destination::S3,

@@ -1,6 +1,7 @@
 //! The schedule's decisions, without I/O: which finished snapshots retention removes, and how
 //! each is removed. When a run is due is [`crate::cron`]'s, shared with defrag policies.
 
+use api::v1alpha2::{EtcdSnapshotStatus, SnapshotPhase};
 use chrono::{DateTime, Utc};
 
 /// Where one of the schedule's snapshots stands, as retention sees it.
@@ -12,12 +13,44 @@ pub enum State {
     Failed,
 }
 
+/// What retention with `requireVerified` knows of a Complete snapshot's verification.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Verification {
+    /// `Verified=True`.
+    Verified,
+    /// `Verified=Unknown`: the verification Job has not reported yet.
+    Pending,
+    /// `Verified=False`, or no verification at all (asked for none, or taken before the
+    /// operator verified snapshots).
+    #[default]
+    Unverified,
+}
+
 /// One of the schedule's snapshots, as retention sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owned {
     pub name: String,
     pub created: DateTime<Utc>,
     pub state: State,
+    pub verification: Verification,
+}
+
+/// Where a snapshot stands, from its status.
+pub fn state_of(status: Option<&EtcdSnapshotStatus>) -> State {
+    match status.and_then(|s| s.phase) {
+        Some(SnapshotPhase::Complete) => State::Complete,
+        Some(SnapshotPhase::Failed) => State::Failed,
+        _ => State::Running,
+    }
+}
+
+/// A snapshot's verification, from its status.
+pub fn verification_of(status: Option<&EtcdSnapshotStatus>) -> Verification {
+    match status {
+        Some(s) if s.verifying() => Verification::Pending,
+        Some(s) if s.verified() == Some(true) => Verification::Verified,
+        _ => Verification::Unverified,
+    }
 }
 
 /// The finished snapshots to delete, oldest first. Complete and Failed snapshots are counted
@@ -27,22 +60,95 @@ pub struct Owned {
 /// snapshot out, and the newest Complete snapshot is never pruned by any rule (a long outage or
 /// a suspended schedule must not leave no backup at all). Running snapshots are never pruned
 /// and count towards nothing.
+///
+/// With `require_verified`, only verified snapshots count as good ones: the same rules apply
+/// with verified, unverified (Complete but `Verified=False` or never verified) and Failed
+/// snapshots counted apart, the newest verified one never pruned, and one still being verified
+/// neither counted nor pruned. A snapshot goes only when both counts drop it, so nothing is
+/// deleted that retention without `require_verified` would keep, and an unverified snapshot
+/// never pushes a verified one out.
+pub fn prune_with(snapshots: &[Owned], retention: &Retention, now: DateTime<Utc>) -> Vec<String> {
+    let by_phase = prune_by(snapshots, retention, now, |s| match s.state {
+        State::Running => None,
+        State::Complete => Some(Class::Good),
+        State::Failed => Some(Class::Failed),
+    });
+    if !retention.require_verified {
+        return by_phase;
+    }
+    let by_verification = prune_by(snapshots, retention, now, |s| {
+        match (s.state, s.verification) {
+            (State::Running, _) | (State::Complete, Verification::Pending) => None,
+            (State::Complete, Verification::Verified) => Some(Class::Good),
+            (State::Complete, Verification::Unverified) => Some(Class::Unverified),
+            (State::Failed, _) => Some(Class::Failed),
+        }
+    });
+    by_phase
+        .into_iter()
+        .filter(|name| by_verification.contains(name))
+        .collect()
+}
+
+/// [`prune_with`] without `require_verified`.
 pub fn prune(
     snapshots: &[Owned],
     keep_last: Option<i32>,
     max_age_seconds: Option<i64>,
     now: DateTime<Utc>,
 ) -> Vec<String> {
-    let keep = keep_last.map(|k| usize::try_from(k.max(0)).unwrap_or(0));
-    let too_old = |s: &Owned| max_age_seconds.is_some_and(|m| (now - s.created).num_seconds() > m);
+    let retention = Retention {
+        keep_last,
+        max_age_seconds,
+        require_verified: false,
+    };
+    prune_with(snapshots, &retention, now)
+}
+
+/// `spec.retention` as the planner reads it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    pub keep_last: Option<i32>,
+    pub max_age_seconds: Option<i64>,
+    pub require_verified: bool,
+}
+
+/// The groups retention counts apart; the newest `Good` one is never pruned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Good,
+    Unverified,
+    Failed,
+}
+
+/// The snapshots `class` puts in a group (`None`: neither counted nor pruned) beyond the
+/// newest `keep_last` of their group or older than `max_age_seconds`, except the newest good
+/// one; oldest first.
+fn prune_by(
+    snapshots: &[Owned],
+    retention: &Retention,
+    now: DateTime<Utc>,
+    class: impl Fn(&Owned) -> Option<Class>,
+) -> Vec<String> {
+    let keep = retention
+        .keep_last
+        .map(|k| usize::try_from(k.max(0)).unwrap_or(0));
+    let too_old = |s: &Owned| {
+        retention
+            .max_age_seconds
+            .is_some_and(|m| (now - s.created).num_seconds() > m)
+    };
     let mut gone: Vec<&Owned> = Vec::new();
-    for state in [State::Complete, State::Failed] {
-        let mut these: Vec<&Owned> = snapshots.iter().filter(|s| s.state == state).collect();
+    for group in [Class::Good, Class::Unverified, Class::Failed] {
+        let mut these: Vec<&Owned> = snapshots
+            .iter()
+            .filter(|s| class(s) == Some(group))
+            .collect();
         // Newest first; the name breaks ties (it carries the run's minute).
         these.sort_by(|a, b| b.created.cmp(&a.created).then(b.name.cmp(&a.name)));
         for (i, s) in these.into_iter().enumerate() {
-            let newest_complete = state == State::Complete && i == 0;
-            if !newest_complete && (keep.is_some_and(|k| i >= k) || too_old(s)) {
+            let newest_good = group == Class::Good && i == 0;
+            if !newest_good && (keep.is_some_and(|k| i >= k) || too_old(s)) {
                 gone.push(s);
             }
         }
@@ -144,6 +250,118 @@ mod tests {
             name: name.into(),
             created: at(10, m),
             state,
+            verification: Verification::Unverified,
+        }
+    }
+
+    fn checked(name: &str, m: u32, verification: Verification) -> Owned {
+        Owned {
+            verification,
+            ..owned(name, m, State::Complete)
+        }
+    }
+
+    fn requiring(keep_last: Option<i32>, max_age_seconds: Option<i64>) -> Retention {
+        Retention {
+            keep_last,
+            max_age_seconds,
+            require_verified: true,
+        }
+    }
+
+    #[test]
+    fn with_required_verification_unverified_snapshots_never_push_verified_ones_out() {
+        use Verification::{Unverified, Verified};
+        // Two verified runs, then three whose verification failed (a corrupting store).
+        let all = [
+            checked("good-1", 1, Verified),
+            checked("good-2", 2, Verified),
+            checked("bad-3", 3, Unverified),
+            checked("bad-4", 4, Unverified),
+            checked("bad-5", 5, Unverified),
+        ];
+        // Counted as Complete alike, keepLast 2 would leave only bad-4 and bad-5.
+        assert_eq!(
+            prune(&all, Some(2), None, at(10, 6)),
+            ["good-1", "good-2", "bad-3"]
+        );
+        // Requiring verification: both verified ones stay, the unverified count apart.
+        assert_eq!(
+            prune_with(&all, &requiring(Some(2), None), at(10, 6)),
+            ["bad-3"]
+        );
+    }
+
+    #[test]
+    fn a_snapshot_being_verified_is_neither_counted_nor_pruned() {
+        use Verification::{Pending, Verified};
+        let all = [
+            checked("good-1", 1, Verified),
+            checked("good-2", 2, Verified),
+            checked("checking-3", 3, Pending),
+        ];
+        // Without the requirement checking-3 counts as Complete and pushes good-1 out.
+        assert_eq!(prune(&all, Some(2), None, at(10, 4)), ["good-1"]);
+        // With it, good-1 and good-2 are the two counted; checking-3 waits for its result.
+        assert!(prune_with(&all, &requiring(Some(2), None), at(10, 4)).is_empty());
+        // Once it is verified it counts, and good-1 goes.
+        let done = [
+            checked("good-1", 1, Verified),
+            checked("good-2", 2, Verified),
+            checked("checking-3", 3, Verified),
+        ];
+        assert_eq!(
+            prune_with(&done, &requiring(Some(2), None), at(10, 4)),
+            ["good-1"]
+        );
+    }
+
+    #[test]
+    fn required_verification_never_prunes_what_plain_retention_keeps() {
+        use State::Failed;
+        use Verification::{Pending, Unverified, Verified};
+        // Every mix of four snapshots: whatever the verification says, the pruned set is a
+        // subset of what retention by phase alone prunes, and the newest verified one stays.
+        let kinds = [
+            (State::Complete, Verified),
+            (State::Complete, Unverified),
+            (State::Complete, Pending),
+            (Failed, Unverified),
+            (State::Running, Unverified),
+        ];
+        for a in kinds {
+            for b in kinds {
+                for c in kinds {
+                    for d in kinds {
+                        let all: Vec<Owned> = [a, b, c, d]
+                            .iter()
+                            .enumerate()
+                            .map(|(i, (state, verification))| Owned {
+                                verification: *verification,
+                                ..owned(&format!("s{i}"), i as u32 + 1, *state)
+                            })
+                            .collect();
+                        for (keep, age) in [(Some(1), None), (Some(2), Some(90)), (None, Some(60))]
+                        {
+                            let plain = prune(&all, keep, age, at(10, 6));
+                            let strict = prune_with(&all, &requiring(keep, age), at(10, 6));
+                            assert!(
+                                strict.iter().all(|n| plain.contains(n)),
+                                "{all:?} {keep:?} {age:?}: {strict:?} not within {plain:?}"
+                            );
+                            let newest_verified = all
+                                .iter()
+                                .filter(|s| {
+                                    s.state == State::Complete && s.verification == Verified
+                                })
+                                .max_by_key(|s| s.created);
+                            if let Some(n) = newest_verified {
+                                assert!(!strict.contains(&n.name), "{all:?}: {strict:?}");
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 

@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use api::conditions::reason;
 use api::conditions::snapshot::READY;
-use api::v1alpha2::{
-    EtcdCluster, EtcdSnapshot, EtcdSnapshotStatus, SnapshotArtifact, SnapshotPhase,
-};
+use api::v1alpha2::{EtcdCluster, EtcdSnapshot, EtcdSnapshotStatus, SnapshotPhase};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -20,7 +18,7 @@ use kube::api::{ListParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
 
-use crate::agent_job::{self as job, job_view, AgentReport, JobView};
+use crate::agent_job::{self as job, job_view, AgentReport, JobView, ReportedArtifact};
 use crate::conditions::set_condition;
 use crate::context::Context;
 use crate::events::{Action, Reason};
@@ -54,7 +52,7 @@ pub enum Step {
         reason: &'static str,
         message: String,
     },
-    Complete(SnapshotArtifact),
+    Complete(ReportedArtifact),
     Fail {
         reason: Failure,
         message: String,
@@ -246,7 +244,7 @@ pub fn render(snapshot: &EtcdSnapshot, step: &Step, now: Timestamp) -> EtcdSnaps
             set(false, reason, message.clone());
             SnapshotPhase::Started
         }
-        Step::Complete(artifact) => {
+        Step::Complete(ReportedArtifact { artifact, hash_kv }) => {
             set(
                 true,
                 reason::SNAPSHOT_STORED,
@@ -256,6 +254,8 @@ pub fn render(snapshot: &EtcdSnapshot, step: &Step, now: Timestamp) -> EtcdSnaps
                 ),
             );
             status.artifact = Some(artifact.clone());
+            status.hash_kv = hash_kv.clone();
+            verify::begin(snapshot, &mut status, now);
             SnapshotPhase::Complete
         }
         Step::Fail { reason, message } => {
@@ -288,30 +288,11 @@ pub async fn reconcile(snapshot: Arc<EtcdSnapshot>, ctx: Arc<Context>) -> Result
         .and_then(|s| s.phase)
         .is_some_and(SnapshotPhase::is_terminal)
     {
-        return Ok(Requeue::await_change());
+        return verification(&snapshots, &snapshot, &ctx).await;
     }
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     let job_name = api::labels::snapshot_job_name(&name);
-    let job = match jobs.get_opt(&job_name).await? {
-        Some(j) if crate::controller_uid(&j).as_deref() != Some(uid.as_str()) => {
-            return Err(Error::Conflict(format!(
-                "Job {ns}/{job_name} exists but is not owned by EtcdSnapshot {name}; delete it or \
-                 use another snapshot name"
-            )));
-        }
-        other => other,
-    };
-    let view = match &job {
-        Some(j) => {
-            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-            let pods = pods
-                .list(&ListParams::default().labels(&format!("job-name={job_name}")))
-                .await?
-                .items;
-            Some(job_view(j, &pods))
-        }
-        None => None,
-    };
+    let view = owned_job(&ctx, &ns, &job_name, &name, &uid).await?;
     let cluster = Api::<EtcdCluster>::namespaced(ctx.client.clone(), &ns)
         .get_opt(&snapshot.spec.cluster_ref.name)
         .await?;
@@ -365,7 +346,7 @@ pub async fn reconcile(snapshot: Arc<EtcdSnapshot>, ctx: Arc<Context>) -> Result
             }
         }
         Step::Wait { .. } => requeue = Requeue::requeue(RECHECK),
-        Step::Complete(a) => {
+        Step::Complete(ReportedArtifact { artifact: a, .. }) => {
             tracing::info!(snapshot = %name, namespace = %ns, uri = %a.uri, size = a.size_bytes, "snapshot stored");
             ctx.event(
                 &snapshot,
@@ -395,6 +376,161 @@ pub async fn reconcile(snapshot: Arc<EtcdSnapshot>, ctx: Arc<Context>) -> Result
     Ok(requeue)
 }
 
+/// The view of the Job `job_name` the snapshot owns (`None`: there is none). A Job of that
+/// name the snapshot does not own is never used.
+async fn owned_job(
+    ctx: &Context,
+    ns: &str,
+    job_name: &str,
+    name: &str,
+    uid: &str,
+) -> Result<Option<JobView>, Error> {
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(j) = jobs.get_opt(job_name).await? else {
+        return Ok(None);
+    };
+    if crate::controller_uid(&j).as_deref() != Some(uid) {
+        return Err(Error::Conflict(format!(
+            "Job {ns}/{job_name} exists but is not owned by EtcdSnapshot {name}; delete it or \
+             use another snapshot name"
+        )));
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let pods = pods
+        .list(&ListParams::default().labels(&format!("job-name={job_name}")))
+        .await?
+        .items;
+    Ok(Some(job_view(&j, &pods)))
+}
+
+/// A terminal snapshot: its verification, if it waits for one ([`verify`]), and the newest
+/// verified snapshot's age metric.
+async fn verification(
+    snapshots: &Api<EtcdSnapshot>,
+    snapshot: &EtcdSnapshot,
+    ctx: &Context,
+) -> Result<Requeue, Error> {
+    record_verified(ctx, snapshot);
+    if !verify::pending(snapshot) {
+        return Ok(Requeue::await_change());
+    }
+    let ns = snapshot.namespace().ok_or(Error::NoNamespace)?;
+    let name = snapshot.name_any();
+    let uid = snapshot.uid().ok_or(Error::NoUid)?;
+    let job_name = job::verify::verify_job_name(&name);
+    let view = owned_job(ctx, &ns, &job_name, &name, &uid).await?;
+    let mut step = verify::decide(snapshot, view.as_ref());
+    if step == verify::Verify::CreateJob {
+        step = create_verify_job(ctx, snapshot, &ns, &job_name).await?;
+    }
+    match &step {
+        verify::Verify::CreateJob => {
+            ctx.event(
+                snapshot,
+                false,
+                Reason::SnapshotVerifying,
+                Action::CreateJob,
+                format!("created Job {job_name} to verify the stored snapshot"),
+            )
+            .await;
+        }
+        verify::Verify::Verified(v) => {
+            ctx.event(
+                snapshot,
+                false,
+                Reason::SnapshotVerified,
+                Action::Verify,
+                format!("verified at revision {} (hashkv {})", v.revision, v.hash),
+            )
+            .await;
+        }
+        verify::Verify::Bad { reason, message } => {
+            tracing::warn!(snapshot = %name, namespace = %ns, reason, "snapshot verification failed: {message}");
+            ctx.event(
+                snapshot,
+                true,
+                Reason::SnapshotVerificationFailed,
+                Action::Verify,
+                format!("{reason}: {message}"),
+            )
+            .await;
+        }
+        verify::Verify::Error(message) => {
+            ctx.event(
+                snapshot,
+                true,
+                Reason::SnapshotVerificationFailed,
+                Action::Verify,
+                format!("{}: {message}", reason::VERIFICATION_ERROR),
+            )
+            .await;
+        }
+        verify::Verify::Idle | verify::Verify::Running(_) => {}
+    }
+    let status = verify::render(snapshot, &step, Timestamp::now());
+    shell::write_status_if_changed(snapshots, snapshot, snapshot.status.as_ref(), &status).await?;
+    Ok(Requeue::await_change())
+}
+
+/// Create the verification Job in the cluster's etcd image; the step that follows (an error
+/// when there is no cluster or no operator image to build it from).
+async fn create_verify_job(
+    ctx: &Context,
+    snapshot: &EtcdSnapshot,
+    ns: &str,
+    job_name: &str,
+) -> Result<verify::Verify, Error> {
+    let cluster_name = &snapshot.spec.cluster_ref.name;
+    let Some(image) = ctx.config.operator_image.as_deref() else {
+        return Ok(verify::Verify::Error(
+            "the operator runs without --operator-image (OPERATOR_IMAGE), so it has no image \
+             for the verification Job; set it and restart the operator"
+                .into(),
+        ));
+    };
+    let Some(cluster) = Api::<EtcdCluster>::namespaced(ctx.client.clone(), ns)
+        .get_opt(cluster_name)
+        .await?
+    else {
+        return Ok(verify::Verify::Error(format!(
+            "EtcdCluster {cluster_name} (spec.clusterRef.name) is gone: the verification runs \
+             in the cluster's etcd image"
+        )));
+    };
+    let etcd_image =
+        crate::builders::pod::etcd_image(&ctx.config.etcd_image_repository, &cluster.spec.version);
+    let j = match job::verify::verify_job(snapshot, image, &etcd_image) {
+        Ok(j) => j,
+        Err(e) => return Ok(verify::Verify::Error(e.to_string())),
+    };
+    match Api::<Job>::namespaced(ctx.client.clone(), ns)
+        .create(&PostParams::default(), &j)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    tracing::info!(snapshot = %snapshot.name_any(), namespace = %ns, job = %job_name, "created verification Job");
+    Ok(verify::Verify::CreateJob)
+}
+
+/// Feed the age metric of the cluster's newest verified snapshot (by its completion time).
+fn record_verified(ctx: &Context, snapshot: &EtcdSnapshot) {
+    let status = snapshot.status.as_ref();
+    if status.and_then(EtcdSnapshotStatus::verified) != Some(true) {
+        return;
+    }
+    let (Some(ns), Some(done)) = (
+        snapshot.namespace(),
+        status.and_then(|s| s.completion_time.as_ref()),
+    ) else {
+        return;
+    };
+    ctx.metrics
+        .record_verified_snapshot(&ns, &snapshot.spec.cluster_ref.name, done.0.as_second());
+}
+
 async fn write(
     api: &Api<EtcdSnapshot>,
     snapshot: &EtcdSnapshot,
@@ -409,3 +545,4 @@ async fn write(
 
 #[cfg(test)]
 mod tests;
+pub mod verify;

@@ -14,6 +14,7 @@ fn snap(phase: Option<SnapshotPhase>) -> EtcdSnapshot {
                 name: "demo".into(),
             },
             destination: SnapshotDestination::default(),
+            verify: None,
         },
     );
     s.metadata.creation_timestamp = Some(Time(ts(0)));
@@ -26,6 +27,36 @@ fn snap(phase: Option<SnapshotPhase>) -> EtcdSnapshot {
 
 const REPORT: &str =
     r#"{"artifact":{"uri":"s3://b/nightly.db","sizeBytes":4096,"checksum":"sha256:ab"}}"#;
+
+#[test]
+fn a_completed_snapshot_keeps_the_recorded_hashkv_and_waits_for_its_verification() {
+    let s = snap(Some(SnapshotPhase::Started));
+    let report = r#"{"artifact":{"uri":"s3://b/nightly.db","sizeBytes":4096,"checksum":"sha256:ab","hashKV":{"revision":42,"hash":7,"compactRevision":3}}}"#;
+    let step = decide(
+        &s,
+        Some(&job(false, true, None, Some(report))),
+        Some("op:1"),
+        &ClusterState::Ready,
+        ts(5),
+    );
+    let status = render(&s, &step, ts(5));
+    let h = status.hash_kv.clone().unwrap();
+    assert_eq!((h.revision, h.hash, h.compact_revision), (42, 7, 3));
+    let verified = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Verified")
+        .unwrap();
+    assert_eq!(
+        (verified.status.as_str(), verified.reason.as_str()),
+        ("Unknown", "Verifying")
+    );
+    // Asked for none: no Verified condition, nothing waits.
+    let mut off = s.clone();
+    off.spec.verify = Some(false);
+    let status = render(&off, &step, ts(5));
+    assert!(status.conditions.iter().all(|c| c.type_ != "Verified"));
+}
 
 fn job(active: bool, succeeded: bool, failed: Option<&str>, report: Option<&str>) -> JobView {
     JobView {
@@ -76,7 +107,7 @@ fn the_agents_report_completes_the_snapshot_with_its_artifact() {
         &ClusterState::Ready,
         ts(5),
     );
-    let Step::Complete(a) = &step else {
+    let Step::Complete(ReportedArtifact { artifact: a, .. }) = &step else {
         panic!("{step:?}")
     };
     assert_eq!(
