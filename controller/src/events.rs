@@ -42,6 +42,10 @@ pub enum Reason {
     PodDeleted,
     PodRestarted,
     PvcCreated,
+    PvcAdopted,
+    PvcDeleted,
+    MemberKeptInEtcd,
+    MemberReattached,
     VolumeExpansionRequested,
     VolumeExpanded,
     MemberRemoved,
@@ -108,6 +112,10 @@ impl Reason {
         Reason::PodDeleted,
         Reason::PodRestarted,
         Reason::PvcCreated,
+        Reason::PvcAdopted,
+        Reason::PvcDeleted,
+        Reason::MemberKeptInEtcd,
+        Reason::MemberReattached,
         Reason::VolumeExpansionRequested,
         Reason::VolumeExpanded,
         Reason::MemberRemoved,
@@ -167,6 +175,10 @@ impl Reason {
             Reason::PodDeleted => "PodDeleted",
             Reason::PodRestarted => "PodRestarted",
             Reason::PvcCreated => "PVCCreated",
+            Reason::PvcAdopted => "PVCAdopted",
+            Reason::PvcDeleted => "PVCDeleted",
+            Reason::MemberKeptInEtcd => "MemberKeptInEtcd",
+            Reason::MemberReattached => "MemberReattached",
             Reason::VolumeExpansionRequested => "VolumeExpansionRequested",
             Reason::VolumeExpanded => "VolumeExpanded",
             Reason::MemberRemoved => "MemberRemoved",
@@ -221,6 +233,7 @@ impl Reason {
 /// The action of an Event: what the operator did (or tried), the Event's `action` field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
+    Adopt,
     Annotate,
     AlarmDisarm,
     AlarmList,
@@ -244,6 +257,7 @@ pub enum Action {
     Pause,
     ProgressDeadline,
     Prune,
+    Reattach,
     Reconcile,
     RestartMember,
     RollingRestart,
@@ -257,6 +271,7 @@ pub enum Action {
 impl Action {
     /// Every action, in declaration order.
     pub const ALL: &[Action] = &[
+        Action::Adopt,
         Action::Annotate,
         Action::AlarmDisarm,
         Action::AlarmList,
@@ -280,6 +295,7 @@ impl Action {
         Action::Pause,
         Action::ProgressDeadline,
         Action::Prune,
+        Action::Reattach,
         Action::Reconcile,
         Action::RestartMember,
         Action::RollingRestart,
@@ -293,6 +309,7 @@ impl Action {
     /// The Event's `action` field.
     pub fn action(&self) -> &'static str {
         match self {
+            Action::Adopt => "Adopt",
             Action::Annotate => "Annotate",
             Action::AlarmDisarm => "AlarmDisarm",
             Action::AlarmList => "AlarmList",
@@ -316,6 +333,7 @@ impl Action {
             Action::Pause => "Pause",
             Action::ProgressDeadline => "ProgressDeadline",
             Action::Prune => "Prune",
+            Action::Reattach => "Reattach",
             Action::Reconcile => "Reconcile",
             Action::RestartMember => "RestartMember",
             Action::RollingRestart => "RollingRestart",
