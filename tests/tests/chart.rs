@@ -1435,7 +1435,8 @@ const MUST_NOT: &[(&str, &str, &str)] = &[
     ("create", "rbac.authorization.k8s.io", "rolebindings"),
     ("update", "etcd-operator.cozystack.io", "etcdclusters"),
     ("delete", "etcd-operator.cozystack.io", "etcdclusters"),
-    ("delete", "", "persistentvolumeclaims"),
+    // PVCs are deleted one by one, by name (member/ and cluster/ cleanup), never by collection.
+    ("deletecollection", "", "persistentvolumeclaims"),
     ("patch", "apps", "deployments"),
     ("create", "", "pods/exec"),
     ("update", "coordination.k8s.io", "leases"),
