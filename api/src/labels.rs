@@ -13,6 +13,32 @@ pub const JOB_CLUSTER: &str = "etcd-operator.cozystack.io/job-cluster";
 pub const ROLE: &str = "etcd-operator.cozystack.io/role";
 pub const ROLE_VOTER: &str = "voter";
 pub const MEMBER_CLEANUP_FINALIZER: &str = "etcd-operator.cozystack.io/member-cleanup";
+/// On an EtcdCluster: the operator deletes the cluster's data PVCs (which carry no owner
+/// reference, see [`MEMBER_UID_ANNOTATION`]) before the cluster goes. Skipped, PVCs kept, when
+/// the cluster is deleted with `--cascade=orphan`.
+pub const CLUSTER_CLEANUP_FINALIZER: &str = "etcd-operator.cozystack.io/cluster-cleanup";
+/// On a data PVC: the UID of the EtcdMember whose data it holds. Data PVCs carry no owner
+/// reference, so deleting the EtcdMember object never takes the data with it; the operator
+/// deletes a PVC itself, once its member is out of etcd (scale-down, replacement) or when the
+/// cluster is deleted.
+pub const MEMBER_UID_ANNOTATION: &str = "etcd-operator.cozystack.io/member-uid";
+/// On an EtcdMember, `"true"`: its deletion is meant. The break-glass that lets a user delete
+/// a member past the member-deletion protection (the chart's ValidatingAdmissionPolicy and the
+/// webhook); the operator puts it on the members it removes itself. A member deleted with it is
+/// removed from etcd by its finalizer and its PVC deleted; one deleted without it (protection
+/// off) keeps its place in etcd and its PVC, and the operator re-creates it on its data.
+pub const ALLOW_DELETION_ANNOTATION: &str = "etcd-operator.cozystack.io/allow-deletion";
+/// On an EtcdMember the operator re-created under the name of a member deleted without
+/// [`ALLOW_DELETION_ANNOTATION`] (still in etcd, its PVC kept): the [`MEMBER_UID_ANNOTATION`]
+/// of that PVC, which the new member adopts (and no other).
+pub const REATTACH_ANNOTATION: &str = "etcd-operator.cozystack.io/reattach-claim-of";
+
+/// Whether an object's annotations say [`ALLOW_DELETION_ANNOTATION`]`: "true"`.
+pub fn deletion_allowed(annotations: &BTreeMap<String, String>) -> bool {
+    annotations
+        .get(ALLOW_DELETION_ANNOTATION)
+        .is_some_and(|v| v == "true")
+}
 
 /// On the EtcdSnapshots an EtcdSnapshotSchedule creates: the schedule's name.
 pub const SCHEDULE: &str = "etcd-operator.cozystack.io/schedule";

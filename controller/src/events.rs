@@ -42,6 +42,10 @@ pub enum Reason {
     PodDeleted,
     PodRestarted,
     PvcCreated,
+    PvcAdopted,
+    PvcDeleted,
+    MemberKeptInEtcd,
+    MemberReattached,
     VolumeExpansionRequested,
     VolumeExpanded,
     MemberRemoved,
@@ -113,6 +117,10 @@ impl Reason {
         Reason::PodDeleted,
         Reason::PodRestarted,
         Reason::PvcCreated,
+        Reason::PvcAdopted,
+        Reason::PvcDeleted,
+        Reason::MemberKeptInEtcd,
+        Reason::MemberReattached,
         Reason::VolumeExpansionRequested,
         Reason::VolumeExpanded,
         Reason::MemberRemoved,
@@ -175,6 +183,10 @@ impl Reason {
             Reason::PodDeleted => "PodDeleted",
             Reason::PodRestarted => "PodRestarted",
             Reason::PvcCreated => "PVCCreated",
+            Reason::PvcAdopted => "PVCAdopted",
+            Reason::PvcDeleted => "PVCDeleted",
+            Reason::MemberKeptInEtcd => "MemberKeptInEtcd",
+            Reason::MemberReattached => "MemberReattached",
             Reason::VolumeExpansionRequested => "VolumeExpansionRequested",
             Reason::VolumeExpanded => "VolumeExpanded",
             Reason::MemberRemoved => "MemberRemoved",
@@ -232,6 +244,7 @@ impl Reason {
 /// The action of an Event: what the operator did (or tried), the Event's `action` field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
+    Adopt,
     Annotate,
     AlarmDisarm,
     AlarmList,
@@ -255,6 +268,7 @@ pub enum Action {
     Pause,
     ProgressDeadline,
     Prune,
+    Reattach,
     Reconcile,
     RestartMember,
     RollingRestart,
@@ -269,6 +283,7 @@ pub enum Action {
 impl Action {
     /// Every action, in declaration order.
     pub const ALL: &[Action] = &[
+        Action::Adopt,
         Action::Annotate,
         Action::AlarmDisarm,
         Action::AlarmList,
@@ -292,6 +307,7 @@ impl Action {
         Action::Pause,
         Action::ProgressDeadline,
         Action::Prune,
+        Action::Reattach,
         Action::Reconcile,
         Action::RestartMember,
         Action::RollingRestart,
@@ -306,6 +322,7 @@ impl Action {
     /// The Event's `action` field.
     pub fn action(&self) -> &'static str {
         match self {
+            Action::Adopt => "Adopt",
             Action::Annotate => "Annotate",
             Action::AlarmDisarm => "AlarmDisarm",
             Action::AlarmList => "AlarmList",
@@ -329,6 +346,7 @@ impl Action {
             Action::Pause => "Pause",
             Action::ProgressDeadline => "ProgressDeadline",
             Action::Prune => "Prune",
+            Action::Reattach => "Reattach",
             Action::Reconcile => "Reconcile",
             Action::RestartMember => "RestartMember",
             Action::RollingRestart => "RollingRestart",

@@ -137,7 +137,17 @@ pub async fn run(
     let member_cache = members.store();
     let members = members
         .owns(api::<Pod>(&ctx, ns), managed.clone())
-        .owns(api::<PersistentVolumeClaim>(&ctx, ns), managed)
+        // Metadata only: data PVCs have no owner (deleting a member object must not take its
+        // data), so their member is found by name (`data-<member>`); any change of the claim
+        // (its binding, a resize) is an event of the metadata watch.
+        .watches(
+            api::<PartialObjectMeta<PersistentVolumeClaim>>(&ctx, ns),
+            managed,
+            |claim| {
+                let member = claim.name_any().strip_prefix("data-")?.to_string();
+                Some(ObjectRef::<Lenient<EtcdMember>>::new(&member).within(&claim.namespace()?))
+            },
+        )
         // Metadata only: the mapper reads the cluster's name; every change is an event.
         .watches(
             api::<PartialObjectMeta<EtcdCluster>>(&ctx, ns),

@@ -398,6 +398,14 @@ pub fn validating_configuration(
     }
 }
 
+/// The chart's extra validating rule with `memberDeletionProtection.enabled` (its default):
+/// EtcdMember DELETE, judged by the webhook's deletion protection. Not part of
+/// [`validating_rules`], under which the webhook API suite deletes members as the admin; the
+/// chart's install suites (e2e_protect) run it through the apiserver.
+pub fn member_deletion_rule() -> RuleWithOperations {
+    rule(&["etcdmembers"], &["DELETE"])
+}
+
 /// The rules of the validating registration (see [`validating_configuration`]).
 pub fn validating_rules() -> Vec<RuleWithOperations> {
     vec![

@@ -87,7 +87,8 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         (OP, "etcdclusters", "list", Watched),
         (OP, "etcdclusters", "watch", Watched),
         // cluster/ restore_peer_auto_tls: the peer auto-TLS annotation set back on
-        // a cluster adopted from the aenix operator (a metadata merge patch; never update).
+        // a cluster adopted from the aenix operator (a metadata merge patch; never update);
+        // cluster/cleanup.rs: the cluster-cleanup finalizer added and removed.
         (OP, "etcdclusters", "patch", Watched),
         // cluster/: patch_status (conditions, members, phase).
         (OP, "etcdclusters/status", "patch", Watched),
@@ -116,12 +117,15 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         ("", "pods", "create", Watched),
         ("", "pods", "patch", Watched),
         ("", "pods", "delete", Watched),
-        // run.rs owns(PVC); member/ create_pvc; cluster/ by_name list/get.
+        // run.rs owns(PVC); member/ create_pvc, adopt_claim (patch: the member-uid mark in
+        // place of an owner reference), delete_claim (once the member is out of etcd);
+        // cluster/ by_name list/get, cleanup (delete with the cluster).
         ("", "persistentvolumeclaims", "get", Watched),
         ("", "persistentvolumeclaims", "list", Watched),
         ("", "persistentvolumeclaims", "watch", Watched),
         ("", "persistentvolumeclaims", "create", Watched),
         ("", "persistentvolumeclaims", "patch", Watched),
+        ("", "persistentvolumeclaims", "delete", Watched),
         // run.rs owns(Service); cluster/ ensure_services get_opt, create, apply.
         ("", "services", "get", Watched),
         ("", "services", "list", Watched),
@@ -569,9 +573,12 @@ fn assert_registrations_match_the_tested_ones(r: &Rendered) {
     let mutating = r.find("MutatingWebhookConfiguration", "etcd-operator-webhook");
     let v = &validating["webhooks"][0];
     let m = &mutating["webhooks"][0];
+    // memberDeletionProtection.enabled (the default) adds the EtcdMember DELETE rule.
+    let mut rules = tests::webhook::validating_rules();
+    rules.push(tests::webhook::member_deletion_rule());
     assert_eq!(
         v["rules"],
-        serde_json::to_value(tests::webhook::validating_rules()).expect("rules serialize")
+        serde_json::to_value(rules).expect("rules serialize")
     );
     assert_eq!(v["failurePolicy"], "Fail");
     assert_eq!(m["failurePolicy"], "Ignore");
@@ -703,6 +710,92 @@ async fn defrag_timeouts_and_migration_groups_map_to_their_flags() {
     }
     let err = render_error(&["--set", "defragTimeout.base=soon"]).await;
     assert!(err.contains("defragTimeout"), "{err}");
+}
+
+/// The ValidatingAdmissionPolicy is rendered where the apiserver serves it (`helm install`
+/// against 1.30+; `helm template` told so with `--api-versions`), with the operator, the garbage
+/// collector, the namespace controller and the listed users allowed; off, neither the policy nor
+/// the webhook's DELETE rule is rendered.
+#[tokio::test]
+async fn member_deletion_protection_renders_the_policy_and_the_webhook_rule() {
+    const VAP: &str = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy";
+    const NAME: &str = "etcd-operator-member-deletion-protection";
+    let argo = "system:serviceaccount:argocd:argocd-application-controller";
+    let r = render(&[
+        "--api-versions",
+        VAP,
+        "--set",
+        "webhook.enabled=true",
+        "--set",
+        &format!("memberDeletionProtection.additionalAllowedUsers={{{argo}}}"),
+    ])
+    .await;
+    let policy = r.find("ValidatingAdmissionPolicy", NAME);
+    let binding = r.find("ValidatingAdmissionPolicyBinding", NAME);
+    assert_eq!(binding["spec"]["policyName"], NAME);
+    assert_eq!(
+        binding["spec"]["validationActions"],
+        serde_json::json!(["Deny"])
+    );
+    let rules = &policy["spec"]["matchConstraints"]["resourceRules"];
+    assert_eq!(rules[0]["resources"], serde_json::json!(["etcdmembers"]));
+    assert_eq!(rules[0]["operations"], serde_json::json!(["DELETE"]));
+    let allowed = policy["spec"]["variables"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "allowedUsers"))
+        .and_then(|v| v["expression"].as_str())
+        .unwrap_or_else(|| panic!("no allowedUsers variable: {policy}"));
+    let allowed: Vec<String> = serde_json::from_str(allowed)
+        .unwrap_or_else(|e| panic!("allowedUsers is not a list literal: {allowed}: {e}"));
+    let controller = format!("system:serviceaccount:{NAMESPACE}:{FULLNAME}");
+    assert_eq!(
+        allowed,
+        [
+            controller.as_str(),
+            "system:serviceaccount:kube-system:generic-garbage-collector",
+            "system:serviceaccount:kube-system:namespace-controller",
+            "system:kube-controller-manager",
+            argo,
+        ]
+    );
+    let message = policy["spec"]["validations"][0]["messageExpression"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("etcd-operator.cozystack.io/allow-deletion=true"),
+        "{message}"
+    );
+    assert_eq!(
+        r.webhook_config().policy().deletion_allowed_users,
+        [argo.to_string()],
+        "the webhook's copy of the allowed users"
+    );
+    assert_registrations_match_the_tested_ones(&r);
+
+    // Where the apiserver does not serve the kind (below 1.30): the webhook alone.
+    let r = render(&["--set", "webhook.enabled=true"]).await;
+    assert!(r.try_find("ValidatingAdmissionPolicy", NAME).is_none());
+    assert_registrations_match_the_tested_ones(&r);
+
+    // Off: neither.
+    let r = render(&[
+        "--api-versions",
+        VAP,
+        "--set",
+        "webhook.enabled=true",
+        "--set",
+        "memberDeletionProtection.enabled=false",
+    ])
+    .await;
+    assert!(r.try_find("ValidatingAdmissionPolicy", NAME).is_none());
+    assert!(r
+        .try_find("ValidatingAdmissionPolicyBinding", NAME)
+        .is_none());
+    let v = r.find("ValidatingWebhookConfiguration", WEBHOOK);
+    assert_eq!(
+        v["webhooks"][0]["rules"],
+        serde_json::to_value(tests::webhook::validating_rules()).expect("rules serialize")
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1342,7 +1435,8 @@ const MUST_NOT: &[(&str, &str, &str)] = &[
     ("create", "rbac.authorization.k8s.io", "rolebindings"),
     ("update", "etcd-operator.cozystack.io", "etcdclusters"),
     ("delete", "etcd-operator.cozystack.io", "etcdclusters"),
-    ("delete", "", "persistentvolumeclaims"),
+    // PVCs are deleted one by one, by name (member/ and cluster/ cleanup), never by collection.
+    ("deletecollection", "", "persistentvolumeclaims"),
     ("patch", "apps", "deployments"),
     ("create", "", "pods/exec"),
     ("update", "coordination.k8s.io", "leases"),

@@ -234,6 +234,14 @@ async fn member_deleted_without_a_ready_voter_waits_to_leave_etcd_before_it_goes
         c.status.as_ref().is_some_and(|s| s.ready_members <= 1)
     })
     .await;
+    // A deletion meant to remove the member (the break-glass annotation; without it the
+    // member would keep its place in etcd and be re-created on its data).
+    let annotation = format!("{}=true", labels::ALLOW_DELETION_ANNOTATION);
+    kubectl(
+        env,
+        &["annotate", "etcdmember", &victim, "-n", &ns, &annotation],
+    )
+    .await;
     kubectl(
         env,
         &["delete", "etcdmember", &victim, "-n", &ns, "--wait=false"],
@@ -424,7 +432,8 @@ async fn deleting_a_formed_cluster_removes_every_owned_object_without_deadlock()
     let (ns, _) = healthy_cluster(env, "delete", "gone", spec(3)).await;
     let kind = "etcdcluster.etcd-operator.cozystack.io";
     kubectl(env, &["delete", kind, "gone", "-n", &ns, "--wait=false"]).await;
-    // The member finalizers see the cluster going and skip MemberRemove; owner references
+    // The member finalizers see the cluster going and skip MemberRemove; the cluster's
+    // cleanup finalizer deletes the data PVCs (owned by nothing); owner references
     // garbage-collect the rest.
     eventually_every(
         "every owned object gone",

@@ -93,6 +93,18 @@ pub struct Config {
     #[arg(long, env = "WEBHOOK_MIGRATION_GROUPS", default_value = DEFAULT_MIGRATION_GROUPS, value_delimiter = ',')]
     pub migration_groups: Vec<String>,
 
+    /// Users (comma-separated) allowed to delete EtcdMembers besides the controller, the
+    /// garbage collector and the namespace controller (the chart's
+    /// `memberDeletionProtection.additionalAllowedUsers`). Anyone else needs the member to
+    /// carry `etcd-operator.cozystack.io/allow-deletion: "true"`.
+    #[arg(
+        long,
+        env = "WEBHOOK_MEMBER_DELETION_ALLOWED_USERS",
+        default_value = "",
+        value_delimiter = ','
+    )]
+    pub member_deletion_allowed_users: Vec<String>,
+
     /// Largest AdmissionReview body accepted, in bytes (larger gets 413).
     #[arg(long, env = "WEBHOOK_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
@@ -141,6 +153,12 @@ impl Config {
                 .map(|g| g.trim().to_string())
                 .filter(|g| !g.is_empty())
                 .collect(),
+            deletion_allowed_users: self
+                .member_deletion_allowed_users
+                .iter()
+                .map(|u| u.trim().to_string())
+                .filter(|u| !u.is_empty())
+                .collect(),
         }
     }
 
@@ -159,6 +177,9 @@ pub struct Policy {
     /// Groups allowed the aenix migration's EtcdMember writes besides the controller (see
     /// `admission::migration_adoption`).
     pub migration_groups: Vec<String>,
+    /// Users allowed to delete EtcdMembers besides the controller and kube-controller-manager's
+    /// garbage collector and namespace controller (see `admission::deletion`).
+    pub deletion_allowed_users: Vec<String>,
 }
 
 impl Default for Policy {
@@ -172,6 +193,7 @@ impl Default for Policy {
                 .split(',')
                 .map(str::to_string)
                 .collect(),
+            deletion_allowed_users: Vec::new(),
         }
     }
 }
@@ -199,6 +221,7 @@ mod tests {
             "--memory-headroom=512Mi",
             "--controller-username=system:serviceaccount:ops:etcd",
             "--migration-groups=platform:admins, ops:root",
+            "--member-deletion-allowed-users=system:serviceaccount:argocd:argocd-application-controller, ",
         ]);
         assert_eq!(c.anti_affinity, AntiAffinity::Required);
         assert!(!c.memory_defaults);
@@ -207,6 +230,10 @@ mod tests {
         assert_eq!(
             c.policy().migration_groups,
             ["platform:admins", "ops:root"].map(String::from)
+        );
+        assert_eq!(
+            c.policy().deletion_allowed_users,
+            ["system:serviceaccount:argocd:argocd-application-controller"].map(String::from)
         );
     }
 

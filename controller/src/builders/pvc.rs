@@ -1,5 +1,8 @@
-//! The member's data PVC, `data-<member>`, owned by the EtcdMember (so it survives Pod deletion
-//! and pause, and is garbage-collected with the member).
+//! The member's data PVC, `data-<member>`: labelled with its cluster and member, marked with the
+//! member's UID ([`labels::MEMBER_UID_ANNOTATION`]) and owned by nothing, so neither a Pod's
+//! deletion, a pause, nor the deletion of the EtcdMember object takes the data. The operator
+//! deletes it itself once its member is out of etcd, or with the cluster. Also whose a claim is
+//! ([`claim_of`]), for the member that adopts it and the cluster that judges its data.
 
 use std::collections::BTreeMap;
 
@@ -21,8 +24,13 @@ pub fn member_pvc(member: &EtcdMember) -> Result<Option<PersistentVolumeClaim>, 
     let owner = member
         .controller_owner_ref(&())
         .ok_or_else(|| BuildError::NoUid(name.clone()))?;
+    let uid = owner.uid.clone();
     let mut meta = member_metadata(member, owner);
     meta.name = Some(labels::pvc_name(&name));
+    meta.owner_references = None;
+    meta.annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(labels::MEMBER_UID_ANNOTATION.to_string(), uid);
     Ok(Some(PersistentVolumeClaim {
         metadata: meta,
         spec: Some(PersistentVolumeClaimSpec {
@@ -40,6 +48,56 @@ pub fn member_pvc(member: &EtcdMember) -> Result<Option<PersistentVolumeClaim>, 
         }),
         status: None,
     }))
+}
+
+/// Whose a data claim is, as far as one member is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimOwner {
+    /// Marked with this member's UID and owned by no EtcdMember: the member's, as this
+    /// operator writes them.
+    Member,
+    /// The member's under an EtcdMember owner reference (written by an older version of this
+    /// operator or by the reference operator): the member's, once the owner reference is
+    /// replaced by the UID mark ([`ClaimOwner::Member`]); until then a deletion of the member
+    /// object would take it.
+    OwnedByReference,
+    /// Left by a member of the same name deleted without the break-glass annotation (its place
+    /// in etcd kept) and marked with the UID the re-created member names in
+    /// [`labels::REATTACH_ANNOTATION`]: its data, to adopt.
+    Reattach,
+    /// Another member's (another UID, an owner reference of another object), or unmarked:
+    /// never adopted.
+    Foreign,
+}
+
+/// Whose `claim` is for `member`: by the UID mark, an owner reference and the re-attach mark, each
+/// conclusive (UIDs are never reused), never by name or label alone.
+pub fn claim_of(claim: &PersistentVolumeClaim, member: &EtcdMember) -> ClaimOwner {
+    let uid = member.metadata.uid.as_deref().unwrap_or_default();
+    let owners = claim
+        .metadata
+        .owner_references
+        .as_deref()
+        .unwrap_or_default();
+    let member_owners: Vec<_> = owners.iter().filter(|o| o.kind == "EtcdMember").collect();
+    let mark = claim.annotations().get(labels::MEMBER_UID_ANNOTATION);
+    if uid.is_empty() {
+        return ClaimOwner::Foreign;
+    }
+    if member_owners.iter().any(|o| o.uid == uid) {
+        return ClaimOwner::OwnedByReference;
+    }
+    if !member_owners.is_empty() || owners.iter().any(|o| o.controller == Some(true)) {
+        // Another member's (being garbage-collected with it) or another controller's.
+        return ClaimOwner::Foreign;
+    }
+    match mark {
+        Some(m) if m == uid => ClaimOwner::Member,
+        Some(m) if member.annotations().get(labels::REATTACH_ANNOTATION) == Some(m) => {
+            ClaimOwner::Reattach
+        }
+        _ => ClaimOwner::Foreign,
+    }
 }
 
 #[cfg(test)]
@@ -65,7 +123,62 @@ mod tests {
         let labels = pvc.metadata.labels.unwrap();
         assert_eq!(labels[labels::CLUSTER], "c");
         assert_eq!(labels[labels::APP_COMPONENT], "c-abcde");
-        assert_eq!(pvc.metadata.owner_references.unwrap()[0].kind, "EtcdMember");
+        // No owner: deleting the EtcdMember object never garbage-collects the data.
+        assert_eq!(pvc.metadata.owner_references, None);
+        let annotations = pvc.metadata.annotations.clone().unwrap();
+        assert_eq!(
+            annotations[labels::MEMBER_UID_ANNOTATION],
+            m.metadata.uid.clone().unwrap()
+        );
+        assert_eq!(
+            claim_of(&member_pvc(&m).unwrap().unwrap(), &m),
+            ClaimOwner::Member
+        );
+    }
+
+    fn with_owner(mut pvc: PersistentVolumeClaim, kind: &str, uid: &str) -> PersistentVolumeClaim {
+        pvc.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "etcd-operator.cozystack.io/v1alpha2".into(),
+                kind: kind.into(),
+                name: "x".into(),
+                uid: uid.into(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            },
+        ]);
+        pvc
+    }
+
+    #[test]
+    fn a_claim_is_adopted_only_by_its_member_or_the_member_re_created_for_it() {
+        let m = member("c-abcde", "c", "n");
+        let uid = m.metadata.uid.clone().unwrap();
+        let ours = member_pvc(&m).unwrap().unwrap();
+        // The reference operator's claim (and ours before): owned by the member.
+        let mut old = with_owner(ours.clone(), "EtcdMember", &uid);
+        old.metadata.annotations = None;
+        assert_eq!(claim_of(&old, &m), ClaimOwner::OwnedByReference);
+        // Owned by another member (being garbage-collected with it): never adopted.
+        assert_eq!(
+            claim_of(&with_owner(ours.clone(), "EtcdMember", "other"), &m),
+            ClaimOwner::Foreign
+        );
+        // Left by a deleted member of the same name: adopted only by the member re-created for
+        // exactly that claim.
+        let mut again = m.clone();
+        again.metadata.uid = Some("new-uid".into());
+        assert_eq!(claim_of(&ours, &again), ClaimOwner::Foreign);
+        again.metadata.annotations = Some(BTreeMap::from([(
+            labels::REATTACH_ANNOTATION.to_string(),
+            uid.clone(),
+        )]));
+        assert_eq!(claim_of(&ours, &again), ClaimOwner::Reattach);
+        again.metadata.annotations = Some(BTreeMap::from([(
+            labels::REATTACH_ANNOTATION.to_string(),
+            "someone-else".to_string(),
+        )]));
+        assert_eq!(claim_of(&ours, &again), ClaimOwner::Foreign);
     }
 
     #[test]

@@ -29,7 +29,7 @@ mod record;
 
 #[cfg(test)]
 pub(super) use create::member_tls;
-use create::{create_member, set_initial_cluster};
+use create::{create_member, set_initial_cluster, Reattach};
 use record::record;
 
 /// What the step left for the rest of the reconcile.
@@ -66,6 +66,7 @@ pub(super) async fn act(
                 true,
                 seen.tls.trust_bundle.as_deref(),
                 seen.tls.trusted_cas.as_deref(),
+                None,
             )
             .await?;
             let seed_name = seed.name_any();
@@ -88,6 +89,7 @@ pub(super) async fn act(
                 false,
                 seen.tls.trust_bundle.as_deref(),
                 seen.tls.trusted_cas.as_deref(),
+                None,
             )
             .await?;
             let member_name = member.name_any();
@@ -218,6 +220,13 @@ pub(super) async fn act(
                 DeleteReason::Unschedulable | DeleteReason::NodeNotReady => (Reason::MemberReplaced, replaced_note(member, &seen.members.views, ctx)),
             };
             tracing::info!(cluster = %name, member = %member, reason = reason.reason(), "deleting member");
+            // The operator's own deletion is meant: marked as such, its finalizer removes the
+            // member from etcd and then deletes its PVC (a deletion without the mark keeps both).
+            let meant =
+                json!({"metadata": {"annotations": {labels::ALLOW_DELETION_ANNOTATION: "true"}}});
+            members_api
+                .patch(member, &PatchParams::default(), &Patch::Merge(&meant))
+                .await?;
             members_api.delete(member, &DeleteParams::default()).await?;
             if matches!(
                 why,
@@ -272,6 +281,41 @@ pub(super) async fn act(
                 )
                 .await;
             }
+        }
+        Action::ReattachMember {
+            member,
+            claim_uid,
+            initial_cluster,
+        } => {
+            create_member(
+                cluster,
+                ctx,
+                &plan.observed,
+                false,
+                seen.tls.trust_bundle.as_deref(),
+                seen.tls.trusted_cas.as_deref(),
+                Some(Reattach {
+                    member,
+                    claim_uid,
+                    initial_cluster,
+                }),
+            )
+            .await?;
+            tracing::info!(cluster = %name, member = %member, "re-created a member on its kept PVC");
+            ctx.event(
+                cluster,
+                false,
+                Reason::MemberReattached,
+                EventAction::Reattach,
+                format!(
+                    "re-created EtcdMember {member}, deleted without the {} annotation while \
+                     etcd still lists it: it restarts on its PVC {} under its etcd member ID",
+                    labels::ALLOW_DELETION_ANNOTATION,
+                    labels::pvc_name(member)
+                ),
+            )
+            .await;
+            requeue = Some(Requeue::requeue(Duration::from_millis(200)));
         }
         Action::RemoveGhost(ghost) => {
             let Some(etcd) = seen.etcd.as_mut() else {

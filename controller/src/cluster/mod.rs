@@ -4,13 +4,15 @@
 //! and writes the status; `auth` performs root auth (decided purely in `auth::decide`).
 //! `data_home` finds where a broken member's data lives; `ca_set` judges a CA change by the CAs
 //! each member loaded; `alarms` turns etcd's alarms into a condition; `volumes` grows member
-//! PVCs; `view` holds the member facts the planner and its rules read.
+//! PVCs; `view` holds the member facts the planner and its rules read; `cleanup` is the cluster's
+//! finalizer that deletes its data PVCs (owned by nothing) when the cluster is deleted.
 
 mod act;
 pub mod alarms;
 pub mod auth;
 pub mod ca_set;
 mod children;
+mod cleanup;
 pub mod data_home;
 mod observe;
 pub mod plan;

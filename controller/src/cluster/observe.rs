@@ -116,6 +116,7 @@ impl Seen {
             replace_broken_after: self.replace_broken_after,
             restoring: self.restoring.clone(),
             restore_failure: self.restore_failure.clone(),
+            kept_claims: self.members.kept_claims.clone(),
         }
     }
 }

@@ -15,7 +15,7 @@ use kube::{Api, ResourceExt};
 
 use super::act::{self, Acted};
 use super::plan::{self, Action, Hold, Phase, Plan};
-use super::{children, observe, publish, status};
+use super::{children, cleanup, observe, publish, status};
 use crate::context::Context;
 use crate::etcd::access::ClusterKey;
 use crate::{shell, Error};
@@ -52,9 +52,18 @@ async fn fresh_cluster(cluster: &EtcdCluster, ctx: &Context) -> Result<Option<Et
 /// One reconcile of a cluster read fresh: observe, plan, act, publish.
 async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue, Error> {
     if cluster.metadata.deletion_timestamp.is_some() {
-        // Owner references garbage-collect everything; member finalizers see the deletion.
-        return Ok(Requeue::await_change());
+        // Owner references garbage-collect the rest; member finalizers see the deletion; the
+        // data PVCs (owned by nothing) are the cleanup finalizer's.
+        return cleanup::finalize(cluster, ctx).await;
     }
+    let finalized;
+    let cluster = match cleanup::ensure_finalizer(cluster, ctx).await? {
+        Some(updated) => {
+            finalized = updated;
+            &finalized
+        }
+        None => cluster,
+    };
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
 
     // Observe.

@@ -32,6 +32,10 @@ fn every_event_reason_keeps_its_string() {
         (Reason::PodDeleted, "PodDeleted"),
         (Reason::PodRestarted, "PodRestarted"),
         (Reason::PvcCreated, "PVCCreated"),
+        (Reason::PvcAdopted, "PVCAdopted"),
+        (Reason::PvcDeleted, "PVCDeleted"),
+        (Reason::MemberKeptInEtcd, "MemberKeptInEtcd"),
+        (Reason::MemberReattached, "MemberReattached"),
         (Reason::VolumeExpansionRequested, "VolumeExpansionRequested"),
         (Reason::VolumeExpanded, "VolumeExpanded"),
         (Reason::MemberRemoved, "MemberRemoved"),
@@ -84,6 +88,7 @@ fn every_event_reason_keeps_its_string() {
 #[test]
 fn every_event_action_keeps_its_string() {
     let expected = [
+        (Action::Adopt, "Adopt"),
         (Action::Annotate, "Annotate"),
         (Action::AlarmDisarm, "AlarmDisarm"),
         (Action::AlarmList, "AlarmList"),
@@ -107,6 +112,7 @@ fn every_event_action_keeps_its_string() {
         (Action::Pause, "Pause"),
         (Action::ProgressDeadline, "ProgressDeadline"),
         (Action::Prune, "Prune"),
+        (Action::Reattach, "Reattach"),
         (Action::Reconcile, "Reconcile"),
         (Action::RestartMember, "RestartMember"),
         (Action::RollingRestart, "RollingRestart"),

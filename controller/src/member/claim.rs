@@ -1,21 +1,24 @@
-//! The member's PVC: creating it, whether its StorageClass binds at once, and growing it to
-//! `spec.storage.size` (the `VolumeExpanded` condition). What to grow to is `crate::volume`'s
-//! pure plan; this file only reads the claim and its class and patches. It never touches the
-//! Pod or etcd.
+//! The member's PVC: creating it, adopting it (the UID mark in place of an EtcdMember owner
+//! reference, or the claim a re-created member re-attaches to; whose it is is
+//! [`crate::builders::pvc::claim_of`]'s), deleting it once the member is out of etcd, whether
+//! its StorageClass binds at once, and growing it to `spec.storage.size` (the `VolumeExpanded`
+//! condition). What to grow to is `crate::volume`'s pure plan; this file only reads the claim
+//! and its class and patches. It never touches the Pod or etcd.
 
 use std::time::Duration;
 
 use api::conditions::{member as mtype, reason};
+use api::labels;
 use api::v1alpha2::EtcdMember;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::builders::pvc::member_pvc;
+use crate::builders::pvc::{claim_of, member_pvc, ClaimOwner};
 use crate::conditions::set_condition;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::events::{Action, Reason};
@@ -177,6 +180,101 @@ pub(super) async fn create_pvc(
         Reason::PvcCreated,
         Action::Create,
         format!("created PVC {pvc_name} for the member's data"),
+    )
+    .await;
+    Ok(())
+}
+
+/// Make `claim` the member's as this operator keeps them: its UID mark, no EtcdMember owner
+/// reference (whose garbage collection would take the data with the member object). For a claim
+/// under an owner reference (an older version of this operator's, the reference operator's) or
+/// one a re-created member re-attaches to; a claim of another member is an error and is left
+/// alone. Returns the claim as it now is.
+pub(super) async fn adopt_claim(
+    member: &EtcdMember,
+    claim: PersistentVolumeClaim,
+    pvcs: &Api<PersistentVolumeClaim>,
+    ctx: &Context,
+) -> Result<PersistentVolumeClaim, Error> {
+    let owner = claim_of(&claim, member);
+    let pvc = claim.name_any();
+    let uid = member.uid().unwrap_or_default();
+    let why = match owner {
+        ClaimOwner::Member => return Ok(claim),
+        ClaimOwner::Foreign => {
+            return Err(Error::Conflict(format!(
+                "PVC {pvc} exists but is not this EtcdMember's (another member's UID or none \
+                 in its {} annotation, or another owner); it is never adopted: waiting for it \
+                 to go",
+                labels::MEMBER_UID_ANNOTATION
+            )))
+        }
+        ClaimOwner::OwnedByReference => format!(
+            "PVC {pvc} no longer has the EtcdMember as its owner; it is marked with the \
+             member's UID instead, so deleting the EtcdMember object never takes the data"
+        ),
+        ClaimOwner::Reattach => format!(
+            "re-attached PVC {pvc}, kept when the member's previous EtcdMember object was \
+             deleted; the member restarts on its data under its etcd member ID"
+        ),
+    };
+    let kept: Vec<_> = claim
+        .owner_references()
+        .iter()
+        .filter(|o| o.kind != "EtcdMember")
+        .cloned()
+        .collect();
+    let patch = json!({"metadata": {
+        "ownerReferences": if kept.is_empty() { serde_json::Value::Null } else { json!(kept) },
+        "annotations": {labels::MEMBER_UID_ANNOTATION: uid},
+        "resourceVersion": claim.resource_version(),
+    }});
+    let adopted = pvcs
+        .patch(&pvc, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    tracing::info!(member = %member.name_any(), pvc = %pvc, "{why}");
+    ctx.event(member, false, Reason::PvcAdopted, Action::Adopt, why)
+        .await;
+    Ok(adopted)
+}
+
+/// Delete the member's PVC, the member being out of etcd (its data can never serve again):
+/// only the claim that is this member's (its UID mark or its owner reference), and only the
+/// version read (a precondition on its UID). Gone already is done.
+pub(super) async fn delete_claim(
+    member: &EtcdMember,
+    pvcs: &Api<PersistentVolumeClaim>,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let pvc = labels::pvc_name(&member.name_any());
+    let Some(claim) = pvcs.get_opt(&pvc).await? else {
+        return Ok(());
+    };
+    if !matches!(
+        claim_of(&claim, member),
+        ClaimOwner::Member | ClaimOwner::OwnedByReference
+    ) || claim.metadata.deletion_timestamp.is_some()
+    {
+        return Ok(());
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: claim.uid(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match pvcs.delete(&pvc, &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    ctx.event(
+        member,
+        false,
+        Reason::PvcDeleted,
+        Action::Delete,
+        format!("deleted PVC {pvc}: the member is out of etcd, its data can never serve again"),
     )
     .await;
     Ok(())

@@ -1,16 +1,21 @@
-//! The member's cleanup finalizer: MemberRemove against the remaining voters before the
-//! EtcdMember (and with it its Pod and PVC) goes. It never creates or changes a Pod or PVC.
+//! The member's cleanup finalizer: for a deletion that is meant (the operator's own, or the
+//! `allow-deletion` break-glass), MemberRemove against the remaining voters and then the PVC,
+//! before the EtcdMember (and with it its Pod) goes; for any other deletion, nothing: the member
+//! keeps its place in etcd and its PVC ([`super::plan::farewell`]). It never creates a Pod or
+//! PVC.
 
 use std::collections::BTreeMap;
 
 use api::labels;
 use api::v1alpha2::{EtcdCluster, EtcdMember};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use super::claim::delete_claim;
+use super::plan::{farewell, Farewell};
 use crate::context::Context;
 use crate::etcd::access::{Access, User};
 use crate::etcd::format_id;
@@ -19,8 +24,10 @@ use crate::pods::pod_view;
 use crate::topology;
 use crate::Error;
 
-/// The cleanup finalizer: MemberRemove against the remaining voters, unless the whole cluster is
-/// going away (then nothing is left to remove from, and waiting would deadlock the deletion).
+/// The cleanup finalizer, as [`farewell`] decides: MemberRemove against the remaining voters and
+/// then the PVC for a meant deletion; nothing for a stray one (the member keeps its place in etcd
+/// and its PVC); nothing when the whole cluster is going away (nothing is left to remove from,
+/// waiting would deadlock the deletion, and the cluster's own finalizer deletes the PVCs).
 pub(super) async fn finalize(
     member: &EtcdMember,
     cluster: Option<&EtcdCluster>,
@@ -40,8 +47,37 @@ pub(super) async fn finalize(
         None => true,
         Some(c) => c.metadata.deletion_timestamp.is_some(),
     };
-    if let (false, Some(cluster)) = (cluster_going, cluster) {
-        remove_from_etcd(member, cluster, ctx).await?;
+    let allowed = labels::deletion_allowed(member.annotations());
+    match (
+        farewell(cluster_going, allowed, member.spec.storage.is_memory()),
+        cluster,
+    ) {
+        (Farewell::RemoveFromEtcd, Some(cluster)) => {
+            let removal = remove_from_etcd(member, cluster, ctx).await?;
+            if removal == Removal::OutOfEtcd {
+                let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+                delete_claim(member, &pvcs, ctx).await?;
+            }
+        }
+        (Farewell::Keep, Some(cluster)) => {
+            let note = format!(
+                "EtcdMember {name} was deleted without the {} annotation: it stays a member of \
+                 etcd and its PVC {} is kept; while etcd lists it, the operator re-creates the \
+                 EtcdMember on that data",
+                labels::ALLOW_DELETION_ANNOTATION,
+                labels::pvc_name(&name)
+            );
+            tracing::info!(member = %name, "{note}");
+            ctx.event(
+                cluster,
+                true,
+                Reason::MemberKeptInEtcd,
+                Action::DeleteMember,
+                note,
+            )
+            .await;
+        }
+        _ => {}
     }
     let finalizers: Vec<String> = member
         .finalizers()
@@ -56,11 +92,22 @@ pub(super) async fn finalize(
     Ok(Requeue::await_change())
 }
 
+/// Where the member stands after [`remove_from_etcd`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Removal {
+    /// Removed now, or etcd's member list (read from a voter) no longer has it: its data can
+    /// never serve again.
+    OutOfEtcd,
+    /// No other voter to ask (the last member, or a cluster that never formed): nothing is
+    /// known, the PVC is kept.
+    Unknown,
+}
+
 async fn remove_from_etcd(
     member: &EtcdMember,
     cluster: &EtcdCluster,
     ctx: &Context,
-) -> Result<(), Error> {
+) -> Result<Removal, Error> {
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
     let cluster_name = cluster.name_any();
     let name = member.name_any();
@@ -84,8 +131,8 @@ async fn remove_from_etcd(
         .collect();
     if other_voters.is_empty() {
         // No other voter: this is the last member (or the cluster never formed); nothing to
-        // remove it from.
-        return Ok(());
+        // remove it from, and nothing says its data is a copy: the PVC stays.
+        return Ok(Removal::Unknown);
     }
     let endpoints: Vec<String> = other_voters
         .iter()
@@ -127,5 +174,5 @@ async fn remove_from_etcd(
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(())
+    Ok(Removal::OutOfEtcd)
 }

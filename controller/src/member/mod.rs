@@ -1,6 +1,7 @@
 //! The EtcdMember reconciler: the member's Pod, its status and its voter label. The PVC (creation,
-//! growth) is `claim.rs`'s, the cleanup finalizer that removes the member from etcd before its Pod
-//! and PVC are garbage-collected is `finalize.rs`'s; the decision is `plan.rs`'s (pure).
+//! adoption, growth, deletion) is `claim.rs`'s, the cleanup finalizer that removes a member whose
+//! deletion is meant from etcd and then deletes its PVC is `finalize.rs`'s; the decisions are
+//! `plan.rs`'s (pure).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,7 +26,7 @@ use crate::events::{Action, Reason};
 use crate::pods::pod_view;
 use crate::topology;
 use crate::{controller_uid, Error};
-use claim::{binds_immediately, create_pvc, grow_claim, VOLUME_RECHECK};
+use claim::{adopt_claim, binds_immediately, create_pvc, grow_claim, VOLUME_RECHECK};
 use finalize::finalize;
 use plan::{Claim, MemberFacts, PodFacts, Step};
 
@@ -56,6 +57,14 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
 
     if member.metadata.deletion_timestamp.is_some() {
         return finalize(member, cluster.as_ref(), ctx).await;
+    }
+    if cluster
+        .as_ref()
+        .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+    {
+        // The cluster is going: no claim or Pod is created for it any more (its cleanup
+        // finalizer deletes the claims it finds; one created after would be left behind).
+        return Ok(Requeue::await_change());
     }
     if !member
         .finalizers()
@@ -92,7 +101,13 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
     let pod = pods.get_opt(&name).await?;
     let claim = match member.spec.storage.is_memory() {
         true => None,
-        false => pvcs.get_opt(&labels::pvc_name(&name)).await?,
+        false => match pvcs.get_opt(&labels::pvc_name(&name)).await? {
+            // Ours, or made ours: the UID mark in place of an owner reference (so deleting
+            // this object never takes the data), or the claim a re-created member re-attaches
+            // to. Another member's is never adopted (an error until it goes).
+            Some(c) => Some(adopt_claim(member, c, &pvcs, ctx).await?),
+            None => None,
+        },
     };
     if let Some(p) = &pod {
         if controller_uid(p).as_deref() != Some(uid.as_str()) {
@@ -112,14 +127,6 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
             immediate: pod.is_none() && binds_immediately(c, ctx).await,
         },
     };
-    if let Some(c) = &claim {
-        if controller_uid(c).as_deref() != Some(uid.as_str()) {
-            return Err(Error::Conflict(format!(
-                "PVC {} exists but is not owned by this EtcdMember; it is never adopted, waiting for it to be garbage-collected",
-                c.name_any()
-            )));
-        }
-    }
     let claim_bound = matches!(claim_state, Claim::Bound);
     let facts = MemberFacts {
         name: name.clone(),

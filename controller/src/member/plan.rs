@@ -162,9 +162,48 @@ pub fn plan(f: &MemberFacts) -> MemberPlan {
     }
 }
 
+/// What the cleanup finalizer does for a member being deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Farewell {
+    /// The whole cluster is going: there is nothing to remove the member from, and waiting for
+    /// a voter would deadlock the deletion. Its PVC is the cluster's cleanup finalizer's.
+    ClusterGoing,
+    /// The deletion is meant (the operator's own, or the break-glass annotation): MemberRemove
+    /// against the remaining voters, then the PVC, whose data can never serve again.
+    RemoveFromEtcd,
+    /// Deleted without the annotation (member-deletion protection off, a GitOps prune, a CRD
+    /// replacement): the member keeps its place in etcd and its PVC, and the cluster
+    /// controller re-creates it on its data. Never a MemberRemove the operator did not decide:
+    /// a prune of every member would otherwise remove them one after another.
+    Keep,
+}
+
+/// The finalizer's decision from who asked: `cluster_going` (the EtcdCluster is gone or being
+/// deleted), `allowed` (the member carries `allow-deletion: "true"`), `memory` (its data lives
+/// in the Pod's tmpfs and goes with it whatever is decided: keeping its place in etcd keeps
+/// nothing).
+pub fn farewell(cluster_going: bool, allowed: bool, memory: bool) -> Farewell {
+    match (cluster_going, allowed || memory) {
+        (true, _) => Farewell::ClusterGoing,
+        (false, true) => Farewell::RemoveFromEtcd,
+        (false, false) => Farewell::Keep,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_meant_deletion_removes_the_member_from_etcd() {
+        assert_eq!(farewell(true, true, false), Farewell::ClusterGoing);
+        assert_eq!(farewell(true, false, true), Farewell::ClusterGoing);
+        assert_eq!(farewell(false, true, false), Farewell::RemoveFromEtcd);
+        // A stray delete keeps the member's place in etcd and its data.
+        assert_eq!(farewell(false, false, false), Farewell::Keep);
+        // A Memory member's data went with its Pod: keeping its place would keep nothing.
+        assert_eq!(farewell(false, false, true), Farewell::RemoveFromEtcd);
+    }
 
     fn running(claim: Claim) -> MemberFacts {
         MemberFacts {

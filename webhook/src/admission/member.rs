@@ -1,6 +1,7 @@
 //! The EtcdMember guard: only the controller writes members, with the narrow exceptions of an
 //! admin releasing a deletion stuck on a finalizer, the garbage collector orphaning a member,
-//! and the aenix migration's first writes. Decides by the request alone.
+//! anyone setting or removing the deletion break-glass annotation, and the aenix migration's
+//! first writes. Decides by the request alone.
 
 use api::labels::ADOPTED_FROM_ANNOTATION;
 use kube::core::admission::{AdmissionResponse, Operation};
@@ -120,6 +121,7 @@ pub(super) fn guard_member(
     let user = req.user_info.username.as_deref().unwrap_or_default();
     if user == policy.controller_username
         || only_releases_a_deleting_member(req)
+        || super::deletion::only_touches_break_glass(req)
         || garbage_collector_orphans(req, user)
         || migration_adoption(req, policy)
     {

@@ -21,12 +21,17 @@
 //!   first status of such a member (while it has no `status.memberID`), and nothing else.
 //! - `EtcdCluster` CREATE with `etcd-operator.cozystack.io/adopted-from` (the migration's): no
 //!   defaults are added; its spec describes Pods that already run.
-//! - DELETE / CONNECT and kinds of other groups: allowed untouched.
+//! - `EtcdMember` DELETE ([`deletion`]): only the controller, kube-controller-manager's garbage
+//!   collector and namespace controller, the users of `--member-deletion-allowed-users`, or a
+//!   member carrying `etcd-operator.cozystack.io/allow-deletion: "true"` (the break-glass, which
+//!   anyone may set or remove on a member: the one EtcdMember update open to all).
+//! - Other DELETEs, CONNECT and kinds of other groups: allowed untouched.
 //!
 //! This file holds the two entry points, [`validate`] and [`mutate`], and what both use; reading
 //! the review is in `review.rs`, judging the specs in `spec.rs`, the EtcdMember guard in
-//! `member.rs`.
+//! `member.rs`, the EtcdMember deletion protection in `deletion.rs`.
 
+pub mod deletion;
 mod member;
 mod review;
 mod spec;
@@ -44,6 +49,7 @@ pub use review::{
     REVIEW_KIND,
 };
 
+use deletion::guard_member_deletion;
 use member::guard_member;
 use spec::validate_spec;
 
@@ -89,10 +95,11 @@ pub const SPEC_KINDS: &[&str] = &[
 /// The validating webhook.
 pub fn validate(req: &Request, policy: &Policy) -> AdmissionResponse {
     let response = AdmissionResponse::from(req);
-    if !ours(req) || matches!(req.operation, Operation::Delete | Operation::Connect) {
+    if !ours(req) || req.operation == Operation::Connect {
         return response;
     }
     match (req.kind.kind.as_str(), &req.operation) {
+        ("EtcdMember", Operation::Delete) => guard_member_deletion(req, response, policy),
         (kind, Operation::Create | Operation::Update) if SPEC_KINDS.contains(&kind) => {
             validate_spec(req, response, policy)
         }

@@ -589,3 +589,87 @@ fn malformed_reviews_are_errors_not_panics() {
     let denial = unreadable_denial("u1", &err);
     assert!(!denial.allowed && denial.uid == "u1");
 }
+
+fn annotated(mut member: Value, annotations: Value) -> Value {
+    member["metadata"]["annotations"] = annotations;
+    member
+}
+
+const BREAK_GLASS: &str = api::labels::ALLOW_DELETION_ANNOTATION;
+
+#[test]
+fn a_user_deleting_a_member_is_refused_with_the_break_glass_annotation_named() {
+    let old = member(json!({"clusterName": "main"}), &[CLEANUP]);
+    let resp = validate(
+        &review("DELETE", "EtcdMember", Value::Null, Some(old), "alice"),
+        &Policy::default(),
+    );
+    assert!(!resp.allowed);
+    assert_eq!(resp.result.code, 403);
+    let msg = &resp.result.message;
+    assert!(
+        msg.contains(&format!(
+            "kubectl annotate etcdmember main-abcde -n default {BREAK_GLASS}=true"
+        )),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_member_carrying_the_break_glass_annotation_may_be_deleted_by_anyone() {
+    let old = annotated(
+        member(json!({"clusterName": "main"}), &[CLEANUP]),
+        json!({BREAK_GLASS: "true"}),
+    );
+    let req = review("DELETE", "EtcdMember", Value::Null, Some(old), "alice");
+    assert!(validate(&req, &Policy::default()).allowed);
+    // Any other value is no break-glass.
+    let old = annotated(
+        member(json!({"clusterName": "main"}), &[CLEANUP]),
+        json!({BREAK_GLASS: "yes"}),
+    );
+    let req = review("DELETE", "EtcdMember", Value::Null, Some(old), "alice");
+    assert!(!validate(&req, &Policy::default()).allowed);
+}
+
+#[test]
+fn the_operator_the_garbage_collector_and_the_namespace_controller_delete_members() {
+    let old = member(json!({"clusterName": "main"}), &[CLEANUP]);
+    for user in [
+        CONTROLLER,
+        "system:serviceaccount:kube-system:generic-garbage-collector",
+        "system:serviceaccount:kube-system:namespace-controller",
+        "system:kube-controller-manager",
+    ] {
+        let req = review("DELETE", "EtcdMember", Value::Null, Some(old.clone()), user);
+        assert!(validate(&req, &Policy::default()).allowed, "{user}");
+    }
+    // Other kinds' deletions are not judged.
+    let req = review(
+        "DELETE",
+        "EtcdCluster",
+        Value::Null,
+        Some(cluster("main", json!({"version": "3.6.11"}))),
+        "alice",
+    );
+    assert!(validate(&req, &Policy::default()).allowed);
+}
+
+#[test]
+fn anyone_may_set_the_break_glass_annotation_and_nothing_else_with_it() {
+    let spec = json!({"clusterName": "main"});
+    let old = member(spec.clone(), &[CLEANUP]);
+    let marked = annotated(old.clone(), json!({BREAK_GLASS: "true"}));
+    assert!(member_update_by("alice", marked.clone(), old.clone()).allowed);
+    // Removing it again is as open.
+    assert!(member_update_by("alice", old.clone(), marked.clone()).allowed);
+    // With a spec change, a label or another annotation: the controller's alone.
+    let mut more = marked.clone();
+    more["spec"]["dormant"] = json!(true);
+    assert!(!member_update_by("alice", more, old.clone()).allowed);
+    let more = annotated(
+        old.clone(),
+        json!({BREAK_GLASS: "true", "example.com/x": "y"}),
+    );
+    assert!(!member_update_by("alice", more, old).allowed);
+}

@@ -12,8 +12,17 @@ use crate::cluster::{plan, status};
 use crate::context::Context;
 use crate::Error;
 
+/// An EtcdMember created again under its old name on the data PVC it left, complete already
+/// (it is in etcd): see [`super::plan::Action::ReattachMember`].
+pub(super) struct Reattach<'a> {
+    pub member: &'a str,
+    pub claim_uid: &'a str,
+    pub initial_cluster: &'a str,
+}
+
 /// Create the next EtcdMember from the locked target (`status.observed`), never from the live
-/// spec: an edit made while this target is in flight waits for the next target.
+/// spec: an edit made while this target is in flight waits for the next target. With
+/// `reattach`, the member of that name, complete, marked to adopt its kept PVC.
 pub(super) async fn create_member(
     cluster: &EtcdCluster,
     ctx: &Context,
@@ -21,6 +30,7 @@ pub(super) async fn create_member(
     seed: bool,
     trust_bundle: Option<&str>,
     trusted_cas: Option<&str>,
+    reattach: Option<Reattach<'_>>,
 ) -> Result<EtcdMember, Error> {
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
     let name = cluster.name_any();
@@ -68,6 +78,20 @@ pub(super) async fn create_member(
         },
         status: None,
     };
+    let mut member = member;
+    if let Some(r) = reattach {
+        member.metadata.generate_name = None;
+        member.metadata.name = Some(r.member.to_string());
+        member
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
+                labels::REATTACH_ANNOTATION.to_string(),
+                r.claim_uid.to_string(),
+            );
+        member.spec.initial_cluster = r.initial_cluster.to_string();
+    }
     let api: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
     let created = api.create(&PostParams::default(), &member).await?;
     // The component label needs the generated name.

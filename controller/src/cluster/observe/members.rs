@@ -24,6 +24,8 @@ pub(in crate::cluster) struct Members {
     pub items: Vec<EtcdMember>,
     pub pods: BTreeMap<String, Pod>,
     pub views: Vec<MemberView>,
+    /// Data PVCs of the cluster no member has (see [`kept_claims`]).
+    pub kept_claims: BTreeMap<String, String>,
 }
 
 /// The cluster's EtcdMembers: a fresh list, not a cache (a member created by the previous
@@ -60,6 +62,7 @@ pub(in crate::cluster) async fn member_children(
             items: members,
             pods: BTreeMap::new(),
             views: Vec::new(),
+            kept_claims: BTreeMap::new(),
         });
     }
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
@@ -81,17 +84,46 @@ pub(in crate::cluster) async fn member_children(
         .map(|m| member_view(m, &pods, &pvcs))
         .collect();
     look_up_data_homes(&client, &members, &mut views, &pods, &pvcs).await;
+    let kept_claims = kept_claims(&members, &pvcs);
     Ok(Members {
         items: members,
         pods,
         views,
+        kept_claims,
     })
+}
+
+/// Data PVCs of the cluster whose member has no EtcdMember (deleted without the break-glass
+/// annotation, which leaves its PVC and its place in etcd): member name → the PVC's
+/// [`labels::MEMBER_UID_ANNOTATION`]. Only claims as this operator writes them (the UID mark,
+/// no owner reference: one under an EtcdMember's is the garbage collector's), not being
+/// deleted.
+fn kept_claims(
+    members: &[EtcdMember],
+    pvcs: &BTreeMap<String, PersistentVolumeClaim>,
+) -> BTreeMap<String, String> {
+    pvcs.iter()
+        .filter(|(_, c)| c.metadata.deletion_timestamp.is_none())
+        .filter(|(_, c)| c.owner_references().is_empty())
+        .filter_map(|(name, c)| {
+            let member = name.strip_prefix("data-")?;
+            let uid = c.annotations().get(labels::MEMBER_UID_ANNOTATION)?;
+            (!members.iter().any(|m| m.name_any() == member))
+                .then(|| (member.to_string(), uid.clone()))
+        })
+        .collect()
 }
 
 /// Members that belong to this incarnation of the cluster (a recreated cluster of the same name
 /// must not adopt members of the previous one that are still being garbage-collected).
 fn owned_by(obj: &impl Resource, owner_uid: &str) -> bool {
     crate::controller_uid(obj).as_deref() == Some(owner_uid)
+}
+
+/// Whether `claim` holds `m`'s data: marked with its UID, or still under its owner reference
+/// (until the member controller swaps the one for the other), or being re-attached to it.
+fn members_claim(claim: &PersistentVolumeClaim, m: &EtcdMember) -> bool {
+    crate::builders::pvc::claim_of(claim, m) != crate::builders::pvc::ClaimOwner::Foreign
 }
 
 /// The planner's view of a member: its CR, its own Pod (by name and owner, not by label: a
@@ -108,7 +140,7 @@ fn member_view(
     let pvc_gone = status
         .pvc_name
         .as_ref()
-        .is_some_and(|claim| !pvcs.get(claim).is_some_and(|c| owned_by(c, &uid)));
+        .is_some_and(|claim| !pvcs.get(claim).is_some_and(|c| members_claim(c, m)));
     MemberView {
         created: m
             .metadata
@@ -190,7 +222,7 @@ async fn look_up_data_homes(
             .as_ref()
             .and_then(|s| s.pvc_name.as_ref())
             .and_then(|claim| pvcs.get(claim))
-            .filter(|c| owned_by(*c, &uid));
+            .filter(|c| members_claim(c, m));
         v.data_home = crate::cluster::data_home::look_up(client, m, pod, pvc).await;
     }
 }

@@ -4,10 +4,13 @@
 use super::Revision;
 
 /// An etcd member that no EtcdMember of this cluster describes (matched by peer URL): left
-/// behind by a finalizer removed by hand, or added to etcd by someone else.
+/// behind by an EtcdMember deleted without the break-glass annotation or a finalizer removed by
+/// hand, or added to etcd by someone else.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ghost {
     pub id: u64,
+    /// etcd's name for it (empty until it has started).
+    pub name: String,
     pub peer_url: String,
     pub is_learner: bool,
 }
@@ -49,6 +52,15 @@ pub enum Action {
     },
     /// `MemberRemove` of an etcd member no EtcdMember describes.
     RemoveGhost(Ghost),
+    /// Create the EtcdMember `member` again, already complete (`initial_cluster`), for an etcd
+    /// member no EtcdMember describes whose data PVC was kept (its object was deleted without
+    /// the break-glass annotation): it adopts the PVC marked `claim_uid` and restarts on that
+    /// data under its etcd member ID.
+    ReattachMember {
+        member: String,
+        claim_uid: String,
+        initial_cluster: String,
+    },
     /// Record what a member (and its Pod) runs where nothing was recorded: the current trust
     /// bundle or image repository on a member created before the operator tracked them (or
     /// adopted), taken to run the current one (a trust bundle recorded as

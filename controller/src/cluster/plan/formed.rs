@@ -228,6 +228,20 @@ pub(super) fn plan_formed(
     // 4. Ghosts: etcd members nothing describes. A learner never counts towards quorum; a voter
     // is removed only while the serving voters keep a majority without it. The counts are the
     // facts already gathered from etcd's list (this branch runs only when etcd answered).
+    // A ghost whose PVC was kept (its EtcdMember deleted without the break-glass annotation)
+    // gets its EtcdMember back on that data, under its name and etcd member ID: no membership
+    // change, so no quorum is at stake, and no copy of its data is thrown away. Only a member
+    // named as this operator names them (its peer URL is the one its name gives).
+    if let Some((g, claim_uid)) = facts.ghosts.iter().find_map(|g| {
+        let uid = o.kept_claims.get(&g.name)?;
+        (!g.name.is_empty() && g.peer_url == peer_url(&g.name)).then_some((g, uid))
+    }) {
+        return Action::ReattachMember {
+            member: g.name.clone(),
+            claim_uid: claim_uid.clone(),
+            initial_cluster: initial_cluster(etcd_members, &g.name, &g.peer_url),
+        };
+    }
     let (voters, ready_voters) = (facts.voters, facts.ready_voters);
     if let Some(g) = facts
         .ghosts

@@ -9,6 +9,8 @@
 //! metadata), so an edit of any of them made mid-flight waits like a replicas edit does. A deadline that passes before the cluster ID is latched is terminal
 //! (`BootstrapFailed`); after it, the cluster parks (`DeadlineExceeded`) until the spec is edited.
 
+use std::collections::BTreeMap;
+
 use api::conditions::reason;
 use api::v1alpha2::{EtcdCluster, EtcdMemberSpec, MemberTls, ObservedSpec};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -72,6 +74,9 @@ pub struct Observed<'a> {
     /// The seed's `restore` init container failed (the agent's message, or the claim to restore
     /// from does not exist); gathered only before the cluster has formed.
     pub restore_failure: Option<String>,
+    /// Data PVCs of the cluster whose member has no EtcdMember (deleted without the break-glass
+    /// annotation, its PVC kept): member name → the PVC's `member-uid` mark.
+    pub kept_claims: BTreeMap<String, String>,
 }
 
 /// Why the operator cannot act on a cluster for root-auth reasons; no membership change is made
@@ -298,6 +303,7 @@ fn ghosts(
         })
         .map(|e| Ghost {
             id: e.id,
+            name: e.name.clone(),
             peer_url: e.peer_urls.first().cloned().unwrap_or_default(),
             is_learner: e.is_learner,
         })

@@ -115,6 +115,7 @@ fn a_restore_running_past_the_deadline_is_not_a_failed_bootstrap() {
             image_repository: None,
             restoring: restoring.map(str::to_string),
             restore_failure: None,
+            kept_claims: Default::default(),
             ca_trust: None,
         })
     };

@@ -413,6 +413,7 @@ fn ghost_members_are_reported_and_removed_when_quorum_allows() {
     let p = run(&c, members.clone(), etcd(listed.clone()));
     let want = Ghost {
         id: 9,
+        name: String::new(),
         peer_url: "http://ghost.c.n.svc:2380".into(),
         is_learner: false,
     };
@@ -615,5 +616,55 @@ fn peer_auto_tls_cluster_adds_learners_under_https_peer_urls() {
             already_added: false,
             initial_cluster_after_add: format!("c-a={},c-b={}", https("c-a"), https("c-b")),
         }
+    );
+}
+
+#[test]
+fn a_member_deleted_without_the_break_glass_is_re_created_on_its_kept_pvc() {
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    // c-c's object is gone; etcd still lists it, and its PVC was kept.
+    let members = vec![m("c-a", 1), m("c-b", 2)];
+    let kept = |claims: &[(&str, &str)]| Observed {
+        kept_claims: claims
+            .iter()
+            .map(|(m, uid)| (m.to_string(), uid.to_string()))
+            .collect(),
+        ..observed(&c, members.clone(), three_voters())
+    };
+    let p = plan(&kept(&[("c-c", "uid-old")]));
+    assert_eq!(
+        p.action,
+        Action::ReattachMember {
+            member: "c-c".into(),
+            claim_uid: "uid-old".into(),
+            initial_cluster: format!("c-a={},c-b={},c-c={}", url("c-a"), url("c-b"), url("c-c")),
+        }
+    );
+    // Without a kept PVC the ghost is removed from etcd (while quorum allows) as before.
+    let p = plan(&kept(&[]));
+    assert!(matches!(p.action, Action::RemoveGhost(_)), "{:?}", p.action);
+    // A kept PVC of another name says nothing about this ghost.
+    let p = plan(&kept(&[("c-z", "uid-z")]));
+    assert!(matches!(p.action, Action::RemoveGhost(_)), "{:?}", p.action);
+}
+
+#[test]
+fn a_ghost_named_otherwise_than_its_peer_url_is_never_re_created() {
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    let mut listed = vec![e(1, "c-a", false), e(2, "c-b", false)];
+    listed.push(EtcdMemberInfo {
+        id: 3,
+        name: "c-c".into(),
+        peer_urls: vec!["http://c-c.c-headless.n.svc:2380".into()],
+        is_learner: false,
+    });
+    let p = plan(&Observed {
+        kept_claims: [("c-c".to_string(), "uid-old".to_string())].into(),
+        ..observed(&c, vec![m("c-a", 1), m("c-b", 2)], etcd(listed))
+    });
+    assert!(
+        !matches!(p.action, Action::ReattachMember { .. }),
+        "{:?}",
+        p.action
     );
 }

@@ -21,6 +21,7 @@ fn cert_manager_tls_waits_for_cert_manager_and_for_its_secrets_before_the_seed()
         image_repository: None,
         restoring: None,
         restore_failure: None,
+        kept_claims: Default::default(),
         ca_trust: None,
     };
     let p = plan(&observed(false, None));
@@ -80,6 +81,7 @@ fn byo_secret_tls_bootstraps_and_a_missing_secret_holds_the_seed_with_its_name()
         image_repository: None,
         restoring: None,
         restore_failure: None,
+        kept_claims: Default::default(),
         ca_trust: None,
     });
     assert!(
@@ -113,6 +115,7 @@ fn an_auth_problem_holds_every_membership_change_and_names_its_reason() {
         image_repository: None,
         restoring: None,
         restore_failure: None,
+        kept_claims: Default::default(),
         ca_trust: None,
     };
     let p = plan(&observed(Some(problem.clone())));
@@ -191,6 +194,7 @@ fn the_progress_deadline_does_not_run_out_while_cert_manager_holds_the_seed() {
             image_repository: None,
             restoring: None,
             restore_failure: None,
+            kept_claims: Default::default(),
             ca_trust: None,
         })
     };

@@ -142,6 +142,7 @@ fn observed(c: &EtcdCluster, members: Vec<MemberView>, etcd: EtcdView) -> Observ
         image_repository: None,
         restoring: None,
         restore_failure: None,
+        kept_claims: Default::default(),
         ca_trust: None,
     }
 }
@@ -207,6 +208,7 @@ fn plan_trust(
         image_repository: None,
         restoring: None,
         restore_failure: None,
+        kept_claims: Default::default(),
         ca_trust: None,
     })
 }

@@ -27,6 +27,7 @@ fn version_edit_rolls_the_members_one_at_a_time_the_leader_last() {
         image_repository: None,
         restoring: None,
         restore_failure: None,
+        kept_claims: Default::default(),
         ca_trust: None,
     };
     let p = plan(&observed(members.clone(), 1));
@@ -363,6 +364,7 @@ fn a_paused_rollout_restarts_no_further_member_until_resumed() {
             image_repository: None,
             restoring: None,
             restore_failure: None,
+            kept_claims: Default::default(),
             ca_trust: None,
         })
     };
@@ -429,6 +431,7 @@ fn repository_run(
         image_repository: Some(want.into()),
         restoring: None,
         restore_failure: None,
+        kept_claims: Default::default(),
         ca_trust: None,
     })
 }
@@ -530,6 +533,7 @@ fn a_new_image_repository_rolls_followers_one_at_a_time_and_the_leader_last() {
         image_repository: Some("new".into()),
         restoring: None,
         restore_failure: None,
+        kept_claims: Default::default(),
         ca_trust: None,
     });
     assert!(
@@ -591,6 +595,7 @@ fn memory_rollout_run(names: &[&str], cause: RolloutCause) -> (EtcdCluster, Plan
         }),
         restoring: None,
         restore_failure: None,
+        kept_claims: Default::default(),
         ca_trust: None,
     });
     (c, p)
@@ -669,6 +674,7 @@ fn a_refused_memory_rollout_runs_no_deadline_and_a_scale_to_three_is_taken_at_on
         image_repository: None,
         restoring: None,
         restore_failure: None,
+        kept_claims: Default::default(),
         ca_trust: None,
     };
     let p = plan(&observed(vec![a.clone()], etcd(vec![e(1, "c-a", false)])));

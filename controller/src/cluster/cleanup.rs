@@ -1,0 +1,176 @@
+//! The cluster's cleanup finalizer (`etcd-operator.cozystack.io/cluster-cleanup`): data PVCs
+//! carry no owner reference (deleting an EtcdMember object must not take its data), so the
+//! garbage collector no longer deletes them with the cluster; this finalizer does, before the
+//! cluster goes. Deleting an EtcdCluster deletes its data, as it always has; a deletion with
+//! `--cascade=orphan` keeps them, as it keeps every other dependent. It touches PVCs and the
+//! cluster's finalizers only.
+
+use api::labels;
+use api::v1alpha2::EtcdCluster;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::Action as Requeue;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::context::Context;
+use crate::Error;
+
+/// The finalizer the apiserver adds for `kubectl delete --cascade=orphan`.
+const ORPHAN_FINALIZER: &str = "orphan";
+
+/// Put the cleanup finalizer on a live cluster that lacks it (one write, once): the cluster as
+/// it is after that write (the rest of the reconcile, its status write included, goes on from
+/// it), or `None` when it had the finalizer.
+pub(super) async fn ensure_finalizer(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+) -> Result<Option<EtcdCluster>, Error> {
+    if cluster
+        .finalizers()
+        .iter()
+        .any(|f| f == labels::CLUSTER_CLEANUP_FINALIZER)
+    {
+        return Ok(None);
+    }
+    let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
+    let mut finalizers = cluster.finalizers().to_vec();
+    finalizers.push(labels::CLUSTER_CLEANUP_FINALIZER.to_string());
+    let patch = json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": cluster.resource_version(),
+    }});
+    let updated = Api::<EtcdCluster>::namespaced(ctx.client.clone(), &ns)
+        .patch(
+            &cluster.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(Some(updated))
+}
+
+/// The data claims among the PVCs labelled with the cluster: `data-<member>` marked with a
+/// member's UID, or under an EtcdMember owner reference (written before the mark, or by the
+/// reference operator). Anything else a user labelled so is not the operator's to delete.
+pub(super) fn data_claims(pvcs: &[PersistentVolumeClaim]) -> Vec<&PersistentVolumeClaim> {
+    pvcs.iter()
+        .filter(|c| c.name_any().starts_with("data-"))
+        .filter(|c| {
+            c.annotations().contains_key(labels::MEMBER_UID_ANNOTATION)
+                || c.owner_references().iter().any(|o| o.kind == "EtcdMember")
+        })
+        .collect()
+}
+
+/// Whether the cluster's deletion asks to keep its dependents (`--cascade=orphan`).
+pub(super) fn orphaning(finalizers: &[String]) -> bool {
+    finalizers.iter().any(|f| f == ORPHAN_FINALIZER)
+}
+
+/// The cluster is being deleted: delete its data PVCs (unless orphaning), then let it go. Its
+/// members' finalizers skip MemberRemove meanwhile (nothing is left to remove them from), and
+/// the member controller creates no claim for a cluster being deleted.
+pub(super) async fn finalize(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue, Error> {
+    if !cluster
+        .finalizers()
+        .iter()
+        .any(|f| f == labels::CLUSTER_CLEANUP_FINALIZER)
+    {
+        return Ok(Requeue::await_change());
+    }
+    let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
+    let name = cluster.name_any();
+    if !orphaning(cluster.finalizers()) {
+        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+        let listed = pvcs
+            .list(&ListParams::default().labels(&labels::cluster_selector(&name)))
+            .await?
+            .items;
+        for claim in data_claims(&listed) {
+            if claim.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: claim.uid(),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match pvcs.delete(&claim.name_any(), &params).await {
+                Ok(_) => {
+                    tracing::info!(cluster = %name, pvc = %claim.name_any(), "deleted a data PVC with its cluster");
+                }
+                Err(kube::Error::Api(e)) if matches!(e.code, 404 | 409) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    let finalizers: Vec<String> = cluster
+        .finalizers()
+        .iter()
+        .filter(|f| *f != labels::CLUSTER_CLEANUP_FINALIZER)
+        .cloned()
+        .collect();
+    let patch = json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": cluster.resource_version(),
+    }});
+    Api::<EtcdCluster>::namespaced(ctx.client.clone(), &ns)
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(Requeue::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+    use std::collections::BTreeMap;
+
+    fn claim(name: &str, mark: bool, owner: Option<&str>) -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                annotations: mark.then(|| {
+                    BTreeMap::from([(labels::MEMBER_UID_ANNOTATION.to_string(), "u".to_string())])
+                }),
+                owner_references: owner.map(|kind| {
+                    vec![OwnerReference {
+                        kind: kind.into(),
+                        name: "x".into(),
+                        uid: "u".into(),
+                        api_version: "v1".into(),
+                        ..Default::default()
+                    }]
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_the_members_data_claims_go_with_the_cluster() {
+        let pvcs = vec![
+            claim("data-c-aaaaa", true, None),
+            claim("data-c-bbbbb", false, Some("EtcdMember")),
+            // A claim of the user's that carries the cluster label: not the operator's.
+            claim("backups", true, None),
+            claim("data-c-ccccc", false, None),
+            claim("data-c-ddddd", false, Some("StatefulSet")),
+        ];
+        let names: Vec<String> = data_claims(&pvcs).iter().map(|c| c.name_any()).collect();
+        assert_eq!(names, ["data-c-aaaaa", "data-c-bbbbb"]);
+    }
+
+    #[test]
+    fn a_deletion_with_cascade_orphan_keeps_the_data() {
+        assert!(orphaning(&[
+            "orphan".into(),
+            labels::CLUSTER_CLEANUP_FINALIZER.into()
+        ]));
+        assert!(!orphaning(&[labels::CLUSTER_CLEANUP_FINALIZER.into()]));
+    }
+}
