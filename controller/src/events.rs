@@ -73,6 +73,13 @@ pub enum Reason {
     MemberDefragmented,
     MemberDefragFailed,
     AlarmDisarmed,
+    // EtcdRecovery (and the EtcdCluster it rebuilds)
+    /// The plan is recorded: which member survives, at which raft term and index, what is lost.
+    RecoveryPlanned,
+    /// A step of the recovery is taken (the note says which and what it did).
+    RecoveryStep,
+    RecoveryComplete,
+    RecoveryFailed,
     // Any kind
     InvalidSpec,
     OwnershipConflict,
@@ -133,6 +140,10 @@ impl Reason {
         Reason::MemberDefragmented,
         Reason::MemberDefragFailed,
         Reason::AlarmDisarmed,
+        Reason::RecoveryPlanned,
+        Reason::RecoveryStep,
+        Reason::RecoveryComplete,
+        Reason::RecoveryFailed,
         Reason::InvalidSpec,
         Reason::OwnershipConflict,
     ];
@@ -192,6 +203,10 @@ impl Reason {
             Reason::MemberDefragmented => "MemberDefragmented",
             Reason::MemberDefragFailed => "MemberDefragFailed",
             Reason::AlarmDisarmed => "AlarmDisarmed",
+            Reason::RecoveryPlanned => "RecoveryPlanned",
+            Reason::RecoveryStep => "RecoveryStep",
+            Reason::RecoveryComplete => "RecoveryComplete",
+            Reason::RecoveryFailed => "RecoveryFailed",
             Reason::InvalidSpec => "InvalidSpec",
             Reason::OwnershipConflict => "OwnershipConflict",
         }
@@ -245,6 +260,7 @@ pub enum Action {
     ProgressDeadline,
     Prune,
     Reconcile,
+    Recover,
     RestartMember,
     RollingRestart,
     Rollout,
@@ -281,6 +297,7 @@ impl Action {
         Action::ProgressDeadline,
         Action::Prune,
         Action::Reconcile,
+        Action::Recover,
         Action::RestartMember,
         Action::RollingRestart,
         Action::Rollout,
@@ -317,6 +334,7 @@ impl Action {
             Action::ProgressDeadline => "ProgressDeadline",
             Action::Prune => "Prune",
             Action::Reconcile => "Reconcile",
+            Action::Recover => "Recover",
             Action::RestartMember => "RestartMember",
             Action::RollingRestart => "RollingRestart",
             Action::Rollout => "Rollout",

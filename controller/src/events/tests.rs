@@ -57,6 +57,10 @@ fn every_event_reason_keeps_its_string() {
         (Reason::MemberDefragmented, "MemberDefragmented"),
         (Reason::MemberDefragFailed, "MemberDefragFailed"),
         (Reason::AlarmDisarmed, "AlarmDisarmed"),
+        (Reason::RecoveryPlanned, "RecoveryPlanned"),
+        (Reason::RecoveryStep, "RecoveryStep"),
+        (Reason::RecoveryComplete, "RecoveryComplete"),
+        (Reason::RecoveryFailed, "RecoveryFailed"),
         (Reason::InvalidSpec, "InvalidSpec"),
         (Reason::OwnershipConflict, "OwnershipConflict"),
     ];
@@ -102,6 +106,7 @@ fn every_event_action_keeps_its_string() {
         (Action::ProgressDeadline, "ProgressDeadline"),
         (Action::Prune, "Prune"),
         (Action::Reconcile, "Reconcile"),
+        (Action::Recover, "Recover"),
         (Action::RestartMember, "RestartMember"),
         (Action::RollingRestart, "RollingRestart"),
         (Action::Rollout, "Rollout"),
