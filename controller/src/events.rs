@@ -76,6 +76,8 @@ pub enum Reason {
     // EtcdRecovery (and the EtcdCluster it rebuilds)
     /// The plan is recorded: which member survives, at which raft term and index, what is lost.
     RecoveryPlanned,
+    /// The operator created an EtcdRecovery for a cluster annotated for automatic recovery.
+    RecoveryCreated,
     /// A step of the recovery is taken (the note says which and what it did).
     RecoveryStep,
     RecoveryComplete,
@@ -141,6 +143,7 @@ impl Reason {
         Reason::MemberDefragFailed,
         Reason::AlarmDisarmed,
         Reason::RecoveryPlanned,
+        Reason::RecoveryCreated,
         Reason::RecoveryStep,
         Reason::RecoveryComplete,
         Reason::RecoveryFailed,
@@ -204,6 +207,7 @@ impl Reason {
             Reason::MemberDefragFailed => "MemberDefragFailed",
             Reason::AlarmDisarmed => "AlarmDisarmed",
             Reason::RecoveryPlanned => "RecoveryPlanned",
+            Reason::RecoveryCreated => "RecoveryCreated",
             Reason::RecoveryStep => "RecoveryStep",
             Reason::RecoveryComplete => "RecoveryComplete",
             Reason::RecoveryFailed => "RecoveryFailed",

@@ -151,6 +151,8 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         (OP, "etcdrecoveries", "list", Watched),
         (OP, "etcdrecoveries", "watch", Watched),
         (OP, "etcdrecoveries/status", "patch", Watched),
+        // cluster/auto_recovery.rs: the EtcdRecovery of a cluster annotated for it.
+        (OP, "etcdrecoveries", "create", Watched),
         (OP, "etcddefrags", "get", Watched),
         (OP, "etcddefrags", "list", Watched),
         (OP, "etcddefrags", "watch", Watched),
@@ -1344,7 +1346,6 @@ const MUST_NOT: &[(&str, &str, &str)] = &[
     ("delete", "batch", "jobs"),
     ("update", "etcd-operator.cozystack.io", "etcdsnapshots"),
     ("update", "etcd-operator.cozystack.io", "etcddefrags"),
-    ("create", "etcd-operator.cozystack.io", "etcdrecoveries"),
     ("delete", "etcd-operator.cozystack.io", "etcdrecoveries"),
     ("delete", "etcd-operator.cozystack.io", "etcddefragpolicies"),
     ("create", "rbac.authorization.k8s.io", "clusterroles"),

@@ -3,7 +3,8 @@
 //! left, and the cluster comes back Available with 3 members, the same cluster ID, the same
 //! client Service and every key written before. Once more with the operator SIGKILLed at
 //! recorded steps and restarted. A recovery of a healthy cluster without the confirmation
-//! changes nothing.
+//! changes nothing. A cluster annotated for automatic recovery gets its EtcdRecovery from the
+//! operator.
 //!
 //! Every test runs its own operator limited to its namespace (the crash test kills and restarts
 //! it); the control plane and the pod runner are shared by the binary.
@@ -15,7 +16,7 @@ use std::time::Duration;
 use api::conditions::{cluster as ctype, reason};
 use api::v1alpha2::{
     EtcdRecovery, EtcdRecoverySpec, LocalReference, RecoveryPhase, RecoverySource, RecoveryStep,
-    SurvivorSource, RECOVERY_ANNOTATION,
+    SurvivorSource, AUTO_RECOVERY_ANNOTATION, RECOVERY_ANNOTATION,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -374,4 +375,75 @@ async fn recovery_of_a_healthy_cluster_without_confirmation_changes_nothing() {
         .filter_map(|p| p.uid())
         .collect();
     assert_eq!(pods_before, pods_after);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_annotated_for_auto_recovery_is_recovered_without_a_human() {
+    let s = Scope::new("recover-auto").await;
+    let env = s.env;
+    // Annotated before anything is lost (the cluster is created by lose_two_of_three, so the
+    // annotation is set as soon as it exists).
+    let annotate = async {
+        eventually_every(
+            "the cluster rx exists",
+            BOOT,
+            Duration::from_millis(200),
+            || async {
+                let api = env.clusters(&s.ns);
+                match api.get_opt("rx").await.or_panic() {
+                    Some(_) => {
+                        api.patch(
+                            "rx",
+                            &PatchParams::default(),
+                            &Patch::Merge(&json!({"metadata": {"annotations": {
+                                AUTO_RECOVERY_ANNOTATION: "survivor"}}})),
+                        )
+                        .await
+                        .or_panic();
+                        Ok(())
+                    }
+                    None => Err("not yet".to_string()),
+                }
+            },
+        )
+        .await
+    };
+    let (before, ()) = tokio::join!(lose_two_of_three(&s, "rx"), annotate);
+
+    let what = format!(
+        "{}: an EtcdRecovery rx-auto-* created by the operator and Complete (operator logs: {})",
+        s.ns,
+        s.logs()
+    );
+    let done = eventually_every(&what, RECOVER, Duration::from_millis(500), || async {
+        let all = s
+            .recoveries()
+            .list(&Default::default())
+            .await
+            .or_panic()
+            .items;
+        let auto: Vec<&EtcdRecovery> = all
+            .iter()
+            .filter(|r| r.name_any().starts_with("rx-auto-"))
+            .collect();
+        match auto.as_slice() {
+            [one] if phase(one) == Some(RecoveryPhase::Complete) => Ok((*one).clone()),
+            [_, _, ..] => panic!("more than one automatic recovery: {auto:?}"),
+            _ => Err(format!(
+                "{:?}",
+                auto.iter()
+                    .map(|r| (r.name_any(), phase(r)))
+                    .collect::<Vec<_>>()
+            )),
+        }
+    })
+    .await;
+    assert_recovered(&s, "rx", &done, &before).await;
+    let reasons: BTreeSet<String> = env
+        .events(&s.ns, "rx")
+        .await
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(reasons.contains("RecoveryCreated"), "{reasons:?}");
 }

@@ -29,6 +29,16 @@ pub const RECOVERY_ANNOTATION: &str = "etcd-operator.cozystack.io/recovery";
 /// operator writes EtcdMembers (the webhook's member guard).
 pub const FORCE_NEW_CLUSTER_ANNOTATION: &str = "etcd-operator.cozystack.io/force-new-cluster";
 
+/// On an EtcdCluster: `survivor` lets the operator create an EtcdRecovery from a survivor itself
+/// once the cluster has been `QuorumLost` or `AllMembersLost` for
+/// [`AUTO_RECOVERY_GRACE_SECONDS`]. Off when absent. (`snapshot` is not built yet: ignored.)
+pub const AUTO_RECOVERY_ANNOTATION: &str = "etcd-operator.cozystack.io/auto-recovery";
+
+/// How long a cluster annotated with [`AUTO_RECOVERY_ANNOTATION`] must have been unavailable
+/// (QuorumLost or AllMembersLost) before the operator recovers it: long enough for a member
+/// that is only restarting (a Node reboot) to come back with its data.
+pub const AUTO_RECOVERY_GRACE_SECONDS: i64 = 60;
+
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[kube(
     group = "etcd-operator.cozystack.io",

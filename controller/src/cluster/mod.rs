@@ -4,11 +4,13 @@
 //! and writes the status; `auth` performs root auth (decided purely in `auth::decide`).
 //! `data_home` finds where a broken member's data lives; `ca_set` judges a CA change by the CAs
 //! each member loaded; `alarms` turns etcd's alarms into a condition; `volumes` grows member
-//! PVCs; `view` holds the member facts the planner and its rules read.
+//! PVCs; `view` holds the member facts the planner and its rules read; `auto_recovery` creates
+//! the EtcdRecovery a cluster annotated for it asks for once it has been lost long enough.
 
 mod act;
 pub mod alarms;
 pub mod auth;
+pub mod auto_recovery;
 pub mod ca_set;
 mod children;
 pub mod data_home;

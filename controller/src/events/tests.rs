@@ -58,6 +58,7 @@ fn every_event_reason_keeps_its_string() {
         (Reason::MemberDefragFailed, "MemberDefragFailed"),
         (Reason::AlarmDisarmed, "AlarmDisarmed"),
         (Reason::RecoveryPlanned, "RecoveryPlanned"),
+        (Reason::RecoveryCreated, "RecoveryCreated"),
         (Reason::RecoveryStep, "RecoveryStep"),
         (Reason::RecoveryComplete, "RecoveryComplete"),
         (Reason::RecoveryFailed, "RecoveryFailed"),
