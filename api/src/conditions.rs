@@ -50,6 +50,11 @@ pub mod defrag {
     pub const DEFRAG_CHECKED: &str = "DefragChecked";
 }
 
+/// EtcdRecovery condition types (ours, beyond the reference API).
+pub mod recovery {
+    /// True once Complete; its reason says what the recovery waits for, does or did.
+    pub const READY: &str = "Ready";
+}
 /// EtcdDefragPolicy condition types.
 pub mod defrag_policy {
     /// The policy parses and is being followed (ours, kept beside `Active`).
@@ -176,6 +181,21 @@ pub mod reason {
     pub const COMPLETE: &str = "Complete";
     pub const MEMBERS_FAILED: &str = "MembersFailed";
     pub const LEADER_FAILED: &str = "LeaderFailed";
+    // EtcdRecovery Ready (ours; also CLUSTER_NOT_FOUND, RUNNING and COMPLETE above)
+    /// Not in the reference API. On an EtcdCluster (Available=False, Progressing=True): an
+    /// EtcdRecovery holds the cluster (the message names it); the cluster controller changes no
+    /// membership until it lets go. On an EtcdRecovery (Ready=False): its steps are being taken.
+    pub const RECOVERING: &str = "Recovering";
+    /// The recovery waits: another EtcdRecovery of the cluster goes first, or no member holding
+    /// data answers yet.
+    pub const WAITING_FOR_SURVIVOR: &str = "WaitingForSurvivor";
+    /// The cluster still has a working quorum and `spec.confirmHealthyClusterRollback` is not
+    /// set: nothing was changed (terminal).
+    pub const HEALTHY_CLUSTER_NOT_CONFIRMED: &str = "HealthyClusterNotConfirmed";
+    /// The recovery cannot be done as asked (a source this version does not build, a cluster
+    /// that never formed or is paused, a named member that does not exist): nothing was changed
+    /// (terminal).
+    pub const RECOVERY_NOT_POSSIBLE: &str = "RecoveryNotPossible";
     // EtcdDefrag DefragChecked (the reference's; also RUNNING above)
     /// Another run of the same cluster goes first.
     pub const QUEUED: &str = "Queued";

@@ -6,7 +6,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube::CustomResourceExt;
 
 use crate::v1alpha2::{
-    EtcdCluster, EtcdDefrag, EtcdDefragPolicy, EtcdMember, EtcdSnapshot, EtcdSnapshotSchedule,
+    EtcdCluster, EtcdDefrag, EtcdDefragPolicy, EtcdMember, EtcdRecovery, EtcdSnapshot,
+    EtcdSnapshotSchedule,
 };
 
 /// The bound of an `int64` field without one of its own: 2^53 - 1, the largest integer that a
@@ -23,6 +24,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         EtcdDefrag::crd(),
         EtcdSnapshotSchedule::crd(),
         EtcdDefragPolicy::crd(),
+        EtcdRecovery::crd(),
     ];
     for crd in &mut crds {
         for version in &mut crd.spec.versions {

@@ -11,6 +11,7 @@ struct Schemas {
     cluster: Value,
     snapshot: Value,
     defrag: Value,
+    recovery: Value,
     schedule: Value,
     policy: Value,
 }
@@ -35,12 +36,14 @@ fn schemas() -> Schemas {
     let cluster = take("EtcdCluster");
     let snapshot = take("EtcdSnapshot");
     let defrag = take("EtcdDefrag");
+    let recovery = take("EtcdRecovery");
     let schedule = take("EtcdSnapshotSchedule");
     let policy = take("EtcdDefragPolicy");
     Schemas {
         cluster,
         snapshot,
         defrag,
+        recovery,
         schedule,
         policy,
     }
@@ -207,6 +210,7 @@ fn crd_schema_and_rust_validator_agree_on_every_corpus_case() {
             "EtcdCluster" => &schemas.cluster,
             "EtcdSnapshot" => &schemas.snapshot,
             "EtcdDefrag" => &schemas.defrag,
+            "EtcdRecovery" => &schemas.recovery,
             "EtcdSnapshotSchedule" => &schemas.schedule,
             "EtcdDefragPolicy" => &schemas.policy,
             k => panic!("{}: unknown kind {k}", case.name),
@@ -308,6 +312,7 @@ fn rust_validator_answers_carry_the_message_of_every_cel_rule_that_rejects() {
             "EtcdCluster" => &schemas.cluster,
             "EtcdSnapshot" => &schemas.snapshot,
             "EtcdDefrag" => &schemas.defrag,
+            "EtcdRecovery" => &schemas.recovery,
             "EtcdSnapshotSchedule" => &schemas.schedule,
             _ => &schemas.policy,
         };

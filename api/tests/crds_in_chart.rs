@@ -56,6 +56,11 @@ fn committed_crds_parse_as_apiextensions_v1() {
             "EtcdDefrag",
             false,
         ),
+        (
+            "etcdrecoveries.etcd-operator.cozystack.io",
+            "EtcdRecovery",
+            false,
+        ),
     ];
     for (name, kind, scale) in expected {
         let text = committed(&format!("{name}.yaml"));
@@ -109,5 +114,9 @@ fn printer_columns_match_the_contract() {
     assert_eq!(
         columns("EtcdDefrag"),
         ["Cluster", "Phase", "Defragmented", "Age"]
+    );
+    assert_eq!(
+        columns("EtcdRecovery"),
+        ["Cluster", "Phase", "Step", "Survivor", "Age"]
     );
 }

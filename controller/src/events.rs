@@ -82,6 +82,15 @@ pub enum Reason {
     MemberDefragmented,
     MemberDefragFailed,
     AlarmDisarmed,
+    // EtcdRecovery (and the EtcdCluster it rebuilds)
+    /// The plan is recorded: which member survives, at which raft term and index, what is lost.
+    RecoveryPlanned,
+    /// The operator created an EtcdRecovery for a cluster annotated for automatic recovery.
+    RecoveryCreated,
+    /// A step of the recovery is taken (the note says which and what it did).
+    RecoveryStep,
+    RecoveryComplete,
+    RecoveryFailed,
     // Any kind
     InvalidSpec,
     OwnershipConflict,
@@ -149,6 +158,11 @@ impl Reason {
         Reason::MemberDefragmented,
         Reason::MemberDefragFailed,
         Reason::AlarmDisarmed,
+        Reason::RecoveryPlanned,
+        Reason::RecoveryCreated,
+        Reason::RecoveryStep,
+        Reason::RecoveryComplete,
+        Reason::RecoveryFailed,
         Reason::InvalidSpec,
         Reason::OwnershipConflict,
     ];
@@ -215,6 +229,11 @@ impl Reason {
             Reason::MemberDefragmented => "MemberDefragmented",
             Reason::MemberDefragFailed => "MemberDefragFailed",
             Reason::AlarmDisarmed => "AlarmDisarmed",
+            Reason::RecoveryPlanned => "RecoveryPlanned",
+            Reason::RecoveryCreated => "RecoveryCreated",
+            Reason::RecoveryStep => "RecoveryStep",
+            Reason::RecoveryComplete => "RecoveryComplete",
+            Reason::RecoveryFailed => "RecoveryFailed",
             Reason::InvalidSpec => "InvalidSpec",
             Reason::OwnershipConflict => "OwnershipConflict",
         }
@@ -270,6 +289,7 @@ pub enum Action {
     Prune,
     Reattach,
     Reconcile,
+    Recover,
     RestartMember,
     RollingRestart,
     Rollout,
@@ -309,6 +329,7 @@ impl Action {
         Action::Prune,
         Action::Reattach,
         Action::Reconcile,
+        Action::Recover,
         Action::RestartMember,
         Action::RollingRestart,
         Action::Rollout,
@@ -348,6 +369,7 @@ impl Action {
             Action::Prune => "Prune",
             Action::Reattach => "Reattach",
             Action::Reconcile => "Reconcile",
+            Action::Recover => "Recover",
             Action::RestartMember => "RestartMember",
             Action::RollingRestart => "RollingRestart",
             Action::Rollout => "Rollout",

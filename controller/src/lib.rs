@@ -23,6 +23,7 @@ pub mod migrate;
 pub mod naming;
 pub mod objectstore;
 pub mod pods;
+pub mod recovery;
 pub mod run;
 pub mod schedule;
 pub mod shell;

@@ -5,7 +5,8 @@
 //! its Pod and PVC; EtcdSnapshot on changes to the snapshot and its Job; EtcdSnapshotSchedule on
 //! changes to the schedule and its snapshots, and at its next fire time; EtcdDefrag on changes
 //! to the run and on its own timer while it waits or runs; EtcdDefragPolicy on changes to the
-//! policy and its runs, and at its next fire time or check.
+//! policy and its runs, and at its next fire time or check; EtcdRecovery on changes to the
+//! recovery and on its own timer while it waits or runs.
 //!
 //! Every reconcile runs through the one wrapper in [`crate::shell`] (timing, metrics, the error
 //! policy's back-off table). EtcdClusters, EtcdMembers, EtcdSnapshots and EtcdDefrags are
@@ -20,8 +21,8 @@ use std::sync::Arc;
 
 use api::labels;
 use api::v1alpha2::{
-    EtcdCluster, EtcdDefrag, EtcdDefragPolicy, EtcdMember, EtcdSnapshot, EtcdSnapshotSchedule,
-    TlsSecrets,
+    EtcdCluster, EtcdDefrag, EtcdDefragPolicy, EtcdMember, EtcdRecovery, EtcdSnapshot,
+    EtcdSnapshotSchedule, TlsSecrets,
 };
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -34,7 +35,7 @@ use kube::{Api, ResourceExt};
 
 use crate::context::Context;
 use crate::lenient::Lenient;
-use crate::{cluster, defrag, member, schedule, shell, snapshot, watches};
+use crate::{cluster, defrag, member, recovery, schedule, shell, snapshot, watches};
 
 fn api<K>(ctx: &Context, namespace: Option<&str>) -> Api<K>
 where
@@ -214,6 +215,24 @@ pub async fn run(
         }
     });
 
+    // EtcdRecoveries: each recovery polls its cluster's members itself while it waits or runs.
+    let recoveries = watches::controller(
+        api::<EtcdRecovery>(&ctx, ns),
+        watcher::Config::default(),
+        watches::plain,
+    )
+    .graceful_shutdown_on(stopped(stop_rx.clone()))
+    .run(
+        |object, ctx| shell::reconcile(&shell::RECOVERY, object, ctx, recovery::reconcile),
+        |_, error, _| shell::error_policy(&shell::RECOVERY, error),
+        ctx.clone(),
+    )
+    .for_each(|res| async move {
+        if let Err(e) = res {
+            tracing::debug!(error = %e, "recovery controller event");
+        }
+    });
+
     // EtcdSnapshotSchedules: the snapshots they own (a snapshot finishing allows a run skipped by
     // Forbid and feeds retention); otherwise each wakes itself at its next fire time.
     let schedules = watches::controller(
@@ -267,7 +286,7 @@ pub async fn run(
         }
     });
 
-    tokio::join!(clusters, members, snapshots, defrags, schedules, policies);
+    tokio::join!(clusters, members, snapshots, defrags, recoveries, schedules, policies);
 }
 
 /// The clusters (in the watch cache) whose `spec.tls` names `secret`, by its name in their

@@ -69,8 +69,15 @@ impl Backoff {
 /// The back-off table, one row per controller (docs/architecture.md shows it). The delays are
 /// the ones each controller had before the wrapper: only the cluster retries a stale write
 /// sooner, since its status writes race its members' and it must plan again from fresh data.
-pub const CONTROLLERS: [Controller; 6] =
-    [CLUSTER, MEMBER, SNAPSHOT, SCHEDULE, DEFRAG, DEFRAG_POLICY];
+pub const CONTROLLERS: [Controller; 7] = [
+    CLUSTER,
+    MEMBER,
+    SNAPSHOT,
+    SCHEDULE,
+    DEFRAG,
+    DEFRAG_POLICY,
+    RECOVERY,
+];
 
 pub const CLUSTER: Controller = Controller {
     name: "etcdcluster",
@@ -114,6 +121,13 @@ pub const DEFRAG_POLICY: Controller = Controller {
     name: "etcddefragpolicy",
     kind: "EtcdDefragPolicy",
     backoff: Backoff::uniform(Duration::from_secs(10)),
+    conflict_event: false,
+};
+
+pub const RECOVERY: Controller = Controller {
+    name: "etcdrecovery",
+    kind: "EtcdRecovery",
+    backoff: Backoff::uniform(Duration::from_secs(5)),
     conflict_event: false,
 };
 

@@ -149,6 +149,14 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         (OP, "etcdsnapshots/finalizers", "update", Watched),
         // run.rs watches EtcdDefrags; defrag/run/ get_opt, list, patch_status and the
         // delete after ttlSecondsAfterFinished.
+        // run.rs watches EtcdRecoveries; recovery/ get_opt, list (one recovery per cluster at
+        // a time), patch_status.
+        (OP, "etcdrecoveries", "get", Watched),
+        (OP, "etcdrecoveries", "list", Watched),
+        (OP, "etcdrecoveries", "watch", Watched),
+        (OP, "etcdrecoveries/status", "patch", Watched),
+        // cluster/auto_recovery.rs: the EtcdRecovery of a cluster annotated for it.
+        (OP, "etcdrecoveries", "create", Watched),
         (OP, "etcddefrags", "get", Watched),
         (OP, "etcddefrags", "list", Watched),
         (OP, "etcddefrags", "watch", Watched),
@@ -589,6 +597,7 @@ fn assert_registrations_match_the_tested_ones(r: &Rendered) {
             "etcdclusters",
             "etcdsnapshots",
             "etcddefrags",
+            "etcdrecoveries",
             "etcdsnapshotschedules",
             "etcddefragpolicies"
         ])
@@ -1009,7 +1018,7 @@ async fn kube_rbac_proxy_is_rejected_with_where_metrics_are_and_how_to_protect_t
 async fn service_monitor_and_namespace_are_rendered_on_request() {
     let r = render(&[]).await;
     assert!(r.all("ServiceMonitor").is_empty() && r.all("Namespace").is_empty());
-    assert_eq!(r.all("CustomResourceDefinition").len(), 6);
+    assert_eq!(r.all("CustomResourceDefinition").len(), 7);
     let r = render_values(&[
         "metrics.serviceMonitor.enabled=true",
         "namespace.create=true",
@@ -1430,6 +1439,7 @@ const MUST_NOT: &[(&str, &str, &str)] = &[
     ("delete", "batch", "jobs"),
     ("update", "etcd-operator.cozystack.io", "etcdsnapshots"),
     ("update", "etcd-operator.cozystack.io", "etcddefrags"),
+    ("delete", "etcd-operator.cozystack.io", "etcdrecoveries"),
     ("delete", "etcd-operator.cozystack.io", "etcddefragpolicies"),
     ("create", "rbac.authorization.k8s.io", "clusterroles"),
     ("create", "rbac.authorization.k8s.io", "rolebindings"),

@@ -1,5 +1,5 @@
 //! The etcd-operator admission webhook: validates `EtcdCluster`, `EtcdSnapshot`, `EtcdDefrag`,
-//! `EtcdSnapshotSchedule` and `EtcdDefragPolicy` objects with the rules of [`api::validate`]
+//! `EtcdRecovery`, `EtcdSnapshotSchedule` and `EtcdDefragPolicy` objects with the rules of [`api::validate`]
 //! (all violations at once, with fixes), keeps `EtcdMember`s operator-owned, defaults what CEL
 //! cannot (pod anti-affinity, memory limits for tmpfs members) and warns about risky choices.
 //! Served over rustls with a certificate re-read from the mounted Secret as it rotates.

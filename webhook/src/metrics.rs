@@ -52,11 +52,12 @@ struct RequestLabels {
 }
 
 /// The kinds the webhook judges; any other kind (or group) is counted as `other`.
-const KINDS: [&str; 6] = [
+const KINDS: [&str; 7] = [
     "EtcdCluster",
     "EtcdMember",
     "EtcdSnapshot",
     "EtcdDefrag",
+    "EtcdRecovery",
     "EtcdSnapshotSchedule",
     "EtcdDefragPolicy",
 ];

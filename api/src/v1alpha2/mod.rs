@@ -9,6 +9,7 @@ mod common;
 mod defrag;
 mod member;
 mod policy;
+mod recovery;
 mod schedule;
 mod snapshot;
 
@@ -17,6 +18,7 @@ pub use common::*;
 pub use defrag::*;
 pub use member::*;
 pub use policy::*;
+pub use recovery::*;
 pub use schedule::*;
 pub use snapshot::*;
 

@@ -10,7 +10,7 @@
 //! shape; a CEL-only install accepts `61 * * * *` and reports it in the object's status instead.
 //!
 //! This file holds the [`Violation`], its rendering and [`object`], which judges a whole object
-//! by kind; the rules of each kind are in `cluster.rs`, `snapshot.rs`, `defrag.rs` and
+//! by kind; the rules of each kind are in `cluster.rs`, `snapshot.rs`, `defrag.rs`, `recovery.rs` and
 //! `schedule.rs` (schedules and defrag policies), with what they share beside them (`parse.rs`,
 //! `fields.rs`, `location.rs`, `transition.rs`). No I/O and no clock anywhere in here.
 
@@ -21,6 +21,7 @@ mod fields;
 mod location;
 mod parse;
 mod policy;
+mod recovery;
 mod schedule;
 mod snapshot;
 mod transition;
@@ -30,13 +31,14 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 
 use crate::v1alpha2::{
-    EtcdClusterSpec, EtcdDefragPolicySpec, EtcdDefragSpec, EtcdSnapshotScheduleSpec,
-    EtcdSnapshotSpec, MAX_SCHEDULE_NAME,
+    EtcdClusterSpec, EtcdDefragPolicySpec, EtcdDefragSpec, EtcdRecoverySpec,
+    EtcdSnapshotScheduleSpec, EtcdSnapshotSpec, MAX_SCHEDULE_NAME,
 };
 
 pub use cluster::{cluster_create, cluster_name, cluster_update, version_upgrade};
 pub use defrag::{defrag_create, defrag_update};
 pub use parse::parse;
+pub use recovery::{recovery_create, recovery_update};
 pub use schedule::{policy_spec, schedule_spec};
 pub use snapshot::{snapshot_create, snapshot_update};
 
@@ -183,6 +185,7 @@ pub fn object(
             out
         }
         "EtcdSnapshot" => judge::<EtcdSnapshotSpec>(new, old, snapshot_create, snapshot_update),
+        "EtcdRecovery" => judge::<EtcdRecoverySpec>(new, old, recovery_create, recovery_update),
         "EtcdDefrag" => {
             let mut out = judge::<EtcdDefragSpec>(new, old, defrag_create, defrag_update);
             cel::attach_defrag_rule_messages(&mut out);
@@ -219,7 +222,7 @@ pub fn object(
         other => vec![Violation::new(
             "kind",
             format!("{other:?} is not validated here"),
-            "send only EtcdCluster, EtcdSnapshot, EtcdDefrag, EtcdSnapshotSchedule and EtcdDefragPolicy objects to this validator",
+            "send only EtcdCluster, EtcdSnapshot, EtcdDefrag, EtcdRecovery, EtcdSnapshotSchedule and EtcdDefragPolicy objects to this validator",
         )],
     }
 }

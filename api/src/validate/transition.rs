@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::{cel, Violation};
-use crate::v1alpha2::CEL_SNAPSHOT_IMMUTABLE;
+use crate::v1alpha2::{CEL_RECOVERY_IMMUTABLE, CEL_SNAPSHOT_IMMUTABLE};
 
 /// A subtree of an EtcdCluster spec that may not be added, removed or changed after create;
 /// `rule` is the message of its CEL transition rule.
@@ -118,6 +118,7 @@ pub(super) fn spec_unchanged<T: PartialEq + Serialize>(
     let rule = match kind {
         "EtcdSnapshot" => Some(CEL_SNAPSHOT_IMMUTABLE),
         "EtcdDefrag" => Some(cel::DEFRAG_IMMUTABLE),
+        "EtcdRecovery" => Some(CEL_RECOVERY_IMMUTABLE),
         _ => None,
     };
     (old != new).then(|| match rule {

@@ -5,11 +5,14 @@
 //! `data_home` finds where a broken member's data lives; `ca_set` judges a CA change by the CAs
 //! each member loaded; `alarms` turns etcd's alarms into a condition; `volumes` grows member
 //! PVCs; `view` holds the member facts the planner and its rules read; `cleanup` is the cluster's
-//! finalizer that deletes its data PVCs (owned by nothing) when the cluster is deleted.
+//! finalizer that deletes its data PVCs (owned by nothing) when the cluster is deleted;
+//! `auto_recovery` creates the EtcdRecovery a cluster annotated for it asks for once it has been
+//! lost long enough.
 
 mod act;
 pub mod alarms;
 pub mod auth;
+pub mod auto_recovery;
 pub mod ca_set;
 mod children;
 mod cleanup;

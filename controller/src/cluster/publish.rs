@@ -13,7 +13,7 @@ use kube::{Api, ResourceExt};
 
 use super::observe::{self, Seen};
 use super::plan::Plan;
-use super::{alarms, auth, status, volumes};
+use super::{alarms, auth, auto_recovery, status, volumes};
 use crate::context::Context;
 use crate::etcd::Etcd;
 use crate::events::{Action, Reason};
@@ -72,6 +72,11 @@ pub(super) async fn publish(
                 tracing::debug!(cluster = %seen.name, "no unready voter answered the alarm list");
             }
         }
+    }
+    // A cluster annotated for it gets its EtcdRecovery once lost long enough; a failure to
+    // create it is retried at the next reconcile and never holds the status.
+    if let Err(e) = auto_recovery::start(cluster, ctx, &new_status).await {
+        tracing::warn!(cluster = %seen.name, error = %e, "cannot create the automatic EtcdRecovery");
     }
     if seen.auth.wanted && !seen.auth.on && auth::ready_to_enable_auth(plan) {
         if let (Some(client), Some(creds)) = (seen.etcd.as_mut(), seen.auth.creds.as_ref()) {

@@ -124,10 +124,37 @@ fn all_members_lost_message(cluster: &EtcdCluster, members: i32) -> String {
          answers, so the cluster serves nothing (readyMembers 0). While the members' PVCs remain, \
          the operator recreates their Pods and the cluster recovers by itself once they run: find \
          what stops them (kubectl get events -n {ns}; kubectl get pod,pvc -n {ns} -l \
-         {}={name}). If the data is gone too, restore the newest Complete EtcdSnapshot into a new \
-         EtcdCluster (spec.bootstrap.restore, see docs/snapshots.md): this operator does not yet \
-         rebuild a lost cluster in place",
-        labels::CLUSTER
+         {}={name}). If one member comes back with its data and the others do not, apply the \
+         EtcdRecovery below; if the data is gone too, restore the newest Complete EtcdSnapshot \
+         into a new EtcdCluster (spec.bootstrap.restore, see docs/snapshots.md): this operator \
+         does not yet rebuild a cluster in place from a snapshot. {}",
+        labels::CLUSTER,
+        recovery_hint(cluster)
+    )
+}
+
+/// The EtcdRecovery to apply to a cluster that lost its quorum, as a command to paste
+/// (docs/disaster-recovery.md is the runbook).
+fn recovery_hint(cluster: &EtcdCluster) -> String {
+    let name = cluster.name_any();
+    let ns = cluster.namespace().unwrap_or_default();
+    let recovery = serde_json::json!({
+        "apiVersion": api::v1alpha2::API_VERSION,
+        "kind": "EtcdRecovery",
+        "metadata": {"name": format!("{name}-recovery"), "namespace": ns},
+        "spec": {"clusterRef": {"name": name}, "source": {"survivor": {}}},
+    });
+    format!(
+        "to rebuild it in place from the member with the most data, apply an EtcdRecovery: \
+         echo '{recovery}' | kubectl create -f - (see docs/disaster-recovery.md)"
+    )
+}
+
+/// The cluster's messages while an EtcdRecovery holds it.
+fn recovering_message(recovery: &str) -> String {
+    format!(
+        "EtcdRecovery {recovery} is rebuilding the cluster (kubectl get etcdrecovery {recovery} \
+         -o yaml shows its plan and step); the operator changes no membership until it lets go"
     )
 }
 
@@ -213,6 +240,12 @@ pub fn render(
 
     // Available: a hold first, in its one precedence (see Hold::first).
     match &plan.hold {
+        Some(Hold::Recovering(recovery)) => set(
+            ctype::AVAILABLE,
+            false,
+            reason::RECOVERING,
+            recovering_message(recovery),
+        ),
         Some(Hold::Unsupported(fields)) => set(
             ctype::AVAILABLE,
             false,
@@ -307,8 +340,8 @@ pub fn render(
             false,
             reason::QUORUM_LOST,
             match &facts.etcd_error {
-                Some(e) => format!("{ready_quorum} of {members} members are ready, fewer than a majority ({majority}); {e}"),
-                None => format!("{ready_quorum} of {members} members are ready, fewer than a majority ({majority})"),
+                Some(e) => format!("{ready_quorum} of {members} members are ready, fewer than a majority ({majority}); {e}; {}", recovery_hint(cluster)),
+                None => format!("{ready_quorum} of {members} members are ready, fewer than a majority ({majority}); {}", recovery_hint(cluster)),
             },
         ),
     }
@@ -316,6 +349,12 @@ pub fn render(
     // Progressing: the holds that stop progress; root auth and a cluster ID mismatch show in
     // Available and Degraded, and progress reads as it would without them.
     match (&plan.hold, plan.phase) {
+        (Some(Hold::Recovering(recovery)), _) => set(
+            ctype::PROGRESSING,
+            true,
+            reason::RECOVERING,
+            recovering_message(recovery),
+        ),
         (Some(Hold::Unsupported(fields)), _) => set(
             ctype::PROGRESSING,
             false,
@@ -528,7 +567,9 @@ pub fn render(
                 true,
                 reason::QUORUM_LOST,
                 format!(
-                    "{ready_quorum} of {members} members are ready, fewer than a majority ({majority})"
+                    "{ready_quorum} of {members} members are ready, fewer than a majority \
+                     ({majority}); {}",
+                    recovery_hint(cluster)
                 ),
             );
         } else if ready_quorum < members {

@@ -258,6 +258,11 @@ pub struct MemberStatus {
     pub db_size_in_use: i64,
     pub raft_index: u64,
     pub raft_applied_index: u64,
+    /// The raft term the member is in.
+    pub raft_term: u64,
+    /// The cluster ID and MVCC revision of the answer's header (the member's own view).
+    pub cluster_id: u64,
+    pub revision: i64,
     pub is_learner: bool,
     /// Errors the member reports about itself (alarms among them).
     pub errors: Vec<String>,
@@ -278,11 +283,12 @@ impl Etcd {
     pub async fn member_status(&mut self) -> Result<MemberStatus, EtcdError> {
         let mut client = self.client.clone();
         let res = self.call("Status", "status", client.status()).await?;
+        let header = res.header().ok_or(EtcdError::NoHeader("Status"))?;
         Ok(MemberStatus {
-            member_id: res
-                .header()
-                .ok_or(EtcdError::NoHeader("Status"))?
-                .member_id(),
+            member_id: header.member_id(),
+            cluster_id: header.cluster_id(),
+            revision: header.revision(),
+            raft_term: res.raft_term(),
             leader: res.leader(),
             db_size: res.db_size(),
             db_size_in_use: res.raft_used_db_size(),
@@ -304,6 +310,18 @@ impl Etcd {
         self.call("Range", "range", kv.get(vec![0u8], Some(options)))
             .await
             .map(|_| ())
+    }
+
+    /// How many keys the cluster holds, and its revision: a linearizable count-only read of the
+    /// whole key space (no key is transferred).
+    pub async fn key_count(&mut self) -> Result<(i64, i64), EtcdError> {
+        let options = GetOptions::new().with_count_only().with_from_key();
+        let mut kv = self.client.kv_client();
+        let res = self
+            .call("Range", "range", kv.get(vec![0u8], Some(options)))
+            .await?;
+        let revision = res.header().map(|h| h.revision()).unwrap_or_default();
+        Ok((res.count(), revision))
     }
 
     /// Defragment the member this client is connected to. etcd runs it to its end even when the

@@ -56,6 +56,7 @@ fn the_backoff_table_keeps_each_controllers_delays_and_the_clusters_fast_stale_w
             ("etcdsnapshotschedule", 10000, 10000),
             ("etcddefrag", 5000, 5000),
             ("etcddefragpolicy", 10000, 10000),
+            ("etcdrecovery", 5000, 5000),
         ]
     );
 }

@@ -3,7 +3,7 @@
 //! so every verdict is unit-testable; the HTTP edge is in [`crate::routes`].
 //!
 //! What gets judged:
-//! - `EtcdCluster` / `EtcdSnapshot` / `EtcdDefrag` / `EtcdSnapshotSchedule` / `EtcdDefragPolicy`
+//! - `EtcdCluster` / `EtcdSnapshot` / `EtcdDefrag` / `EtcdRecovery` / `EtcdSnapshotSchedule` / `EtcdDefragPolicy`
 //!   CREATE and UPDATE: every rule of [`api::validate`] (for the schedules, also the cron
 //!   expression and time zone parsed as the controller parses them), denied
 //!   with the rendered list of violations (HTTP 200 review, `allowed: false`, status 422
@@ -88,6 +88,7 @@ pub const SPEC_KINDS: &[&str] = &[
     "EtcdCluster",
     "EtcdSnapshot",
     "EtcdDefrag",
+    "EtcdRecovery",
     "EtcdSnapshotSchedule",
     "EtcdDefragPolicy",
 ];

@@ -154,6 +154,15 @@ pub fn etcd_args(member: &EtcdMember) -> Result<Vec<String>, BuildError> {
     if peer_auto_tls {
         args.push("--peer-auto-tls".to_string());
     }
+    // An EtcdRecovery's survivor starts once as a one-member cluster of its own data (etcd
+    // keeps the cluster ID); the recovery removes the annotation and restarts the Pod without
+    // it, since a second start with the flag would drop every member added since.
+    if member
+        .annotations()
+        .contains_key(api::v1alpha2::FORCE_NEW_CLUSTER_ANNOTATION)
+    {
+        args.push("--force-new-cluster".to_string());
+    }
     if peer_secret {
         args.extend([
             format!("--peer-cert-file={PEER_TLS_DIR}/tls.crt"),

@@ -603,3 +603,19 @@ fn etcd_3_6_members_accept_a_learner_per_missing_member_and_3_5_members_keep_etc
     // A Pod built before the flag existed (or the reference operator's) runs with etcd's default.
     assert_eq!(max_learners_of_args(&["--name=c-x".to_string()]), 1);
 }
+
+#[test]
+fn only_a_member_marked_by_a_recovery_starts_with_force_new_cluster() {
+    let mut m = member("my-etcd-abcde", "my-etcd", "ns1");
+    let plain = member_pod(&m, &params()).unwrap();
+    assert!(!args_of(&plain).iter().any(|a| a == "--force-new-cluster"));
+    m.metadata.annotations = Some(
+        [(
+            api::v1alpha2::FORCE_NEW_CLUSTER_ANNOTATION.to_string(),
+            "my-recovery".to_string(),
+        )]
+        .into(),
+    );
+    let forced = member_pod(&m, &params()).unwrap();
+    assert!(args_of(&forced).iter().any(|a| a == "--force-new-cluster"));
+}

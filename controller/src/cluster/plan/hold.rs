@@ -1,5 +1,5 @@
 //! Why the planner changes nothing this reconcile: a typed [`Hold`], found once in the one
-//! precedence (fields not supported → progress deadline → cert-manager → TLS Secrets → root auth
+//! precedence (an EtcdRecovery → fields not supported → progress deadline → cert-manager → TLS Secrets → root auth
 //! → cluster ID mismatch). The planner waits on it; the status's Available and Progressing
 //! conditions read it instead of deriving it again. Pure.
 
@@ -8,6 +8,9 @@ use super::{AuthProblem, Facts, Phase};
 /// What holds every membership change, the first in precedence when several do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Hold {
+    /// An EtcdRecovery (named) holds the cluster ([`api::v1alpha2::RECOVERY_ANNOTATION`]): it
+    /// stops, restarts and deletes members itself, so the cluster controller must not fight it.
+    Recovering(String),
     /// Fields of the spec this operator version cannot act on yet; the seed is not created.
     Unsupported(Vec<&'static str>),
     /// The progress deadline passed before the cluster ID was latched: terminal.
@@ -33,6 +36,9 @@ impl Hold {
     /// The hold of a plan with these facts and this phase (the phase says whether the deadline
     /// expired), if any. The one place the precedence is written.
     pub fn first(facts: &Facts, phase: Phase) -> Option<Hold> {
+        if let Some(recovery) = &facts.recovery {
+            return Some(Hold::Recovering(recovery.clone()));
+        }
         if !facts.unsupported.is_empty() {
             return Some(Hold::Unsupported(facts.unsupported.clone()));
         }
@@ -65,6 +71,9 @@ impl Hold {
     /// The message of the planner's `Wait` (the runbook's key signals are these, logged).
     pub fn wait_message(&self) -> String {
         match self {
+            Hold::Recovering(recovery) => format!(
+                "EtcdRecovery {recovery} holds the cluster; no membership change is made until it lets go"
+            ),
             Hold::Unsupported(fields) => format!(
                 "not bootstrapping: this operator version does not implement {} yet",
                 fields.join(", ")

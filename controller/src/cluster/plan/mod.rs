@@ -177,6 +177,8 @@ pub struct Facts {
     /// The cluster formed and runs (replicas > 0), yet no member has a Pod and etcd did not
     /// answer: every member is gone (the status says `AllMembersLost` once it lasts).
     pub all_members_lost: bool,
+    /// The EtcdRecovery that holds the cluster ([`api::v1alpha2::RECOVERY_ANNOTATION`]).
+    pub recovery: Option<String>,
 }
 
 impl Facts {
@@ -502,6 +504,11 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         facts.etcd_error = Some(e.clone());
     }
     facts.paused = observed.replicas == 0;
+    facts.recovery = cluster
+        .annotations()
+        .get(api::v1alpha2::RECOVERY_ANNOTATION)
+        .filter(|v| !v.is_empty())
+        .cloned();
     facts.all_members_lost = formed
         && observed.replicas > 0
         && o.etcd.members().is_none()

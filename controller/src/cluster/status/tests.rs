@@ -623,3 +623,82 @@ fn all_members_lost_clears_as_soon_as_a_member_pod_is_back() {
     assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_HEALTHY);
     assert_eq!(cond(&s, ctype::DEGRADED).status, "False");
 }
+
+#[test]
+fn quorum_lost_names_the_etcd_recovery_to_apply() {
+    let mut c = cluster();
+    c.status = Some(EtcdClusterStatus {
+        cluster_id: Some("ab".into()),
+        ..Default::default()
+    });
+    let facts = Facts {
+        formed: true,
+        ready_members: 1,
+        voters: 3,
+        ready_voters: 1,
+        live_members: 3,
+        ..Default::default()
+    };
+    let s = render(
+        &c,
+        &plan(3, Phase::Progressing, facts, Action::None),
+        None,
+        now(),
+    );
+    for t in [ctype::AVAILABLE, ctype::DEGRADED] {
+        let m = &cond(&s, t).message;
+        assert!(
+            m.contains(r#""kind":"EtcdRecovery""#)
+                && m.contains(r#""name":"c-recovery""#)
+                && m.contains(r#""survivor":{}"#)
+                && m.contains("kubectl create -f -"),
+            "{t}: {m}"
+        );
+    }
+}
+
+#[test]
+fn all_members_lost_names_the_etcd_recovery_to_apply() {
+    let before = now()
+        .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(60))
+        .unwrap();
+    let c = rendered_at(members_down(true), before);
+    let s = render(
+        &c,
+        &plan(3, Phase::Reconciled, members_down(true), Action::None),
+        None,
+        now(),
+    );
+    let available = cond(&s, ctype::AVAILABLE);
+    assert_eq!(available.reason, reason::ALL_MEMBERS_LOST);
+    assert!(
+        available.message.contains(r#""kind":"EtcdRecovery""#),
+        "{}",
+        available.message
+    );
+}
+
+#[test]
+fn a_cluster_held_by_a_recovery_says_so_and_names_it() {
+    let mut c = cluster();
+    c.status = Some(EtcdClusterStatus {
+        cluster_id: Some("ab".into()),
+        ..Default::default()
+    });
+    let facts = Facts {
+        formed: true,
+        ready_members: 0,
+        voters: 3,
+        live_members: 3,
+        recovery: Some("r1".into()),
+        ..Default::default()
+    };
+    let p = plan(3, Phase::Progressing, facts, Action::None);
+    assert_eq!(p.hold, Some(Hold::Recovering("r1".into())));
+    let s = render(&c, &p, None, now());
+    for t in [ctype::AVAILABLE, ctype::PROGRESSING] {
+        let cond = cond(&s, t);
+        assert_eq!(cond.reason, reason::RECOVERING, "{t}");
+        assert!(cond.message.contains("EtcdRecovery r1"), "{}", cond.message);
+    }
+}

@@ -207,3 +207,25 @@ fn the_progress_deadline_does_not_run_out_while_cert_manager_holds_the_seed() {
     let p = at(false, false);
     assert_eq!(p.phase, Phase::BootstrapFailed);
 }
+
+#[test]
+fn a_recovery_holds_every_membership_change_until_it_lets_go() {
+    let mut c = cluster(3, locked(3, Some(0xabc), Some(700)));
+    let members = || vec![m("c-a", 1)];
+    let one = || etcd(vec![e(1, "c-a", false)]);
+    assert_eq!(run(&c, members(), one()).action, Action::CreateMember);
+    c.metadata.annotations = Some(
+        [(
+            api::v1alpha2::RECOVERY_ANNOTATION.to_string(),
+            "r1".to_string(),
+        )]
+        .into(),
+    );
+    let p = run(&c, members(), one());
+    assert_eq!(p.hold, Some(Hold::Recovering("r1".into())));
+    assert!(
+        matches!(&p.action, Action::Wait(w) if w.contains("EtcdRecovery r1")),
+        "{:?}",
+        p.action
+    );
+}

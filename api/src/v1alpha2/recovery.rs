@@ -1,0 +1,280 @@
+//! `EtcdRecovery` (ours, beyond the reference API): a one-shot, run-to-completion rebuild of an
+//! EtcdCluster in place after it lost its quorum, from its surviving member or from a stored
+//! EtcdSnapshot. Like `EtcdSnapshot` and `EtcdDefrag` the spec is immutable and terminal phases
+//! are sticky. The controller is `controller::recovery`; docs/disaster-recovery.md is the runbook.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::LocalReference;
+
+// The messages of the CEL rules declared in this file. `api::validate` reports each broken
+// rule with the same text, so what the runbook quotes reads the same with the webhook installed.
+/// The CEL rule's message: an EtcdRecovery's spec after create.
+pub const CEL_RECOVERY_IMMUTABLE: &str = "EtcdRecovery spec is immutable: a recovery runs once; create a new EtcdRecovery with another name instead";
+/// The CEL rule's message: exactly one source.
+pub const CEL_RECOVERY_ONE_SOURCE: &str = "spec.source needs exactly one of survivor (rebuild from the surviving member with the most data) or snapshot (rebuild from a stored EtcdSnapshot)";
+
+/// The annotation the recovery controller sets on the EtcdCluster it works on, naming the
+/// EtcdRecovery: while it is there the cluster controller changes no membership (the cluster's
+/// `Available` and `Progressing` conditions say `Recovering` and name the EtcdRecovery). Set
+/// before the first step that touches a member, removed once the survivor runs as a healthy
+/// one-member cluster, so the cluster controller adds the other members back.
+pub const RECOVERY_ANNOTATION: &str = "etcd-operator.cozystack.io/recovery";
+
+/// The annotation the recovery controller sets on the surviving EtcdMember while its Pod is to
+/// start once with etcd's `--force-new-cluster` (the value names the EtcdRecovery). Only the
+/// operator writes EtcdMembers (the webhook's member guard).
+pub const FORCE_NEW_CLUSTER_ANNOTATION: &str = "etcd-operator.cozystack.io/force-new-cluster";
+
+/// On an EtcdCluster: `survivor` lets the operator create an EtcdRecovery from a survivor itself
+/// once the cluster has been `QuorumLost` or `AllMembersLost` for
+/// [`AUTO_RECOVERY_GRACE_SECONDS`]. Off when absent. (`snapshot` is not built yet: ignored.)
+pub const AUTO_RECOVERY_ANNOTATION: &str = "etcd-operator.cozystack.io/auto-recovery";
+
+/// How long a cluster annotated with [`AUTO_RECOVERY_ANNOTATION`] must have been unavailable
+/// (QuorumLost or AllMembersLost) before the operator recovers it: long enough for a member
+/// that is only restarting (a Node reboot) to come back with its data.
+pub const AUTO_RECOVERY_GRACE_SECONDS: i64 = 60;
+
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[kube(
+    group = "etcd-operator.cozystack.io",
+    version = "v1alpha2",
+    kind = "EtcdRecovery",
+    plural = "etcdrecoveries",
+    namespaced,
+    status = "EtcdRecoveryStatus",
+    derive = "PartialEq",
+    doc = "A one-shot rebuild of an EtcdCluster in place after it lost its quorum: from its surviving member, or from a stored EtcdSnapshot. Destructive: what the plan in status lists as lost is gone.",
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".spec.clusterRef.name"
+    ),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Step", type_ = "string", json_path = ".status.step"),
+    printcolumn(name = "Survivor", type_ = "string", json_path = ".status.plan.member"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    category = "etcd"
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self == oldSelf").message(CEL_RECOVERY_IMMUTABLE))]
+pub struct EtcdRecoverySpec {
+    /// The EtcdCluster (same namespace) to rebuild. It keeps its name, Services, Secrets and
+    /// client URLs.
+    pub cluster_ref: LocalReference,
+    /// What to rebuild from.
+    pub source: RecoverySource,
+    /// DESTRUCTIVE. Lets the recovery act on a cluster that still has a working quorum: its
+    /// members are stopped, every member but the source is discarded (with its data), and with
+    /// a snapshot source every write after the snapshot is lost. Without it a recovery of a
+    /// healthy cluster fails before touching anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm_healthy_cluster_rollback: Option<bool>,
+}
+
+impl EtcdRecoverySpec {
+    /// Whether the user confirmed acting on a healthy cluster.
+    pub fn healthy_rollback_confirmed(&self) -> bool {
+        self.confirm_healthy_cluster_rollback == Some(true)
+    }
+}
+
+/// Exactly one of `survivor` or `snapshot`. (A snapshot given by its S3 object or PVC file
+/// rather than an EtcdSnapshot is not part of the API yet.)
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.survivor) != has(self.snapshot)").message(CEL_RECOVERY_ONE_SOURCE))]
+pub struct RecoverySource {
+    /// Rebuild from a member that still holds its data: the one with the highest raft
+    /// (term, index), or the one named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub survivor: Option<SurvivorSource>,
+    /// Rebuild from a Complete EtcdSnapshot of this cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<LocalReference>,
+}
+
+/// Which member survives.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SurvivorSource {
+    /// The EtcdMember to rebuild from. Unset: the member whose etcd reports the highest raft
+    /// (term, index), i.e. the most data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub member: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RecoveryPhase {
+    /// Not started: waiting (the cluster is missing, another recovery runs, no survivor
+    /// answers yet). Nothing has been changed.
+    #[default]
+    Pending,
+    /// The plan is recorded and the steps are being taken.
+    Running,
+    Complete,
+    Failed,
+}
+
+impl RecoveryPhase {
+    /// Complete and Failed never change again (a finished recovery is never re-run).
+    pub fn is_terminal(self) -> bool {
+        matches!(self, RecoveryPhase::Complete | RecoveryPhase::Failed)
+    }
+}
+
+/// The steps of a recovery from a survivor, in order. `status.step` names the step being
+/// taken; it is written before the step acts, and every step can be taken again after an
+/// operator restart (each is idempotent).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+pub enum RecoveryStep {
+    /// Annotate the EtcdCluster ([`RECOVERY_ANNOTATION`]): the cluster controller holds.
+    PauseCluster,
+    /// Every member dormant: their Pods are deleted, their PVCs kept.
+    StopMembers,
+    /// The survivor's Pod starts with `--force-new-cluster` until etcd lists it alone.
+    ForceNewCluster,
+    /// The survivor's Pod starts again without the flag.
+    RestartSurvivor,
+    /// The other EtcdMembers (and their PVCs) are deleted.
+    RemoveOthers,
+    /// The annotation goes: the cluster controller adds members back as learners, one at a
+    /// time, with fresh data.
+    ResumeCluster,
+    /// Waiting for the cluster to be Available with all its replicas.
+    WaitAvailable,
+}
+
+impl RecoveryStep {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecoveryStep::PauseCluster => "PauseCluster",
+            RecoveryStep::StopMembers => "StopMembers",
+            RecoveryStep::ForceNewCluster => "ForceNewCluster",
+            RecoveryStep::RestartSurvivor => "RestartSurvivor",
+            RecoveryStep::RemoveOthers => "RemoveOthers",
+            RecoveryStep::ResumeCluster => "ResumeCluster",
+            RecoveryStep::WaitAvailable => "WaitAvailable",
+        }
+    }
+
+    /// The step after this one (`None` after the last).
+    pub fn next(self) -> Option<RecoveryStep> {
+        match self {
+            RecoveryStep::PauseCluster => Some(RecoveryStep::StopMembers),
+            RecoveryStep::StopMembers => Some(RecoveryStep::ForceNewCluster),
+            RecoveryStep::ForceNewCluster => Some(RecoveryStep::RestartSurvivor),
+            RecoveryStep::RestartSurvivor => Some(RecoveryStep::RemoveOthers),
+            RecoveryStep::RemoveOthers => Some(RecoveryStep::ResumeCluster),
+            RecoveryStep::ResumeCluster => Some(RecoveryStep::WaitAvailable),
+            RecoveryStep::WaitAvailable => None,
+        }
+    }
+}
+
+/// What one member's etcd reported when the plan was made.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryCandidate {
+    /// The EtcdMember.
+    pub name: String,
+    /// Its etcd's raft term, index and MVCC revision (unset when it did not answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raft_term: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raft_index: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// Why it was not asked or did not answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The plan, written before anything is changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryPlan {
+    /// The surviving EtcdMember.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    /// Its etcd member ID (16 hex digits), kept across the recovery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_id: Option<String>,
+    /// Its raft term and index and its MVCC revision when the plan was made: the recovered
+    /// cluster holds exactly what it held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raft_term: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raft_index: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// The cluster ID etcd keeps across `--force-new-cluster`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    /// Every member considered, with what its etcd reported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub candidates: Vec<RecoveryCandidate>,
+    /// The EtcdMembers that are deleted with their PVCs and replaced by new, empty members.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub discarded_members: Vec<String>,
+    /// What will be lost, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<String>,
+}
+
+/// The outcome of a Complete recovery.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryResult {
+    /// The cluster ID etcd answers with afterwards (the same as before for a survivor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    /// The EtcdMembers the cluster controller added back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members_re_added: Vec<String>,
+    /// Keys in the cluster at the end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<i64>,
+    /// The cluster's MVCC revision at the end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdRecoveryStatus {
+    /// Pending → Running → Complete | Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<RecoveryPhase>,
+    /// The step being taken (recorded before it acts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<RecoveryStep>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<RecoveryPlan>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<RecoveryResult>,
+    /// The UID of the survivor's Pod that ran with `--force-new-cluster` (the one Pod that
+    /// must be restarted without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forced_pod_uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

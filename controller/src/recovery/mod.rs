@@ -1,0 +1,634 @@
+//! The EtcdRecovery controller, its I/O shell: observes the recovery, its cluster, the
+//! cluster's EtcdMembers and their Pods and what each member's etcd says about itself, asks
+//! [`plan::next`] for the one thing to do, does it and writes status. Phases go `Pending` →
+//! `Running` → `Complete` | `Failed`; terminal phases never change. The plan is written before
+//! any step acts, and each step before its work, so an operator restarted anywhere resumes.
+//!
+//! It touches a cluster only through what the other controllers already honour: the cluster's
+//! [`RECOVERY_ANNOTATION`] (the cluster controller holds), a member's `spec.dormant` (the member
+//! controller deletes its Pod and keeps its PVC), the survivor's [`FORCE_NEW_CLUSTER_ANNOTATION`]
+//! (its Pod is built with `--force-new-cluster`), the deletion of the survivor's one forced Pod
+//! and of the discarded EtcdMembers (their cleanup finalizer finds them gone from etcd). Adding
+//! the members back is the cluster controller's normal scale-up.
+
+pub mod plan;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::conditions::{reason, recovery as ctype};
+use api::labels;
+use api::v1alpha2::{
+    EtcdCluster, EtcdMember, EtcdRecovery, EtcdRecoveryStatus, RecoveryPhase, RecoveryResult,
+    RecoveryStep, FORCE_NEW_CLUSTER_ANNOTATION, RECOVERY_ANNOTATION,
+};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::Action as Requeue;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::conditions::set_condition;
+use crate::context::Context;
+use crate::etcd::access::{Access, User};
+use crate::etcd::format_id;
+use crate::events::{Action, Reason};
+use crate::pods::pod_view;
+use crate::{shell, topology, Error};
+use plan::{ClusterFacts, EtcdFacts, Facts, MemberFacts, Next, PodFacts, Source, Work};
+
+/// How long one member's etcd may take to answer `Status` and `MemberList`.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(3);
+/// How often a waiting recovery looks again (Pods starting, members being deleted, the
+/// cluster controller adding members back: none of it is an event on the EtcdRecovery).
+const RECHECK: Duration = Duration::from_secs(3);
+/// How soon a recovery looks again after a step.
+const SOON: Duration = Duration::from_millis(200);
+
+/// Reconcile one EtcdRecovery (run through [`crate::shell::reconcile`]: timing, metrics and the
+/// error policy are the shell's).
+pub async fn reconcile(recovery: Arc<EtcdRecovery>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let ns = recovery.namespace().ok_or(Error::NoNamespace)?;
+    let api: Api<EtcdRecovery> = Api::namespaced(ctx.client.clone(), &ns);
+    // The cache may lag behind our own status writes: decide from the stored object.
+    let Some(recovery) = api.get_opt(&recovery.name_any()).await? else {
+        return Ok(Requeue::await_change());
+    };
+    let status = recovery.status.clone().unwrap_or_default();
+    if status.phase.is_some_and(RecoveryPhase::is_terminal)
+        || recovery.metadata.deletion_timestamp.is_some()
+    {
+        return Ok(Requeue::await_change());
+    }
+    let cluster_name = recovery.spec.cluster_ref.name.clone();
+    let cluster = Api::<EtcdCluster>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(&cluster_name)
+        .await?;
+    let facts = observe(&ctx, &ns, &api, &recovery, cluster.as_ref()).await?;
+    let next = plan::next(&facts);
+    let now = Timestamp::now();
+    let name = recovery.name_any();
+    match next {
+        Next::Wait { reason, message } => {
+            let mut new = status.clone();
+            ready(&recovery, &mut new, false, reason, message, now);
+            write_if_changed(&api, &recovery, &new).await?;
+            Ok(Requeue::requeue(RECHECK))
+        }
+        Next::Fail { reason, message } => {
+            let mut new = status.clone();
+            new.phase = Some(RecoveryPhase::Failed);
+            new.completed_at = Some(Time(now));
+            ready(&recovery, &mut new, false, reason, message.clone(), now);
+            write(&api, &recovery, &new).await?;
+            tracing::warn!(recovery = %name, namespace = %ns, %message, "recovery failed");
+            ctx.event(
+                &recovery,
+                true,
+                Reason::RecoveryFailed,
+                Action::Fail,
+                message,
+            )
+            .await;
+            Ok(Requeue::await_change())
+        }
+        Next::RecordPlan(p) => {
+            let mut new = status.clone();
+            let note = format!(
+                "plan: rebuild cluster {cluster_name} from {} (raft term {}, index {}, revision \
+                 {}); {}",
+                p.member.clone().unwrap_or_default(),
+                p.raft_term.unwrap_or_default(),
+                p.raft_index.unwrap_or_default(),
+                p.revision.unwrap_or_default(),
+                p.lost.clone().unwrap_or_default()
+            );
+            new.plan = Some(p);
+            new.phase = Some(RecoveryPhase::Running);
+            new.step = Some(RecoveryStep::PauseCluster);
+            new.started_at = Some(Time(now));
+            ready(
+                &recovery,
+                &mut new,
+                false,
+                reason::RECOVERING,
+                note.clone(),
+                now,
+            );
+            write(&api, &recovery, &new).await?;
+            tracing::info!(recovery = %name, namespace = %ns, %note, "recovery planned");
+            ctx.event(
+                &recovery,
+                false,
+                Reason::RecoveryPlanned,
+                Action::Recover,
+                note,
+            )
+            .await;
+            Ok(Requeue::requeue(SOON))
+        }
+        Next::Advance(step) => {
+            let mut new = status.clone();
+            new.step = Some(step);
+            let note = format!("step {}", step.as_str());
+            ready(
+                &recovery,
+                &mut new,
+                false,
+                reason::RECOVERING,
+                note.clone(),
+                now,
+            );
+            write(&api, &recovery, &new).await?;
+            ctx.event(
+                &recovery,
+                false,
+                Reason::RecoveryStep,
+                Action::Recover,
+                note,
+            )
+            .await;
+            Ok(Requeue::requeue(SOON))
+        }
+        Next::Act(work) => {
+            act(&ctx, &ns, &api, &recovery, &status, &cluster_name, work).await?;
+            Ok(Requeue::requeue(SOON))
+        }
+        Next::Complete => {
+            let mut new = status.clone();
+            let result = result_of(&ctx, &ns, &facts, cluster.as_ref()).await;
+            let note = format!(
+                "cluster {cluster_name} is Available again with {} member(s) re-added ({}); \
+                 cluster ID {}, {} keys at revision {}",
+                result.members_re_added.len(),
+                result.members_re_added.join(", "),
+                result
+                    .cluster_id
+                    .clone()
+                    .unwrap_or_else(|| "unknown".into()),
+                result
+                    .keys
+                    .map_or_else(|| "unknown".to_string(), |k| k.to_string()),
+                result
+                    .revision
+                    .map_or_else(|| "unknown".to_string(), |r| r.to_string()),
+            );
+            new.result = Some(result);
+            new.phase = Some(RecoveryPhase::Complete);
+            new.completed_at = Some(Time(now));
+            ready(
+                &recovery,
+                &mut new,
+                true,
+                reason::COMPLETE,
+                note.clone(),
+                now,
+            );
+            write(&api, &recovery, &new).await?;
+            tracing::info!(recovery = %name, namespace = %ns, %note, "recovery complete");
+            ctx.event(
+                &recovery,
+                false,
+                Reason::RecoveryComplete,
+                Action::Complete,
+                note,
+            )
+            .await;
+            Ok(Requeue::await_change())
+        }
+    }
+}
+
+fn ready(
+    recovery: &EtcdRecovery,
+    status: &mut EtcdRecoveryStatus,
+    ok: bool,
+    reason: &str,
+    message: String,
+    now: Timestamp,
+) {
+    let generation = recovery.metadata.generation;
+    status.observed_generation = generation;
+    if status.phase.is_none() {
+        status.phase = Some(RecoveryPhase::Pending);
+    }
+    set_condition(
+        &mut status.conditions,
+        ctype::READY,
+        ok,
+        reason,
+        message,
+        generation,
+        now,
+    );
+}
+
+async fn write(
+    api: &Api<EtcdRecovery>,
+    recovery: &EtcdRecovery,
+    status: &EtcdRecoveryStatus,
+) -> Result<EtcdRecovery, Error> {
+    shell::write_status(api, recovery, recovery.status.as_ref(), status).await
+}
+
+async fn write_if_changed(
+    api: &Api<EtcdRecovery>,
+    recovery: &EtcdRecovery,
+    status: &EtcdRecoveryStatus,
+) -> Result<(), Error> {
+    if recovery.status.as_ref() != Some(status) {
+        write(api, recovery, status).await?;
+    }
+    Ok(())
+}
+
+/// Everything [`plan::next`] reads. etcd is asked only where the plan needs it: every running
+/// member before the plan, the survivor while it is restarted.
+async fn observe(
+    ctx: &Context,
+    ns: &str,
+    api: &Api<EtcdRecovery>,
+    recovery: &EtcdRecovery,
+    cluster: Option<&EtcdCluster>,
+) -> Result<Facts, Error> {
+    let status = recovery.status.clone().unwrap_or_default();
+    let source = &recovery.spec.source;
+    let source = match (&source.survivor, &source.snapshot) {
+        (_, Some(snapshot)) => Source::Snapshot(snapshot.name.clone()),
+        (survivor, None) => Source::Survivor {
+            member: survivor.as_ref().and_then(|s| s.member.clone()),
+        },
+    };
+    let mut facts = Facts {
+        name: recovery.name_any(),
+        cluster_name: recovery.spec.cluster_ref.name.clone(),
+        phase: status.phase.unwrap_or_default(),
+        step: status.step,
+        plan: status.plan.clone(),
+        forced_pod_uid: status.forced_pod_uid.clone(),
+        source,
+        confirmed: recovery.spec.healthy_rollback_confirmed(),
+        cluster: None,
+        other_recovery: None,
+        members: Vec::new(),
+    };
+    let Some(cluster) = cluster else {
+        return Ok(facts);
+    };
+    let cluster_status = cluster.status.clone().unwrap_or_default();
+    let available = cluster_status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == api::conditions::cluster::AVAILABLE && c.status == "True")
+        && cluster_status.ready_members >= cluster.spec.replicas;
+    facts.cluster = Some(ClusterFacts {
+        held_by: cluster.annotations().get(RECOVERY_ANNOTATION).cloned(),
+        replicas: cluster.spec.replicas,
+        cluster_id: cluster_status.cluster_id.clone(),
+        available,
+    });
+    if facts.plan.is_none() {
+        facts.other_recovery = first_other_recovery(api, recovery, cluster).await?;
+    }
+
+    let selector = ListParams::default().labels(&labels::cluster_selector(&cluster.name_any()));
+    let members: Vec<EtcdMember> = Api::<EtcdMember>::namespaced(ctx.client.clone(), ns)
+        .list(&selector)
+        .await?
+        .items
+        .into_iter()
+        .filter(|m| m.spec.cluster_name == cluster.name_any())
+        .collect();
+    let pods: BTreeMap<String, Pod> = Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .list(&selector)
+        .await?
+        .items
+        .into_iter()
+        .map(|p| (p.name_any(), p))
+        .collect();
+    let survivor = facts.plan.as_ref().and_then(|p| p.member.clone());
+    let (planned, step) = (facts.plan.is_some(), facts.step);
+    let ask = |m: &EtcdMember| match (planned, step) {
+        (false, _) => true,
+        (true, Some(RecoveryStep::ForceNewCluster | RecoveryStep::RestartSurvivor)) => {
+            survivor.as_deref() == Some(m.name_any().as_str())
+        }
+        _ => false,
+    };
+    let mut access: Option<Result<Access, String>> = None;
+    for member in &members {
+        let name = member.name_any();
+        let pod = pods.get(&name).map(|p| {
+            let view = pod_view(p);
+            PodFacts {
+                uid: view.uid,
+                ready: view.ready,
+                deleting: p.metadata.deletion_timestamp.is_some(),
+                force_new_cluster: runs_force_new_cluster(p),
+            }
+        });
+        let mut facts_of = MemberFacts {
+            name: name.clone(),
+            dormant: member.spec.dormant,
+            forced: member
+                .annotations()
+                .contains_key(FORCE_NEW_CLUSTER_ANNOTATION),
+            deleting: member.metadata.deletion_timestamp.is_some(),
+            pod: pod.clone(),
+            etcd: None,
+            note: None,
+        };
+        match &pod {
+            None => facts_of.note = Some("no Pod".to_string()),
+            Some(p) if p.deleting => facts_of.note = Some("its Pod is being deleted".to_string()),
+            Some(_) if ask(member) => {
+                if access.is_none() {
+                    access = Some(
+                        Access::load_or_why(&ctx.client, &ctx.metrics, cluster, User::Anonymous)
+                            .await?,
+                    );
+                }
+                match access.as_ref() {
+                    Some(Ok(access)) => {
+                        let url = topology::client_url(member, cluster);
+                        match ask_member(access, &url).await {
+                            Ok(e) => facts_of.etcd = Some(e),
+                            Err(why) => facts_of.note = Some(why),
+                        }
+                    }
+                    Some(Err(why)) => facts_of.note = Some(why.clone()),
+                    None => {}
+                }
+            }
+            Some(_) => {}
+        }
+        facts.members.push(facts_of);
+    }
+    Ok(facts)
+}
+
+/// Whether the Pod's etcd container was started with `--force-new-cluster`.
+fn runs_force_new_cluster(pod: &Pod) -> bool {
+    pod.spec.iter().flat_map(|s| &s.containers).any(|c| {
+        c.args
+            .iter()
+            .flatten()
+            .chain(c.command.iter().flatten())
+            .any(|a| a == "--force-new-cluster")
+    })
+}
+
+/// What one member's etcd says about itself, from its own process.
+async fn ask_member(access: &Access, url: &str) -> Result<EtcdFacts, String> {
+    let asked = async {
+        let mut client = access
+            .dial_with_timeout(&[url.to_string()], STATUS_TIMEOUT)
+            .await?;
+        let status = client.member_status().await?;
+        let (_, listed) = client.member_list().await?;
+        Ok::<_, crate::etcd::EtcdError>((status, listed.len()))
+    }
+    .await;
+    match asked {
+        Ok((s, members)) => Ok(EtcdFacts {
+            member_id: s.member_id,
+            cluster_id: s.cluster_id,
+            leader: s.leader,
+            raft_term: s.raft_term,
+            raft_index: s.raft_index,
+            revision: s.revision,
+            members,
+        }),
+        Err(e) => Err(format!("its etcd did not answer: {}", e.stable_message())),
+    }
+}
+
+/// An unfinished EtcdRecovery of the same cluster that goes first: the one holding the cluster,
+/// else the oldest (by creation, then name).
+async fn first_other_recovery(
+    api: &Api<EtcdRecovery>,
+    recovery: &EtcdRecovery,
+    cluster: &EtcdCluster,
+) -> Result<Option<String>, Error> {
+    let me = recovery.name_any();
+    if let Some(holder) = cluster.annotations().get(RECOVERY_ANNOTATION) {
+        if *holder != me {
+            return Ok(Some(holder.clone()));
+        }
+    }
+    let key = |r: &EtcdRecovery| {
+        (
+            r.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            r.name_any(),
+        )
+    };
+    let mine = key(recovery);
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|r| r.name_any() != me)
+        .filter(|r| r.spec.cluster_ref.name == recovery.spec.cluster_ref.name)
+        .filter(|r| {
+            !r.status
+                .as_ref()
+                .and_then(|s| s.phase)
+                .is_some_and(RecoveryPhase::is_terminal)
+        })
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .filter(|r| key(r) < mine)
+        .map(|r| r.name_any())
+        .next())
+}
+
+/// Do the work of the current step, announce it, and record what must be remembered.
+async fn act(
+    ctx: &Context,
+    ns: &str,
+    api: &Api<EtcdRecovery>,
+    recovery: &EtcdRecovery,
+    status: &EtcdRecoveryStatus,
+    cluster_name: &str,
+    work: Work,
+) -> Result<(), Error> {
+    let name = recovery.name_any();
+    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), ns);
+    let members: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), ns);
+    let merge = |v: serde_json::Value| Patch::Merge(v);
+    let params = PatchParams::default();
+    let (action, note) = match work {
+        Work::HoldCluster => {
+            let patch = json!({"metadata": {"annotations": {RECOVERY_ANNOTATION: name}}});
+            clusters.patch(cluster_name, &params, &merge(patch)).await?;
+            (
+                Action::Annotate,
+                format!(
+                    "set {RECOVERY_ANNOTATION}={name} on EtcdCluster {cluster_name}: the cluster \
+                     controller holds every membership change"
+                ),
+            )
+        }
+        Work::StopMembers(names) => {
+            let patch = json!({"spec": {"dormant": true}});
+            for member in &names {
+                members
+                    .patch(member, &params, &merge(patch.clone()))
+                    .await?;
+            }
+            (
+                Action::SetDormant,
+                format!(
+                    "stopping members {}: dormant, their Pods are deleted and their PVCs kept",
+                    names.join(", ")
+                ),
+            )
+        }
+        Work::ForceSurvivor(member) => {
+            let patch = json!({
+                "metadata": {"annotations": {FORCE_NEW_CLUSTER_ANNOTATION: name}},
+                "spec": {"dormant": false},
+            });
+            members.patch(&member, &params, &merge(patch)).await?;
+            (
+                Action::WakeDormant,
+                format!("starting {member} once with --force-new-cluster"),
+            )
+        }
+        Work::RecordForcedPod(uid) => {
+            let mut new = status.clone();
+            new.forced_pod_uid = Some(uid.clone());
+            write(api, recovery, &new).await?;
+            (
+                Action::Recover,
+                format!("the survivor runs alone as a one-member cluster (Pod UID {uid})"),
+            )
+        }
+        Work::UnforceSurvivor(member) => {
+            let patch = json!({"metadata": {"annotations": {FORCE_NEW_CLUSTER_ANNOTATION: null}}});
+            members.patch(&member, &params, &merge(patch)).await?;
+            (
+                Action::Annotate,
+                format!("removed {FORCE_NEW_CLUSTER_ANNOTATION} from {member}"),
+            )
+        }
+        Work::RestartPod { member, uid } => {
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match pods.delete(&member, &params).await {
+                Ok(_) => {}
+                // Gone already, or another Pod by now: the forced one is not running.
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+            (
+                Action::RestartMember,
+                format!("restarting {member} without --force-new-cluster"),
+            )
+        }
+        Work::DeleteMembers(names) => {
+            for member in &names {
+                match members.delete(member, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            (
+                Action::DeleteMember,
+                format!(
+                    "deleting the discarded members {} with their PVCs; the cluster controller \
+                     adds new ones",
+                    names.join(", ")
+                ),
+            )
+        }
+        Work::ReleaseCluster => {
+            let patch = json!({"metadata": {"annotations": {RECOVERY_ANNOTATION: null}}});
+            clusters.patch(cluster_name, &params, &merge(patch)).await?;
+            (
+                Action::Annotate,
+                format!(
+                    "removed {RECOVERY_ANNOTATION} from EtcdCluster {cluster_name}: the cluster \
+                     controller adds the members back"
+                ),
+            )
+        }
+    };
+    tracing::info!(recovery = %name, namespace = %ns, %note, "recovery step");
+    ctx.event(recovery, false, Reason::RecoveryStep, action, note)
+        .await;
+    Ok(())
+}
+
+/// What the recovered cluster holds: its cluster ID, its keys and revision (asked through its
+/// ready members as root), and the members added back.
+async fn result_of(
+    ctx: &Context,
+    ns: &str,
+    facts: &Facts,
+    cluster: Option<&EtcdCluster>,
+) -> RecoveryResult {
+    let survivor = facts.plan.as_ref().and_then(|p| p.member.clone());
+    let mut result = RecoveryResult {
+        members_re_added: facts
+            .members
+            .iter()
+            .filter(|m| Some(&m.name) != survivor.as_ref())
+            .map(|m| m.name.clone())
+            .collect(),
+        ..Default::default()
+    };
+    let Some(cluster) = cluster else {
+        return result;
+    };
+    let selector = ListParams::default().labels(&labels::cluster_selector(&cluster.name_any()));
+    let Ok(members) = Api::<EtcdMember>::namespaced(ctx.client.clone(), ns)
+        .list(&selector)
+        .await
+    else {
+        return result;
+    };
+    let ready: Vec<&str> = facts
+        .members
+        .iter()
+        .filter(|m| m.pod.as_ref().is_some_and(|p| p.ready))
+        .map(|m| m.name.as_str())
+        .collect();
+    let urls: Vec<String> = members
+        .items
+        .iter()
+        .filter(|m| ready.contains(&m.name_any().as_str()))
+        .map(|m| topology::client_url(m, cluster))
+        .collect();
+    let asked = async {
+        let access = Access::load(&ctx.client, &ctx.metrics, cluster, User::Root)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut client = access.dial(&urls).await.map_err(|e| e.stable_message())?;
+        let (id, _) = client.member_list().await.map_err(|e| e.stable_message())?;
+        let (keys, revision) = client.key_count().await.map_err(|e| e.stable_message())?;
+        Ok::<_, String>((id, keys, revision))
+    }
+    .await;
+    match asked {
+        Ok((id, keys, revision)) => {
+            result.cluster_id = Some(format_id(id));
+            result.keys = Some(keys);
+            result.revision = Some(revision);
+        }
+        Err(e) => {
+            tracing::warn!(cluster = %cluster.name_any(), error = %e, "cannot read the recovered cluster's keys");
+        }
+    }
+    result
+}

@@ -1,0 +1,566 @@
+//! The recovery planner: from what the recovery controller observed — the EtcdRecovery, its
+//! cluster, the cluster's EtcdMembers, their Pods and what each member's etcd says about itself —
+//! to the one thing this reconcile does. Pure; the reconciler around it only reads, performs the
+//! work and writes status.
+//!
+//! A recovery from a survivor goes through the steps of [`RecoveryStep`] in order. The step is
+//! recorded in `status.step` before its work is done, and each step is recognised from the world
+//! as it is (a member already dormant, a Pod already restarted), so an operator that dies
+//! anywhere resumes where it stopped without doing anything twice.
+
+use api::conditions::reason;
+use api::v1alpha2::{RecoveryCandidate, RecoveryPhase, RecoveryPlan, RecoveryStep};
+
+use crate::etcd::format_id;
+
+/// What the recovery rebuilds from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The member with the highest raft (term, index), or the one named.
+    Survivor { member: Option<String> },
+    /// A stored EtcdSnapshot (not built yet).
+    Snapshot(String),
+}
+
+/// What one member's etcd says about itself (the Maintenance `Status` call answered by its own
+/// process), with the membership it sees.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EtcdFacts {
+    pub member_id: u64,
+    pub cluster_id: u64,
+    /// The leader it follows (0: none).
+    pub leader: u64,
+    pub raft_term: u64,
+    pub raft_index: u64,
+    pub revision: i64,
+    /// How many members its own (serializable) member list holds.
+    pub members: usize,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodFacts {
+    pub uid: String,
+    pub ready: bool,
+    pub deleting: bool,
+    /// Its etcd runs with `--force-new-cluster` (read from the Pod's own command line).
+    pub force_new_cluster: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberFacts {
+    pub name: String,
+    pub dormant: bool,
+    /// Carries [`api::v1alpha2::FORCE_NEW_CLUSTER_ANNOTATION`].
+    pub forced: bool,
+    pub deleting: bool,
+    pub pod: Option<PodFacts>,
+    /// What its etcd answered, when it was asked and answered.
+    pub etcd: Option<EtcdFacts>,
+    /// Why it was not asked or did not answer.
+    pub note: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterFacts {
+    /// The value of [`api::v1alpha2::RECOVERY_ANNOTATION`]: the recovery that holds it.
+    pub held_by: Option<String>,
+    pub replicas: i32,
+    /// `status.clusterID`.
+    pub cluster_id: Option<String>,
+    /// `Available=True` with `readyMembers` at `spec.replicas`.
+    pub available: bool,
+}
+
+/// Everything the planner reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Facts {
+    /// The EtcdRecovery's name.
+    pub name: String,
+    /// `spec.clusterRef.name`.
+    pub cluster_name: String,
+    pub phase: RecoveryPhase,
+    pub step: Option<RecoveryStep>,
+    pub plan: Option<RecoveryPlan>,
+    pub forced_pod_uid: Option<String>,
+    pub source: Source,
+    pub confirmed: bool,
+    pub cluster: Option<ClusterFacts>,
+    /// An unfinished EtcdRecovery of the same cluster that goes first (it holds the cluster, or
+    /// it was created earlier).
+    pub other_recovery: Option<String>,
+    pub members: Vec<MemberFacts>,
+}
+
+/// The work of a step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// Set [`api::v1alpha2::RECOVERY_ANNOTATION`] on the cluster.
+    HoldCluster,
+    /// Make these members dormant (their Pods go, their PVCs stay).
+    StopMembers(Vec<String>),
+    /// Annotate the survivor for `--force-new-cluster` and wake it.
+    ForceSurvivor(String),
+    /// Remember the Pod that runs with `--force-new-cluster` (its UID).
+    RecordForcedPod(String),
+    /// Remove the annotation from the survivor.
+    UnforceSurvivor(String),
+    /// Delete the survivor's Pod that ran with the flag (by name, with this UID).
+    RestartPod { member: String, uid: String },
+    /// Delete the discarded EtcdMembers (their finalizer finds them gone from etcd).
+    DeleteMembers(Vec<String>),
+    /// Remove [`api::v1alpha2::RECOVERY_ANNOTATION`] from the cluster.
+    ReleaseCluster,
+}
+
+/// The planner's verdict.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing to do now; look again soon. The Ready condition says why.
+    Wait {
+        reason: &'static str,
+        message: String,
+    },
+    /// Fail before anything was changed (or nothing more can be done).
+    Fail {
+        reason: &'static str,
+        message: String,
+    },
+    /// Record the plan (phase Running, first step) before any step acts.
+    RecordPlan(RecoveryPlan),
+    /// Record that the recovery moves on to this step.
+    Advance(RecoveryStep),
+    /// Do the work of the current step.
+    Act(Work),
+    /// Every step is done and the cluster is Available.
+    Complete,
+}
+
+fn wait(reason: &'static str, message: impl Into<String>) -> Next {
+    Next::Wait {
+        reason,
+        message: message.into(),
+    }
+}
+
+fn fail(reason: &'static str, message: impl Into<String>) -> Next {
+    Next::Fail {
+        reason,
+        message: message.into(),
+    }
+}
+
+/// A cluster with a working quorum: a member follows a leader. (A leader exists only while a
+/// majority of voters reach it; etcd's CheckQuorum makes a cut-off leader step down.)
+fn has_quorum(members: &[MemberFacts]) -> Option<&MemberFacts> {
+    members
+        .iter()
+        .find(|m| m.etcd.as_ref().is_some_and(|e| e.leader != 0))
+}
+
+/// The member to rebuild from: the named one, or the one with the highest (term, index), then
+/// revision, then name (for a stable choice). Only members whose etcd answered with the
+/// cluster's own ID count: the raft position is read from etcd, never guessed.
+fn choose_survivor<'a>(
+    members: &'a [MemberFacts],
+    named: Option<&str>,
+    cluster_id: Option<u64>,
+) -> Result<&'a MemberFacts, Box<Next>> {
+    let same_cluster = |e: &EtcdFacts| cluster_id.is_none_or(|id| id == e.cluster_id);
+    if let Some(named) = named {
+        let Some(m) = members.iter().find(|m| m.name == named) else {
+            return Err(Box::new(fail(
+                reason::RECOVERY_NOT_POSSIBLE,
+                format!(
+                    "spec.source.survivor.member names {named}, which is not an EtcdMember of \
+                     this cluster (its members: {}); create a new EtcdRecovery naming one of \
+                     them, or none to take the one with the most data",
+                    names(members)
+                ),
+            )));
+        };
+        return match &m.etcd {
+            Some(e) if same_cluster(e) => Ok(m),
+            Some(e) => Err(Box::new(fail(
+                reason::RECOVERY_NOT_POSSIBLE,
+                format!(
+                    "member {named} answers with cluster ID {}, not this cluster's; it cannot \
+                     be the survivor",
+                    format_id(e.cluster_id)
+                ),
+            ))),
+            None => Err(Box::new(wait(
+                reason::WAITING_FOR_SURVIVOR,
+                format!(
+                    "member {named} (spec.source.survivor.member) does not answer: {}; its raft \
+                     term and index are read from its running etcd before anything is changed",
+                    m.note.as_deref().unwrap_or("its Pod is not running")
+                ),
+            ))),
+        };
+    }
+    members
+        .iter()
+        .filter(|m| m.etcd.as_ref().is_some_and(same_cluster))
+        .max_by(|a, b| {
+            let key = |m: &MemberFacts| {
+                let e = m.etcd.clone().unwrap_or_default();
+                (e.raft_term, e.raft_index, e.revision)
+            };
+            key(a).cmp(&key(b)).then_with(|| b.name.cmp(&a.name))
+        })
+        .ok_or_else(|| {
+            Box::new(wait(
+                reason::WAITING_FOR_SURVIVOR,
+                format!(
+                    "no member of the cluster answers ({}); a survivor's raft term and index are \
+                     read from its running etcd, so at least one member holding data must run",
+                    members
+                        .iter()
+                        .map(|m| format!(
+                            "{}: {}",
+                            m.name,
+                            m.note.as_deref().unwrap_or("no answer")
+                        ))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+            ))
+        })
+}
+
+fn names(members: &[MemberFacts]) -> String {
+    let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
+fn as_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The plan of a recovery from `survivor`: what it holds, and what the others lose.
+fn plan_of(survivor: &MemberFacts, members: &[MemberFacts]) -> RecoveryPlan {
+    let e = survivor.etcd.clone().unwrap_or_default();
+    let candidates = members
+        .iter()
+        .map(|m| RecoveryCandidate {
+            name: m.name.clone(),
+            raft_term: m.etcd.as_ref().map(|e| as_i64(e.raft_term)),
+            raft_index: m.etcd.as_ref().map(|e| as_i64(e.raft_index)),
+            revision: m.etcd.as_ref().map(|e| e.revision),
+            note: m.note.clone(),
+        })
+        .collect();
+    let discarded: Vec<String> = members
+        .iter()
+        .filter(|m| m.name != survivor.name)
+        .map(|m| m.name.clone())
+        .collect();
+    let ahead: Vec<String> = members
+        .iter()
+        .filter(|m| m.name != survivor.name)
+        .filter_map(|m| {
+            let o = m.etcd.as_ref()?;
+            ((o.raft_term, o.raft_index) > (e.raft_term, e.raft_index)).then(|| {
+                format!(
+                    "{} is at term {} index {} (revision {}), ahead of the survivor",
+                    m.name, o.raft_term, o.raft_index, o.revision
+                )
+            })
+        })
+        .collect();
+    let mut lost = format!(
+        "the cluster is rebuilt from {} at raft term {} index {} (revision {}): every write it \
+         holds is kept. The data of {} is discarded: those members are deleted with their PVCs \
+         and replaced by new, empty members that copy the survivor's data. A write that no \
+         member but a discarded one had stored is lost.",
+        survivor.name,
+        e.raft_term,
+        e.raft_index,
+        e.revision,
+        if discarded.is_empty() {
+            "no other member".to_string()
+        } else {
+            discarded.join(", ")
+        }
+    );
+    if !ahead.is_empty() {
+        lost.push_str(&format!(
+            " The named survivor is behind: {}; what they hold beyond it is lost.",
+            ahead.join("; ")
+        ));
+    }
+    RecoveryPlan {
+        member: Some(survivor.name.clone()),
+        member_id: Some(format_id(e.member_id)),
+        raft_term: Some(as_i64(e.raft_term)),
+        raft_index: Some(as_i64(e.raft_index)),
+        revision: Some(e.revision),
+        cluster_id: Some(format_id(e.cluster_id)),
+        candidates,
+        discarded_members: discarded,
+        lost: Some(lost),
+    }
+}
+
+/// Before the plan: whether and from what the recovery may act.
+fn plan_first(f: &Facts, cluster: &ClusterFacts) -> Next {
+    let member = match &f.source {
+        Source::Snapshot(snapshot) => {
+            return fail(
+                reason::RECOVERY_NOT_POSSIBLE,
+                format!(
+                    "spec.source.snapshot ({snapshot}): an in-place recovery from a snapshot is \
+                     not built in this operator version; nothing was changed. Restore the \
+                     snapshot into a new EtcdCluster (spec.bootstrap.restore, see \
+                     docs/snapshots.md), or recover from a surviving member (spec.source.survivor)"
+                ),
+            )
+        }
+        Source::Survivor { member } => member.as_deref(),
+    };
+    if let Some(other) = &f.other_recovery {
+        return wait(
+            reason::WAITING_FOR_SURVIVOR,
+            format!(
+                "EtcdRecovery {other} of the same cluster goes first; recoveries of one cluster \
+                 never overlap"
+            ),
+        );
+    }
+    let Some(latched) = cluster.cluster_id.as_deref() else {
+        return fail(
+            reason::RECOVERY_NOT_POSSIBLE,
+            "the cluster never formed (status.clusterID is unset): there is nothing to recover; \
+             delete and recreate the EtcdCluster"
+                .to_string(),
+        );
+    };
+    if cluster.replicas == 0 {
+        return fail(
+            reason::RECOVERY_NOT_POSSIBLE,
+            "the cluster is paused (spec.replicas=0): resume it first (set spec.replicas), then \
+             create a new EtcdRecovery if it does not come back"
+                .to_string(),
+        );
+    }
+    if let (Some(m), false) = (has_quorum(&f.members), f.confirmed) {
+        return fail(
+            reason::HEALTHY_CLUSTER_NOT_CONFIRMED,
+            format!(
+                "the cluster has a working quorum (member {} follows leader {}): a recovery would \
+                 discard every member but one. Nothing was changed. If that is what you want, \
+                 create a new EtcdRecovery with spec.confirmHealthyClusterRollback: true",
+                m.name,
+                format_id(m.etcd.as_ref().map(|e| e.leader).unwrap_or_default())
+            ),
+        );
+    }
+    let latched_id = crate::etcd::parse_id(latched);
+    match choose_survivor(&f.members, member, latched_id) {
+        Ok(survivor) => Next::RecordPlan(plan_of(survivor, &f.members)),
+        Err(next) => *next,
+    }
+}
+
+/// The survivor's etcd runs alone: it lists itself only and leads.
+fn runs_alone(m: &MemberFacts) -> bool {
+    m.etcd
+        .as_ref()
+        .is_some_and(|e| e.members == 1 && e.leader == e.member_id && e.leader != 0)
+}
+
+pub fn next(f: &Facts) -> Next {
+    if f.phase.is_terminal() {
+        return Next::Wait {
+            reason: reason::COMPLETE,
+            message: String::new(),
+        };
+    }
+    let Some(cluster) = &f.cluster else {
+        return wait(
+            reason::CLUSTER_NOT_FOUND,
+            format!(
+                "EtcdCluster {} (spec.clusterRef.name) does not exist in this namespace",
+                f.cluster_name
+            ),
+        );
+    };
+    let (Some(plan), Some(step)) = (&f.plan, f.step) else {
+        return plan_first(f, cluster);
+    };
+    let Some(survivor_name) = plan.member.clone() else {
+        return fail(
+            reason::RECOVERY_NOT_POSSIBLE,
+            "status.plan names no member to rebuild from; create a new EtcdRecovery",
+        );
+    };
+    let survivor = f.members.iter().find(|m| m.name == survivor_name);
+    let others: Vec<&MemberFacts> = f
+        .members
+        .iter()
+        .filter(|m| m.name != survivor_name)
+        .collect();
+    let Some(survivor) = survivor else {
+        // Only this recovery ever deletes members while it holds the cluster, and never the
+        // survivor: its loss is a fault it cannot repair.
+        return fail(
+            reason::RECOVERY_NOT_POSSIBLE,
+            format!(
+                "the surviving member {survivor_name} is gone (its EtcdMember was deleted during \
+                 the recovery); the cluster stays held by this recovery: see \
+                 docs/disaster-recovery.md, 'A recovery that failed half-way'"
+            ),
+        );
+    };
+    match step {
+        RecoveryStep::PauseCluster => {
+            if cluster.held_by.as_deref() == Some(f.name.as_str()) {
+                Next::Advance(RecoveryStep::StopMembers)
+            } else {
+                Next::Act(Work::HoldCluster)
+            }
+        }
+        RecoveryStep::StopMembers => {
+            let running: Vec<String> = f
+                .members
+                .iter()
+                .filter(|m| !m.dormant && !m.deleting)
+                .map(|m| m.name.clone())
+                .collect();
+            if !running.is_empty() {
+                return Next::Act(Work::StopMembers(running));
+            }
+            let with_pods: Vec<&str> = f
+                .members
+                .iter()
+                .filter(|m| m.pod.is_some())
+                .map(|m| m.name.as_str())
+                .collect();
+            if with_pods.is_empty() {
+                Next::Advance(RecoveryStep::ForceNewCluster)
+            } else {
+                wait(
+                    reason::RECOVERING,
+                    format!(
+                        "stopping the members: waiting for the Pods of {} to go",
+                        with_pods.join(", ")
+                    ),
+                )
+            }
+        }
+        RecoveryStep::ForceNewCluster => {
+            if !survivor.forced || survivor.dormant {
+                return Next::Act(Work::ForceSurvivor(survivor_name));
+            }
+            match &survivor.pod {
+                Some(p)
+                    if p.ready && !p.deleting && p.force_new_cluster && runs_alone(survivor) =>
+                {
+                    if f.forced_pod_uid.as_deref() == Some(p.uid.as_str()) {
+                        Next::Advance(RecoveryStep::RestartSurvivor)
+                    } else {
+                        Next::Act(Work::RecordForcedPod(p.uid.clone()))
+                    }
+                }
+                _ => wait(
+                    reason::RECOVERING,
+                    format!(
+                        "waiting for {survivor_name} to start with --force-new-cluster and lead \
+                         a one-member cluster{}",
+                        survivor
+                            .note
+                            .as_deref()
+                            .map(|n| format!(" ({n})"))
+                            .unwrap_or_default()
+                    ),
+                ),
+            }
+        }
+        RecoveryStep::RestartSurvivor => {
+            if survivor.forced {
+                return Next::Act(Work::UnforceSurvivor(survivor_name));
+            }
+            match &survivor.pod {
+                // Whatever started it, a Pod whose etcd runs with the flag is restarted: a
+                // later restart of its container would force the membership down to this
+                // member again and drop every member added back by then.
+                Some(p)
+                    if p.force_new_cluster
+                        || f.forced_pod_uid.as_deref() == Some(p.uid.as_str()) =>
+                {
+                    if p.deleting {
+                        wait(
+                            reason::RECOVERING,
+                            format!("waiting for {survivor_name}'s Pod to stop"),
+                        )
+                    } else {
+                        Next::Act(Work::RestartPod {
+                            member: survivor_name,
+                            uid: p.uid.clone(),
+                        })
+                    }
+                }
+                Some(p) if p.ready && !p.deleting && runs_alone(survivor) => {
+                    Next::Advance(RecoveryStep::RemoveOthers)
+                }
+                _ => wait(
+                    reason::RECOVERING,
+                    format!("waiting for {survivor_name} to run again without --force-new-cluster"),
+                ),
+            }
+        }
+        RecoveryStep::RemoveOthers => {
+            let live: Vec<String> = others
+                .iter()
+                .filter(|m| !m.deleting)
+                .map(|m| m.name.clone())
+                .collect();
+            if !live.is_empty() {
+                return Next::Act(Work::DeleteMembers(live));
+            }
+            if others.is_empty() {
+                Next::Advance(RecoveryStep::ResumeCluster)
+            } else {
+                wait(
+                    reason::RECOVERING,
+                    format!(
+                        "waiting for the discarded members {} to be deleted",
+                        others
+                            .iter()
+                            .map(|m| m.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            }
+        }
+        RecoveryStep::ResumeCluster => {
+            if cluster.held_by.as_deref() == Some(f.name.as_str()) {
+                Next::Act(Work::ReleaseCluster)
+            } else {
+                Next::Advance(RecoveryStep::WaitAvailable)
+            }
+        }
+        RecoveryStep::WaitAvailable => {
+            if cluster.available {
+                Next::Complete
+            } else {
+                wait(
+                    reason::RECOVERING,
+                    format!(
+                        "the cluster runs from {survivor_name}; the cluster controller adds the \
+                         other {} member(s) back as learners, one at a time",
+                        (cluster.replicas - 1).max(0)
+                    ),
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

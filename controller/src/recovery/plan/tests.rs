@@ -1,0 +1,366 @@
+use super::*;
+
+const CLUSTER_ID: u64 = 0xabc;
+
+fn etcd(id: u64, term: u64, index: u64, leader: u64, members: usize) -> Option<EtcdFacts> {
+    Some(EtcdFacts {
+        member_id: id,
+        cluster_id: CLUSTER_ID,
+        leader,
+        raft_term: term,
+        raft_index: index,
+        revision: (index * 2) as i64,
+        members,
+    })
+}
+
+fn running(name: &str, etcd: Option<EtcdFacts>) -> MemberFacts {
+    MemberFacts {
+        name: name.into(),
+        pod: Some(PodFacts {
+            uid: format!("{name}-uid"),
+            ready: false,
+            deleting: false,
+            force_new_cluster: false,
+        }),
+        etcd,
+        ..Default::default()
+    }
+}
+
+fn lost(name: &str) -> MemberFacts {
+    MemberFacts {
+        name: name.into(),
+        note: Some("no Pod".into()),
+        ..Default::default()
+    }
+}
+
+fn facts(members: Vec<MemberFacts>) -> Facts {
+    Facts {
+        name: "rec".into(),
+        cluster_name: "c".into(),
+        phase: RecoveryPhase::Pending,
+        step: None,
+        plan: None,
+        forced_pod_uid: None,
+        source: Source::Survivor { member: None },
+        confirmed: false,
+        cluster: Some(ClusterFacts {
+            held_by: None,
+            replicas: 3,
+            cluster_id: Some(format_id(CLUSTER_ID)),
+            available: false,
+        }),
+        other_recovery: None,
+        members,
+    }
+}
+
+/// Facts of a recovery past its plan, at `step`, with survivor `a`.
+fn at(step: RecoveryStep, members: Vec<MemberFacts>) -> Facts {
+    let mut f = facts(members);
+    f.phase = RecoveryPhase::Running;
+    f.step = Some(step);
+    f.plan = Some(RecoveryPlan {
+        member: Some("a".into()),
+        ..Default::default()
+    });
+    f
+}
+
+fn planned(next: Next) -> RecoveryPlan {
+    match next {
+        Next::RecordPlan(p) => p,
+        other => panic!("expected a plan, got {other:?}"),
+    }
+}
+
+#[test]
+fn survivor_is_the_member_with_the_highest_term_then_index() {
+    let f = facts(vec![
+        running("a", etcd(1, 5, 100, 0, 3)),
+        running("b", etcd(2, 6, 90, 0, 3)),
+        running("c", etcd(3, 6, 80, 0, 3)),
+    ]);
+    let plan = planned(next(&f));
+    assert_eq!(plan.member.as_deref(), Some("b"));
+    assert_eq!((plan.raft_term, plan.raft_index), (Some(6), Some(90)));
+    assert_eq!(plan.member_id.as_deref(), Some("0000000000000002"));
+    assert_eq!(plan.discarded_members, vec!["a", "c"]);
+    assert_eq!(plan.candidates.len(), 3);
+    assert!(plan.lost.unwrap_or_default().contains("a, c"));
+}
+
+#[test]
+fn members_that_did_not_answer_are_never_chosen_and_their_reason_is_shown() {
+    let f = facts(vec![
+        lost("a"),
+        running("b", etcd(2, 3, 10, 0, 3)),
+        lost("c"),
+    ]);
+    let plan = planned(next(&f));
+    assert_eq!(plan.member.as_deref(), Some("b"));
+    let a = plan.candidates.iter().find(|c| c.name == "a").cloned();
+    assert_eq!(a.and_then(|c| c.note).as_deref(), Some("no Pod"));
+}
+
+#[test]
+fn no_answering_member_waits_instead_of_guessing() {
+    let f = facts(vec![lost("a"), lost("b")]);
+    match next(&f) {
+        Next::Wait { reason, message } => {
+            assert_eq!(reason, reason::WAITING_FOR_SURVIVOR);
+            assert!(message.contains("a: no Pod"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_member_of_another_cluster_is_not_a_survivor() {
+    let mut other = etcd(2, 9, 999, 0, 1).unwrap_or_default();
+    other.cluster_id = 0xdef;
+    let f = facts(vec![
+        running("a", etcd(1, 2, 5, 0, 3)),
+        running("b", Some(other)),
+    ]);
+    assert_eq!(planned(next(&f)).member.as_deref(), Some("a"));
+}
+
+#[test]
+fn a_healthy_cluster_is_refused_without_the_confirmation() {
+    let f = facts(vec![
+        running("a", etcd(1, 2, 5, 2, 3)),
+        running("b", etcd(2, 2, 5, 2, 3)),
+    ]);
+    match next(&f) {
+        Next::Fail { reason, message } => {
+            assert_eq!(reason, reason::HEALTHY_CLUSTER_NOT_CONFIRMED);
+            assert!(
+                message.contains("confirmHealthyClusterRollback"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut confirmed = f.clone();
+    confirmed.confirmed = true;
+    assert!(matches!(next(&confirmed), Next::RecordPlan(_)));
+}
+
+#[test]
+fn a_named_survivor_is_taken_even_when_behind_and_the_plan_says_what_is_lost() {
+    let mut f = facts(vec![
+        running("a", etcd(1, 2, 5, 0, 3)),
+        running("b", etcd(2, 2, 9, 0, 3)),
+    ]);
+    f.source = Source::Survivor {
+        member: Some("a".into()),
+    };
+    let plan = planned(next(&f));
+    assert_eq!(plan.member.as_deref(), Some("a"));
+    assert!(plan
+        .lost
+        .unwrap_or_default()
+        .contains("b is at term 2 index 9"));
+}
+
+#[test]
+fn a_named_survivor_that_does_not_exist_fails_and_one_that_does_not_answer_waits() {
+    let mut f = facts(vec![running("a", etcd(1, 2, 5, 0, 3)), lost("b")]);
+    f.source = Source::Survivor {
+        member: Some("zz".into()),
+    };
+    assert!(matches!(next(&f), Next::Fail { .. }));
+    f.source = Source::Survivor {
+        member: Some("b".into()),
+    };
+    assert!(matches!(
+        next(&f),
+        Next::Wait {
+            reason: reason::WAITING_FOR_SURVIVOR,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_snapshot_source_fails_before_changing_anything() {
+    let mut f = facts(vec![running("a", etcd(1, 2, 5, 0, 3))]);
+    f.source = Source::Snapshot("nightly".into());
+    match next(&f) {
+        Next::Fail { reason, message } => {
+            assert_eq!(reason, reason::RECOVERY_NOT_POSSIBLE);
+            assert!(message.contains("nothing was changed"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_missing_cluster_waits_and_another_recovery_goes_first() {
+    let mut f = facts(vec![running("a", etcd(1, 2, 5, 0, 3))]);
+    f.cluster = None;
+    assert!(matches!(
+        next(&f),
+        Next::Wait {
+            reason: reason::CLUSTER_NOT_FOUND,
+            ..
+        }
+    ));
+    let mut f = facts(vec![running("a", etcd(1, 2, 5, 0, 3))]);
+    f.other_recovery = Some("first".into());
+    match next(&f) {
+        Next::Wait { message, .. } => assert!(message.contains("first"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn pause_holds_the_cluster_then_moves_on() {
+    let mut f = at(RecoveryStep::PauseCluster, vec![running("a", None)]);
+    assert_eq!(next(&f), Next::Act(Work::HoldCluster));
+    if let Some(c) = f.cluster.as_mut() {
+        c.held_by = Some("rec".into());
+    }
+    assert_eq!(next(&f), Next::Advance(RecoveryStep::StopMembers));
+}
+
+#[test]
+fn stop_makes_every_member_dormant_and_waits_for_their_pods() {
+    let mut f = at(
+        RecoveryStep::StopMembers,
+        vec![running("a", None), lost("b")],
+    );
+    assert_eq!(
+        next(&f),
+        Next::Act(Work::StopMembers(vec!["a".into(), "b".into()]))
+    );
+    for m in &mut f.members {
+        m.dormant = true;
+    }
+    assert!(matches!(next(&f), Next::Wait { .. }));
+    f.members[0].pod = None;
+    assert_eq!(next(&f), Next::Advance(RecoveryStep::ForceNewCluster));
+}
+
+fn survivor_alone(uid: &str) -> MemberFacts {
+    MemberFacts {
+        name: "a".into(),
+        forced: true,
+        pod: Some(PodFacts {
+            uid: uid.into(),
+            ready: true,
+            deleting: false,
+            force_new_cluster: true,
+        }),
+        etcd: etcd(1, 3, 50, 1, 1),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn force_new_cluster_records_the_pod_that_ran_alone_with_the_flag() {
+    let mut dormant = lost("a");
+    dormant.dormant = true;
+    let f = at(RecoveryStep::ForceNewCluster, vec![dormant, lost("b")]);
+    assert_eq!(next(&f), Next::Act(Work::ForceSurvivor("a".into())));
+
+    // Started, but etcd still lists the old members: not alone yet.
+    let mut starting = survivor_alone("p1");
+    starting.etcd = etcd(1, 3, 50, 0, 3);
+    let f = at(RecoveryStep::ForceNewCluster, vec![starting, lost("b")]);
+    assert!(matches!(next(&f), Next::Wait { .. }));
+
+    let mut f = at(
+        RecoveryStep::ForceNewCluster,
+        vec![survivor_alone("p1"), lost("b")],
+    );
+    assert_eq!(next(&f), Next::Act(Work::RecordForcedPod("p1".into())));
+    f.forced_pod_uid = Some("p1".into());
+    assert_eq!(next(&f), Next::Advance(RecoveryStep::RestartSurvivor));
+}
+
+#[test]
+fn restart_drops_the_flag_then_restarts_only_the_forced_pod_once() {
+    let mut f = at(RecoveryStep::RestartSurvivor, vec![survivor_alone("p1")]);
+    f.forced_pod_uid = Some("p1".into());
+    assert_eq!(next(&f), Next::Act(Work::UnforceSurvivor("a".into())));
+    f.members[0].forced = false;
+    assert_eq!(
+        next(&f),
+        Next::Act(Work::RestartPod {
+            member: "a".into(),
+            uid: "p1".into()
+        })
+    );
+    // A resumed operator finds a new Pod without the flag: never restarted again.
+    f.members[0].pod = Some(PodFacts {
+        uid: "p2".into(),
+        ready: true,
+        deleting: false,
+        force_new_cluster: false,
+    });
+    assert_eq!(next(&f), Next::Advance(RecoveryStep::RemoveOthers));
+    // Another Pod that still runs with the flag (not the one recorded) is restarted too.
+    f.members[0].pod = Some(PodFacts {
+        uid: "p3".into(),
+        ready: true,
+        deleting: false,
+        force_new_cluster: true,
+    });
+    assert_eq!(
+        next(&f),
+        Next::Act(Work::RestartPod {
+            member: "a".into(),
+            uid: "p3".into()
+        })
+    );
+}
+
+#[test]
+fn the_discarded_members_are_deleted_never_the_survivor() {
+    let mut survivor = survivor_alone("p2");
+    survivor.forced = false;
+    let mut f = at(
+        RecoveryStep::RemoveOthers,
+        vec![survivor, lost("b"), lost("c")],
+    );
+    assert_eq!(
+        next(&f),
+        Next::Act(Work::DeleteMembers(vec!["b".into(), "c".into()]))
+    );
+    f.members[1].deleting = true;
+    f.members[2].deleting = true;
+    assert!(matches!(next(&f), Next::Wait { .. }));
+    f.members.truncate(1);
+    assert_eq!(next(&f), Next::Advance(RecoveryStep::ResumeCluster));
+}
+
+#[test]
+fn a_lost_survivor_fails_the_recovery() {
+    let f = at(RecoveryStep::RemoveOthers, vec![lost("b")]);
+    assert!(matches!(next(&f), Next::Fail { .. }));
+}
+
+#[test]
+fn resume_releases_the_cluster_and_completes_once_available() {
+    let mut survivor = survivor_alone("p2");
+    survivor.forced = false;
+    let mut f = at(RecoveryStep::ResumeCluster, vec![survivor]);
+    if let Some(c) = f.cluster.as_mut() {
+        c.held_by = Some("rec".into());
+    }
+    assert_eq!(next(&f), Next::Act(Work::ReleaseCluster));
+    if let Some(c) = f.cluster.as_mut() {
+        c.held_by = None;
+    }
+    assert_eq!(next(&f), Next::Advance(RecoveryStep::WaitAvailable));
+    f.step = Some(RecoveryStep::WaitAvailable);
+    assert!(matches!(next(&f), Next::Wait { .. }));
+    if let Some(c) = f.cluster.as_mut() {
+        c.available = true;
+    }
+    assert_eq!(next(&f), Next::Complete);
+}

@@ -1,0 +1,449 @@
+//! End to end, `EtcdRecovery` from a survivor: a 3-member cluster loses two members with their
+//! PVCs (quorum lost for good), an EtcdRecovery rebuilds it in place from the member that is
+//! left, and the cluster comes back Available with 3 members, the same cluster ID, the same
+//! client Service and every key written before. Once more with the operator SIGKILLed at
+//! recorded steps and restarted. A recovery of a healthy cluster without the confirmation
+//! changes nothing. A cluster annotated for automatic recovery gets its EtcdRecovery from the
+//! operator.
+//!
+//! Every test runs its own operator limited to its namespace (the crash test kills and restarts
+//! it); the control plane and the pod runner are shared by the binary.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use api::conditions::{cluster as ctype, reason};
+use api::v1alpha2::{
+    EtcdRecovery, EtcdRecoverySpec, LocalReference, RecoveryPhase, RecoverySource, RecoveryStep,
+    SurvivorSource, AUTO_RECOVERY_ANNOTATION, RECOVERY_ANNOTATION,
+};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tokio::sync::OnceCell;
+
+use tests::e2e::{condition, spec, Env};
+use tests::harness::eventually_every;
+use tests::operator::Operator;
+use tests::podrunner::PodRunner;
+use tests::OrPanic;
+
+const BOOT: Duration = Duration::from_secs(180);
+/// Two lost members are noticed after the survivor's readiness probe fails, then a reconcile.
+const NOTICE: Duration = Duration::from_secs(90);
+/// A recovery: stop, force, restart, delete, then two learners added one at a time.
+const RECOVER: Duration = Duration::from_secs(300);
+
+/// The binary's control plane and pod runner, with an operator that watches a namespace no test
+/// uses: each test brings its own.
+async fn lab() -> &'static Env {
+    static LAB: OnceCell<Env> = OnceCell::const_new();
+    LAB.get_or_init(|| async {
+        let staged = tests::e2e::stage(PodRunner::builder()).await;
+        let idle = staged.cp.namespace("recovery-idle").await.or_panic();
+        staged.operator(Some(&idle), &[]).await
+    })
+    .await
+}
+
+/// One test's namespace and its operator (restarted after a kill).
+struct Scope {
+    env: &'static Env,
+    ns: String,
+    operator: Operator,
+    logs: Vec<PathBuf>,
+}
+
+impl Scope {
+    async fn new(prefix: &str) -> Self {
+        let env = lab().await;
+        let ns = env.namespace(prefix).await;
+        let operator = Operator::start(env.cp, &ns, Some(&ns)).await.or_panic();
+        let logs = vec![operator.log()];
+        Self {
+            env,
+            ns,
+            operator,
+            logs,
+        }
+    }
+
+    /// SIGKILL the operator and start a replacement (it acts once the dead one's Lease expires).
+    async fn crash_and_restart(&mut self) {
+        self.operator.kill();
+        let operator = Operator::start(self.env.cp, &self.ns, Some(&self.ns))
+            .await
+            .or_panic();
+        self.logs.push(operator.log());
+        self.operator = operator;
+    }
+
+    fn logs(&self) -> String {
+        self.logs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn recoveries(&self) -> Api<EtcdRecovery> {
+        Api::namespaced(self.env.client(), &self.ns)
+    }
+
+    async fn create_recovery(&self, name: &str, cluster: &str, confirm: bool) {
+        let mut r = EtcdRecovery::new(
+            name,
+            EtcdRecoverySpec {
+                cluster_ref: LocalReference {
+                    name: cluster.into(),
+                },
+                source: RecoverySource {
+                    survivor: Some(SurvivorSource { member: None }),
+                    snapshot: None,
+                },
+                confirm_healthy_cluster_rollback: confirm.then_some(true),
+            },
+        );
+        r.metadata.namespace = Some(self.ns.clone());
+        self.recoveries()
+            .create(&PostParams::default(), &r)
+            .await
+            .or_panic();
+    }
+
+    /// Wait until the recovery's status satisfies `check`; returns it.
+    async fn wait_recovery(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(&EtcdRecovery) -> bool,
+    ) -> EtcdRecovery {
+        let what = format!(
+            "{}/{name}: {what} (operator logs: {})",
+            self.ns,
+            self.logs()
+        );
+        eventually_every(&what, timeout, Duration::from_millis(200), || async {
+            let r = self.recoveries().get(name).await.or_panic();
+            if check(&r) {
+                Ok(r)
+            } else {
+                Err(format!(
+                    "status: {}",
+                    serde_json::to_string_pretty(&r.status).unwrap_or_default()
+                ))
+            }
+        })
+        .await
+    }
+}
+
+fn phase(r: &EtcdRecovery) -> Option<RecoveryPhase> {
+    r.status.as_ref().and_then(|s| s.phase)
+}
+
+fn step(r: &EtcdRecovery) -> Option<RecoveryStep> {
+    r.status.as_ref().and_then(|s| s.step)
+}
+
+/// What a cluster was before it lost two members.
+struct Before {
+    keys: BTreeMap<String, String>,
+    survivor: String,
+    cluster_id: u64,
+    client_service_uid: String,
+}
+
+/// A 3-member cluster with keys written, then two members lost with their data: their PVCs
+/// deleted (the protection finalizer removed, as a storage admin force-deleting them would) and
+/// their Pods with them. Returns the keys, the survivor, the cluster ID and the client
+/// Service's UID from before the loss.
+async fn lose_two_of_three(s: &Scope, name: &str) -> Before {
+    let env = s.env;
+    let ns = &s.ns;
+    env.create_cluster(ns, name, spec(3)).await;
+    env.wait_healthy(ns, name, 3, BOOT).await;
+    let keys = env.write_keys(ns, name, 200).await;
+    let cluster_id = env.etcd_cluster_id(ns, name, 3).await;
+    let services: Api<Service> = Api::namespaced(env.client(), ns);
+    let client_service = services
+        .get(&format!("{name}-client"))
+        .await
+        .or_panic()
+        .uid()
+        .unwrap_or_default();
+
+    let mut names = env.member_names(ns, name).await;
+    names.sort();
+    let survivor = names[0].clone();
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.client(), ns);
+    let pods: Api<Pod> = Api::namespaced(env.client(), ns);
+    for victim in &names[1..] {
+        let pvc = format!("data-{victim}");
+        pvcs.delete(&pvc, &DeleteParams::default()).await.or_panic();
+        pvcs.patch(
+            &pvc,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .or_panic();
+        pods.delete(victim, &DeleteParams::default().grace_period(0))
+            .await
+            .or_panic();
+    }
+    // The cluster says it lost its quorum, and which EtcdRecovery to apply.
+    let message = env
+        .wait_unavailable(ns, name, reason::QUORUM_LOST, "EtcdRecovery", NOTICE)
+        .await;
+    assert!(
+        message.contains(&format!("{name}-recovery")) && message.contains("survivor"),
+        "{message}"
+    );
+    Before {
+        keys,
+        survivor,
+        cluster_id,
+        client_service_uid: client_service,
+    }
+}
+
+/// What a Complete recovery must have left: 3 voters serving the same cluster ID and every key,
+/// the same client Service, the plan naming the survivor, the result naming the members added
+/// back, nothing holding the cluster.
+async fn assert_recovered(s: &Scope, name: &str, recovery: &EtcdRecovery, before: &Before) {
+    let env = s.env;
+    let ns = &s.ns;
+    let Before {
+        keys,
+        survivor,
+        cluster_id,
+        client_service_uid: client_service,
+    } = before;
+    let status = recovery.status.clone().unwrap_or_default();
+    let plan = status.plan.clone().unwrap_or_default();
+    assert_eq!(plan.member.as_deref(), Some(survivor.as_str()), "{plan:?}");
+    assert!(
+        plan.raft_term.is_some_and(|t| t > 0) && plan.raft_index.is_some_and(|i| i > 0),
+        "the plan records the survivor's raft position: {plan:?}"
+    );
+    assert_eq!(plan.discarded_members.len(), 2, "{plan:?}");
+
+    let c = env
+        .wait_for(ns, name, "3 ready members after the recovery", BOOT, |c| {
+            tests::e2e::healthy(c, 3)
+        })
+        .await;
+    assert!(
+        !c.annotations().contains_key(RECOVERY_ANNOTATION),
+        "the recovery still holds the cluster: {:?}",
+        c.annotations()
+    );
+    assert_eq!(
+        condition(&c, ctype::AVAILABLE).map(|(st, _, _)| st),
+        Some("True".to_string())
+    );
+    // etcd itself: three voters, each answering with the cluster ID from before.
+    let voters = env.etcd_members(ns, name).await;
+    assert_eq!(voters.len(), 3, "{voters:?}");
+    assert!(voters.iter().all(|(_, learner)| !learner), "{voters:?}");
+    assert_eq!(env.etcd_cluster_id(ns, name, 3).await, *cluster_id);
+    assert_eq!(
+        c.status.as_ref().and_then(|s| s.cluster_id.clone()),
+        Some(format!("{cluster_id:016x}")),
+        "the latched cluster ID"
+    );
+    // The survivor is still a member; the two others are new.
+    let members: BTreeSet<String> = env.member_names(ns, name).await.into_iter().collect();
+    assert!(members.contains(survivor), "{members:?}");
+    let result = status.result.clone().unwrap_or_default();
+    assert_eq!(result.members_re_added.len(), 2, "{result:?}");
+    for added in &result.members_re_added {
+        assert!(members.contains(added), "{added} not in {members:?}");
+        assert!(!plan.discarded_members.contains(added), "{added}");
+    }
+    assert_eq!(
+        result.cluster_id.as_deref(),
+        Some(format!("{cluster_id:016x}").as_str())
+    );
+    assert!(
+        result.keys.is_some_and(|k| k >= keys.len() as i64),
+        "{result:?}"
+    );
+    // Every key written before, read through the cluster.
+    env.check_keys(ns, name, keys).await;
+    // The same client Service object (never recreated, so clients keep their address).
+    let services: Api<Service> = Api::namespaced(env.client(), ns);
+    let now = services.get(&format!("{name}-client")).await.or_panic();
+    assert_eq!(now.uid().as_deref(), Some(client_service.as_str()));
+    // Events tell the story.
+    let reasons: BTreeSet<String> = env
+        .events(ns, &recovery.name_any())
+        .await
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    for expected in ["RecoveryPlanned", "RecoveryStep", "RecoveryComplete"] {
+        assert!(reasons.contains(expected), "{expected} in {reasons:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survivor_recovery_rebuilds_a_cluster_that_lost_two_of_three_members() {
+    let s = Scope::new("recover").await;
+    let before = lose_two_of_three(&s, "rv").await;
+
+    s.create_recovery("rv-recovery", "rv", false).await;
+    let done = s
+        .wait_recovery("rv-recovery", "phase Complete", RECOVER, |r| {
+            phase(r) == Some(RecoveryPhase::Complete)
+        })
+        .await;
+    assert_recovered(&s, "rv", &done, &before).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survivor_recovery_finishes_after_the_operator_is_killed_at_recorded_steps() {
+    let mut s = Scope::new("recover-crash").await;
+    let before = lose_two_of_three(&s, "rk").await;
+
+    s.create_recovery("rk-recovery", "rk", false).await;
+    for at in [RecoveryStep::StopMembers, RecoveryStep::RestartSurvivor] {
+        s.wait_recovery("rk-recovery", &format!("step {at:?}"), RECOVER, |r| {
+            step(r).is_some_and(|st| st >= at)
+        })
+        .await;
+        s.crash_and_restart().await;
+    }
+    let done = s
+        .wait_recovery("rk-recovery", "phase Complete", RECOVER, |r| {
+            phase(r) == Some(RecoveryPhase::Complete)
+        })
+        .await;
+    assert_recovered(&s, "rk", &done, &before).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_of_a_healthy_cluster_without_confirmation_changes_nothing() {
+    let s = Scope::new("recover-healthy").await;
+    let env = s.env;
+    env.create_cluster(&s.ns, "rh", spec(3)).await;
+    env.wait_healthy(&s.ns, "rh", 3, BOOT).await;
+    let pods_before: BTreeSet<String> = env
+        .pods(&s.ns, "rh")
+        .await
+        .iter()
+        .filter_map(|p| p.uid())
+        .collect();
+
+    s.create_recovery("rh-recovery", "rh", false).await;
+    let failed = s
+        .wait_recovery("rh-recovery", "phase Failed", NOTICE, |r| {
+            phase(r) == Some(RecoveryPhase::Failed)
+        })
+        .await;
+    let ready = failed
+        .status
+        .clone()
+        .unwrap_or_default()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("a Ready condition");
+    assert_eq!(ready.reason, reason::HEALTHY_CLUSTER_NOT_CONFIRMED);
+    assert!(
+        ready.message.contains("confirmHealthyClusterRollback"),
+        "{}",
+        ready.message
+    );
+    assert!(failed.status.and_then(|s| s.plan).is_none());
+    // Nothing was touched: the same Pods, no member dormant, nothing holds the cluster.
+    let c = env.wait_healthy(&s.ns, "rh", 3, BOOT).await;
+    assert!(!c.annotations().contains_key(RECOVERY_ANNOTATION));
+    assert!(env
+        .members(&s.ns, "rh")
+        .await
+        .iter()
+        .all(|m| !m.spec.dormant));
+    let pods_after: BTreeSet<String> = env
+        .pods(&s.ns, "rh")
+        .await
+        .iter()
+        .filter_map(|p| p.uid())
+        .collect();
+    assert_eq!(pods_before, pods_after);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_annotated_for_auto_recovery_is_recovered_without_a_human() {
+    let s = Scope::new("recover-auto").await;
+    let env = s.env;
+    // Annotated before anything is lost (the cluster is created by lose_two_of_three, so the
+    // annotation is set as soon as it exists).
+    let annotate = async {
+        eventually_every(
+            "the cluster rx exists",
+            BOOT,
+            Duration::from_millis(200),
+            || async {
+                let api = env.clusters(&s.ns);
+                match api.get_opt("rx").await.or_panic() {
+                    Some(_) => {
+                        api.patch(
+                            "rx",
+                            &PatchParams::default(),
+                            &Patch::Merge(&json!({"metadata": {"annotations": {
+                                AUTO_RECOVERY_ANNOTATION: "survivor"}}})),
+                        )
+                        .await
+                        .or_panic();
+                        Ok(())
+                    }
+                    None => Err("not yet".to_string()),
+                }
+            },
+        )
+        .await
+    };
+    let (before, ()) = tokio::join!(lose_two_of_three(&s, "rx"), annotate);
+
+    let what = format!(
+        "{}: an EtcdRecovery rx-auto-* created by the operator and Complete (operator logs: {})",
+        s.ns,
+        s.logs()
+    );
+    let done = eventually_every(&what, RECOVER, Duration::from_millis(500), || async {
+        let all = s
+            .recoveries()
+            .list(&Default::default())
+            .await
+            .or_panic()
+            .items;
+        let auto: Vec<&EtcdRecovery> = all
+            .iter()
+            .filter(|r| r.name_any().starts_with("rx-auto-"))
+            .collect();
+        match auto.as_slice() {
+            [one] if phase(one) == Some(RecoveryPhase::Complete) => Ok((*one).clone()),
+            [_, _, ..] => panic!("more than one automatic recovery: {auto:?}"),
+            _ => Err(format!(
+                "{:?}",
+                auto.iter()
+                    .map(|r| (r.name_any(), phase(r)))
+                    .collect::<Vec<_>>()
+            )),
+        }
+    })
+    .await;
+    assert_recovered(&s, "rx", &done, &before).await;
+    let reasons: BTreeSet<String> = env
+        .events(&s.ns, "rx")
+        .await
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(reasons.contains("RecoveryCreated"), "{reasons:?}");
+}
