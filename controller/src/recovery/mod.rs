@@ -536,7 +536,17 @@ async fn act(
             )
         }
         Work::DeleteMembers(names) => {
+            // Marked as meant, as the cluster controller marks its own deletions: the member
+            // finalizer then removes the member from etcd (the forced new cluster no longer lists
+            // it) and deletes its PVC; without the mark it would keep the discarded data.
+            let meant =
+                json!({"metadata": {"annotations": {labels::ALLOW_DELETION_ANNOTATION: "true"}}});
             for member in &names {
+                match members.patch(member, &params, &merge(meant.clone())).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 => continue,
+                    Err(e) => return Err(e.into()),
+                }
                 match members.delete(member, &DeleteParams::default()).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(e)) if e.code == 404 => {}
