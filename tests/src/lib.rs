@@ -14,6 +14,7 @@ pub mod env;
 pub mod harness;
 pub mod helm;
 pub mod install;
+pub mod monitoring;
 pub mod operator;
 pub mod podrunner;
 pub mod rollout;
