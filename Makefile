@@ -6,8 +6,11 @@ CARGO ?= cargo
 # The Kubernetes/etcd/helm/cert-manager binaries built from Go modules (tools/testbins); the tests read this.
 TESTBINS_DIR := $(shell bash tools/testbins/build.sh --print-dir)
 export ETCD_OPERATOR_TESTBINS := $(TESTBINS_DIR)
+# promtool (tools/promtool), which checks and unit-tests the chart's alert rules (the chart suite).
+PROMTOOL_DIR := $(shell bash tools/promtool/build.sh --print-dir)
+export ETCD_OPERATOR_PROMTOOL := $(PROMTOOL_DIR)/promtool
 
-.PHONY: help deps test fmt-check clippy unit testbins api e2e suites build-tests crds bench demo
+.PHONY: help deps test fmt-check clippy unit testbins promtool api e2e suites build-tests crds bench demo
 
 help:
 	@echo "make demo      helm install of the operator (controller + webhook Pods, cert-manager certs) and a 3-member EtcdCluster on real etcd members; until Ctrl-C (needs root)"
@@ -16,6 +19,7 @@ help:
 	@echo "make e2e       the pod runner and the operator end to end on real etcd members (needs root)"
 	@echo "make build-tests  build everything make test runs, run nothing (.ci/run does it beside the testbins)"
 	@echo "make testbins  build (once, cached) kube-apiserver & co, etcd 3.6/3.5, helm, cert-manager from the Go module proxy"
+	@echo "make promtool  build (once, cached) Prometheus' promtool from the Go module proxy (the chart's alert rule tests)"
 	@echo "make bench     measure (not test): webhook latency/RSS; controller apply→Ready, step overhead, idle writes, RSS (root); rollout steps; snapshot agent throughput and peak RSS vs etcdctl"
 	@echo "make crds      regenerate the CRDs in charts/etcd-operator/files/crds from api/"
 
@@ -25,7 +29,7 @@ deps:
 
 ## test: everything CI checks, fastest first. The API-layer suites run in the same lanes as the
 ## end-to-end ones (`suites`), after them: each is short and fills a lane's tail.
-test: deps fmt-check clippy unit suites
+test: deps fmt-check clippy unit promtool suites
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -42,12 +46,17 @@ unit: deps
 testbins: deps
 	bash tools/testbins/build.sh >/dev/null
 
+## promtool: Prometheus' promtool, in its own cache outside the repo (idempotent; see
+## tools/promtool/build.sh). The chart suite runs `promtool check rules` and `promtool test rules`.
+promtool: deps
+	bash tools/promtool/build.sh >/dev/null
+
 ## api: CRDs on a real kube-apiserver (current and 1.29): every validation rule, defaults,
 ## printer columns, scale and status subresources; the test control plane itself; the Helm chart
 ## (rendering in every mode, lint, apply, install/upgrade, RBAC on the real authorizer); real
 ## cert-manager (controller, cainjector) issuing, injecting and re-issuing on it.
 API_SUITES := api_crds control_plane webhook_api status_writes chart cert_manager
-api: testbins
+api: testbins promtool
 	$(CARGO) build --locked -p webhook --bins
 	$(CARGO) test --locked -p tests $(addprefix --test ,$(API_SUITES))
 
@@ -64,13 +73,14 @@ SUITE_TEST_THREADS ?= 3
 export SUITE_JOBS SUITE_TEST_THREADS
 E2E_SUITES := e2e_faults e2e_replace e2e_schedule e2e_auth e2e_defrag e2e_lifecycle e2e_recovery e2e_cluster e2e_safety e2e_protect \
 	e2e_restore e2e_tls_rotation e2e_tls e2e_install e2e_migrate_aenix e2e_upgrade e2e_takeover \
-	e2e_selfheal snapshot_agent e2e_volume e2e_snapshot e2e_verify pod_runner kubectl_streaming e2e_decode
+	e2e_selfheal snapshot_agent e2e_volume e2e_snapshot e2e_verify pod_runner kubectl_streaming e2e_decode \
+	e2e_metrics
 e2e: testbins
 	$(CARGO) build --locked -p controller -p webhook --bins
 	bash tools/run-suites.sh $(E2E_SUITES)
 
 ## suites: the end-to-end and then the API-layer suites in one set of lanes (what `make test` runs).
-suites: testbins
+suites: testbins promtool
 	$(CARGO) build --locked -p controller -p webhook --bins
 	bash tools/run-suites.sh $(E2E_SUITES) $(API_SUITES)
 

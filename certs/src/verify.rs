@@ -157,6 +157,16 @@ pub fn client_cert_anchors(
     Ok(out)
 }
 
+/// When the first certificate of `cert_pem` (the leaf of a chain) stops being valid, in seconds
+/// since 1970; `None` when there is no certificate or it does not parse. For monitoring: what a
+/// verifier does with it is [`server_cert`] and [`client_cert`].
+pub fn not_after(cert_pem: &[u8]) -> Option<i64> {
+    let chain = chain(cert_pem, "tls.crt").ok()?;
+    let leaf = chain.first()?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+    Some(parsed.validity().not_after.timestamp())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +185,24 @@ mod tests {
         )
         .unwrap();
         client_cert(ca.cert_pem().as_bytes(), leaf.cert_pem.as_bytes(), "t").unwrap();
+    }
+
+    #[test]
+    fn not_after_reads_the_leaf_and_refuses_what_is_no_certificate() {
+        let ca = TestCa::new("ca").unwrap();
+        let day = Duration::from_secs(86_400);
+        let now = SystemTime::now();
+        let leaf = ca
+            .server_cert_valid(&["*.c.ns.svc"], now - day..now + 10 * day)
+            .unwrap();
+        let want = (now + 10 * day)
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let got = not_after(leaf.cert_pem.as_bytes()).unwrap();
+        assert!((got - want).abs() <= 1, "{got} vs {want}");
+        assert_eq!(not_after(b"not a certificate"), None);
+        assert_eq!(not_after(b""), None);
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! Prometheus metrics of the controller: reconciles (count, duration, errors by reason) and etcd
-//! call latencies. Served on the admin port's `/metrics`.
+//! Prometheus metrics of the controller: reconciles (count, duration, errors by reason), etcd
+//! call latencies, and per cluster what the alert rules of the chart read (members, conditions,
+//! certificate expiry, snapshots). Served on the admin port's `/metrics`; every name is listed
+//! in docs/observability.md.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -40,6 +42,53 @@ struct OutcomeLabel {
     outcome: String,
 }
 
+/// One condition of a cluster: its type and its current reason (one series per type: the
+/// series of the previous reason is removed when the reason changes).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConditionLabel {
+    namespace: String,
+    cluster: String,
+    r#type: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CertificateLabel {
+    namespace: String,
+    cluster: String,
+    secret: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SnapshotLabel {
+    namespace: String,
+    cluster: String,
+    phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScheduleLabel {
+    namespace: String,
+    schedule: String,
+    cluster: String,
+}
+
+/// A condition of a cluster as the metrics show it: 1 while its status is `True`, else 0.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConditionSample<'a> {
+    pub type_: &'a str,
+    pub reason: &'a str,
+    pub status_true: bool,
+}
+
+/// The fire time of a schedule's newest snapshot and the completion time of its newest Complete
+/// one, in seconds since 1970 (`None`: not yet).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScheduleTimes {
+    pub last_schedule: Option<i64>,
+    pub last_success: Option<i64>,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     inner: Arc<Inner>,
@@ -63,6 +112,23 @@ struct Inner {
     /// Completion time (unix seconds) of each cluster's newest verified snapshot; the age is
     /// computed from it when the metrics are rendered.
     newest_verified_snapshot: Mutex<HashMap<ClusterLabel, i64>>,
+    desired_members: Family<ClusterLabel, Gauge>,
+    conditions: Family<ConditionLabel, Gauge>,
+    certificate_expiry: Family<CertificateLabel, Gauge>,
+    snapshots: Family<SnapshotLabel, Counter>,
+    schedule_last_schedule: Family<ScheduleLabel, Gauge>,
+    schedule_last_success: Family<ScheduleLabel, Gauge>,
+    /// The label sets last written per cluster (conditions, certificates) or schedule, so a
+    /// series that no longer applies (a reason that changed, a Secret no longer used) is
+    /// removed instead of kept at its last value.
+    written: Mutex<Written>,
+}
+
+#[derive(Default)]
+struct Written {
+    conditions: HashMap<(String, String), Vec<ConditionLabel>>,
+    certificates: HashMap<(String, String), Vec<CertificateLabel>>,
+    schedules: HashMap<(String, String), ScheduleLabel>,
 }
 
 impl Default for Metrics {
@@ -152,8 +218,54 @@ impl Metrics {
             "Seconds since the newest EtcdSnapshot of the cluster that reads Verified=True was taken (its completion)",
             newest_verified_snapshot_age.clone(),
         );
+        let desired_members = Family::<ClusterLabel, Gauge>::default();
+        let conditions = Family::<ConditionLabel, Gauge>::default();
+        let certificate_expiry = Family::<CertificateLabel, Gauge>::default();
+        let snapshots = Family::<SnapshotLabel, Counter>::default();
+        let schedule_last_schedule = Family::<ScheduleLabel, Gauge>::default();
+        let schedule_last_success = Family::<ScheduleLabel, Gauge>::default();
+        registry.register(
+            "cluster_desired_members",
+            "Members an EtcdCluster's spec.replicas asks for (0 while paused)",
+            desired_members.clone(),
+        );
+        registry.register(
+            "cluster_condition",
+            "A condition of an EtcdCluster (Available, Progressing, Degraded, Alarm, ...) with its \
+             current reason: 1 while True, 0 while False",
+            conditions.clone(),
+        );
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "When the certificate (tls.crt) of a TLS Secret an EtcdCluster uses expires, in \
+             seconds since 1970",
+            certificate_expiry.clone(),
+        );
+        registry.register(
+            "snapshots",
+            "EtcdSnapshots that reached a terminal phase (Complete, Failed), by cluster",
+            snapshots.clone(),
+        );
+        registry.register(
+            "snapshot_schedule_last_schedule_timestamp_seconds",
+            "Fire time of an EtcdSnapshotSchedule's newest snapshot (status.lastScheduleTime)",
+            schedule_last_schedule.clone(),
+        );
+        registry.register(
+            "snapshot_schedule_last_success_timestamp_seconds",
+            "When an EtcdSnapshotSchedule's newest Complete snapshot completed \
+             (status.lastSuccessfulTime)",
+            schedule_last_success.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
+                desired_members,
+                conditions,
+                certificate_expiry,
+                snapshots,
+                schedule_last_schedule,
+                schedule_last_success,
+                written: Mutex::new(Written::default()),
                 newest_verified_snapshot_age,
                 newest_verified_snapshot: Mutex::default(),
                 defrag_runs,
@@ -267,6 +379,140 @@ impl Metrics {
         }
     }
 
+    /// The members a cluster's spec asks for.
+    pub fn record_desired_members(&self, namespace: &str, cluster: &str, replicas: i64) {
+        self.inner
+            .desired_members
+            .get_or_create(&ClusterLabel {
+                namespace: namespace.to_string(),
+                cluster: cluster.to_string(),
+            })
+            .set(replicas);
+    }
+
+    fn written(&self) -> std::sync::MutexGuard<'_, Written> {
+        // A panic while holding the lock leaves the maps consistent (each update is one
+        // insert), so a poisoned lock is still usable.
+        self.inner
+            .written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A cluster's conditions as its status now has them: one series per condition type,
+    /// labelled with the current reason; the series of conditions or reasons no longer there
+    /// are removed.
+    pub fn record_conditions(&self, namespace: &str, cluster: &str, now: &[ConditionSample<'_>]) {
+        let key = (namespace.to_string(), cluster.to_string());
+        let labels: Vec<ConditionLabel> = now
+            .iter()
+            .map(|c| ConditionLabel {
+                namespace: namespace.to_string(),
+                cluster: cluster.to_string(),
+                r#type: c.type_.to_string(),
+                reason: c.reason.to_string(),
+            })
+            .collect();
+        let mut written = self.written();
+        for old in written.conditions.get(&key).into_iter().flatten() {
+            if !labels.contains(old) {
+                self.inner.conditions.remove(old);
+            }
+        }
+        for (label, c) in labels.iter().zip(now) {
+            self.inner
+                .conditions
+                .get_or_create(label)
+                .set(i64::from(c.status_true));
+        }
+        written.conditions.insert(key, labels);
+    }
+
+    /// The expiry (`notAfter`, seconds since 1970) of the certificate in each TLS Secret a
+    /// cluster uses, by Secret name; Secrets no longer listed lose their series.
+    pub fn record_certificates(&self, namespace: &str, cluster: &str, expiries: &[(String, i64)]) {
+        let key = (namespace.to_string(), cluster.to_string());
+        let labels: Vec<CertificateLabel> = expiries
+            .iter()
+            .map(|(secret, _)| CertificateLabel {
+                namespace: namespace.to_string(),
+                cluster: cluster.to_string(),
+                secret: secret.clone(),
+            })
+            .collect();
+        let mut written = self.written();
+        for old in written.certificates.get(&key).into_iter().flatten() {
+            if !labels.contains(old) {
+                self.inner.certificate_expiry.remove(old);
+            }
+        }
+        for (label, (_, not_after)) in labels.iter().zip(expiries) {
+            self.inner
+                .certificate_expiry
+                .get_or_create(label)
+                .set(*not_after);
+        }
+        written.certificates.insert(key, labels);
+    }
+
+    /// An EtcdSnapshot of `cluster` reached its terminal `phase` (counted once: by the
+    /// reconcile that wrote it).
+    pub fn count_snapshot(&self, namespace: &str, cluster: &str, phase: &str) {
+        self.inner
+            .snapshots
+            .get_or_create(&SnapshotLabel {
+                namespace: namespace.to_string(),
+                cluster: cluster.to_string(),
+                phase: phase.to_string(),
+            })
+            .inc();
+    }
+
+    /// A schedule's last fire and last success times, from its status.
+    pub fn record_schedule(
+        &self,
+        namespace: &str,
+        schedule: &str,
+        cluster: &str,
+        times: ScheduleTimes,
+    ) {
+        let label = ScheduleLabel {
+            namespace: namespace.to_string(),
+            schedule: schedule.to_string(),
+            cluster: cluster.to_string(),
+        };
+        let key = (namespace.to_string(), schedule.to_string());
+        let mut written = self.written();
+        if let Some(old) = written.schedules.get(&key).filter(|old| **old != label) {
+            // The schedule now snapshots another cluster.
+            self.inner.schedule_last_schedule.remove(old);
+            self.inner.schedule_last_success.remove(old);
+        }
+        for (family, value) in [
+            (&self.inner.schedule_last_schedule, times.last_schedule),
+            (&self.inner.schedule_last_success, times.last_success),
+        ] {
+            match value {
+                Some(v) => {
+                    family.get_or_create(&label).set(v);
+                }
+                None => {
+                    family.remove(&label);
+                }
+            }
+        }
+        written.schedules.insert(key, label);
+    }
+
+    /// Drop a deleted schedule's gauges.
+    pub fn forget_schedule(&self, namespace: &str, schedule: &str) {
+        let key = (namespace.to_string(), schedule.to_string());
+        if let Some(old) = self.written().schedules.remove(&key) {
+            self.inner.schedule_last_schedule.remove(&old);
+            self.inner.schedule_last_success.remove(&old);
+        }
+    }
+
     /// Drop a deleted cluster's gauges.
     pub fn forget_cluster(&self, namespace: &str, cluster: &str) {
         let label = ClusterLabel {
@@ -279,6 +525,15 @@ impl Metrics {
         self.inner.newest_verified_snapshot_age.remove(&label);
         if let Ok(mut newest) = self.inner.newest_verified_snapshot.lock() {
             newest.remove(&label);
+        }
+        self.inner.desired_members.remove(&label);
+        let key = (namespace.to_string(), cluster.to_string());
+        let mut written = self.written();
+        for old in written.conditions.remove(&key).into_iter().flatten() {
+            self.inner.conditions.remove(&old);
+        }
+        for old in written.certificates.remove(&key).into_iter().flatten() {
+            self.inner.certificate_expiry.remove(&old);
         }
     }
 
@@ -365,5 +620,99 @@ mod tests {
             text.contains("etcd_operator_defrag_member_duration_seconds_count 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_condition_keeps_one_series_labelled_with_its_current_reason() {
+        let m = Metrics::new();
+        let available = |reason, status_true| ConditionSample {
+            type_: "Available",
+            reason,
+            status_true,
+        };
+        m.record_conditions("ns", "c", &[available("QuorumHealthy", true)]);
+        m.record_conditions("ns", "c", &[available("QuorumLost", false)]);
+        let text = m.render();
+        assert!(
+            text.contains("etcd_operator_cluster_condition{namespace=\"ns\",cluster=\"c\",type=\"Available\",reason=\"QuorumLost\"} 0"),
+            "{text}"
+        );
+        assert!(!text.contains("QuorumHealthy"), "{text}");
+        m.record_desired_members("ns", "c", 3);
+        assert!(m
+            .render()
+            .contains("etcd_operator_cluster_desired_members{namespace=\"ns\",cluster=\"c\"} 3"));
+        m.forget_cluster("ns", "c");
+        assert!(!m.render().contains("cluster=\"c\""));
+    }
+
+    #[test]
+    fn certificates_no_longer_used_lose_their_series() {
+        let m = Metrics::new();
+        m.record_certificates(
+            "ns",
+            "c",
+            &[
+                ("c-peer".into(), 1_900_000_000),
+                ("c-server".into(), 1_800_000_000),
+            ],
+        );
+        m.record_certificates("ns", "c", &[("c-server".into(), 1_850_000_000)]);
+        let text = m.render();
+        assert!(
+            text.contains("etcd_operator_certificate_expiry_timestamp_seconds{namespace=\"ns\",cluster=\"c\",secret=\"c-server\"} 1850000000"),
+            "{text}"
+        );
+        assert!(!text.contains("c-peer"), "{text}");
+    }
+
+    #[test]
+    fn snapshots_and_schedules_carry_their_cluster() {
+        let m = Metrics::new();
+        m.count_snapshot("ns", "c", "Failed");
+        m.record_schedule(
+            "ns",
+            "nightly",
+            "c",
+            ScheduleTimes {
+                last_schedule: Some(1_700_000_000),
+                last_success: None,
+            },
+        );
+        let text = m.render();
+        assert!(
+            text.contains(
+                "etcd_operator_snapshots_total{namespace=\"ns\",cluster=\"c\",phase=\"Failed\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("etcd_operator_snapshot_schedule_last_schedule_timestamp_seconds{namespace=\"ns\",schedule=\"nightly\",cluster=\"c\"} 1700000000"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("etcd_operator_snapshot_schedule_last_success_timestamp_seconds{"),
+            "no success yet: {text}"
+        );
+        m.record_schedule(
+            "ns",
+            "nightly",
+            "other",
+            ScheduleTimes {
+                last_schedule: Some(1_700_000_100),
+                last_success: Some(1_700_000_200),
+            },
+        );
+        let text = m.render();
+        assert!(
+            !text.contains("schedule=\"nightly\",cluster=\"c\""),
+            "the series of the cluster it no longer snapshots is gone: {text}"
+        );
+        assert!(
+            text.contains("etcd_operator_snapshot_schedule_last_success_timestamp_seconds{namespace=\"ns\",schedule=\"nightly\",cluster=\"other\"} 1700000200"),
+            "{text}"
+        );
+        m.forget_schedule("ns", "nightly");
+        assert!(!m.render().contains("nightly"));
     }
 }

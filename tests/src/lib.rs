@@ -15,6 +15,7 @@ pub mod faults;
 pub mod harness;
 pub mod helm;
 pub mod install;
+pub mod monitoring;
 pub mod operator;
 pub mod podrunner;
 pub mod rollout;

@@ -30,6 +30,10 @@ use tests::helm::{self, Helm};
 use tests::OrPanic;
 use tokio::sync::OnceCell;
 
+/// The monitoring objects: PodMonitor, alert rules (with promtool), dashboard.
+#[path = "chart/monitoring.rs"]
+mod monitoring;
+
 const RELEASE: &str = "etcd-operator";
 const NAMESPACE: &str = "etcd-operator-system";
 /// The chart's name for release `etcd-operator`.

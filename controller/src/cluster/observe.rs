@@ -43,6 +43,8 @@ pub(super) struct TlsSeen {
     pub problem: Option<String>,
     /// That Secret is a cert-manager one not issued yet.
     pub waiting_for_certificate: bool,
+    /// When each readable TLS Secret's certificate expires (for the metrics).
+    pub expiries: crate::tls::Expiries,
 }
 
 /// Root auth as read this reconcile.
@@ -273,7 +275,7 @@ async fn read_tls(
         .filter(|m| m.metadata.deletion_timestamp.is_none())
         .map(|m| naming::member_host(&m.name_any(), &naming::member_service(m), &ns))
         .collect();
-    let loaded = crate::tls::load_checked(
+    let (expiries, loaded) = crate::tls::load_checked(
         &ctx.client,
         &ns,
         &cluster.name_any(),
@@ -293,10 +295,12 @@ async fn read_tls(
             ca_trust,
             problem: None,
             waiting_for_certificate: false,
+            expiries,
         }),
         Err(e) if e.is_user_fixable() => Ok(TlsSeen {
             problem: Some(e.to_string()),
             waiting_for_certificate: e.is_waiting_for_certificate(),
+            expiries,
             ..TlsSeen::default()
         }),
         Err(e) => Err(e.into()),

@@ -17,6 +17,7 @@ use super::{alarms, auth, auto_recovery, status, volumes};
 use crate::context::Context;
 use crate::etcd::Etcd;
 use crate::events::{Action, Reason};
+use crate::metrics::ConditionSample;
 use crate::{shell, Error};
 
 /// Record the metrics, render and write the status after `plan` (its step latched
@@ -86,12 +87,31 @@ pub(super) async fn publish(
             requeue = Some(Requeue::requeue(Duration::from_millis(200)));
         }
     }
+    record_metrics(ctx, cluster, seen, &new_status);
     if stored.status.as_ref() != Some(&new_status) {
         let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &seen.ns);
         shell::write_status(&api, stored, stored.status.as_ref(), &new_status).await?;
         announce_parking(cluster, ctx, stored.status.as_ref(), &new_status).await;
     }
     Ok(requeue)
+}
+
+/// What the alert rules read beside the member counts: the members the spec asks for, every
+/// condition of the status about to be written, and the TLS certificates' expiry.
+fn record_metrics(ctx: &Context, cluster: &EtcdCluster, seen: &Seen, status: &EtcdClusterStatus) {
+    let metrics = &ctx.metrics;
+    metrics.record_desired_members(&seen.ns, &seen.name, i64::from(cluster.spec.replicas));
+    let conditions: Vec<ConditionSample<'_>> = status
+        .conditions
+        .iter()
+        .map(|c| ConditionSample {
+            type_: &c.type_,
+            reason: &c.reason,
+            status_true: c.status == "True",
+        })
+        .collect();
+    metrics.record_conditions(&seen.ns, &seen.name, &conditions);
+    metrics.record_certificates(&seen.ns, &seen.name, &seen.tls.expiries);
 }
 
 /// How long a reconcile tries to read the alarms from voters whose Pods are not Ready.

@@ -31,6 +31,7 @@ use crate::conditions::set_condition;
 use crate::context::Context;
 use crate::cron::{due, run_name, to_chrono, to_time, Due, Schedule};
 use crate::events::{Action, Reason};
+use crate::metrics::ScheduleTimes;
 use crate::objectstore::{file_name, snapshot_key, Location, S3Args, S3};
 use crate::shell;
 use crate::Error;
@@ -108,6 +109,7 @@ pub async fn reconcile(
     let schedules: Api<EtcdSnapshotSchedule> = Api::namespaced(ctx.client.clone(), &ns);
     let snapshots: Api<EtcdSnapshot> = Api::namespaced(ctx.client.clone(), &ns);
     let Some(schedule) = schedules.get_opt(&name).await? else {
+        ctx.metrics.forget_schedule(&ns, &name);
         return Ok(Requeue::await_change());
     };
     let now = Utc::now();
@@ -250,6 +252,18 @@ pub async fn reconcile(
     if schedule.status.as_ref() != Some(&status) {
         write(&schedules, &schedule, &status).await?;
     }
+    let seconds = |t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+        t.as_ref().map(|t| t.0.as_second())
+    };
+    ctx.metrics.record_schedule(
+        &ns,
+        &name,
+        &schedule.spec.cluster_ref.name,
+        ScheduleTimes {
+            last_schedule: seconds(&status.last_schedule_time),
+            last_success: seconds(&status.last_successful_time),
+        },
+    );
 
     let mut wait = match cron.next_after(now) {
         Some(next) if !schedule.spec.suspended() => (next - now)

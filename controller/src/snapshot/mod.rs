@@ -340,7 +340,9 @@ pub async fn reconcile(snapshot: Arc<EtcdSnapshot>, ctx: Arc<Context>) -> Result
                         reason: Failure::JobFailed,
                         message: e.to_string(),
                     };
-                    write(&snapshots, &snapshot, &render(&snapshot, &fail, now)).await?;
+                    let status = render(&snapshot, &fail, now);
+                    write(&snapshots, &snapshot, &status).await?;
+                    count_terminal(&ctx, &snapshot, &status);
                     return Ok(Requeue::await_change());
                 }
             }
@@ -373,6 +375,7 @@ pub async fn reconcile(snapshot: Arc<EtcdSnapshot>, ctx: Arc<Context>) -> Result
     let status = render(&snapshot, &step, now);
     shell::write_status_if_changed(&snapshots, &snapshot, snapshot.status.as_ref(), &status)
         .await?;
+    count_terminal(&ctx, &snapshot, &status);
     Ok(requeue)
 }
 
@@ -529,6 +532,20 @@ fn record_verified(ctx: &Context, snapshot: &EtcdSnapshot) {
     };
     ctx.metrics
         .record_verified_snapshot(&ns, &snapshot.spec.cluster_ref.name, done.0.as_second());
+}
+
+/// Counts a snapshot whose terminal phase was just written (`snapshot` is the stored object the
+/// write replaced: a reconcile stops early on a stored terminal phase, so each is counted once
+/// per operator process).
+fn count_terminal(ctx: &Context, snapshot: &EtcdSnapshot, written: &EtcdSnapshotStatus) {
+    let phase = match written.phase {
+        Some(SnapshotPhase::Complete) => "Complete",
+        Some(SnapshotPhase::Failed) => "Failed",
+        _ => return,
+    };
+    let ns = snapshot.namespace().unwrap_or_default();
+    ctx.metrics
+        .count_snapshot(&ns, &snapshot.spec.cluster_ref.name, phase);
 }
 
 async fn write(

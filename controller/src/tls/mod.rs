@@ -120,18 +120,49 @@ pub struct Loaded {
     pub ca_trust: Option<CaTrust>,
 }
 
+/// When the certificate (`tls.crt`) of each TLS Secret read expires, by Secret name, in
+/// seconds since 1970. For the metrics: an expired or unverifiable certificate is listed too
+/// (that is when it matters), a `tls.crt` that does not parse is not.
+pub type Expiries = Vec<(String, i64)>;
+
+fn expiries(read: &Read) -> Expiries {
+    [&read.server, &read.peer, &read.operator_client]
+        .into_iter()
+        .flatten()
+        .filter_map(|s| {
+            Some((
+                s.name.clone(),
+                certs::verify::not_after(secret::key(s, TLS_CRT))?,
+            ))
+        })
+        .collect()
+}
+
 /// [`load`], and beyond it: every certificate checked the way its verifier will check it
 /// (chain to the trusted CA, validity, usage, and the names of `hosts`, the members' DNS names),
 /// so a wrong SAN or a CA that does not match is reported naming the Secret before a handshake
-/// fails somewhere; and the trust-bundle fingerprint.
+/// fails somewhere; and the trust-bundle fingerprint. Beside the result, the certificates'
+/// [`Expiries`] of every Secret that could be read, whether or not the checks pass.
 pub async fn load_checked(
     client: &Client,
     namespace: &str,
     cluster: &str,
     tls: Option<&TlsSpec>,
     hosts: &[String],
+) -> (Expiries, Result<Loaded, TlsSecretError>) {
+    let read = match read_all(client, namespace, cluster, tls).await {
+        Ok(read) => read,
+        Err(e) => return (Vec::new(), Err(e)),
+    };
+    (expiries(&read), check(namespace, cluster, &read, hosts))
+}
+
+fn check(
+    namespace: &str,
+    cluster: &str,
+    read: &Read,
+    hosts: &[String],
 ) -> Result<Loaded, TlsSecretError> {
-    let read = read_all(client, namespace, cluster, tls).await?;
     let client = match &read.server {
         None => None,
         Some(server) => Some(client_tls(
@@ -140,7 +171,7 @@ pub async fn load_checked(
             read.operator_client.as_ref(),
         )?),
     };
-    check_chains(namespace, cluster, &read, hosts)?;
+    check_chains(namespace, cluster, read, hosts)?;
     let mtls = read.operator_client.is_some();
     let trust_bundle = trust_bundle(read.server.as_ref().filter(|_| mtls), read.peer.as_ref());
     let ca_trust = trust_bundle.is_some().then(|| {
