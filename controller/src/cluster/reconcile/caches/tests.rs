@@ -175,3 +175,31 @@ fn a_cached_pdb_only_ever_means_nothing_to_do() {
     foreign.metadata.owner_references = None;
     assert!(!pdb_in_shape(Some(&foreign), Some(&want), owner));
 }
+
+#[tokio::test]
+async fn every_reconcile_waiting_for_the_caches_goes_on_once_they_are_filled() {
+    let (members, mut member_writer) = reflector::store::<Lenient<EtcdMember>>();
+    let (services, mut service_writer) = reflector::store::<Service>();
+    let (pdbs, mut pdb_writer) = reflector::store::<PodDisruptionBudget>();
+    let caches = Arc::new(Caches::new(members, services, pdbs));
+    // After a restart every cluster is due at once: many reconciles wait before the initial
+    // lists are in.
+    let waiting: Vec<_> = (0..8)
+        .map(|_| {
+            let caches = Arc::clone(&caches);
+            tokio::spawn(async move { caches.ready().await })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    member_writer.apply_watcher_event(&watcher::Event::InitDone);
+    service_writer.apply_watcher_event(&watcher::Event::InitDone);
+    pdb_writer.apply_watcher_event(&watcher::Event::InitDone);
+    for w in waiting {
+        let ready = tokio::time::timeout(std::time::Duration::from_secs(5), w)
+            .await
+            .expect("a reconcile still waits for caches that are filled")
+            .unwrap();
+        assert!(ready);
+    }
+}
