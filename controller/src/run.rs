@@ -75,8 +75,27 @@ pub async fn run(
     let clusters = watches::controller(
         api::<Lenient<EtcdCluster>>(&ctx, ns),
         watcher::Config::default(),
-        watches::cluster,
+        watches::lenient,
     );
+    // The cluster reconcile reads its members, Services and PDB from these caches (see
+    // `cluster::reconcile::caches`); their watches also wake the owning cluster.
+    let (member_store, member_changes) = watches::reflected(
+        api::<Lenient<EtcdMember>>(&ctx, ns),
+        watcher::Config::default(),
+        watches::lenient,
+    );
+    let (service_store, service_changes) =
+        watches::reflected(api::<Service>(&ctx, ns), managed.clone(), watches::service);
+    let (pdb_store, pdb_changes) = watches::reflected(
+        api::<PodDisruptionBudget>(&ctx, ns),
+        managed.clone(),
+        watches::pdb,
+    );
+    let caches = Arc::new(cluster::reconcile::Caches::new(
+        member_store,
+        service_store,
+        pdb_store,
+    ));
     let cluster_cache = clusters.store();
     // Metadata only: the operator needs to know that a Secret changed, not its data.
     let mut clusters = clusters.watches(
@@ -93,12 +112,9 @@ pub async fn run(
         clusters = clusters.owns_with(certificates, resource, managed.clone());
     }
     let clusters = clusters
-        .owns(
-            api::<Lenient<EtcdMember>>(&ctx, ns),
-            watcher::Config::default(),
-        )
-        .owns(api::<Service>(&ctx, ns), managed.clone())
-        .owns(api::<PodDisruptionBudget>(&ctx, ns), managed.clone())
+        .owns_stream(member_changes)
+        .owns_stream(service_changes)
+        .owns_stream(pdb_changes)
         // Metadata only: a Pod's labels name its cluster, and any change of the Pod (its
         // readiness too) is an event of the metadata watch.
         .watches(
@@ -111,13 +127,11 @@ pub async fn run(
         )
         .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(
-            |object, ctx| {
-                shell::reconcile_lenient(
-                    &shell::CLUSTER,
-                    object,
-                    ctx,
-                    cluster::reconcile::reconcile,
-                )
+            move |object, ctx| {
+                let caches = Arc::clone(&caches);
+                shell::reconcile_lenient(&shell::CLUSTER, object, ctx, |cluster, ctx| {
+                    cluster::reconcile::reconcile(cluster, ctx, caches)
+                })
             },
             |_, error, _| shell::error_policy(&shell::CLUSTER, error),
             ctx.clone(),

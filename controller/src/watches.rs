@@ -1,6 +1,7 @@
 //! Watch and cache plumbing for [`crate::run`]: what the controllers' watch caches keep, how
 //! large a page of the initial list is, how many reconciles of one controller run at once, and
-//! the metadata-only triggers.
+//! the metadata-only triggers, and the caches the cluster reconcile reads its members, Services
+//! and PDB from.
 //!
 //! One operator carries many clusters (a thousand paused ones is the design point, see
 //! docs/performance.md, "Many clusters"), so what is kept per object counts:
@@ -8,12 +9,15 @@
 //! - each controller's own kind is cached (the mappers and the reconcilers start from it), but
 //!   without `metadata.managedFields` and the `kubectl.kubernetes.io/last-applied-configuration`
 //!   annotation, which no reconcile reads and which are often larger than the spec;
-//! - the EtcdCluster cache also drops `status`: the cluster reconcile reads the cluster fresh
-//!   before it plans (a cached status can lag behind the operator's own writes), and the mappers
-//!   read `spec.tls` only;
-//! - objects that only wake a reconcile (owned children, member Pods, referenced Secrets, the
-//!   cluster seen from the member controller) are watched as metadata only
-//!   (`Api<PartialObjectMeta<K>>`, which kube-runtime's `owns` uses too) and not cached;
+//! - the EtcdCluster cache keeps `status`: the cluster reconcile plans from the cached cluster
+//!   when the cache holds the operator's own last write (`cluster::reconcile::caches`);
+//! - the cluster controller's members, Services and PDBs are cached too ([`reflected`]: the same
+//!   watch fills the cache and wakes the cluster, so a woken reconcile finds the change in the
+//!   cache), without managed fields and, for Services and PDBs, without `status`;
+//! - objects that only wake a reconcile (the member controller's Pods and PVCs, the cluster's
+//!   member Pods, referenced Secrets, the cluster seen from the member controller) are watched
+//!   as metadata only (`Api<PartialObjectMeta<K>>`, which kube-runtime's `owns` uses too) and
+//!   not cached;
 //! - the initial list is read in pages of [`PAGE_SIZE`] objects, so decoding it never holds more
 //!   than one page;
 //! - at most [`CONCURRENCY`] reconciles of one controller run at once: after a restart every
@@ -21,8 +25,11 @@
 
 use std::fmt::Debug;
 
-use api::v1alpha2::EtcdCluster;
+use futures::Stream;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::reflector::Store;
 use kube::runtime::{controller, reflector, watcher, Controller, WatchStreamExt};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
@@ -65,9 +72,38 @@ pub fn lenient<K: Resource + Clone>(object: &mut Lenient<K>) {
     object.trim(strip_meta, |_| {});
 }
 
-/// A cached EtcdCluster: also without its status (the reconcile reads the cluster fresh).
-pub fn cluster(object: &mut Lenient<EtcdCluster>) {
-    object.trim(strip_meta, |c| c.status = None);
+/// A cached Service: the drift check reads its metadata and spec, never its status.
+pub fn service(object: &mut Service) {
+    strip_meta(&mut object.metadata);
+    object.status = None;
+}
+
+/// A cached PodDisruptionBudget: the operator compares its spec and labels, never its status.
+pub fn pdb(object: &mut PodDisruptionBudget) {
+    strip_meta(&mut object.metadata);
+    object.status = None;
+}
+
+/// A cache of `K` (each object as `trim` leaves it, listed in pages of [`PAGE_SIZE`]) and the
+/// stream of its changes, for `Controller::owns_stream`: each change is in the cache before it
+/// wakes the owner, and a deletion wakes it too.
+pub fn reflected<K>(
+    api: Api<K>,
+    wc: watcher::Config,
+    trim: impl FnMut(&mut K) + Send + 'static,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, wc.page_size(PAGE_SIZE))
+        .modify(trim)
+        .reflect(writer)
+        .touched_objects();
+    (reader, stream)
 }
 
 /// A controller of `K` whose cache keeps each object as `trim` leaves it, listed in pages of
@@ -91,6 +127,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use api::v1alpha2::EtcdCluster;
+    use kube::ResourceExt;
     use serde_json::json;
 
     fn stored() -> serde_json::Value {
@@ -110,9 +148,9 @@ mod tests {
     }
 
     #[test]
-    fn a_cached_cluster_keeps_spec_names_and_labels_only() {
+    fn a_cached_cluster_keeps_spec_status_names_and_labels() {
         let mut c: Lenient<EtcdCluster> = serde_json::from_value(stored()).unwrap();
-        cluster(&mut c);
+        lenient(&mut c);
         for meta in [c.meta(), c.decoded().unwrap().meta()] {
             assert_eq!(meta.managed_fields, None);
             let annotations = meta.annotations.clone().unwrap_or_default();
@@ -125,22 +163,54 @@ mod tests {
             );
         }
         let typed = c.decoded().unwrap();
-        assert_eq!(typed.status, None);
+        assert_eq!(
+            typed.status.as_ref().and_then(|s| s.observed_generation),
+            Some(3),
+            "the reconcile plans from the cached status"
+        );
         assert_eq!(typed.spec.version, "3.6.11");
         assert!(typed.spec.tls.is_some(), "the Secret mapper reads spec.tls");
-    }
-
-    #[test]
-    fn other_kinds_keep_their_status() {
-        let mut c: Lenient<EtcdCluster> = serde_json::from_value(stored()).unwrap();
-        lenient(&mut c);
-        assert_eq!(c.meta().managed_fields, None);
-        assert_eq!(c.decoded().unwrap().meta().managed_fields, None);
-        assert!(c.decoded().unwrap().status.is_some());
 
         let mut typed: EtcdCluster = serde_json::from_value(stored()).unwrap();
         plain(&mut typed);
         assert_eq!(typed.metadata.managed_fields, None);
         assert!(typed.status.is_some());
+    }
+
+    #[test]
+    fn cached_services_and_pdbs_keep_what_the_drift_checks_read() {
+        let mut svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "c", "namespace": "ns", "labels": {"l": "v"},
+                         "annotations": {LAST_APPLIED: "{}", "a": "b"},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "EtcdCluster",
+                                              "name": "c", "uid": "u1", "controller": true}],
+                         "managedFields": [{"manager": "m"}]},
+            "spec": {"selector": {"s": "t"}, "ports": [{"port": 2379}],
+                     "publishNotReadyAddresses": true},
+            "status": {"loadBalancer": {}},
+        }))
+        .unwrap();
+        service(&mut svc);
+        assert_eq!(svc.metadata.managed_fields, None);
+        assert_eq!(svc.status, None);
+        assert_eq!(svc.annotations().get("a").map(String::as_str), Some("b"));
+        assert!(!svc.annotations().contains_key(LAST_APPLIED));
+        assert_eq!(svc.labels().get("l").map(String::as_str), Some("v"));
+        assert_eq!(crate::controller_uid(&svc).as_deref(), Some("u1"));
+        let spec = svc.spec.unwrap_or_default();
+        assert_eq!(spec.publish_not_ready_addresses, Some(true));
+        assert_eq!(spec.ports.unwrap_or_default().len(), 1);
+
+        let mut budget: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": "c", "namespace": "ns", "managedFields": [{"manager": "m"}]},
+            "spec": {"minAvailable": 2},
+            "status": {"currentHealthy": 3, "desiredHealthy": 2, "disruptionsAllowed": 1,
+                       "expectedPods": 3},
+        }))
+        .unwrap();
+        pdb(&mut budget);
+        assert_eq!(budget.metadata.managed_fields, None);
+        assert_eq!(budget.status, None);
+        assert!(budget.spec.and_then(|s| s.min_available).is_some());
     }
 }

@@ -18,6 +18,15 @@
 //! that one process. The ceiling runs the same way, as a fresh copy of this binary
 //! (`--s3-ceiling`).
 //!
+//! Where the CPU goes: the same `getrusage` gives the program's CPU time (user + system), and
+//! etcd's and MinIO's CPU time over the run is read from `/proc/<pid>/stat` before and after.
+//! Their sum over the wall time is how many of the machine's cores the run kept busy: a run that
+//! keeps every core busy is bound by CPU, not by the network or the number of uploads in flight.
+//!
+//! `SNAPSHOT_BENCH_PERF=<dir>` records a system-wide profile (`perf record -a -g`) around each
+//! agent run into `<dir>/agent-<stage>.data` (`perf report -i ... --sort comm,dso,sym`); the
+//! agent's peak RSS is then perf's, not the agent's.
+//!
 //! The agent is the release build (`<target>/release/etcd-operator`, which `make bench` builds
 //! first) when `SNAPSHOT_BENCH_RELEASE=1`, else the binary the e2e suites use
 //! (`ETCD_OPERATOR_BIN_DIR`, default the debug build).
@@ -68,7 +77,8 @@ fn main() -> ExitCode {
 }
 
 /// `--measure-peak-rss <out-file> <program> <args>...`: run the program as this process's only
-/// child and write its peak RSS in KiB to `<out-file>`; exit with its exit code.
+/// child and write its peak RSS in KiB and its CPU time (user + system) in milliseconds to
+/// `<out-file>`; exit with its exit code.
 fn measure(args: &[String]) -> ExitCode {
     let [out, program, rest @ ..] = args else {
         eprintln!("usage: {MEASURE} <out-file> <program> [args...]");
@@ -81,10 +91,13 @@ fn measure(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let peak_kib = getrusage(UsageWho::RUSAGE_CHILDREN)
-        .map(|u| u.max_rss())
-        .unwrap_or(-1);
-    if let Err(e) = std::fs::write(out, peak_kib.to_string()) {
+    let (peak_kib, cpu_ms) = getrusage(UsageWho::RUSAGE_CHILDREN)
+        .map(|u| {
+            let ms = |t: nix::sys::time::TimeVal| t.tv_sec() * 1000 + t.tv_usec() / 1000;
+            (u.max_rss(), ms(u.user_time()) + ms(u.system_time()))
+        })
+        .unwrap_or((-1, -1));
+    if let Err(e) = std::fs::write(out, format!("{peak_kib} {cpu_ms}")) {
         eprintln!("writing {out}: {e}");
         return ExitCode::from(2);
     }
@@ -215,11 +228,34 @@ struct Run {
     took: Duration,
     peak_rss_kib: i64,
     bytes: u64,
+    /// The program's CPU time, and etcd's and MinIO's during the run.
+    cpu: Cpu,
+}
+
+/// CPU seconds spent during one run.
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    program: f64,
+    etcd: f64,
+    minio: f64,
 }
 
 impl Run {
     fn mib_per_s(&self) -> f64 {
         self.bytes as f64 / MIB / self.took.as_secs_f64()
+    }
+
+    /// `program + etcd + MinIO CPU s = cores busy`, 30 columns.
+    fn cpu_cell(&self) -> String {
+        let Cpu {
+            program,
+            etcd,
+            minio,
+        } = self.cpu;
+        format!(
+            "{program:>4.1} + {etcd:>4.1} + {minio:>4.1} s = {:>4.2} cores",
+            (program + etcd + minio) / self.took.as_secs_f64()
+        )
     }
 
     /// `wall s, MiB/s, peak RSS MiB`, 24 columns.
@@ -233,12 +269,48 @@ impl Run {
     }
 }
 
+/// CPU seconds (user + system) so far of the running processes named `etcd` and `minio` whose
+/// command line mentions `root` (this bench's own servers).
+fn server_cpu(root: &Path) -> (f64, f64) {
+    let root = root.to_string_lossy();
+    let (mut etcd, mut minio) = (0.0, 0.0);
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let dir = entry.path();
+        let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains(root.as_ref()) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        // `pid (comm) state ...`: comm may hold spaces; the fields after it are fixed.
+        let Some((head, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let comm = head.split_once(" (").map(|(_, c)| c).unwrap_or_default();
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of stat, 12 and 13 after `state`; in USER_HZ
+        // (100 per second on Linux).
+        let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+        let (Some(user), Some(system)) = (ticks(11), ticks(12)) else {
+            continue;
+        };
+        let secs = (user + system) / 100.0;
+        match comm {
+            "etcd" => etcd += secs,
+            "minio" => minio += secs,
+            _ => {}
+        }
+    }
+    (etcd, minio)
+}
+
 /// Run `program args` under [`measure`], its output into `<dir>/<tag>.log`, and panic with that
 /// log when it fails.
 fn measured(dir: &Path, tag: &str, program: &Path, args: &[String], env: &[(&str, &str)]) -> Run {
     let rss_file = dir.join(format!("{tag}.rss"));
     let log = dir.join(format!("{tag}.log"));
     let out = std::fs::File::create(&log).or_panic();
+    let servers = dir.parent().unwrap_or(dir);
+    let (etcd_before, minio_before) = server_cpu(servers);
     let started = Instant::now();
     let status = Command::new(std::env::current_exe().or_panic())
         .arg(MEASURE)
@@ -252,17 +324,29 @@ fn measured(dir: &Path, tag: &str, program: &Path, args: &[String], env: &[(&str
         .status()
         .or_panic();
     let took = started.elapsed();
+    let (etcd_after, minio_after) = server_cpu(servers);
     let output = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(status.success(), "{tag} failed ({status}):\n{output}");
-    let peak_rss_kib = std::fs::read_to_string(&rss_file)
-        .or_panic()
-        .trim()
-        .parse()
-        .or_panic();
+    let measured = std::fs::read_to_string(&rss_file).or_panic();
+    let numbers: Vec<i64> = measured
+        .split_whitespace()
+        .map(|n| n.parse::<i64>().or_panic())
+        .collect();
+    let [peak_rss_kib, cpu_ms] = numbers[..] else {
+        panic!(
+            "{}: expected `<peak KiB> <CPU ms>`, read {measured:?}",
+            rss_file.display()
+        );
+    };
     Run {
         took,
         peak_rss_kib,
         bytes: 0,
+        cpu: Cpu {
+            program: cpu_ms as f64 / 1000.0,
+            etcd: etcd_after - etcd_before,
+            minio: minio_after - minio_before,
+        },
     }
 }
 
@@ -390,11 +474,26 @@ async fn bench() {
         let _ = std::fs::remove_file(&file);
 
         let term = logs.join(format!("agent-{stage}.json"));
+        let mut program = agent.clone();
+        let mut args = agent_args(&config, &minio, stage, &term);
+        if let Some(dir) = std::env::var_os("SNAPSHOT_BENCH_PERF") {
+            let data = Path::new(&dir).join(format!("agent-{stage}.data"));
+            let perf = ["record", "-a", "-g", "-F", "499", "-o"].map(String::from);
+            let mut wrapped = perf.to_vec();
+            wrapped.extend([
+                data.display().to_string(),
+                "--".into(),
+                agent.display().to_string(),
+            ]);
+            wrapped.append(&mut args);
+            (program, args) = ("perf".into(), wrapped);
+            eprintln!("profiling the agent into {}", data.display());
+        }
         let mut ours = measured(
             &logs,
             &format!("agent-{stage}"),
-            &agent,
-            &agent_args(&config, &minio, stage, &term),
+            &program,
+            &args,
             &[writer_env(&minio).as_slice(), &[("RUST_LOG", "info")]].concat(),
         );
         ours.bytes = artifact_size(&term);
@@ -407,10 +506,18 @@ async fn bench() {
             ours.mib_per_s() / ceiling.mib_per_s(),
             ours.mib_per_s() / baseline.mib_per_s(),
         );
+        println!(
+            "{:>9}  {}  {}  {}",
+            "CPU",
+            baseline.cpu_cell(),
+            ceiling.cpu_cell(),
+            ours.cpu_cell()
+        );
     }
     println!(
         "(each cell: wall time of the process, snapshot bytes / that time, the process's peak RSS; \
-         load average now: {})",
+         CPU: seconds of the program + etcd + MinIO during the run, and their sum over the wall \
+         time; load average now: {})",
         std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
     );
     etcd.stop();

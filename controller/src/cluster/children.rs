@@ -2,6 +2,10 @@
 //! Services, the voter PodDisruptionBudget, cert-manager Certificates, the members' volume size,
 //! and each member's etcd ID and voter flag. None of these is a membership change; an object in
 //! the way that the cluster does not own is never adopted or changed (a conflict is reported).
+//!
+//! The Services and the PDB are compared with the watch caches first: a cached copy that is in
+//! shape means nothing to do, with no read. Anything else is decided on a fresh read, as if there
+//! were no cache: a cache only ever says "nothing to do" (see [`super::reconcile::caches`]).
 
 use std::time::Duration;
 
@@ -16,6 +20,7 @@ use serde_json::json;
 
 use super::observe::Seen;
 use super::plan::{self, EtcdView, Plan};
+use super::reconcile::Caches;
 use super::volumes;
 use crate::builders::{pdb, service};
 use crate::context::{Context, FIELD_MANAGER};
@@ -43,14 +48,25 @@ pub(super) async fn ensure_certificates(
     Ok(missing)
 }
 
+/// What [`keep_in_shape`] did that the reconcile needs to know.
+#[derive(Debug, Default)]
+pub(super) struct Kept {
+    /// A PDB in the way was reported: retry after this.
+    pub retry: Option<Requeue>,
+    /// A member was patched (its status or its volume size).
+    pub members_written: bool,
+}
+
 /// After the step: the members' etcd IDs and voter flags, their volume size, the voter PDB.
-/// A PDB in the way is reported (an Event) and retried: the returned requeue.
+/// A PDB in the way is reported (an Event) and retried: [`Kept::retry`].
 pub(super) async fn keep_in_shape(
     cluster: &EtcdCluster,
     ctx: &Context,
+    caches: &Caches,
     plan: &Plan,
     seen: &Seen,
-) -> Result<Option<Requeue>, Error> {
+) -> Result<Kept, Error> {
+    let mut kept = Kept::default();
     let members_api: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &seen.ns);
     let members = &seen.members.items;
     if let EtcdView::Members {
@@ -58,10 +74,12 @@ pub(super) async fn keep_in_shape(
         ..
     } = &seen.etcd_view
     {
-        sync_member_status(&members_api, cluster, members, etcd_members).await?;
+        kept.members_written |=
+            sync_member_status(&members_api, cluster, members, etcd_members).await?;
     }
     if let Some(size) = plan.observed.storage.as_ref().map(|s| &s.size) {
-        grow_member_volumes(cluster, ctx, &members_api, members, size).await?;
+        kept.members_written |=
+            grow_member_volumes(cluster, ctx, &members_api, members, size).await?;
     }
     let voters = match &seen.etcd_view {
         EtcdView::Members { members, .. } => {
@@ -72,7 +90,8 @@ pub(super) async fn keep_in_shape(
             .filter(|m| m.status.as_ref().is_some_and(|s| s.is_voter) && !m.spec.dormant)
             .count() as i32,
     };
-    if let Some(conflict) = ensure_pdb(cluster, ctx, voters, plan.observed.replicas).await? {
+    if let Some(conflict) = ensure_pdb(cluster, ctx, caches, voters, plan.observed.replicas).await?
+    {
         // Not the operator's to touch; everything else goes on, and the PDB is retried.
         ctx.event(
             cluster,
@@ -82,23 +101,24 @@ pub(super) async fn keep_in_shape(
             conflict,
         )
         .await;
-        return Ok(Some(Requeue::requeue(Duration::from_secs(5))));
+        kept.retry = Some(Requeue::requeue(Duration::from_secs(5)));
     }
-    Ok(None)
+    Ok(kept)
 }
 
 /// Give every PVC member whose `spec.storage.size` is below the latched target the target size;
-/// the member controller then expands its PVC online (no restart, so all at once).
+/// the member controller then expands its PVC online (no restart, so all at once). `true` when
+/// a member was patched.
 async fn grow_member_volumes(
     cluster: &EtcdCluster,
     ctx: &Context,
     members_api: &Api<EtcdMember>,
     members: &[EtcdMember],
     size: &Quantity,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let grow = volumes::members_to_grow(members, size);
     if grow.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
     let patch = json!({"spec": {"storage": {"size": size}}});
     for m in &grow {
@@ -124,17 +144,19 @@ async fn grow_member_volumes(
         ),
     )
     .await;
-    Ok(())
+    Ok(true)
 }
 
-/// Record each member's etcd ID and voter flag (matched by peer URL) when they changed.
+/// Record each member's etcd ID and voter flag (matched by peer URL) when they changed. `true`
+/// when a member was patched.
 async fn sync_member_status(
     api: &Api<EtcdMember>,
     cluster: &EtcdCluster,
     members: &[EtcdMember],
     etcd_members: &[plan::EtcdMemberInfo],
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let ns = cluster.namespace().unwrap_or_default();
+    let mut patched = false;
     for m in members
         .iter()
         .filter(|m| m.metadata.deletion_timestamp.is_none())
@@ -160,9 +182,10 @@ async fn sync_member_status(
                 json!({"memberID": want.member_id, "isVoter": want.is_voter}),
             )
             .await?;
+            patched = true;
         }
     }
-    Ok(())
+    Ok(patched)
 }
 
 /// Merge `fields` into a member's status.
@@ -182,7 +205,11 @@ pub(super) async fn patch_member_status(
 
 /// Keep the headless and client Services in shape: create them, put back what was edited that
 /// members and clients depend on; one the cluster does not own is a conflict, never adopted.
-pub(super) async fn ensure_services(cluster: &EtcdCluster, ctx: &Context) -> Result<(), Error> {
+pub(super) async fn ensure_services(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    caches: &Caches,
+) -> Result<(), Error> {
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
     for svc in [
@@ -190,6 +217,10 @@ pub(super) async fn ensure_services(cluster: &EtcdCluster, ctx: &Context) -> Res
         service::client_service(cluster)?,
     ] {
         let name = svc.name_any();
+        let cached = caches.service(&ns, &name);
+        if service_in_shape(cached.as_deref(), &svc, cluster.uid().as_deref()) {
+            continue;
+        }
         match api.get_opt(&name).await? {
             None => {
                 api.create(
@@ -228,16 +259,67 @@ pub(super) async fn ensure_services(cluster: &EtcdCluster, ctx: &Context) -> Res
     Ok(())
 }
 
+/// Safety rule "a cache only says nothing to do", for a Service: the cached copy is the
+/// cluster's own and carries what members and clients depend on. Anything else (missing, not
+/// the cluster's, drifted) is decided on a fresh read.
+pub(super) fn service_in_shape(
+    cached: Option<&Service>,
+    want: &Service,
+    owner: Option<&str>,
+) -> bool {
+    cached.is_some_and(|have| {
+        owner.is_some()
+            && crate::controller_uid(have).as_deref() == owner
+            && !service::drifted(have, want)
+    })
+}
+
+/// Safety rule "a cache only says nothing to do", for the voter PDB: no PDB is wanted and none is
+/// cached, or the cached one is the cluster's own with the wanted budget. Anything else is
+/// decided on a fresh read. (A PDB of someone else's without the operator's labels is never in
+/// the cache; it is found by the fresh read when a PDB is wanted.)
+pub(super) fn pdb_in_shape(
+    cached: Option<&PodDisruptionBudget>,
+    want: Option<&PodDisruptionBudget>,
+    owner: Option<&str>,
+) -> bool {
+    match (cached, want) {
+        (None, None) => true,
+        (Some(have), Some(want)) => {
+            owner.is_some()
+                && crate::controller_uid(have).as_deref() == owner
+                && pdb_same(have, want)
+        }
+        _ => false,
+    }
+}
+
+/// The PDB has the wanted budget, selector and labels.
+fn pdb_same(have: &PodDisruptionBudget, want: &PodDisruptionBudget) -> bool {
+    have.spec.as_ref().map(|s| (&s.min_available, &s.selector))
+        == want.spec.as_ref().map(|s| (&s.min_available, &s.selector))
+        && want
+            .labels()
+            .iter()
+            .all(|(k, v)| have.labels().get(k) == Some(v))
+}
+
 /// Keep the voter PDB in shape. A PDB of the same name that the EtcdCluster does not own is
 /// never changed or deleted (it may protect someone else's Pods): the conflict is returned.
 async fn ensure_pdb(
     cluster: &EtcdCluster,
     ctx: &Context,
+    caches: &Caches,
     voters: i32,
     target: i32,
 ) -> Result<Option<String>, Error> {
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
     let name = cluster.name_any();
+    let wanted = pdb::voter_pdb(cluster, voters, target)?;
+    let cached = caches.pdb(&ns, &name);
+    if pdb_in_shape(cached.as_deref(), wanted.as_ref(), cluster.uid().as_deref()) {
+        return Ok(None);
+    }
     let api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &ns);
     let existing = api.get_opt(&name).await?;
     if let Some(have) = &existing {
@@ -249,21 +331,14 @@ async fn ensure_pdb(
             )));
         }
     }
-    match pdb::voter_pdb(cluster, voters, target)? {
+    match wanted {
         None => {
             if existing.is_some() {
                 api.delete(&name, &DeleteParams::default()).await?;
             }
         }
         Some(want) => {
-            let same = existing.as_ref().is_some_and(|have| {
-                have.spec.as_ref().map(|s| (&s.min_available, &s.selector))
-                    == want.spec.as_ref().map(|s| (&s.min_available, &s.selector))
-                    && want
-                        .labels()
-                        .iter()
-                        .all(|(k, v)| have.labels().get(k) == Some(v))
-            });
+            let same = existing.as_ref().is_some_and(|have| pdb_same(have, &want));
             if !same {
                 let pp = PatchParams::apply(FIELD_MANAGER).force();
                 let mut want = want;

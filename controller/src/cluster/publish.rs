@@ -21,15 +21,16 @@ use crate::metrics::ConditionSample;
 use crate::{shell, Error};
 
 /// Record the metrics, render and write the status after `plan` (its step latched
-/// `latched`, if any). `stored` is the cluster as last written. Returns a requeue when root auth
-/// was just turned on (the next reconcile logs in).
+/// `latched`, if any). `stored` is the cluster as last written, and the written one after a
+/// status write. Returns a requeue when root auth was just turned on (the next reconcile logs
+/// in).
 pub(super) async fn publish(
     cluster: &EtcdCluster,
     ctx: &Context,
     plan: &Plan,
     seen: &mut Seen,
     latched: Option<String>,
-    stored: &EtcdCluster,
+    stored: &mut EtcdCluster,
 ) -> Result<Option<Requeue>, Error> {
     let mut requeue = None;
     let etcd_counts = seen.etcd_view.members().map(|m| {
@@ -90,8 +91,10 @@ pub(super) async fn publish(
     record_metrics(ctx, cluster, seen, &new_status);
     if stored.status.as_ref() != Some(&new_status) {
         let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &seen.ns);
-        shell::write_status(&api, stored, stored.status.as_ref(), &new_status).await?;
-        announce_parking(cluster, ctx, stored.status.as_ref(), &new_status).await;
+        let written =
+            shell::write_status(&api, stored, stored.status.as_ref(), &new_status).await?;
+        let before = std::mem::replace(stored, written);
+        announce_parking(cluster, ctx, before.status.as_ref(), &new_status).await;
     }
     Ok(requeue)
 }

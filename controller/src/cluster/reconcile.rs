@@ -1,14 +1,16 @@
-//! The EtcdCluster reconcile, in four steps: observe (fresh lists, the Secrets, etcd's view;
-//! [`super::observe`]), plan (pure; [`super::plan`]), act (the one step planned;
-//! [`super::act`]), publish (the owned children, then the status written only when it changed;
-//! [`super::children`], [`super::publish`]). Also the requeue policy. It decides nothing itself:
-//! every decision is the planner's.
+//! The EtcdCluster reconcile, in four steps: observe (the members, their Pods and PVCs, the
+//! Secrets, etcd's view; [`super::observe`]), plan (pure; [`super::plan`]), act (the one step
+//! planned; [`super::act`]), publish (the owned children, then the status written only when it
+//! changed; [`super::children`], [`super::publish`]). Also the requeue policy, and which reads
+//! may come from the watch caches ([`caches`]: the cluster, its members, Services and PDB, read
+//! fresh only when the cache may be behind this process's own writes). It decides nothing
+//! itself: every decision is the planner's.
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use api::v1alpha2::EtcdCluster;
+use api::v1alpha2::{EtcdCluster, EtcdMember};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
@@ -20,18 +22,55 @@ use crate::context::Context;
 use crate::etcd::access::ClusterKey;
 use crate::{shell, Error};
 
+pub mod caches;
+
+pub use caches::Caches;
+use caches::{Own, OwnWrites, Read};
+
 /// How often a formed cluster's membership and health are re-checked: etcd can change without a
 /// Kubernetes event (a member falls out of quorum, a learner catches up).
 pub const HEALTH_RECHECK: Duration = Duration::from_secs(30);
 
 /// Reconcile an EtcdCluster (run through [`crate::shell::reconcile_lenient`]: timing, metrics,
-/// the `OwnershipConflict` Event and the error policy are the shell's): read it fresh and run one
-/// pass; a cluster gone meanwhile has its cached etcd client and its metrics forgotten.
-pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<Requeue, Error> {
-    match fresh_cluster(&cluster, &ctx).await? {
-        Some(fresh) => reconcile_inner(&fresh, &ctx).await,
+/// the `OwnershipConflict` Event and the error policy are the shell's): read it (from the cache
+/// when the cache holds this process's own writes, see [`caches`]) and run one pass; a cluster
+/// gone meanwhile has its cached etcd client and its metrics forgotten.
+pub async fn reconcile(
+    cluster: Arc<EtcdCluster>,
+    ctx: Arc<Context>,
+    caches: Arc<Caches>,
+) -> Result<Requeue, Error> {
+    if !caches.ready().await {
+        // A watch is gone: the controller is stopping.
+        return Ok(Requeue::requeue(Duration::from_secs(1)));
+    }
+    let mut own = caches.own(&cluster);
+    let read =
+        match caches::cluster_read(own.cluster.as_ref(), cluster.resource_version().as_deref()) {
+            Read::Cache => Some(cluster.as_ref().clone()),
+            Read::Fresh => {
+                let fresh = fresh_cluster(&cluster, &ctx).await?;
+                // A fresh read holds every write this process made before it.
+                own.cluster = fresh
+                    .as_ref()
+                    .and_then(|c| c.resource_version())
+                    .map(OwnWrites::In)
+                    .or(Some(OwnWrites::Unknown));
+                fresh
+            }
+        };
+    match read {
+        Some(current) => {
+            let result = reconcile_inner(&current, &ctx, &caches, &mut own).await;
+            if result.is_err() {
+                own = Own::after_failure();
+            }
+            caches.record(&current, own);
+            result
+        }
         None => {
             ctx.etcd.forget(&ClusterKey::of(&cluster));
+            caches.forget(&cluster);
             if let Some(ns) = cluster.namespace() {
                 ctx.metrics.forget_cluster(&ns, &cluster.name_any());
             }
@@ -49,8 +88,32 @@ async fn fresh_cluster(cluster: &EtcdCluster, ctx: &Context) -> Result<Option<Et
     Ok(api.get_opt(&cluster.name_any()).await?)
 }
 
-/// One reconcile of a cluster read fresh: observe, plan, act, publish.
-async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue, Error> {
+/// The cluster's members: from the cache unless this process may have written one the cache
+/// has not been seen to hold ([`caches::members_read`]); a fresh list that the cache matches
+/// makes the cache trusted again.
+async fn members(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    caches: &Caches,
+    own: &mut Own,
+) -> Result<Vec<EtcdMember>, Error> {
+    let cached = caches.members(cluster);
+    if let (Read::Cache, Some(cached)) = (caches::members_read(own.members_written), &cached) {
+        return Ok(cached.clone());
+    }
+    let fresh = observe::members(cluster, ctx).await?;
+    own.members_written = !cached.is_some_and(|c| caches::cache_holds(&fresh, &c));
+    Ok(fresh)
+}
+
+/// One reconcile of a cluster: observe, plan, act, publish. `own` is kept up to date with what
+/// it writes, for the next reconcile's reads.
+async fn reconcile_inner(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    caches: &Caches,
+    own: &mut Own,
+) -> Result<Requeue, Error> {
     if cluster.metadata.deletion_timestamp.is_some() {
         // Owner references garbage-collect the rest; member finalizers see the deletion; the
         // data PVCs (owned by nothing) are the cleanup finalizer's.
@@ -67,16 +130,22 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
 
     // Observe.
-    let members = observe::members(cluster, ctx).await?;
+    let members = members(cluster, ctx, caches, own).await?;
     if act::needs_peer_auto_tls_restored(cluster, &members) {
+        // A metadata patch, outside the status writer.
+        own.cluster = Some(OwnWrites::Unknown);
         return act::restore_peer_auto_tls(cluster, ctx).await;
     }
     let members = observe::member_children(cluster, ctx, members).await?;
-    children::ensure_services(cluster, ctx).await?;
+    children::ensure_services(cluster, ctx, caches).await?;
     let cert_manager_missing = children::ensure_certificates(cluster, ctx).await?;
     let mut seen = match observe::etcd(cluster, ctx, members, cert_manager_missing).await? {
         ControlFlow::Continue(seen) => seen,
-        ControlFlow::Break(requeue) => return Ok(requeue),
+        ControlFlow::Break(requeue) => {
+            // Root auth's state was latched in the status, outside the status writer.
+            own.cluster = Some(OwnWrites::Unknown);
+            return Ok(requeue);
+        }
     };
 
     // Plan: the facts are fixed from here on.
@@ -93,6 +162,11 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
         let status_api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
         let locked = status::render(cluster, &plan, None, now);
         stored = shell::write_status(&status_api, &stored, stored.status.as_ref(), &locked).await?;
+        own.cluster = stored.resource_version().map(OwnWrites::In);
+    }
+    if !matches!(plan.action, Action::None | Action::Wait(_)) {
+        // The step may create, delete or patch a member.
+        own.members_written = true;
     }
 
     // Act.
@@ -108,11 +182,18 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue
     };
 
     // Publish.
-    if let Some(retry) = children::keep_in_shape(cluster, ctx, &plan, &seen).await? {
+    let kept = children::keep_in_shape(cluster, ctx, caches, &plan, &seen).await?;
+    own.members_written |= kept.members_written;
+    if let Some(retry) = kept.retry {
         requeue = retry;
     }
-    if let Some(sooner) = publish::publish(cluster, ctx, &plan, &mut seen, latched, &stored).await?
-    {
+    let published = publish::publish(cluster, ctx, &plan, &mut seen, latched, &mut stored).await?;
+    if stored.resource_version() != cluster.resource_version() {
+        // The status writer returned the cluster as written: the next reconcile may plan from
+        // the cache once it shows this version.
+        own.cluster = stored.resource_version().map(OwnWrites::In);
+    }
+    if let Some(sooner) = published {
         requeue = sooner;
     }
     Ok(requeue)
