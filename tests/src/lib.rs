@@ -11,6 +11,7 @@ pub mod chart_rbac;
 pub mod corpus;
 pub mod e2e;
 pub mod env;
+pub mod faults_env;
 pub mod harness;
 pub mod helm;
 pub mod install;
