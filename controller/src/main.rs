@@ -344,7 +344,20 @@ async fn main() -> anyhow::Result<()> {
             _ = controller::run::run(ctx, args.watch_namespace.clone(), shutdown) => {}
             _ = lost => {}
         }
-        lease_task.abort();
+        // `lost` held the last receiver: with it dropped, the lease task releases the Lease, so
+        // a successor (the next Pod of a rollout) takes over at once, not after the Lease's 15 s.
+        match tokio::time::timeout(std::time::Duration::from_secs(5), lease_task).await {
+            Ok(Ok(Ok(_))) => tracing::info!("released the leader Lease"),
+            Ok(Ok(Err(e))) => {
+                tracing::warn!(error = %e, "could not release the leader Lease; it expires on its own")
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the leader Lease task failed; the Lease expires on its own")
+            }
+            Err(_) => {
+                tracing::warn!("releasing the leader Lease took over 5s; it expires on its own")
+            }
+        }
     } else {
         controller::run::run(ctx, args.watch_namespace.clone(), shutdown).await;
     }
