@@ -11,6 +11,7 @@ pub mod chart_rbac;
 pub mod corpus;
 pub mod e2e;
 pub mod env;
+pub mod faults;
 pub mod faults_env;
 pub mod harness;
 pub mod helm;
@@ -20,6 +21,7 @@ pub mod podrunner;
 pub mod rollout;
 pub mod tls;
 pub mod webhook;
+pub mod workload;
 
 /// `impl Debug` for a struct that shows only what it names: `debug_fields!(Slot, |s| { "n": s.n })`
 /// (the label, then an expression over `s`, the value). For the structs that hold handles (locks,
