@@ -163,21 +163,36 @@ async fn serve_admin(addr: SocketAddr, admin: Admin) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// SIGTERM or SIGINT, as a flag that turns true once: the SIGTERM listener is registered when
+/// this is called (not when first polled) and lives as long as the process. Called once, before
+/// anything that should stop gracefully: tokio keeps its signal handler installed once any
+/// listener existed, so a SIGTERM arriving while no listener is polled (say, between winning the
+/// leader election and the controllers' first poll) would be swallowed, and the operator would
+/// run on until SIGKILL with its leader Lease held.
+fn shutdown_signal() -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
     #[cfg(unix)]
-    {
-        if let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        {
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        if let Some(mut term) = term {
             tokio::select! {
                 _ = ctrl_c => {},
                 _ = term.recv() => {},
             }
+            let _ = tx.send(true);
             return;
         }
-    }
-    let _ = ctrl_c.await;
+        let _ = ctrl_c.await;
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// Resolves once [`shutdown_signal`]'s flag is true.
+async fn stopping(mut stop: tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopped| *stopped).await;
 }
 
 /// A duration such as `5m` or `90s`, or `0` (off).
@@ -251,6 +266,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .unwrap_or_else(|| "cluster.local".to_string());
 
+    let stop = shutdown_signal();
     let client = Client::try_default()
         .await
         .context("connecting to the Kubernetes API")?;
@@ -312,7 +328,7 @@ async fn main() -> anyhow::Result<()> {
     }
     ready.store(true, Ordering::Relaxed);
 
-    let shutdown = shutdown_signal();
+    let shutdown = stopping(stop.clone());
     if args.leader_elect {
         let namespace = args
             .leader_election_namespace
@@ -333,7 +349,7 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!("waiting for leadership");
         tokio::select! {
             _ = leader.wait_for(|l| *l) => {}
-            _ = shutdown_signal() => { return Ok(()); }
+            _ = stopping(stop.clone()) => { return Ok(()); }
         }
         tracing::info!("acquired leadership; starting controllers");
         let lost = async move {
@@ -344,7 +360,20 @@ async fn main() -> anyhow::Result<()> {
             _ = controller::run::run(ctx, args.watch_namespace.clone(), shutdown) => {}
             _ = lost => {}
         }
-        lease_task.abort();
+        // `lost` held the last receiver: with it dropped, the lease task releases the Lease, so
+        // a successor (the next Pod of a rollout) takes over at once, not after the Lease's 15 s.
+        match tokio::time::timeout(std::time::Duration::from_secs(5), lease_task).await {
+            Ok(Ok(Ok(_))) => tracing::info!("released the leader Lease"),
+            Ok(Ok(Err(e))) => {
+                tracing::warn!(error = %e, "could not release the leader Lease; it expires on its own")
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the leader Lease task failed; the Lease expires on its own")
+            }
+            Err(_) => {
+                tracing::warn!("releasing the leader Lease took over 5s; it expires on its own")
+            }
+        }
     } else {
         controller::run::run(ctx, args.watch_namespace.clone(), shutdown).await;
     }

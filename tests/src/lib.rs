@@ -12,6 +12,7 @@ pub mod corpus;
 pub mod e2e;
 pub mod env;
 pub mod faults;
+pub mod faults_env;
 pub mod harness;
 pub mod helm;
 pub mod install;

@@ -38,6 +38,7 @@ pub struct Operator {
     started: Instant,
     identity: Arc<Identity>,
     auth_record_secret: String,
+    watch_namespace: Option<String>,
 }
 
 impl Operator {
@@ -103,6 +104,7 @@ impl Operator {
             started: Instant::now(),
             identity,
             auth_record_secret,
+            watch_namespace: watch_namespace.map(str::to_string),
         };
         op.wait_ready(Duration::from_secs(60)).await?;
         Ok(op)
@@ -170,6 +172,30 @@ impl Operator {
     /// (`--auth-record-secret`, `<release>-auth-records` from the chart).
     pub fn auth_record_secret(&self) -> &str {
         &self.auth_record_secret
+    }
+
+    /// Stop the operator as a Deployment rollout stops its Pod: SIGTERM (its controllers stop;
+    /// its leader Lease is left to expire), SIGKILL after `grace`.
+    pub async fn stop(&self, grace: Duration) {
+        self.process.stop(grace).await;
+    }
+
+    /// Stop this operator ([`Operator::stop`], 10 s grace) and start its successor in the same
+    /// namespace, identity and watch with `extra_args` instead (a `helm upgrade` that changed a
+    /// flag, e.g. `--etcd-image-repository`). The successor acts once the old Lease expires.
+    pub async fn replace_with(
+        self,
+        cp: &ControlPlane,
+        extra_args: &[&str],
+    ) -> Result<Operator, Error> {
+        self.stop(Duration::from_secs(10)).await;
+        Operator::start_with(
+            cp,
+            self.namespace(),
+            self.watch_namespace.as_deref(),
+            extra_args,
+        )
+        .await
     }
 
     /// SIGKILL the operator (a crash, not a graceful stop).

@@ -140,7 +140,9 @@ pub struct Webhook {
     tls_addr: SocketAddr,
     admin_addr: SocketAddr,
     ca: TestCa,
-    _mount: SecretMount,
+    bin: PathBuf,
+    args: Vec<String>,
+    mount: SecretMount,
     _dir: tempfile::TempDir,
 }
 
@@ -167,21 +169,8 @@ impl Webhook {
         let cert = ca.server_cert(&["127.0.0.1", "localhost"])?;
         mount.write_tls(&cert, Some(&ca))?;
 
-        let mut cmd = Command::new(&bin);
-        // Flags win over the environment, but an inherited WEBHOOK_* could still set what the
-        // flags below leave at its default.
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("WEBHOOK_") {
-                cmd.env_remove(key);
-            }
-        }
-        cmd.env("RUST_LOG", "info")
-            .arg(format!("--tls-cert-dir={}", mount.dir().display()))
-            .arg("--listen=127.0.0.1:0")
-            .arg("--admin-listen=127.0.0.1:0")
-            .arg("--log-json=true")
-            .arg("--shutdown-grace-seconds=1")
-            .args(args);
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let cmd = command(&bin, mount.dir(), ("127.0.0.1:0", "127.0.0.1:0"), &args);
         let log = cp.log_dir().join(format!("{BINARY_NAME}-{n}.log"));
         let process = Process::spawn(BINARY_NAME, cmd, &log)?;
 
@@ -201,15 +190,22 @@ impl Webhook {
             tls_addr,
             admin_addr,
             ca,
-            _mount: mount,
+            bin,
+            args,
+            mount,
             _dir: dir,
         };
+        webhook.wait_ready().await?;
+        Ok(webhook)
+    }
+
+    async fn wait_ready(&self) -> Result<(), Error> {
+        let admin_addr = self.admin_addr;
         wait_until(
             &format!("{BINARY_NAME} /readyz on {admin_addr}"),
             START_TIMEOUT,
             || async {
-                webhook
-                    .process
+                self.process
                     .check_running("while starting")
                     .map_err(|e| e.to_string())?;
                 Ok(match http_get(admin_addr, "/readyz").await {
@@ -218,8 +214,25 @@ impl Webhook {
                 })
             },
         )
-        .await?;
-        Ok(webhook)
+        .await
+    }
+
+    /// Stop the webhook as its Pods going away would (SIGTERM: `/readyz` turns 503, in-flight
+    /// requests finish; SIGKILL after 10 s). The registrations stay: the apiserver's calls fail
+    /// until [`Webhook::start_again`] and each object's failure policy decides.
+    pub async fn stop(&self) {
+        self.process.stop(Duration::from_secs(10)).await;
+    }
+
+    /// Start the webhook again on the addresses it had (the registrations' URLs), with the same
+    /// certificate and arguments, and wait until `/readyz` answers 200. A port taken by someone
+    /// else meanwhile fails here with the webhook's own message.
+    pub async fn start_again(&self) -> Result<(), Error> {
+        let tls = self.tls_addr.to_string();
+        let admin = self.admin_addr.to_string();
+        let cmd = command(&self.bin, self.mount.dir(), (&tls, &admin), &self.args);
+        self.process.start_again_with(cmd)?;
+        self.wait_ready().await
     }
 
     /// `https://127.0.0.1:<port><path>`.
@@ -270,6 +283,27 @@ impl Webhook {
     pub fn kill(&self) {
         self.process.kill();
     }
+}
+
+/// The webhook's command line: the test defaults (`listen` = (TLS, admin) addresses, JSON logs,
+/// a short shutdown grace), then `args`.
+fn command(bin: &Path, cert_dir: &Path, listen: (&str, &str), args: &[String]) -> Command {
+    let mut cmd = Command::new(bin);
+    // Flags win over the environment, but an inherited WEBHOOK_* could still set what the
+    // flags below leave at its default.
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("WEBHOOK_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("RUST_LOG", "info")
+        .arg(format!("--tls-cert-dir={}", cert_dir.display()))
+        .arg(format!("--listen={}", listen.0))
+        .arg(format!("--admin-listen={}", listen.1))
+        .arg("--log-json=true")
+        .arg("--shutdown-grace-seconds=1")
+        .args(args);
+    cmd
 }
 
 /// The sum of the samples of `metric` (an OpenMetrics counter) carrying every label of `labels`.

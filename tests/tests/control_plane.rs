@@ -1,17 +1,24 @@
 //! The test control plane itself, in full (etcd, apiserver, kube-controller-manager,
 //! kube-scheduler): its controllers and scheduler act on objects, and dropping it leaves no
 //! process and no files behind. The end-to-end suites build on exactly this. And a component
-//! whose port another process already serves is not taken for started.
+//! whose port another process already serves is not taken for started. The fault suite's
+//! outages of the apiserver and of its etcd keep every object and let watches resume.
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams, PostParams};
+use kube::ResourceExt;
+use kube_runtime::{watcher, WatchStreamExt};
 use serde_json::json;
 use tests::env::control_plane::temp_root;
 use tests::env::etcd::{Etcd, EtcdConfig};
 use tests::env::{ControlPlane, Testbins};
+use tests::faults_env::{restart_apiserver, restart_control_plane_etcd, Stop};
 use tests::harness::{eventually, seen};
 use tests::OrPanic;
 
@@ -124,4 +131,91 @@ async fn an_etcd_on_a_port_another_etcd_serves_is_not_taken_for_started() {
         ),
         Err(e) => assert!(e.to_string().contains("address already in use"), "{e}"),
     }
+}
+
+/// The fault suite's control-plane outages (`tests::faults_env`): the kube-apiserver crashed and
+/// started again, then the control plane's etcd stopped and started again, each in place. The
+/// server URL stays, every object is kept with its resourceVersion, new resourceVersions
+/// continue past the old ones, the same client works again, and a watch opened before the
+/// outages (kube-runtime's watcher, as the operator's) sees the objects created after each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apiserver_and_etcd_restarts_keep_objects_and_watches_resume() {
+    let cp = ControlPlane::builder().start().await.or_panic();
+    let client = cp.client().or_panic();
+    let ns = cp.namespace("restart").await.or_panic();
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    let create = |name: &'static str| {
+        let cms = cms.clone();
+        async move {
+            let cm: ConfigMap =
+                serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": name}}))
+                    .or_panic();
+            cms.create(&PostParams::default(), &cm).await.or_panic()
+        }
+    };
+    let revision = |cm: &ConfigMap| -> u64 {
+        cm.resource_version()
+            .and_then(|rv| rv.parse().ok())
+            .unwrap_or_else(|| panic!("{} has no numeric resourceVersion", cm.name_any()))
+    };
+    let seen_names = Arc::new(Mutex::new(BTreeSet::<String>::new()));
+    let watched = {
+        let seen_names = seen_names.clone();
+        let stream = watcher(cms.clone(), watcher::Config::default())
+            .default_backoff()
+            .applied_objects();
+        tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                if let Ok(cm) = event {
+                    seen_names.lock().or_panic().insert(cm.name_any());
+                }
+            }
+        })
+    };
+    let saw = |name: &'static str| {
+        let seen_names = seen_names.clone();
+        async move {
+            eventually(
+                &format!("the watch opened before the outages to see {name}"),
+                TIMEOUT,
+                || async {
+                    let names = seen_names.lock().map_err(|e| e.to_string())?.clone();
+                    seen(names, |n| n.contains(name)).map(drop)
+                },
+            )
+            .await
+        }
+    };
+
+    let first = create("before").await;
+    saw("before").await;
+    let url = cp.server_url().to_string();
+    let apiserver_pid = cp.process("kube-apiserver").or_panic().pid();
+    let etcd_pid = cp.process("etcd").or_panic().pid();
+
+    let api_down = restart_apiserver(&cp, Stop::Crash).await.or_panic();
+    assert_eq!(cp.server_url(), url);
+    assert_ne!(cp.process("kube-apiserver").or_panic().pid(), apiserver_pid);
+    assert_eq!(cp.process("etcd").or_panic().pid(), etcd_pid);
+    let kept = cms.get("before").await.or_panic();
+    assert_eq!(kept.resource_version(), first.resource_version());
+    let second = create("after-apiserver").await;
+    assert!(revision(&second) > revision(&first));
+    saw("after-apiserver").await;
+
+    let etcd_down = restart_control_plane_etcd(&cp, Stop::Graceful)
+        .await
+        .or_panic();
+    assert_ne!(cp.process("etcd").or_panic().pid(), etcd_pid);
+    for (name, cm) in [("before", &first), ("after-apiserver", &second)] {
+        let kept = cms.get(name).await.or_panic();
+        assert_eq!(kept.resource_version(), cm.resource_version(), "{name}");
+    }
+    let third = create("after-etcd").await;
+    assert!(revision(&third) > revision(&second));
+    saw("after-etcd").await;
+    cp.check_running().or_panic();
+    watched.abort();
+    eprintln!("kube-apiserver down {api_down:.1?}, etcd down {etcd_down:.1?}");
 }

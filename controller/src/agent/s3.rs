@@ -39,15 +39,38 @@ impl S3 {
     where
         S: Stream<Item = Result<Vec<u8>, Failure>> + Unpin,
     {
-        match self.upload(at, uid, chunks).await? {
+        let stored = match self.upload(at, uid, chunks).await? {
             Completion::Stored { done, etag } => {
                 self.stamp_sha256(at, uid, &done, etag.as_deref()).await;
-                self.verify_stored(at, uid, done, etag.as_deref()).await
+                self.verify_stored(at, uid, done, etag.as_deref()).await?
             }
             Completion::KeyTaken => {
                 tracing::info!(uri = %at.uri(), "another attempt of this snapshot stored the object first; reporting that object");
-                self.stored_snapshot(at, uid).await
+                self.stored_snapshot(at, uid).await?
             }
+        };
+        self.abort_leftovers(at).await;
+        Ok(stored)
+    }
+
+    /// Once the key is stored, abort every other multipart upload of it. An earlier attempt
+    /// whose CreateMultipartUpload reached the server but whose answer did not (the server died
+    /// in between: the e2e fault suite's S3 outage) left an upload no agent knows the ID of, so
+    /// none could abort it; and every other upload of the key is doomed anyway (completions are
+    /// conditional on the key being free). Best effort: without `s3:ListBucketMultipartUploads`
+    /// the leftovers stay for the bucket's lifecycle rule.
+    async fn abort_leftovers(&self, at: &Location) {
+        match self.abort_uploads(at).await {
+            Ok(0) => {}
+            Ok(aborted) => {
+                tracing::info!(uri = %at.uri(), aborted, "aborted the multipart uploads earlier attempts left")
+            }
+            Err(e) => tracing::warn!(
+                uri = %at.uri(),
+                error = %e,
+                "could not abort the multipart uploads earlier attempts may have left; a bucket \
+                 lifecycle rule for incomplete uploads removes them"
+            ),
         }
     }
 

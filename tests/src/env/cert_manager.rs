@@ -172,6 +172,38 @@ impl CertManager {
         .await
     }
 
+    /// Stop the controller and the cainjector (SIGTERM, SIGKILL after 10 s), as an outage of
+    /// cert-manager's Deployments: nothing is issued or renewed, the Secrets it issued stay.
+    pub async fn stop(&self) {
+        let grace = Duration::from_secs(10);
+        self.cainjector.stop(grace).await;
+        self.controller.stop(grace).await;
+    }
+
+    /// Start both again with the same flags and wait until the controller has the readiness
+    /// Issuer Ready again (it has resynced its caches and acts).
+    pub async fn start_again(&self, cp: &ControlPlane) -> Result<(), Error> {
+        // The Issuer kept its Ready condition from before the stop: made anew, it proves the new
+        // controller is working.
+        let api = Api::<DynamicObject>::namespaced_with(
+            cp.client()?,
+            CLUSTER_RESOURCE_NAMESPACE,
+            &api_resource("Issuer"),
+        );
+        match api.delete(READINESS_ISSUER, &Default::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => {
+                return Err(Error::kube(format!(
+                    "deleting Issuer {CLUSTER_RESOURCE_NAMESPACE}/{READINESS_ISSUER}"
+                ))(e))
+            }
+        }
+        self.controller.start_again()?;
+        self.cainjector.start_again()?;
+        self.wait_ready(cp).await
+    }
+
     /// The release running (`v1.11.5`), as recorded by the build.
     pub fn version(&self) -> Option<&str> {
         self.version.as_deref()

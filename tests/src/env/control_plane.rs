@@ -36,6 +36,9 @@ use super::process::{self, Process};
 use super::testbins::{Kubernetes, Testbins};
 use super::Error;
 
+mod outage;
+pub use outage::NodeLifecycle;
+
 const APISERVER_READY_TIMEOUT: Duration = Duration::from_secs(180);
 const ETCD_READY_TIMEOUT: Duration = Duration::from_secs(60);
 const COMPONENT_READY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -78,6 +81,9 @@ pub struct ControlPlaneBuilder {
     scheduler: bool,
     /// Tells apart shared control planes of the same shape (see [`ControlPlaneBuilder::apart`]).
     apart: &'static str,
+    /// Run the node lifecycle and taint eviction controllers (see
+    /// [`ControlPlaneBuilder::with_node_lifecycle`]).
+    node_lifecycle: Option<NodeLifecycle>,
 }
 
 impl ControlPlaneBuilder {
@@ -102,6 +108,16 @@ impl ControlPlaneBuilder {
     /// Start kube-scheduler.
     pub fn with_scheduler(mut self) -> Self {
         self.scheduler = true;
+        self
+    }
+
+    /// Also run kube-controller-manager's node lifecycle and taint eviction controllers with the
+    /// shorter periods of `lifecycle` (the apiserver's default `NoExecute` tolerations included),
+    /// so that a Node whose heartbeat stops goes NotReady and its Pods are evicted as on a real
+    /// cluster. Off by default: with them every suite's Nodes would depend on the pod runner's
+    /// heartbeat keeping up on a loaded machine.
+    pub fn with_node_lifecycle(mut self, lifecycle: NodeLifecycle) -> Self {
+        self.node_lifecycle = Some(lifecycle);
         self
     }
 
@@ -163,6 +179,7 @@ pub struct ControlPlane {
     log_dir: PathBuf,
     namespaces: AtomicU64,
     started_in: Duration,
+    node_lifecycle: Option<NodeLifecycle>,
     root: tempfile::TempDir,
 }
 
@@ -237,6 +254,10 @@ impl ControlPlane {
         processes.push(etcd);
 
         let kubeconfig = root.path().join("admin.kubeconfig");
+        let apiserver_extra = want
+            .node_lifecycle
+            .map(|l| l.apiserver_args())
+            .unwrap_or_default();
         let (apiserver, server_url, config) = start_apiserver(
             &apiserver_bin,
             &etcd_url,
@@ -244,6 +265,7 @@ impl ControlPlane {
             &kubeconfig,
             &log_dir,
             &processes,
+            &apiserver_extra,
         )
         .await?;
         processes.push(apiserver);
@@ -262,6 +284,7 @@ impl ControlPlane {
             log_dir,
             namespaces: AtomicU64::new(0),
             started_in: Duration::ZERO,
+            node_lifecycle: want.node_lifecycle,
             root,
         };
 
@@ -269,7 +292,9 @@ impl ControlPlane {
             cp.install_crds(api::crd::all()).await?;
         }
         if let Some(bin) = kcm_bin {
-            let kcm = cp.start_controller_manager(&bin).await?;
+            let kcm = cp
+                .start_controller_manager(&bin, want.node_lifecycle)
+                .await?;
             cp.processes.push(kcm);
         }
         if let Some(bin) = scheduler_bin {
@@ -487,21 +512,26 @@ impl ControlPlane {
         Ok(())
     }
 
-    async fn start_controller_manager(&self, bin: &Path) -> Result<Process, Error> {
+    async fn start_controller_manager(
+        &self,
+        bin: &Path,
+        lifecycle: Option<NodeLifecycle>,
+    ) -> Result<Process, Error> {
         let service_account_key = self.pki.service_account_key_file.display();
+        let mut controllers = CONTROLLERS.to_vec();
+        let mut args = vec![
+            "--leader-elect=false".into(),
+            "--use-service-account-credentials=false".into(),
+            format!("--service-account-private-key-file={service_account_key}"),
+            format!("--root-ca-file={}", self.pki.serving_ca_file.display()),
+        ];
+        if let Some(lifecycle) = lifecycle {
+            controllers.extend_from_slice(outage::NODE_LIFECYCLE_CONTROLLERS);
+            args.extend(lifecycle.controller_manager_args());
+        }
+        args.push(format!("--controllers={}", controllers.join(",")));
         let kcm = self
-            .start_component(
-                bin,
-                "kube-controller-manager",
-                "kcm-certs",
-                &[
-                    format!("--controllers={}", CONTROLLERS.join(",")),
-                    "--leader-elect=false".into(),
-                    "--use-service-account-credentials=false".into(),
-                    format!("--service-account-private-key-file={service_account_key}"),
-                    format!("--root-ca-file={}", self.pki.serving_ca_file.display()),
-                ],
-            )
+            .start_component(bin, "kube-controller-manager", "kcm-certs", &args)
             .await?;
         // Controllers are running once the serviceaccount controller has filled `default`.
         let api = Api::<ServiceAccount>::namespaced(self.client()?, "default");
@@ -731,6 +761,7 @@ async fn start_apiserver(
     kubeconfig: &Path,
     log_dir: &Path,
     running: &[Process],
+    extra: &[String],
 ) -> Result<(Process, String, Config), Error> {
     let mut last = None;
     for _ in 0..PORT_ATTEMPTS {
@@ -785,7 +816,8 @@ async fn start_apiserver(
             .arg(format!(
                 "--proxy-client-key-file={}",
                 pki.front_proxy_client_key_file.display()
-            ));
+            ))
+            .args(extra);
         let apiserver = Process::spawn("kube-apiserver", cmd, &log_dir.join("kube-apiserver.log"))?;
 
         write_kubeconfig(kubeconfig, &server_url, pki)?;

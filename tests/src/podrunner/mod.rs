@@ -1157,7 +1157,7 @@ impl PodRunner {
 
     /// The machine behind a Node dies: its containers are killed without a word to the API and
     /// its heartbeat (Lease, status) stops; nothing runs there again.
-    fn stop_node(&self, node: &str) {
+    pub fn stop_node(&self, node: &str) {
         if let Ok(mut names) = self.shared.failed.names.lock() {
             names.insert(node.to_string());
         }
