@@ -64,6 +64,8 @@ const STOP_GRACE: Duration = Duration::from_secs(15);
 pub const APISERVER: &str = "kube-apiserver";
 /// The control plane's etcd's process name in [`ControlPlane::processes`].
 pub const ETCD: &str = "etcd";
+/// kube-scheduler's process name in [`ControlPlane::processes`].
+pub const SCHEDULER: &str = "kube-scheduler";
 
 impl ControlPlane {
     /// The node lifecycle timings it runs with, if it runs those controllers.
@@ -112,6 +114,18 @@ impl ControlPlane {
         self.stop_apiserver(crash).await?;
         self.start_apiserver_again().await?;
         Ok(began.elapsed())
+    }
+
+    /// Restart kube-scheduler (SIGTERM, then the same flags again), as a control plane's
+    /// supervisor restarts a component: kube-scheduler 1.37 can come out of a kube-apiserver
+    /// restart with a corrupted cache ("Pod updated on a different node than previously added
+    /// to"), logs it and goes on with a ghost of a deleted Pod that keeps a member's successor
+    /// Pending for good; a restart lists everything afresh.
+    pub async fn restart_scheduler(&self) -> Result<(), Error> {
+        let scheduler = self.process(SCHEDULER)?;
+        scheduler.stop(grace(false)).await;
+        scheduler.start_again()?;
+        Ok(())
     }
 
     /// Stop the control plane's etcd (`crash` as in [`ControlPlane::stop_apiserver`]): the
