@@ -21,15 +21,19 @@
 //! - the initial list is read in pages of [`PAGE_SIZE`] objects, so decoding it never holds more
 //!   than one page;
 //! - at most [`CONCURRENCY`] reconciles of one controller run at once: after a restart every
-//!   object is due at the same moment, and unbounded they would all hold their reads at once.
+//!   object is due at the same moment, and unbounded they would all hold their reads at once;
+//! - a controller's watches retry after an error on [`trigger_backoff`]'s short schedule, so the
+//!   operator is back at work seconds after an apiserver restart.
 
 use std::fmt::Debug;
+use std::time::Duration;
 
 use futures::Stream;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::Store;
+use kube::runtime::utils::{Backoff, ResetTimerBackoff};
 use kube::runtime::{controller, reflector, watcher, Controller, WatchStreamExt};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
@@ -51,6 +55,45 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// The runtime settings of every controller.
 pub fn config() -> controller::Config {
     controller::Config::default().concurrency(CONCURRENCY)
+}
+
+/// The first and the longest wait of [`trigger_backoff`], and how long without an error resets it.
+const BACKOFF_MIN: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+const BACKOFF_RESET: Duration = Duration::from_secs(30);
+
+/// How a controller's watches wait after an error before they watch (or list) again: 0.5 s,
+/// doubling up to 5 s, and back to 0.5 s once 30 s pass without an error.
+///
+/// kube-runtime's default is client-go's (0.8 s doubling up to 30 s, reset only after 120 s
+/// without an error), and one schedule serves all the watches of a controller. An apiserver
+/// restart walks it up while the apiserver is down; then every watch comes back with an expired
+/// resourceVersion (410), whose re-list waited the next step, up to 30 s, again and again: a
+/// rollout sat idle about 90 s after the apiserver was back (docs/reliability.md, fault 2). One
+/// operator's few dozen watches retrying every 5 s are no load on an apiserver.
+pub fn trigger_backoff() -> ResetTimerBackoff<Doubling> {
+    ResetTimerBackoff::new(Doubling { next: BACKOFF_MIN }, BACKOFF_RESET)
+}
+
+/// [`BACKOFF_MIN`] doubling up to [`BACKOFF_MAX`].
+pub struct Doubling {
+    next: Duration,
+}
+
+impl Iterator for Doubling {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let wait = self.next;
+        self.next = (wait * 2).min(BACKOFF_MAX);
+        Some(wait)
+    }
+}
+
+impl Backoff for Doubling {
+    fn reset(&mut self) {
+        self.next = BACKOFF_MIN;
+    }
 }
 
 /// Drop from metadata what no reconcile reads: the managed fields and kubectl's last-applied
@@ -121,12 +164,27 @@ where
         .modify(trim)
         .reflect(writer)
         .applied_objects();
-    Controller::for_stream(stream, reader).with_config(config())
+    Controller::for_stream(stream, reader)
+        .with_config(config())
+        .trigger_backoff(trigger_backoff())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn watches_retry_within_five_seconds_and_start_short_again_after_a_reset() {
+        let mut backoff = Doubling { next: BACKOFF_MIN };
+        let waits: Vec<u64> = backoff
+            .by_ref()
+            .take(7)
+            .map(|d| d.as_millis() as u64)
+            .collect();
+        assert_eq!(waits, [500, 1000, 2000, 4000, 5000, 5000, 5000]);
+        backoff.reset();
+        assert_eq!(backoff.next(), Some(BACKOFF_MIN));
+    }
     use api::v1alpha2::EtcdCluster;
     use kube::ResourceExt;
     use serde_json::json;
