@@ -20,7 +20,7 @@ use serde_json::json;
 
 use super::observe::Seen;
 use super::plan::{self, EtcdView, Plan};
-use super::reconcile::Caches;
+use super::reconcile::caches::Caches;
 use super::volumes;
 use crate::builders::{pdb, service};
 use crate::context::{Context, FIELD_MANAGER};
