@@ -45,6 +45,12 @@ const PRUNED_ON_ROLLBACK: &[(&str, &str)] = &[
     // phase and the Ready condition.
     ("EtcdSnapshot", "status.startTime"),
     ("EtcdSnapshot", "status.completionTime"),
+    // Verification (docs/snapshots.md): whether to verify, the hashkv recorded at save time and
+    // the result. The reference neither verifies nor reads them; phase, artifact and conditions
+    // (a Verified condition among them) are kept.
+    ("EtcdSnapshot", "spec.verify"),
+    ("EtcdSnapshot", "status.hashKV"),
+    ("EtcdSnapshot", "status.verification"),
     // EtcdDefragPolicy (the reference's v0.5.5 kind): our extensions. Without them the
     // reference reads the schedule in UTC, runs no condition-driven checks and falls back to its
     // historyLimit (or the runs' TTL); the status fields are informational.
