@@ -190,6 +190,9 @@ fn shutdown_signal() -> tokio::sync::watch::Receiver<bool> {
     rx
 }
 
+/// How long the controllers get after SIGTERM before the leader Lease is released anyway.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Resolves once [`shutdown_signal`]'s flag is true.
 async fn stopping(mut stop: tokio::sync::watch::Receiver<bool>) {
     let _ = stop.wait_for(|stopped| *stopped).await;
@@ -356,9 +359,19 @@ async fn main() -> anyhow::Result<()> {
             let _ = leader.wait_for(|l| !*l).await;
             tracing::warn!("lost leadership; stopping");
         };
+        // After the signal the controllers get SHUTDOWN_GRACE to finish their reconciles; one
+        // still waiting then (say, on watch caches that a stopping process will never fill) is
+        // dropped, as a crash would drop it (every step is safe to lose half-way), so that the
+        // Lease is released within the Pod's termination grace period.
+        let bounded = async {
+            stopping(stop.clone()).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+            tracing::warn!("the controllers did not stop within {SHUTDOWN_GRACE:?} of the signal; stopping them");
+        };
         tokio::select! {
             _ = controller::run::run(ctx, args.watch_namespace.clone(), shutdown) => {}
             _ = lost => {}
+            _ = bounded => {}
         }
         // `lost` held the last receiver: with it dropped, the lease task releases the Lease, so
         // a successor (the next Pod of a rollout) takes over at once, not after the Lease's 15 s.
