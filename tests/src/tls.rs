@@ -222,3 +222,63 @@ pub fn der_of(pem: &str) -> Vec<u8> {
         .map(|c| c.to_vec())
         .unwrap_or_default()
 }
+
+/// The cert-manager objects of `kind` (`Certificate`, `Issuer`, ...) in `ns`.
+pub fn cm_api(env: &Env, ns: &str, kind: &str) -> Api<kube::api::DynamicObject> {
+    Api::namespaced_with(
+        env.client(),
+        ns,
+        &crate::env::cert_manager::api_resource(kind),
+    )
+}
+
+/// Create a cert-manager object of `kind` from `body` (its metadata and spec).
+pub async fn cm_create(env: &Env, ns: &str, kind: &str, body: serde_json::Value) {
+    let mut object: kube::api::DynamicObject = serde_json::from_value(body).or_panic();
+    object.types = Some(kube::core::TypeMeta {
+        api_version: "cert-manager.io/v1".into(),
+        kind: kind.into(),
+    });
+    cm_api(env, ns, kind)
+        .create(&PostParams::default(), &object)
+        .await
+        .or_panic();
+}
+
+/// Ask cert-manager to re-issue `certificate` now: the `Issuing` condition `cmctl renew` sets.
+/// The write carries the resourceVersion it read, and cert-manager writes the same status (its
+/// readiness and issuing controllers): a write refused as a conflict (409) is made again on a
+/// fresh read, as any client of an optimistically locked object does.
+pub async fn renew(env: &Env, ns: &str, certificate: &str) {
+    let api = cm_api(env, ns, "Certificate");
+    crate::harness::eventually_every(
+        &format!("Issuing=True written on Certificate {ns}/{certificate}"),
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_millis(200),
+        || async {
+            let mut cert = api.get_status(certificate).await.or_panic();
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            let mut conditions = cert.data["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            conditions.retain(|c| c["type"] != "Issuing");
+            conditions.push(json!({
+                "type": "Issuing", "status": "True", "reason": "ManuallyTriggered",
+                "message": "renewal requested by the test", "lastTransitionTime": now,
+            }));
+            cert.data["status"]["conditions"] = json!(conditions);
+            match api
+                .replace_status(certificate, &PostParams::default(), &cert)
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    Err(format!("conflict: {}", status.message))
+                }
+                Err(e) => panic!("setting Issuing=True on Certificate {ns}/{certificate}: {e}"),
+            }
+        },
+    )
+    .await;
+}

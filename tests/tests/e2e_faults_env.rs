@@ -34,16 +34,17 @@ use api::v1alpha2::{
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tests::e2e::{condition, spec, stage_with, Env, Start};
-use tests::env::{cert_manager, CertManager, ControlPlane, NodeLifecycle};
+use tests::env::{CertManager, ControlPlane, NodeLifecycle};
 use tests::faults_env::{self, Stop};
 use tests::harness::{eventually, eventually_every, poll};
 use tests::operator::Operator;
 use tests::podrunner::PodRunner;
 use tests::rollout::{uids, wait_rolled};
+use tests::tls::{cm_create, renew};
 use tests::workload::{Report, Workload};
 use tests::OrPanic;
 use tokio::sync::OnceCell;
@@ -708,22 +709,6 @@ async fn cert_manager_on(env: &'static Env) -> &'static CertManager {
         .await
 }
 
-fn cm_api(env: &Env, ns: &str, kind: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(env.client(), ns, &cert_manager::api_resource(kind))
-}
-
-async fn cm_create(env: &Env, ns: &str, kind: &str, body: serde_json::Value) {
-    let mut object: DynamicObject = serde_json::from_value(body).or_panic();
-    object.types = Some(kube::core::TypeMeta {
-        api_version: "cert-manager.io/v1".into(),
-        kind: kind.into(),
-    });
-    cm_api(env, ns, kind)
-        .create(&PostParams::default(), &object)
-        .await
-        .or_panic();
-}
-
 /// A CA Issuer `etcd-ca` (self-signed Issuer → CA Certificate → CA Issuer).
 async fn ca_issuer(env: &Env, ns: &str) {
     cm_create(
@@ -785,42 +770,6 @@ async fn secret_key(env: &Env, ns: &str, secret: &str, key: &str) -> String {
         .and_then(|d| d.get(key).cloned())
         .unwrap_or_else(|| panic!("Secret {ns}/{secret} has no {key}"));
     String::from_utf8(bytes.0).or_panic()
-}
-
-/// Ask cert-manager to re-issue `certificate` now: the `Issuing` condition `cmctl renew` sets
-/// (a conflicting write is made again on a fresh read).
-async fn renew(env: &Env, ns: &str, certificate: &str) {
-    let api = cm_api(env, ns, "Certificate");
-    eventually_every(
-        &format!("Issuing=True written on Certificate {ns}/{certificate}"),
-        Duration::from_secs(30),
-        Duration::from_millis(200),
-        || async {
-            let mut cert = api.get_status(certificate).await.or_panic();
-            let now = k8s_openapi::jiff::Timestamp::now().to_string();
-            let mut conditions = cert.data["status"]["conditions"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            conditions.retain(|c| c["type"] != "Issuing");
-            conditions.push(json!({
-                "type": "Issuing", "status": "True", "reason": "ManuallyTriggered",
-                "message": "renewal requested by the test", "lastTransitionTime": now,
-            }));
-            cert.data["status"]["conditions"] = json!(conditions);
-            match api
-                .replace_status(certificate, &PostParams::default(), &cert)
-                .await
-            {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(status)) if status.code == 409 => {
-                    Err(format!("conflict: {}", status.message))
-                }
-                Err(e) => panic!("setting Issuing=True on Certificate {ns}/{certificate}: {e}"),
-            }
-        },
-    )
-    .await;
 }
 
 /// Every member serves the leaf `pem` on its client port.

@@ -19,11 +19,11 @@ use tests::e2e::{check_keys, condition, env, spec, stage_with, Env, Keys, Start}
 use tests::env::{cert_manager, CertManager};
 use tests::harness::eventually_every;
 use tests::rollout::{endpoints, uids, Writer};
+use tests::tls::{cm_api, cm_create, der_of, renew, served_certificate};
 use tests::tls::{
     create_operator_secret, create_peer_secret, create_secret, create_server_secret, dial, mint,
     pair, tls_spec,
 };
-use tests::tls::{der_of, served_certificate};
 use tests::OrPanic;
 use tokio::sync::OnceCell;
 
@@ -341,22 +341,6 @@ async fn cert_manager(env: &'static Env) -> &'static CertManager {
         .await
 }
 
-fn cm_api(env: &Env, ns: &str, kind: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(env.client(), ns, &cert_manager::api_resource(kind))
-}
-
-async fn cm_create(env: &Env, ns: &str, kind: &str, body: serde_json::Value) {
-    let mut object: DynamicObject = serde_json::from_value(body).or_panic();
-    object.types = Some(kube::core::TypeMeta {
-        api_version: "cert-manager.io/v1".into(),
-        kind: kind.into(),
-    });
-    cm_api(env, ns, kind)
-        .create(&PostParams::default(), &object)
-        .await
-        .or_panic();
-}
-
 /// A CA Issuer named `issuer` in `ns`: a self-signed Issuer signs a CA Certificate, whose Secret
 /// backs the CA Issuer (cert-manager's documented bootstrap).
 async fn ca_issuer(env: &Env, ns: &str, issuer: &str) {
@@ -664,44 +648,6 @@ async fn cert_manager_mtls_cluster_gets_its_certificates_serves_only_tls_clients
         "tls/",
         &keys,
         Keys::Exactly,
-    )
-    .await;
-}
-
-/// Ask cert-manager to re-issue `certificate` now: the `Issuing` condition `cmctl renew` sets.
-/// The write carries the resourceVersion it read, and cert-manager writes the same status (its
-/// readiness and issuing controllers): a write refused as a conflict (409) is made again on a
-/// fresh read, as any client of an optimistically locked object does.
-async fn renew(env: &Env, ns: &str, certificate: &str) {
-    let api = cm_api(env, ns, "Certificate");
-    eventually_every(
-        &format!("Issuing=True written on Certificate {ns}/{certificate}"),
-        Duration::from_secs(30),
-        Duration::from_millis(200),
-        || async {
-            let mut cert = api.get_status(certificate).await.or_panic();
-            let now = k8s_openapi::jiff::Timestamp::now().to_string();
-            let mut conditions = cert.data["status"]["conditions"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            conditions.retain(|c| c["type"] != "Issuing");
-            conditions.push(json!({
-                "type": "Issuing", "status": "True", "reason": "ManuallyTriggered",
-                "message": "renewal requested by the test", "lastTransitionTime": now,
-            }));
-            cert.data["status"]["conditions"] = json!(conditions);
-            match api
-                .replace_status(certificate, &PostParams::default(), &cert)
-                .await
-            {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(status)) if status.code == 409 => {
-                    Err(format!("conflict: {}", status.message))
-                }
-                Err(e) => panic!("setting Issuing=True on Certificate {ns}/{certificate}: {e}"),
-            }
-        },
     )
     .await;
 }
