@@ -91,7 +91,27 @@ fn record(what: &str, report: &Report) {
 }
 
 /// Every member of the cluster is a voter in etcd's own member list, `replicas` of them.
+///
+/// The list is asked inside a member Pod once every member answers on its own client endpoint: a
+/// member that has just joined is Ready (etcd's `/health` on the metrics port, the readiness
+/// probe, passes once it has a leader and reads) several seconds before it has published itself
+/// through raft and opened its client port, and an `etcdctl member list` sent to it then times
+/// out (seen under load: a Ready 5th member, promoted 6 s before, not yet serving clients).
 async fn voters(env: &Env, ns: &str, name: &str, replicas: usize) {
+    eventually_every(
+        &format!("{ns}/{name}: every member serving on its client endpoint"),
+        HEAL,
+        Duration::from_secs(1),
+        || async {
+            let views = env.member_views(ns, name).await;
+            if views.values().all(Result::is_ok) {
+                Ok(())
+            } else {
+                Err(format!("{views:?}"))
+            }
+        },
+    )
+    .await;
     let members = env.etcd_members(ns, name).await;
     assert_eq!(members.len(), replicas, "etcd's member list: {members:?}");
     assert!(
