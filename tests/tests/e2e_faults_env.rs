@@ -95,8 +95,8 @@ fn record(what: &str, report: &Report) {
 /// The list is asked inside a member Pod once every member answers on its own client endpoint: a
 /// member that has just joined is Ready (etcd's `/health` on the metrics port, the readiness
 /// probe, passes once it has a leader and reads) several seconds before it has published itself
-/// through raft and opened its client port, and an `etcdctl member list` sent to it then times
-/// out (seen under load: a Ready 5th member, promoted 6 s before, not yet serving clients).
+/// through raft and serves on its client port, and an `etcdctl member list` sent to it then times
+/// out (seen under load: the 5th member, Ready and just promoted, still not serving 5 s later).
 async fn voters(env: &Env, ns: &str, name: &str, replicas: usize) {
     eventually_every(
         &format!("{ns}/{name}: every member serving on its client endpoint"),
