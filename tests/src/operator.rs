@@ -10,8 +10,14 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use api::v1alpha2::EtcdCluster;
+
 use crate::chart_rbac::{flag_name, Identity};
+use crate::e2e::Env;
 use crate::env::{logs, process::Process, ControlPlane, Error};
+use crate::harness::{poll, POLL};
+use crate::podrunner::PodRunnerBuilder;
+use crate::OrPanic;
 
 /// The operator binaries: `$ETCD_OPERATOR_BIN_DIR`, else the cargo target dir's debug profile.
 pub fn bin_dir() -> PathBuf {
@@ -227,5 +233,151 @@ impl Operator {
 
     pub fn uptime(&self) -> Duration {
         self.started.elapsed()
+    }
+}
+
+/// A suite's shared environment for per-test operators: the binary's control plane and a pod
+/// runner from `runner`, whose own operator watches `<idle>-…`, a namespace no test uses, so it
+/// never acts. Each test brings its own operator with a [`Scope`].
+pub async fn shared_env(runner: PodRunnerBuilder, idle: &str) -> Env {
+    let staged = crate::e2e::stage(runner).await;
+    let idle = staged.cp.namespace(idle).await.or_panic();
+    staged.operator(Some(&idle), &[]).await
+}
+
+/// One test's namespace in a [`shared_env`] and the operator that owns it: limited to the
+/// namespace, its Lease and auth record there too, so tests of one binary run side by side without
+/// one operator acting on another test's clusters (or one test's operator kill hitting another).
+pub struct Scope {
+    pub env: &'static Env,
+    pub ns: String,
+    pub operator: Operator,
+    /// The flags every operator of this scope is started with (a restart keeps them).
+    flags: Vec<String>,
+    /// Logs of every operator this test ran (a restart starts a new log).
+    logs: Vec<PathBuf>,
+    /// How often [`Scope::wait_for`] asks.
+    every: Duration,
+}
+
+impl Scope {
+    /// A new namespace `<prefix>-…` in `env` and its operator, started with `flags`.
+    pub async fn new(env: &'static Env, prefix: &str, flags: &[&str]) -> Self {
+        let ns = env.namespace(prefix).await;
+        let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+        let operator = Self::start(env, &ns, &flags).await;
+        let logs = vec![operator.log()];
+        Self {
+            env,
+            ns,
+            operator,
+            flags,
+            logs,
+            every: POLL,
+        }
+    }
+
+    /// [`Scope::wait_for`] asking every `every` instead of [`POLL`].
+    pub fn polling(mut self, every: Duration) -> Self {
+        self.every = every;
+        self
+    }
+
+    async fn start(env: &Env, ns: &str, flags: &[String]) -> Operator {
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        Operator::start_with(env.cp, ns, Some(ns), &flags)
+            .await
+            .or_panic()
+    }
+
+    /// Start a replacement operator with the same flags (after [`Operator::kill`] or
+    /// [`Operator::stop`]). It is ready at once but acts only once the old leader's Lease has
+    /// expired, as a real replacement Pod would.
+    pub async fn restart(&mut self) {
+        self.operator = Self::start(self.env, &self.ns, &self.flags).await;
+        self.logs.push(self.operator.log());
+    }
+
+    /// [`Scope::restart`] with `flags` instead (a `helm upgrade` that changed one); later
+    /// restarts keep them.
+    pub async fn restart_with(&mut self, flags: &[&str]) {
+        self.flags = flags.iter().map(|f| f.to_string()).collect();
+        self.restart().await;
+    }
+
+    /// SIGKILL the operator (a crash), then [`Scope::restart`].
+    pub async fn crash_and_restart(&mut self) {
+        self.operator.kill();
+        self.restart().await;
+    }
+
+    /// Every operator log of this test, for a failure message.
+    pub fn logs(&self) -> String {
+        self.logs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Wait until `check` holds for a cluster of this namespace ([`Env::wait_for_every`]),
+    /// naming the test's operator logs on timeout.
+    pub async fn wait_for(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(&EtcdCluster) -> bool,
+    ) -> EtcdCluster {
+        let what = format!(
+            "{}/{name}: {what} (operator logs: {})",
+            self.ns,
+            self.logs()
+        );
+        self.env
+            .wait_for_every(&self.ns, name, &what, timeout, self.every, check)
+            .await
+    }
+
+    /// `replicas` Ready members, `Available=True/QuorumHealthy`, nothing in progress
+    /// ([`crate::e2e::healthy`]).
+    pub async fn wait_healthy(&self, name: &str, replicas: i32, timeout: Duration) -> EtcdCluster {
+        self.wait_for(
+            name,
+            &format!("{replicas} ready members and QuorumHealthy"),
+            timeout,
+            |c| crate::e2e::healthy(c, replicas),
+        )
+        .await
+    }
+
+    /// Delete the cluster while the operator still runs (its members' finalizers need it) and
+    /// give the Pods a moment to go, so finished tests stop competing for the CPU. Best effort:
+    /// a cleanup, not a check.
+    pub async fn finish(&self, name: &str) {
+        let _ = self
+            .env
+            .cp
+            .kubectl(&[
+                "delete",
+                "etcdcluster",
+                name,
+                "-n",
+                &self.ns,
+                "--wait=false",
+            ])
+            .await;
+        let _ = poll(
+            Duration::from_secs(30),
+            Duration::from_millis(500),
+            || async {
+                if self.env.pods(&self.ns, name).await.is_empty() {
+                    Ok(())
+                } else {
+                    Err(())
+                }
+            },
+        )
+        .await;
     }
 }

@@ -9,14 +9,12 @@
 //! pod runner are shared by the binary.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use api::v1alpha2::{
-    AuthSpec, DefragPhase, DefragRule, EtcdCluster, EtcdClusterSpec, EtcdDefrag, EtcdDefragSpec,
-    EtcdSnapshot, LocalReference, PvcLocation, SecretReference, SnapshotDestination, SnapshotPhase,
-    StorageSpec,
+    AuthSpec, DefragPhase, DefragRule, EtcdClusterSpec, EtcdDefrag, EtcdDefragSpec, EtcdSnapshot,
+    LocalReference, PvcLocation, SecretReference, SnapshotDestination, SnapshotPhase, StorageSpec,
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
@@ -26,10 +24,10 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::OnceCell;
 
-use tests::e2e::{healthy, member_view, spec, Env};
+use tests::e2e::{member_view, spec, Env};
 use tests::faults;
-use tests::harness::{eventually_every, poll, throughout};
-use tests::operator::Operator;
+use tests::harness::{eventually_every, throughout};
+use tests::operator::{shared_env, Scope};
 use tests::podrunner::PodRunner;
 use tests::workload::{Report, Workload};
 use tests::OrPanic;
@@ -45,134 +43,26 @@ const HOLD: Duration = Duration::from_secs(10);
 // ---------------------------------------------------------------------------------------------
 // The environment: the shared control plane and pod runner, and one operator per test.
 
-/// The binary's control plane and pod runner. `Env` carries an operator too; this one watches a
-/// namespace no test uses, so it never acts: each test brings its own (see [`Scope`]).
+/// The binary's control plane and pod runner; each test brings its own operator (see [`scope`]).
 async fn lab() -> &'static Env {
     static LAB: OnceCell<Env> = OnceCell::const_new();
-    LAB.get_or_init(|| async {
-        let staged = tests::e2e::stage(PodRunner::builder()).await;
-        let idle = staged.cp.namespace("faults-idle").await.or_panic();
-        staged.operator(Some(&idle), &[]).await
-    })
-    .await
-}
-
-/// One test's namespace and the operator that owns it.
-struct Scope {
-    env: &'static Env,
-    ns: String,
-    operator: Operator,
-    /// Logs of every operator this test ran (a restart starts a new log).
-    logs: Vec<PathBuf>,
-}
-
-impl Scope {
-    async fn new(prefix: &str) -> Self {
-        let env = lab().await;
-        let ns = env.namespace(prefix).await;
-        let operator = Self::operator(env, &ns).await;
-        let logs = vec![operator.log()];
-        Self {
-            env,
-            ns,
-            operator,
-            logs,
-        }
-    }
-
-    async fn operator(env: &Env, ns: &str) -> Operator {
-        let image = format!("--operator-image={}", tests::e2e::OPERATOR_IMAGE);
-        Operator::start_with(env.cp, ns, Some(ns), &[image.as_str()])
-            .await
-            .or_panic()
-    }
-
-    /// SIGKILL the operator (a crash), then start a replacement. It is ready at once but acts only
-    /// once the dead leader's Lease has expired, as a real replacement Pod would.
-    async fn crash_and_restart(&mut self) {
-        self.operator.kill();
-        self.operator = Self::operator(self.env, &self.ns).await;
-        self.logs.push(self.operator.log());
-    }
-
-    fn logs(&self) -> String {
-        self.logs
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-
-    async fn wait_for(
-        &self,
-        name: &str,
-        what: &str,
-        timeout: Duration,
-        check: impl Fn(&EtcdCluster) -> bool,
-    ) -> EtcdCluster {
-        let what = format!(
-            "{}/{name}: {what} (operator logs: {})",
-            self.ns,
-            self.logs()
-        );
-        self.env
-            .wait_for_every(
-                &self.ns,
-                name,
-                &what,
-                timeout,
-                Duration::from_millis(500),
-                check,
-            )
-            .await
-    }
-
-    /// `replicas` Ready members, `Available=True/QuorumHealthy`, nothing in progress.
-    async fn wait_healthy(&self, name: &str, replicas: i32, timeout: Duration) -> EtcdCluster {
-        self.wait_for(
-            name,
-            &format!("{replicas} ready members and QuorumHealthy"),
-            timeout,
-            |c| healthy(c, replicas),
-        )
+    LAB.get_or_init(|| shared_env(PodRunner::builder(), "faults-idle"))
         .await
-    }
+}
 
-    async fn create(&self, name: &str, spec: EtcdClusterSpec) {
-        let replicas = spec.replicas;
-        self.env.create_cluster(&self.ns, name, spec).await;
-        self.wait_healthy(name, replicas, BOOT).await;
-    }
+/// One test's namespace in the lab and the operator that owns it.
+async fn scope(prefix: &str) -> Scope {
+    let image = format!("--operator-image={}", tests::e2e::OPERATOR_IMAGE);
+    Scope::new(lab().await, prefix, &[image.as_str()])
+        .await
+        .polling(Duration::from_millis(500))
+}
 
-    /// Delete the cluster while the operator still runs (its members' finalizers need it) and
-    /// give the Pods a moment to go, so finished tests stop competing for the CPU.
-    async fn finish(&self, name: &str) {
-        let _ = self
-            .env
-            .cp
-            .kubectl(&[
-                "delete",
-                "etcdcluster",
-                name,
-                "-n",
-                &self.ns,
-                "--wait=false",
-            ])
-            .await;
-        // Best effort: a cleanup, not a check.
-        let _ = poll(
-            Duration::from_secs(30),
-            Duration::from_millis(500),
-            || async {
-                if self.env.pods(&self.ns, name).await.is_empty() {
-                    Ok(())
-                } else {
-                    Err(())
-                }
-            },
-        )
-        .await;
-    }
+/// Create the cluster and wait until it is healthy.
+async fn create(s: &Scope, name: &str, spec: EtcdClusterSpec) {
+    let replicas = spec.replicas;
+    s.env.create_cluster(&s.ns, name, spec).await;
+    s.wait_healthy(name, replicas, BOOT).await;
 }
 
 /// Print the report as a table row (the suite's output is where docs/reliability.md's figures
@@ -265,9 +155,9 @@ async fn sorted_members(env: &Env, ns: &str, name: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follower_cut_off_past_the_election_timeout_rejoins_keeping_every_acknowledged_write() {
-    let s = Scope::new("cut-follower").await;
+    let s = scope("cut-follower").await;
     let (env, ns, name) = (s.env, s.ns.as_str(), "cf");
-    s.create(name, spec(3)).await;
+    create(&s, name, spec(3)).await;
     let members = sorted_members(env, ns, name).await;
     let uids = faults::pod_uids(env, ns, name).await;
     let workload = Workload::start(env, ns, name)
@@ -298,9 +188,9 @@ async fn follower_cut_off_past_the_election_timeout_rejoins_keeping_every_acknow
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_cut_off_is_replaced_as_leader_and_the_operator_removes_nothing() {
-    let s = Scope::new("cut-leader").await;
+    let s = scope("cut-leader").await;
     let (env, ns, name) = (s.env, s.ns.as_str(), "cl");
-    s.create(name, spec(3)).await;
+    create(&s, name, spec(3)).await;
     let members = sorted_members(env, ns, name).await;
     let uids = faults::pod_uids(env, ns, name).await;
     let workload = Workload::start(env, ns, name)
@@ -376,9 +266,9 @@ async fn leader_cut_off_is_replaced_as_leader_and_the_operator_removes_nothing()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_cut_off_from_its_peers_but_not_its_clients_serves_no_stale_read() {
-    let s = Scope::new("partition").await;
+    let s = scope("partition").await;
     let (env, ns, name) = (s.env, s.ns.as_str(), "pt");
-    s.create(name, spec(3)).await;
+    create(&s, name, spec(3)).await;
     let members = sorted_members(env, ns, name).await;
     let uids = faults::pod_uids(env, ns, name).await;
     let workload = Workload::start(env, ns, name)
@@ -416,9 +306,9 @@ async fn leader_cut_off_from_its_peers_but_not_its_clients_serves_no_stale_read(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_frozen_past_the_election_timeout_steps_down_and_catches_up_after_sigcont() {
-    let s = Scope::new("freeze").await;
+    let s = scope("freeze").await;
     let (env, ns, name) = (s.env, s.ns.as_str(), "fz");
-    s.create(name, spec(3)).await;
+    create(&s, name, spec(3)).await;
     let members = sorted_members(env, ns, name).await;
     let workload = Workload::start(env, ns, name)
         .await
@@ -481,9 +371,9 @@ async fn lose_disk(env: &Env, ns: &str, member: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_of_five_members_lost_at_once_are_replaced_while_the_quorum_serves() {
-    let s = Scope::new("lose-two").await;
+    let s = scope("lose-two").await;
     let (env, ns, name) = (s.env, s.ns.as_str(), "l2");
-    s.create(name, spec(5)).await;
+    create(&s, name, spec(5)).await;
     let leader = faults::leader(env, ns, name).await;
     let victims: Vec<String> = env
         .members(ns, name)
@@ -579,7 +469,7 @@ async fn two_of_five_members_lost_at_once_are_replaced_while_the_quorum_serves()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_members_full_volume_stops_only_that_member_and_it_recovers_once_freed() {
-    let s = Scope::new("nospace").await;
+    let s = scope("nospace").await;
     let (env, ns, name) = (s.env, s.ns.as_str(), "fv");
     // Size-limited volumes (tmpfs of the claim's size, memory only as far as used): room for
     // etcd's preallocated 64 MB WAL segments and a backend grown by the bulk values below.
@@ -588,7 +478,7 @@ async fn one_members_full_volume_stops_only_that_member_and_it_recovers_once_fre
         medium: None,
         storage_class_name: Some(env.runner.sized_storage_class()),
     };
-    s.create(name, EtcdClusterSpec { storage, ..spec(3) }).await;
+    create(&s, name, EtcdClusterSpec { storage, ..spec(3) }).await;
     let workload = Workload::start(env, ns, name)
         .await
         .named("7. a follower's volume filled (ENOSPC)");
@@ -662,10 +552,10 @@ async fn one_members_full_volume_stops_only_that_member_and_it_recovers_once_fre
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_killed_after_a_scale_up_learner_and_after_a_scale_down_removal_converges() {
-    let mut s = Scope::new("op-scale").await;
+    let mut s = scope("op-scale").await;
     let (env, ns, name) = (s.env, s.ns.clone(), "os");
     let ns = ns.as_str();
-    s.create(name, spec(3)).await;
+    create(&s, name, spec(3)).await;
 
     // Scale-up: killed the moment etcd lists the first new member as a learner.
     let workload = Workload::start(env, ns, name)
@@ -720,10 +610,10 @@ async fn operator_killed_after_a_scale_up_learner_and_after_a_scale_down_removal
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_killed_mid_rollout_finishes_it_one_member_at_a_time() {
-    let mut s = Scope::new("op-roll").await;
+    let mut s = scope("op-roll").await;
     let (env, ns, name) = (s.env, s.ns.clone(), "or");
     let ns = ns.as_str();
-    s.create(name, spec(3)).await;
+    create(&s, name, spec(3)).await;
     let before = faults::pod_uids(env, ns, name).await;
     let workload = Workload::start(env, ns, name)
         .await
@@ -763,10 +653,10 @@ async fn operator_killed_mid_rollout_finishes_it_one_member_at_a_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_killed_mid_defrag_and_mid_snapshot_finishes_both() {
-    let mut s = Scope::new("op-maint").await;
+    let mut s = scope("op-maint").await;
     let (env, ns, name) = (s.env, s.ns.clone(), "om");
     let ns = ns.as_str();
-    s.create(name, spec(3)).await;
+    create(&s, name, spec(3)).await;
 
     // Defrag of every member: killed once the first member's outcome is recorded.
     let workload = Workload::start(env, ns, name)
@@ -912,9 +802,10 @@ async fn operator_killed_mid_defrag_and_mid_snapshot_finishes_both() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minor_upgrade_with_a_member_killed_midway_completes_keeping_every_write() {
-    let s = Scope::new("upgrade-kill").await;
+    let s = scope("upgrade-kill").await;
     let (env, ns, name) = (s.env, s.ns.as_str(), "uk");
-    s.create(
+    create(
+        &s,
         name,
         EtcdClusterSpec {
             version: "3.5.35".into(),
@@ -976,14 +867,15 @@ async fn minor_upgrade_with_a_member_killed_midway_completes_keeping_every_write
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follower_killed_on_an_mtls_cluster_with_auth_keeps_every_acknowledged_write() {
-    let s = Scope::new("tls-auth").await;
+    let s = scope("tls-auth").await;
     let (env, ns, name) = (s.env, s.ns.as_str(), "ta");
     let material = tests::tls::mint(name, ns);
     tests::tls::create_server_secret(env, ns, "ta-server-tls", &material).await;
     tests::tls::create_operator_secret(env, ns, "ta-operator-tls", &material).await;
     tests::tls::create_peer_secret(env, ns, "ta-peer-tls", &material).await;
     tests::tls::create_secret(env, ns, "ta-root", &[("password", "fault-suite-root")]).await;
-    s.create(
+    create(
+        &s,
         name,
         EtcdClusterSpec {
             auth: Some(AuthSpec {

@@ -41,7 +41,7 @@ use tests::e2e::{condition, spec, stage_with, Env, Start};
 use tests::env::{CertManager, ControlPlane, NodeLifecycle};
 use tests::faults_env::{self, Stop};
 use tests::harness::{eventually, eventually_every, poll};
-use tests::operator::Operator;
+use tests::operator::{shared_env, Operator, Scope};
 use tests::podrunner::PodRunner;
 use tests::rollout::{uids, wait_rolled};
 use tests::tls::{cm_create, renew};
@@ -59,36 +59,17 @@ const OPERATOR_IMAGE_ARG: &str = "--operator-image=etcd-operator:test";
 // ---------------------------------------------------------------------------------------------
 // Environments
 
-/// The binary's shared control plane and pod runner (its operator watches a namespace no test
-/// uses): for the faults that break nothing shared. Each test brings its own operator.
+/// The binary's shared control plane and pod runner: for the faults that break nothing shared.
+/// Each test brings its own operator (see [`scope`]).
 async fn lab() -> &'static Env {
     static LAB: OnceCell<Env> = OnceCell::const_new();
-    LAB.get_or_init(|| async {
-        let staged = tests::e2e::stage(PodRunner::builder().etcd_repository(MIRROR)).await;
-        let idle = staged.cp.namespace("faults-idle").await.or_panic();
-        staged.operator(Some(&idle), &[]).await
-    })
-    .await
+    LAB.get_or_init(|| shared_env(PodRunner::builder().etcd_repository(MIRROR), "faults-idle"))
+        .await
 }
 
 /// A test's namespace in the lab and the operator that owns it.
-struct Scope {
-    env: &'static Env,
-    ns: String,
-    operator: Operator,
-}
-
-impl Scope {
-    async fn new(prefix: &str, flags: &[&str]) -> Self {
-        let env = lab().await;
-        let ns = env.namespace(prefix).await;
-        let mut args = vec![OPERATOR_IMAGE_ARG];
-        args.extend_from_slice(flags);
-        let operator = Operator::start_with(env.cp, &ns, Some(&ns), &args)
-            .await
-            .or_panic();
-        Self { env, ns, operator }
-    }
+async fn scope(prefix: &str) -> Scope {
+    Scope::new(lab().await, prefix, &[OPERATOR_IMAGE_ARG]).await
 }
 
 /// A control plane, pod runner and cluster-wide operator of their own (`tag`), for a fault that
@@ -110,7 +91,27 @@ fn record(what: &str, report: &Report) {
 }
 
 /// Every member of the cluster is a voter in etcd's own member list, `replicas` of them.
+///
+/// The list is asked inside a member Pod once every member answers on its own client endpoint: a
+/// member that has just joined is Ready (etcd's `/health` on the metrics port, the readiness
+/// probe, passes once it has a leader and reads) several seconds before it has published itself
+/// through raft and serves on its client port, and an `etcdctl member list` sent to it then times
+/// out (seen under load: the 5th member, Ready and just promoted, still not serving 5 s later).
 async fn voters(env: &Env, ns: &str, name: &str, replicas: usize) {
+    eventually_every(
+        &format!("{ns}/{name}: every member serving on its client endpoint"),
+        HEAL,
+        Duration::from_secs(1),
+        || async {
+            let views = env.member_views(ns, name).await;
+            if views.values().all(Result::is_ok) {
+                Ok(())
+            } else {
+                Err(format!("{views:?}"))
+            }
+        },
+    )
+    .await;
     let members = env.etcd_members(ns, name).await;
     assert_eq!(members.len(), replicas, "etcd's member list: {members:?}");
     assert!(
@@ -475,7 +476,7 @@ async fn edit(env: &Env, ns: &str, name: &str, spec: serde_json::Value) -> Optio
 /// CEL rule and a scale 3 → 5 is admitted and carried out; back up, the webhook judges again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_webhook_down_while_users_edit() {
-    let s = Scope::new("f-webhook", &[]).await;
+    let s = scope("f-webhook").await;
     let (env, ns, name) = (s.env, s.ns.clone(), "wh");
     let username = s.operator.identity().username();
     let controller = format!("--controller-username={username}");
@@ -572,7 +573,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_down_in_the_middle_of_a_multipart_upload() {
-    let s = Scope::new("f-s3", &[]).await;
+    let s = scope("f-s3").await;
     let (env, ns, name) = (s.env, s.ns.clone(), "s3");
     let (mut minio, _minio_root, endpoint) = env.minio(&ns).await;
     env.create_cluster(&ns, name, spec(3)).await;
@@ -801,7 +802,7 @@ async fn cert_manager_down_while_a_certificate_renews() {
     let env = lab().await;
     let cm = cert_manager_on(env).await;
     // The operator starts after cert-manager is installed, so it watches the Certificates.
-    let s = Scope::new("f-certmanager", &[]).await;
+    let s = scope("f-certmanager").await;
     let (ns, name) = (s.ns.clone(), "cm");
     ca_issuer(env, &ns).await;
     env.create_cluster(&ns, name, cert_manager_spec(3)).await;
@@ -863,7 +864,7 @@ async fn cert_manager_down_while_a_certificate_renews() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_restarted_with_another_image_repository_mid_rollout() {
-    let s = Scope::new("f-registry", &[]).await;
+    let s = scope("f-registry").await;
     let (env, ns, name) = (s.env, s.ns.clone(), "reg");
     env.create_cluster(
         &ns,
@@ -932,7 +933,7 @@ async fn operator_restarted_with_another_image_repository_mid_rollout() {
 /// instead of after the Lease's 15 s, with the clusters unattended meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_stopped_gracefully_releases_its_leader_lease() {
-    let s = Scope::new("f-lease", &[]).await;
+    let s = scope("f-lease").await;
     let lease = s
         .operator
         .identity()

@@ -9,7 +9,6 @@
 //! writes keys first and checks every key after.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,8 +28,8 @@ use serde_json::json;
 use tokio::sync::OnceCell;
 
 use tests::e2e::{condition, pod_ready, spec, Env};
-use tests::harness::{eventually_every, poll};
-use tests::operator::Operator;
+use tests::harness::eventually_every;
+use tests::operator::{shared_env, Scope};
 use tests::podrunner::PodRunner;
 use tests::OrPanic;
 
@@ -44,155 +43,59 @@ const MIRROR: &str = "registry.example.test/mirror/etcd";
 // ---------------------------------------------------------------------------------------------
 // The environment: the shared control plane and pod runner, and one operator per test.
 
-/// The binary's control plane and pod runner. `Env` carries an operator too; this one watches a
-/// namespace no test uses, so it never acts: each test brings its own (see [`Scope`]).
+/// The binary's control plane and pod runner; each test brings its own operator (see [`scope`]).
 async fn lab() -> &'static Env {
     static LAB: OnceCell<Env> = OnceCell::const_new();
-    LAB.get_or_init(|| async {
-        let staged = tests::e2e::stage(PodRunner::builder().etcd_repository(MIRROR)).await;
-        let idle = staged.cp.namespace("lifecycle-idle").await.or_panic();
-        staged.operator(Some(&idle), &[]).await
+    LAB.get_or_init(|| {
+        shared_env(
+            PodRunner::builder().etcd_repository(MIRROR),
+            "lifecycle-idle",
+        )
     })
     .await
 }
 
-/// One test's namespace and the operator that owns it (its Lease lives in the namespace too).
-struct Scope {
-    env: &'static Env,
-    ns: String,
-    operator: Operator,
-    /// Logs of every operator this test ran (a restart starts a new log).
-    logs: Vec<PathBuf>,
+/// One test's namespace in the lab and the operator that owns it (its Lease lives there too),
+/// run with `flags`.
+async fn scope(prefix: &str, flags: &[&str]) -> Scope {
+    Scope::new(lab().await, prefix, flags)
+        .await
+        .polling(Duration::from_millis(200))
 }
 
-impl Scope {
-    async fn new(prefix: &str) -> Self {
-        Self::with_flags(prefix, &[]).await
-    }
-
-    /// A scope whose operator runs with more flags.
-    async fn with_flags(prefix: &str, flags: &[&str]) -> Self {
-        let env = lab().await;
-        let ns = env.namespace(prefix).await;
-        let operator = Operator::start_with(env.cp, &ns, Some(&ns), flags)
-            .await
-            .or_panic();
-        let logs = vec![operator.log()];
-        Self {
-            env,
-            ns,
-            operator,
-            logs,
-        }
-    }
-
-    /// Start a replacement operator (after [`Operator::kill`]). It is ready at once but acts only
-    /// once the dead leader's Lease has expired, as a real replacement Pod would.
-    async fn restart(&mut self) {
-        let operator = Operator::start(self.env.cp, &self.ns, Some(&self.ns))
-            .await
-            .or_panic();
-        self.logs.push(operator.log());
-        self.operator = operator;
-    }
-
-    fn logs(&self) -> String {
-        self.logs
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-
-    /// `Env::wait_for`, naming this test's operator logs on timeout.
-    async fn wait_for(
-        &self,
-        name: &str,
-        what: &str,
-        timeout: Duration,
-        check: impl Fn(&EtcdCluster) -> bool,
-    ) -> EtcdCluster {
-        let what = format!(
-            "{}/{name}: {what} (operator logs: {})",
-            self.ns,
-            self.logs()
-        );
-        self.env
-            .wait_for_every(
-                &self.ns,
-                name,
-                &what,
-                timeout,
-                Duration::from_millis(200),
-                check,
-            )
-            .await
-    }
-
-    /// Wait until a condition has this status and reason; returns its message.
-    async fn wait_condition(
-        &self,
-        name: &str,
-        type_: &str,
-        status: &str,
-        reason: &str,
-        timeout: Duration,
-    ) -> String {
-        let c = self
-            .wait_for(name, &format!("{type_}={status}/{reason}"), timeout, |c| {
-                has(c, type_, status, reason)
-            })
-            .await;
-        condition(&c, type_).map(|(_, _, m)| m).unwrap_or_default()
-    }
-
-    /// `Env::wait_healthy`: `replicas` ready members, QuorumHealthy, Reconciled.
-    async fn wait_healthy(&self, name: &str, replicas: i32, timeout: Duration) -> EtcdCluster {
-        self.wait_for(
-            name,
-            &format!("{replicas} ready members, QuorumHealthy and Reconciled"),
-            timeout,
-            |c| {
-                let s = c.status.clone().unwrap_or_default();
-                s.ready_members == replicas
-                    && s.observed.as_ref().is_some_and(|o| o.replicas == replicas)
-                    && has(c, ctype::AVAILABLE, "True", reason::QUORUM_HEALTHY)
-                    && has(c, ctype::PROGRESSING, "False", reason::RECONCILED)
-            },
-        )
-        .await
-    }
-
-    /// Delete the cluster while the operator still runs (its members' finalizers need it) and
-    /// give the Pods a moment to go, so finished tests stop competing for the CPU.
-    async fn finish(&self, name: &str) {
-        let _ = self
-            .env
-            .cp
-            .kubectl(&[
-                "delete",
-                "etcdcluster",
-                name,
-                "-n",
-                &self.ns,
-                "--wait=false",
-            ])
-            .await;
-        // Best effort: a cleanup, not a check.
-        let _ = poll(
-            Duration::from_secs(30),
-            Duration::from_millis(500),
-            || async {
-                let pods = self.env.pods(&self.ns, name).await;
-                if pods.is_empty() {
-                    Ok(())
-                } else {
-                    Err(())
-                }
-            },
-        )
+/// Wait until a condition has this status and reason; returns its message.
+async fn wait_condition(
+    s: &Scope,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    timeout: Duration,
+) -> String {
+    let c = s
+        .wait_for(name, &format!("{type_}={status}/{reason}"), timeout, |c| {
+            has(c, type_, status, reason)
+        })
         .await;
-    }
+    condition(&c, type_).map(|(_, _, m)| m).unwrap_or_default()
+}
+
+/// [`Scope::wait_healthy`] and reconciled: `replicas` ready members, QuorumHealthy, and
+/// `Progressing=False/Reconciled` (not paused or past a deadline).
+async fn wait_reconciled(s: &Scope, name: &str, replicas: i32, timeout: Duration) -> EtcdCluster {
+    s.wait_for(
+        name,
+        &format!("{replicas} ready members, QuorumHealthy and Reconciled"),
+        timeout,
+        |c| {
+            let st = c.status.clone().unwrap_or_default();
+            st.ready_members == replicas
+                && st.observed.as_ref().is_some_and(|o| o.replicas == replicas)
+                && has(c, ctype::AVAILABLE, "True", reason::QUORUM_HEALTHY)
+                && has(c, ctype::PROGRESSING, "False", reason::RECONCILED)
+        },
+    )
+    .await
 }
 
 fn has(c: &EtcdCluster, type_: &str, status: &str, reason: &str) -> bool {
@@ -573,10 +476,10 @@ async fn next_new_member(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scale_up_converges_after_operator_crashes_in_each_window() {
     let started = Instant::now();
-    let mut s = Scope::new("crash").await;
+    let mut s = scope("crash", &[]).await;
     let (env, ns, name) = (s.env, s.ns.clone(), "cr");
     env.create_cluster(&ns, name, spec(3)).await;
-    s.wait_healthy(name, 3, BOOT).await;
+    wait_reconciled(&s, name, 3, BOOT).await;
     let keys = env.write_keys(&ns, name, 100).await;
     let original = names(&env.members(&ns, name).await);
 
@@ -725,7 +628,7 @@ async fn scale_up_converges_after_operator_crashes_in_each_window() {
     drop(trigger);
     s.restart().await;
 
-    let c = s.wait_healthy(name, 5, BOOT).await;
+    let c = wait_reconciled(&s, name, 5, BOOT).await;
     eprintln!("converged to 5 at {:?}", started.elapsed());
     assert_eq!(c.status.unwrap().observed.map(|o| o.replicas), Some(5));
 
@@ -784,13 +687,13 @@ async fn scale_up_converges_after_operator_crashes_in_each_window() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conditions_follow_bootstrap_scale_member_loss_quorum_loss_and_deadline() {
     let started = Instant::now();
-    let s = Scope::new("cond").await;
+    let s = scope("cond", &[]).await;
     let (env, ns, name) = (s.env, s.ns.clone(), "cd");
     let history = History::record(env, &ns, name).await;
 
     // Bootstrap: InitialSnapshot, the seed not reachable yet, then discovered and healthy.
     env.create_cluster(&ns, name, spec(1)).await;
-    let c = s.wait_healthy(name, 1, BOOT).await;
+    let c = wait_reconciled(&s, name, 1, BOOT).await;
     let m = history.expect(ctype::PROGRESSING, "True", reason::INITIAL_SNAPSHOT);
     assert!(m.contains("1 members"), "{m}");
     let m = history.expect(ctype::AVAILABLE, "False", reason::CLUSTER_UNREACHABLE);
@@ -833,7 +736,7 @@ async fn conditions_follow_bootstrap_scale_member_loss_quorum_loss_and_deadline(
     // Scale-up: SpecChanged while working, then healthy at 3.
     let mark = history.mark();
     env.scale(&ns, name, 3).await;
-    let c = s.wait_healthy(name, 3, BOOT).await;
+    let c = wait_reconciled(&s, name, 3, BOOT).await;
     let m = history.expect_after(mark, ctype::PROGRESSING, "True", reason::SPEC_CHANGED);
     assert!(m.contains("towards 3 members"), "{m}");
     assert!(has(&c, ctype::DEGRADED, "False", reason::QUORUM_HEALTHY));
@@ -964,13 +867,14 @@ async fn conditions_follow_bootstrap_scale_member_loss_quorum_loss_and_deadline(
     // Both come back: healthy again, every key still there.
     env.runner.resume_container(&ns, &first, "etcd").or_panic();
     env.runner.resume_container(&ns, &second, "etcd").or_panic();
-    s.wait_healthy(name, 3, NOTICE).await;
+    wait_reconciled(&s, name, 3, NOTICE).await;
     env.check_keys(&ns, name, &keys).await;
 
     // The deadline: a member hangs, so the target (3 ready) cannot be reached; forcing the
     // deadline parks the cluster with DeadlineExceeded until the spec is edited.
     env.runner.stop_container(&ns, &first, "etcd").or_panic();
-    s.wait_condition(
+    wait_condition(
+        &s,
         name,
         ctype::DEGRADED,
         "True",
@@ -1013,7 +917,7 @@ async fn conditions_follow_bootstrap_scale_member_loss_quorum_loss_and_deadline(
     ));
 
     env.runner.resume_container(&ns, &first, "etcd").or_panic();
-    s.wait_healthy(name, 4, BOOT).await;
+    wait_reconciled(&s, name, 4, BOOT).await;
     env.check_keys(&ns, name, &keys).await;
     s.finish(name).await;
     eprintln!(
@@ -1025,12 +929,10 @@ async fn conditions_follow_bootstrap_scale_member_loss_quorum_loss_and_deadline(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_created_paused_never_bootstraps_until_scaled_up() {
-    let s = Scope::new("paused").await;
+    let s = scope("paused", &[]).await;
     let (env, ns, name) = (s.env, s.ns.clone(), "zero");
     env.create_cluster(&ns, name, spec(0)).await;
-    let m = s
-        .wait_condition(name, ctype::AVAILABLE, "False", reason::PAUSED, BOOT)
-        .await;
+    let m = wait_condition(&s, name, ctype::AVAILABLE, "False", reason::PAUSED, BOOT).await;
     assert!(m.contains("never bootstrapped"), "{m}");
     let c = s
         .wait_for(name, "Progressing=False/Paused", BOOT, |c| {
@@ -1052,7 +954,7 @@ async fn cluster_created_paused_never_bootstraps_until_scaled_up() {
 
     // Scaling up bootstraps a fresh cluster.
     env.scale(&ns, name, 1).await;
-    let c = s.wait_healthy(name, 1, BOOT).await;
+    let c = wait_reconciled(&s, name, 1, BOOT).await;
     assert!(c.status.unwrap().cluster_id.is_some());
     let keys = env.write_keys(&ns, name, 10).await;
     env.check_keys(&ns, name, &keys).await;
@@ -1061,7 +963,7 @@ async fn cluster_created_paused_never_bootstraps_until_scaled_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_that_never_runs_fails_bootstrap_at_the_deadline_and_recreating_recovers() {
-    let s = Scope::new("bootfail").await;
+    let s = scope("bootfail", &[]).await;
     let (env, ns, name) = (s.env, s.ns.clone(), "bf");
     let history = History::record(env, &ns, name).await;
     // No image for 3.4.x: the seed's Pod is created but its container never starts.
@@ -1113,7 +1015,8 @@ async fn seed_that_never_runs_fails_bootstrap_at_the_deadline_and_recreating_rec
     let c = force_deadline(&s, name, reason::BOOTSTRAP_FAILED).await;
     let (_, _, m) = condition(&c, ctype::AVAILABLE).unwrap();
     assert!(m.contains("delete") && m.contains("recreate"), "{m}");
-    s.wait_condition(
+    wait_condition(
+        &s,
         name,
         ctype::PROGRESSING,
         "False",
@@ -1167,7 +1070,7 @@ async fn seed_that_never_runs_fails_bootstrap_at_the_deadline_and_recreating_rec
     )
     .await;
     env.create_cluster(&ns, name, spec(1)).await;
-    s.wait_healthy(name, 1, BOOT).await;
+    wait_reconciled(&s, name, 1, BOOT).await;
     let keys = env.write_keys(&ns, name, 10).await;
     env.check_keys(&ns, name, &keys).await;
     s.finish(name).await;
@@ -1178,10 +1081,10 @@ async fn seed_that_never_runs_fails_bootstrap_at_the_deadline_and_recreating_rec
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pdb_allows_one_voter_eviction_and_refuses_a_second_while_it_is_down() {
-    let s = Scope::new("pdb").await;
+    let s = scope("pdb", &[]).await;
     let (env, ns, name) = (s.env, s.ns.clone(), "pd");
     env.create_cluster(&ns, name, spec(3)).await;
-    s.wait_healthy(name, 3, BOOT).await;
+    wait_reconciled(&s, name, 3, BOOT).await;
     let keys = env.write_keys(&ns, name, 50).await;
     let members_before = names(&env.members(&ns, name).await);
 
@@ -1281,7 +1184,7 @@ async fn pdb_allows_one_voter_eviction_and_refuses_a_second_while_it_is_down() {
     assert_eq!(pdb.status.map(|s| s.disruptions_allowed), Some(0));
 
     // The evicted member comes back on its PVC: same members, every key.
-    s.wait_healthy(name, 3, BOOT).await;
+    wait_reconciled(&s, name, 3, BOOT).await;
     assert_eq!(names(&env.members(&ns, name).await), members_before);
     env.check_keys(&ns, name, &keys).await;
     s.finish(name).await;
@@ -1306,7 +1209,7 @@ async fn member_metrics(host: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn image_repository_options_metadata_and_scheduling_reach_every_member() {
-    let s = Scope::with_flags(
+    let s = scope(
         "passthrough",
         &[&format!("--etcd-image-repository={MIRROR}")],
     )
@@ -1349,7 +1252,7 @@ async fn image_repository_options_metadata_and_scheduling_reach_every_member() {
     spec.resources = extra.resources;
     spec.options = extra.options;
     env.create_cluster(&ns, name, spec).await;
-    s.wait_healthy(name, 3, BOOT).await;
+    wait_reconciled(&s, name, 3, BOOT).await;
 
     let pods = env.pods(&ns, name).await;
     assert_eq!(pods.len(), 3);
@@ -1442,11 +1345,7 @@ async fn image_repository_options_metadata_and_scheduling_reach_every_member() {
     let mut s = s;
     s.operator.kill();
     let writer = tests::rollout::Writer::start(endpoints, None, "registry/");
-    let operator = Operator::start_with(env.cp, &ns, Some(&ns), &[])
-        .await
-        .or_panic();
-    s.logs.push(operator.log());
-    s.operator = operator;
+    s.restart_with(&[]).await;
     let (fewest_ready, reasons) =
         tests::rollout::wait_rolled(env, &ns, name, 3, &before, Duration::from_secs(300)).await;
     let report = writer.finish().await;
