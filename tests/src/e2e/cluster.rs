@@ -268,34 +268,49 @@ impl Env {
 
     /// `etcdctl member list` inside a member Pod: `(name, is_learner)` per member.
     pub async fn etcd_members(&self, ns: &str, cluster: &str) -> Vec<(String, bool)> {
+        // Asked of each Ready member Pod in turn until one answers: a member that has just
+        // joined is Ready (etcd's `/health` on the metrics port) seconds before it has published
+        // itself through raft and serves its client port, and an etcdctl sent to it times out.
         let pods = self.pods(ns, cluster).await;
-        let pod = pods
+        let ready: Vec<_> = pods
             .iter()
-            .find(|p| p.metadata.deletion_timestamp.is_none() && crate::e2e::pod_ready(p))
-            .unwrap_or_else(|| panic!("{ns}/{cluster}: no ready member Pod to exec into"));
-        let out = self
-            .runner
-            .exec(
-                ns,
-                &pod.name_any(),
-                "etcd",
-                &[
-                    "etcdctl",
-                    "--endpoints=http://localhost:2379",
-                    "member",
-                    "list",
-                    "-w",
-                    "json",
-                ],
-            )
-            .await
-            .or_panic();
-        assert_eq!(
-            out.code,
-            Some(0),
-            "etcdctl member list failed: {}",
-            out.stderr
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && crate::e2e::pod_ready(p))
+            .collect();
+        assert!(
+            !ready.is_empty(),
+            "{ns}/{cluster}: no ready member Pod to exec into"
         );
+        let mut failures = Vec::new();
+        let mut answered = None;
+        for pod in ready {
+            let out = self
+                .runner
+                .exec(
+                    ns,
+                    &pod.name_any(),
+                    "etcd",
+                    &[
+                        "etcdctl",
+                        "--endpoints=http://localhost:2379",
+                        "member",
+                        "list",
+                        "-w",
+                        "json",
+                    ],
+                )
+                .await
+                .or_panic();
+            if out.code == Some(0) {
+                answered = Some(out);
+                break;
+            }
+            failures.push(format!("{}: {}", pod.name_any(), out.stderr.trim()));
+        }
+        let Some(out) = answered else {
+            panic!(
+                "{ns}/{cluster}: etcdctl member list failed in every Ready member: {failures:?}"
+            );
+        };
         let v: serde_json::Value = serde_json::from_str(&out.stdout).or_panic();
         v["members"]
             .as_array()
