@@ -277,7 +277,7 @@ fn the_pod_runner_resolves_the_chart_commands_in_the_image() {
     }
     for missing in ["/bin/sh", "sh", "/usr/bin/etcd-operator"] {
         let err = resolve_command(&resolved, missing).expect_err(missing);
-        assert!(err.contains("executable file not found"), "{err}");
+        assert!(err.contains("executable file not found in image"), "{err}");
     }
     let mounts: Vec<String> = resolved
         .mounts()

@@ -507,13 +507,24 @@ pub fn resolve_command(image: &ResolvedImage, program: &str) -> Result<PathBuf, 
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
             .join(":");
-        match image.mount_at.is_empty() {
-            false => format!(
-                "exec: {program:?}: executable file not found in $PATH of image {} (its files are {dirs}, mounted at {})",
+        let mounted = image
+            .mount_at
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":");
+        match (&image.rootfs, image.mount_at.is_empty()) {
+            (Some(rootfs), _) => format!(
+                "exec: {program:?}: executable file not found in image {} (unpacked at {}; $PATH={}, of which the image has {mounted})",
                 image.image,
+                rootfs.display(),
                 image.path_env()
             ),
-            true => format!(
+            (None, false) => format!(
+                "exec: {program:?}: executable file not found in $PATH of image {} (its files are {dirs}, mounted at {mounted})",
+                image.image
+            ),
+            (None, true) => format!(
                 "exec: {program:?}: executable file not found in $PATH of image {} ({dirs})",
                 image.image
             ),
