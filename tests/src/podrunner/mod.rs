@@ -36,6 +36,7 @@ pub mod images;
 pub mod kubelet;
 pub mod network;
 pub mod nodes;
+mod oci;
 mod pod;
 pub mod probes;
 pub mod registry;
