@@ -1,11 +1,14 @@
 # syntax=docker/dockerfile:1
-# The operator image: both binaries, statically linked (musl), on distroless/static as UID 65532.
-#   /usr/local/bin/etcd-operator          the controller (the entrypoint)
+# The operator image: both binaries, statically linked (musl), as UID 65532 on an image holding
+# only what distroless/static-debian12:nonroot ships that they use (tools/image/rootfs.sh writes
+# the tree):
+#   /usr/local/bin/etcd-operator          the controller and snapshot agent (the entrypoint)
 #   /usr/local/bin/etcd-operator-webhook  the admission webhook (the chart sets it as `command`)
+#   /etc/passwd, /etc/group (nonroot 65532), /etc/ssl/certs/ca-certificates.crt, /home/nonroot, /tmp
 #
-# Not built in this repository's CI machines (they have no container engine): the end-to-end
-# tests run the same cargo-built binaries through the test pod runner, which maps the chart's image
-# reference to them at /usr/local/bin. Build with
+# The same image is built without a daemon by `make image` (tools/image/build.sh: the same
+# rootfs.sh, packed by umoci); the end-to-end tests run that one (`make test-image`), and
+# tests/tests/image.rs checks this file's USER, WORKDIR, ENV and ENTRYPOINT against it. Build with
 #   docker build -t ghcr.io/cozystack/etcd-operator:<tag> .
 
 ARG RUST_VERSION=1.95
@@ -32,9 +35,14 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
  && mkdir -p /out \
  && cp "target/$(cat /rust-target)/release/etcd-operator" \
        "target/$(cat /rust-target)/release/etcd-operator-webhook" /out/
+# The image's tree, owners and modes as tools/image/build.sh packs it (rootfs.sh sets mtimes to
+# the epoch; COPY keeps the tree, owners and modes).
+COPY tools/image/rootfs.sh /rootfs.sh
+RUN bash /rootfs.sh /rootfs /out /etc/ssl/certs/ca-certificates.crt
 
-FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/etcd-operator /usr/local/bin/etcd-operator
-COPY --from=build /out/etcd-operator-webhook /usr/local/bin/etcd-operator-webhook
+FROM scratch
+COPY --from=build /rootfs/ /
 USER 65532:65532
+WORKDIR /home/nonroot
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
 ENTRYPOINT ["/usr/local/bin/etcd-operator"]

@@ -10,7 +10,7 @@ export ETCD_OPERATOR_TESTBINS := $(TESTBINS_DIR)
 PROMTOOL_DIR := $(shell bash tools/promtool/build.sh --print-dir)
 export ETCD_OPERATOR_PROMTOOL := $(PROMTOOL_DIR)/promtool
 
-.PHONY: help deps test fmt-check clippy unit testbins promtool api e2e suites build-tests crds bench demo
+.PHONY: help deps test fmt-check clippy unit testbins promtool image test-image api e2e suites build-tests crds bench demo
 
 help:
 	@echo "make demo      helm install of the operator (controller + webhook Pods, cert-manager certs) and a 3-member EtcdCluster on real etcd members; until Ctrl-C (needs root)"
@@ -20,6 +20,8 @@ help:
 	@echo "make build-tests  build everything make test runs, run nothing (.ci/run does it beside the testbins)"
 	@echo "make testbins  build (once, cached) kube-apiserver & co, etcd 3.6/3.5, helm, cert-manager from the Go module proxy"
 	@echo "make promtool  build (once, cached) Prometheus' promtool from the Go module proxy (the chart's alert rule tests)"
+	@echo "make image     the operator image without a daemon: static (musl) release binaries, an OCI image layout and archive in target/image/release (root)"
+	@echo "make test-image  the image the end-to-end suites run (dev profile), in target/image/test; cached (root)"
 	@echo "make bench     measure (not test): webhook latency/RSS; controller apply→Ready, step overhead, idle writes, RSS (root); rollout steps; snapshot agent throughput and peak RSS vs etcdctl"
 	@echo "make crds      regenerate the CRDs in charts/etcd-operator/files/crds from api/"
 
@@ -51,6 +53,20 @@ testbins: deps
 promtool: deps
 	bash tools/promtool/build.sh >/dev/null
 
+## image: the operator image as users get it (release profile, x86_64-unknown-linux-musl, static),
+## assembled without a container engine by tools/image/build.sh (umoci): an OCI image layout in
+## $(CARGO_TARGET_DIR or target)/image/release/oci and the same as etcd-operator.tar. The file
+## layout, user, entrypoint and environment are the Dockerfile's. Reproducible; see
+## docs/installation.md.
+image: deps
+	bash tools/image/build.sh >/dev/null
+
+## test-image: the same image from the dev profile (debug info stripped), in .../image/test: the
+## pod runner runs the chart's controller and webhook Pods and the snapshot/restore/verify Jobs
+## from it (tests/src/podrunner/unpack.rs). Unchanged binaries: no rewrite (seconds).
+test-image: deps
+	bash tools/image/build.sh --test >/dev/null
+
 ## api: CRDs on a real kube-apiserver (current and 1.29): every validation rule, defaults,
 ## printer columns, scale and status subresources; the test control plane itself; the Helm chart
 ## (rendering in every mode, lint, apply, install/upgrade, RBAC on the real authorizer); real
@@ -74,13 +90,13 @@ export SUITE_JOBS SUITE_TEST_THREADS
 E2E_SUITES := e2e_faults e2e_faults_env e2e_replace e2e_schedule e2e_auth e2e_defrag e2e_lifecycle e2e_recovery e2e_cluster e2e_safety e2e_protect \
 	e2e_restore e2e_tls_rotation e2e_tls e2e_install e2e_migrate_aenix e2e_upgrade e2e_takeover \
 	e2e_selfheal snapshot_agent e2e_volume e2e_snapshot e2e_verify pod_runner kubectl_streaming e2e_decode \
-	e2e_metrics
-e2e: testbins
+	e2e_metrics image
+e2e: testbins test-image
 	$(CARGO) build --locked -p controller -p webhook --bins
 	bash tools/run-suites.sh $(E2E_SUITES)
 
 ## suites: the end-to-end and then the API-layer suites in one set of lanes (what `make test` runs).
-suites: testbins promtool
+suites: testbins promtool test-image
 	$(CARGO) build --locked -p controller -p webhook --bins
 	bash tools/run-suites.sh $(E2E_SUITES) $(API_SUITES)
 
@@ -91,6 +107,7 @@ build-tests: deps
 	$(CARGO) test --workspace --locked --exclude tests --no-run
 	$(CARGO) test --locked -p tests --lib --test rollback_schema --no-run
 	$(CARGO) build --locked -p controller -p webhook --bins
+	bash tools/image/build.sh --test >/dev/null
 	$(CARGO) test --locked -p tests --no-run $(addprefix --test ,$(E2E_SUITES) $(API_SUITES))
 
 ## crds: write the CRDs generated from the Rust types into the chart (commit the result).
@@ -111,6 +128,6 @@ bench: testbins
 ## demo: the embedded environment (control plane, pod runner, cert-manager), the operator installed
 ## with helm as users do (controller and webhook as the chart's Pods), a 3-member EtcdCluster
 ## default/demo; prints the kubeconfig and commands to try, runs until Ctrl-C (root).
-demo: testbins
+demo: testbins test-image
 	$(CARGO) build --locked -p controller -p webhook --bins
 	$(CARGO) run --locked -p tests --bin demo

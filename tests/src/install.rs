@@ -1,6 +1,7 @@
 //! The operator as users install it: `charts/etcd-operator` installed with the real helm into the
 //! test control plane, its Deployments run by the pod runner from the chart's own image reference
-//! (mapped to the cargo-built binaries, which is what the project's image holds), the controller
+//! (mapped to the project's image as `make test-image` builds it: an OCI image layout the runner
+//! unpacks and runs with its entrypoint, user, working directory and environment), the controller
 //! and webhook reaching the API with their ServiceAccount tokens, and, when asked, the real
 //! cert-manager issuing the webhook's serving certificate.
 //!
@@ -22,14 +23,13 @@ use crate::env::cert_manager::CertManager;
 use crate::env::ControlPlane;
 use crate::harness::{eventually_every, poll};
 use crate::helm::{chart_dir, Error, Helm};
-use crate::operator::bin_dir;
 use crate::podrunner::PodRunner;
 use crate::OrPanic;
 
 /// The release name and namespace the installation runbook uses.
 pub const RELEASE: &str = "etcd-operator";
 pub const NAMESPACE: &str = "etcd-operator-system";
-/// The chart's default image repository; the pod runner maps every tag of it to the binaries.
+/// The chart's default image repository; the pod runner maps every tag of it to the test image.
 pub const IMAGE_REPOSITORY: &str = "ghcr.io/cozystack/etcd-operator";
 /// The controller Deployment (named after the release) and the webhook's.
 pub const CONTROLLER: &str = "etcd-operator";
@@ -69,7 +69,7 @@ impl Installed {
             .start()
             .await?;
         let runner = PodRunner::builder()
-            .operator_image(IMAGE_REPOSITORY, bin_dir())
+            .operator_image(IMAGE_REPOSITORY)
             .start(&cp)
             .await?;
         let cert_manager = CertManager::start(&cp).await?;

@@ -214,13 +214,22 @@ pub async fn kubelet_env(
     Ok(env)
 }
 
-/// What the process finally gets: the image's `PATH`, `HOSTNAME`, `HOME` (unless set), then the
-/// kubelet environment.
-pub fn process_env(kubelet: &EnvList, path: &str, hostname: &str, uid: u32) -> EnvList {
+/// What the process finally gets: `PATH` (the image's directories), `HOSTNAME`, `HOME`, then the
+/// image's own `Env`, then the kubelet environment.
+pub fn process_env(
+    kubelet: &EnvList,
+    image: &[(String, String)],
+    path: &str,
+    hostname: &str,
+    home: &str,
+) -> EnvList {
     let mut env = EnvList::default();
     env.set("PATH", path.to_string());
     env.set("HOSTNAME", hostname.to_string());
-    env.set("HOME", if uid == 0 { "/root" } else { "/" }.to_string());
+    env.set("HOME", home.to_string());
+    for (k, v) in image {
+        env.set(k, v.clone());
+    }
     for (k, v) in kubelet.vars() {
         env.set(k, v.clone());
     }
@@ -244,8 +253,15 @@ mod tests {
                 ("B".to_string(), "1-x".to_string())
             ]
         );
-        let proc = process_env(&env, "/bin", "h", 65532);
+        let image = [
+            ("PATH".to_string(), "/usr/local/bin".to_string()),
+            ("B".to_string(), "image".to_string()),
+            ("C".to_string(), "image".to_string()),
+        ];
+        let proc = process_env(&env, &image, "/bin", "h", "/");
         assert_eq!(proc.get("HOME"), Some("/"));
+        assert_eq!(proc.get("PATH"), Some("/usr/local/bin"));
         assert_eq!(proc.get("B"), Some("1-x"));
+        assert_eq!(proc.get("C"), Some("image"));
     }
 }

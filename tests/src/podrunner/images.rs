@@ -1,13 +1,17 @@
-//! Which local directory stands in for a container image, and which file a container's command
-//! names in it.
+//! Which local files stand in for a container image, and which file a container's command names
+//! in them.
 //!
-//! There is no image store: an image reference maps to a directory of executables (the etcd builds
-//! in the testbins cache, the project's own binaries, or the host's `/bin` tools), which becomes the
-//! container's `PATH`. Anything else fails the way a missing image or binary fails on a real node,
-//! loudly and with the known mappings in the message.
+//! There is no image store: an image reference maps either to an OCI image layout (the operator's
+//! own image, built by `make test-image`; unpacked by [`super::unpack`] and run with its
+//! entrypoint, command, environment, user and working directory) or to a directory of executables
+//! (the etcd builds in the testbins cache, the host's `/bin` tools), which becomes the container's
+//! `PATH`. Anything else fails the way a missing image or binary fails on a real node, loudly and
+//! with the known mappings in the message.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+use super::{oci, unpack};
 
 /// Registries the official etcd images are published under.
 pub const DEFAULT_ETCD_REPOSITORIES: &[&str] = &[
@@ -59,10 +63,18 @@ pub enum ImageRule {
     },
     /// Images named like the tools images: the host's `/bin` and friends.
     Tools { names: Vec<String> },
+    /// One image, by full reference (a reference without a tag matches every tag), from the OCI
+    /// image layout `layout` (its manifest tagged `tag`, or its only one), unpacked under `cache`.
+    Oci {
+        image: String,
+        layout: PathBuf,
+        tag: Option<String>,
+        cache: PathBuf,
+    },
 }
 
 /// What a container image resolved to.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ResolvedImage {
     /// The reference as written in the Pod.
     pub image: String,
@@ -81,11 +93,26 @@ pub struct ResolvedImage {
     pub mount_at: Vec<PathBuf>,
     /// `imageID` for the container status.
     pub image_id: String,
+    /// An OCI image's unpacked root filesystem: absolute commands name files in it.
+    pub rootfs: Option<PathBuf>,
+    /// The image's `Env`, under the container's own.
+    pub env: Vec<(String, String)>,
+    /// The image's `User` as `(uid, gid)`, for a container whose securityContext names none.
+    pub user: Option<(u32, u32)>,
+    /// The image's `WorkingDir`, for a container that sets no `workingDir`.
+    pub working_dir: Option<String>,
+    /// An OCI image's other files, `(host path, path in the container)`, bind-mounted read-only
+    /// like `path`: directories holding files (`/etc/ssl/certs`), `/etc`'s own files one by one
+    /// (`/etc/passwd`: the rest of `/etc` stays the Pod's), and the working directory.
+    pub extra_mounts: Vec<(PathBuf, PathBuf)>,
 }
 
 impl ResolvedImage {
     /// The container's `PATH`.
     pub fn path_env(&self) -> String {
+        if let Some((_, path)) = self.env.iter().find(|(k, _)| k == "PATH") {
+            return path.clone();
+        }
         let dirs = if self.mount_at.is_empty() {
             &self.path
         } else {
@@ -99,6 +126,9 @@ impl ResolvedImage {
 
     /// Where a file found by [`resolve_command`] is seen inside the container.
     pub fn in_container(&self, host: &Path) -> PathBuf {
+        if let Some(rel) = self.rootfs.as_ref().and_then(|r| host.strip_prefix(r).ok()) {
+            return Path::new("/").join(rel);
+        }
         let mounted = self
             .path
             .iter()
@@ -110,9 +140,20 @@ impl ResolvedImage {
         }
     }
 
-    /// `(host directory, mount point)` of every image directory.
+    /// `(host path, mount point)` of every image directory (and file).
     pub fn mounts(&self) -> impl Iterator<Item = (&PathBuf, &PathBuf)> {
-        self.path.iter().zip(&self.mount_at)
+        self.path
+            .iter()
+            .zip(&self.mount_at)
+            .chain(self.extra_mounts.iter().map(|(host, at)| (host, at)))
+    }
+
+    /// `HOME` for `uid`: its home in the image's `/etc/passwd`, else `/root` for root and `/`.
+    pub fn home(&self, uid: u32) -> String {
+        self.rootfs
+            .as_ref()
+            .and_then(|r| unpack::image_home(r, uid))
+            .unwrap_or_else(|| if uid == 0 { "/root" } else { "/" }.to_string())
     }
 }
 
@@ -194,6 +235,7 @@ impl ImageMap {
                             host_paths: false,
                             mount_at,
                             image_id: format!("local://{}", dir.display()),
+                            ..ResolvedImage::default()
                         });
                     }
                 }
@@ -215,6 +257,7 @@ impl ImageMap {
                             host_paths: false,
                             mount_at: vec![PathBuf::from(IMAGE_BIN)],
                             image_id: format!("local://{}", dir.display()),
+                            ..ResolvedImage::default()
                         });
                     }
                 }
@@ -229,7 +272,21 @@ impl ImageMap {
                             host_paths: true,
                             mount_at: Vec::new(),
                             image_id: "local:///bin".to_string(),
+                            ..ResolvedImage::default()
                         });
+                    }
+                }
+                ImageRule::Oci {
+                    image: wanted,
+                    layout,
+                    tag: layout_tag,
+                    cache,
+                } => {
+                    let (wanted_repository, wanted_tag) = split_reference(wanted);
+                    if normalize_repository(wanted_repository) == repository
+                        && (wanted_tag.is_empty() || wanted_tag == tag)
+                    {
+                        return oci::resolve(image, layout, layout_tag.as_deref(), cache);
                     }
                 }
             }
@@ -266,6 +323,9 @@ impl ImageMap {
                 ImageRule::Tools { names } => {
                     format!("{{{}}} -> host {}", names.join(","), TOOLS_PATH.join(":"))
                 }
+                ImageRule::Oci { image, layout, .. } => {
+                    format!("{image} -> OCI image layout {}", layout.display())
+                }
             })
             .collect::<Vec<_>>()
             .join("; ")
@@ -292,7 +352,7 @@ pub fn link_etcd_image_tools(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-fn is_executable(path: &Path) -> bool {
+pub(super) fn is_executable(path: &Path) -> bool {
     std::fs::metadata(path)
         .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         .unwrap_or(false)
@@ -309,13 +369,24 @@ pub fn resolve_command(image: &ResolvedImage, program: &str) -> Result<PathBuf, 
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
             .join(":");
-        match image.mount_at.is_empty() {
-            false => format!(
-                "exec: {program:?}: executable file not found in $PATH of image {} (its files are {dirs}, mounted at {})",
+        let mounted = image
+            .mount_at
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":");
+        match (&image.rootfs, image.mount_at.is_empty()) {
+            (Some(rootfs), _) => format!(
+                "exec: {program:?}: executable file not found in image {} (unpacked at {}; $PATH={}, of which the image has {mounted})",
                 image.image,
+                rootfs.display(),
                 image.path_env()
             ),
-            true => format!(
+            (None, false) => format!(
+                "exec: {program:?}: executable file not found in $PATH of image {} (its files are {dirs}, mounted at {mounted})",
+                image.image
+            ),
+            (None, true) => format!(
                 "exec: {program:?}: executable file not found in $PATH of image {} ({dirs})",
                 image.image
             ),
@@ -323,6 +394,21 @@ pub fn resolve_command(image: &ResolvedImage, program: &str) -> Result<PathBuf, 
     };
     if program.is_empty() {
         return Err(not_found());
+    }
+    if let Some(rootfs) = &image.rootfs {
+        // An OCI image: an absolute command is that file of the image, a bare name is looked up
+        // on the image's `PATH` (the directories mounted from it).
+        let candidates: Vec<PathBuf> = if program.starts_with('/') {
+            unpack::inside(rootfs, program).into_iter().collect()
+        } else if program.contains('/') {
+            Vec::new()
+        } else {
+            image.path.iter().map(|dir| dir.join(program)).collect()
+        };
+        return candidates
+            .into_iter()
+            .find(|p| oci::is_executable_in(rootfs, p))
+            .ok_or_else(not_found);
     }
     if program.contains('/') {
         if image.host_paths {
@@ -506,6 +592,7 @@ mod tests {
             host_paths: false,
             mount_at: Vec::new(),
             image_id: String::new(),
+            ..ResolvedImage::default()
         };
         let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(container_argv(&image, &[], &[]), s(&["ep", "c1"]));

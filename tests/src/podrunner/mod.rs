@@ -36,6 +36,7 @@ pub mod images;
 pub mod kubelet;
 pub mod network;
 pub mod nodes;
+mod oci;
 mod pod;
 pub mod probes;
 pub mod registry;
@@ -43,6 +44,8 @@ mod sandbox;
 pub mod status;
 pub mod storage;
 pub mod streaming;
+mod tar;
+pub mod unpack;
 pub mod volumes;
 
 use std::collections::{HashMap, HashSet};
@@ -204,19 +207,33 @@ impl Ctx {
     }
 }
 
+/// The OCI image layout of the operator image the tests run: `ETCD_OPERATOR_IMAGE_LAYOUT`, else
+/// what `make test-image` (tools/image/build.sh --test) writes under Cargo's target directory.
+pub fn test_image_layout() -> PathBuf {
+    std::env::var_os("ETCD_OPERATOR_IMAGE_LAYOUT")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| logs::target_dir().join("image").join("test").join("oci"))
+}
+
+/// Where unpacked images are kept, one root filesystem per manifest digest.
+pub fn image_cache_dir() -> PathBuf {
+    logs::target_dir().join("image").join("unpacked")
+}
+
 /// How to start a runner. Defaults: 3 Nodes `worker-1..3` in zones `zone-a..c`, the etcd builds
 /// of the testbins cache for `{quay.io/coreos/etcd,...}:v3.6.*` and `:v3.5.*`, the operator image
-/// `etcd-operator:test` from Cargo's `target/debug`, `busybox` / `test-tools` from the host's
-/// `/bin`, StorageClass `pod-runner` (default class) and `pod-runner-sized` (tmpfs volumes of the
-/// requested size, see [`storage`]), restart back-off 1 s doubling to 10 s.
+/// `etcd-operator:test` from the OCI image layout `make test-image` writes ([`test_image_layout`]),
+/// `busybox` / `test-tools` from the host's `/bin`, StorageClass `pod-runner` (default class) and
+/// `pod-runner-sized` (tmpfs volumes of the requested size, see [`storage`]), restart back-off 1 s
+/// doubling to 10 s.
 #[derive(Clone, Debug)]
 pub struct PodRunnerBuilder {
     nodes: usize,
     node_prefix: String,
     zones: Vec<String>,
     operator_image: String,
-    operator_dir: Option<PathBuf>,
-    operator_entrypoint: Vec<String>,
+    operator_layout: Option<PathBuf>,
     extra_images: Vec<ImageRule>,
     etcd_repositories: Vec<String>,
     tools_images: Vec<String>,
@@ -233,8 +250,7 @@ impl Default for PodRunnerBuilder {
             node_prefix: "worker".into(),
             zones: vec!["zone-a".into(), "zone-b".into(), "zone-c".into()],
             operator_image: "etcd-operator:test".into(),
-            operator_dir: None,
-            operator_entrypoint: vec!["etcd-operator".into()],
+            operator_layout: None,
             extra_images: Vec::new(),
             etcd_repositories: images::DEFAULT_ETCD_REPOSITORIES
                 .iter()
@@ -275,17 +291,16 @@ impl PodRunnerBuilder {
         self
     }
 
-    /// The operator's image reference (a reference without a tag matches every tag) and the
-    /// directory holding its binaries (default: Cargo's `target/debug`).
-    pub fn operator_image(mut self, image: &str, dir: impl Into<PathBuf>) -> Self {
+    /// The operator's image reference (a reference without a tag matches every tag), served
+    /// from the operator's OCI image layout.
+    pub fn operator_image(mut self, image: &str) -> Self {
         self.operator_image = image.to_string();
-        self.operator_dir = Some(dir.into());
         self
     }
 
-    /// The operator image's ENTRYPOINT, used when a container sets no `command`.
-    pub fn operator_entrypoint(mut self, entrypoint: &[&str]) -> Self {
-        self.operator_entrypoint = entrypoint.iter().map(|s| s.to_string()).collect();
+    /// The OCI image layout the operator image comes from (default: [`test_image_layout`]).
+    pub fn operator_image_layout(mut self, layout: impl Into<PathBuf>) -> Self {
+        self.operator_layout = Some(layout.into());
         self
     }
 
@@ -342,14 +357,14 @@ impl PodRunnerBuilder {
                 }
             }
         }
-        rules.push(ImageRule::Exact {
+        rules.push(ImageRule::Oci {
             image: self.operator_image.clone(),
-            dir: self
-                .operator_dir
+            layout: self
+                .operator_layout
                 .clone()
-                .unwrap_or_else(|| logs::target_dir().join("debug")),
-            entrypoint: self.operator_entrypoint.clone(),
-            cmd: Vec::new(),
+                .unwrap_or_else(test_image_layout),
+            tag: None,
+            cache: image_cache_dir(),
         });
         rules.extend(self.extra_images.iter().cloned());
         rules.push(ImageRule::Tools {
@@ -374,9 +389,14 @@ impl PodRunnerBuilder {
             .next()
             .and_then(|p| p.parse::<u16>().ok())
             .ok_or_else(|| Error::Unsupported(format!("no port in {}", cp.server_url())))?;
+        let images = self.image_map(cp);
+        // Unpack the operator image now (once per digest, seconds for a fresh one) rather than
+        // in the runner's first container start; a missing image fails there, with its message.
+        let (warm, operator_image) = (images.clone(), self.operator_image.clone());
+        let _ = tokio::task::spawn_blocking(move || warm.resolve(&operator_image)).await;
         let setup = Setup {
             builder: self.clone(),
-            images: self.image_map(cp),
+            images,
             config: cp.config().clone(),
             apiserver_port,
             kubelet_version: cp.kubernetes_version().unwrap_or("v1.33.0").to_string(),

@@ -199,16 +199,32 @@ fn container_spec<'a>(pod: &'a Pod, name: &str, init: bool) -> Option<&'a Contai
     }
 }
 
-/// The uid, gid and groups a container runs with, or why it may not run (runAsNonRoot).
-fn identity(pod: &Pod, container: &Container) -> Result<(Identity, bool, bool), String> {
+/// The uid, gid and groups a container runs with, or why it may not run (runAsNonRoot). The user: its securityContext's, else the Pod's, else the image's `User`
+/// (`image_user`), else root.
+fn identity(
+    pod: &Pod,
+    container: &Container,
+    image_user: Option<(u32, u32)>,
+) -> Result<(Identity, bool, bool), String> {
     let psc = pod
         .spec
         .as_ref()
         .and_then(|s| s.security_context.clone())
         .unwrap_or_default();
     let csc = container.security_context.clone().unwrap_or_default();
-    let uid = csc.run_as_user.or(psc.run_as_user).unwrap_or(0);
-    let gid = csc.run_as_group.or(psc.run_as_group).unwrap_or(0);
+    let set_uid = csc.run_as_user.or(psc.run_as_user);
+    let (image_uid, image_gid) = image_user.unwrap_or((0, 0));
+    let uid = set_uid.unwrap_or(i64::from(image_uid));
+    // The image's group goes with the image's user only (a runtime takes runAsUser's group from
+    // the image's /etc/passwd; no Pod here sets runAsUser without runAsGroup).
+    let gid = csc
+        .run_as_group
+        .or(psc.run_as_group)
+        .unwrap_or(if set_uid.is_none() {
+            i64::from(image_gid)
+        } else {
+            0
+        });
     let non_root = csc.run_as_non_root.or(psc.run_as_non_root).unwrap_or(false);
     if non_root && uid == 0 {
         return Err(format!(
@@ -882,7 +898,7 @@ impl PodWorker {
         };
         self.containers[i].image_failures = 0;
         self.containers[i].image_id = image.image_id.clone();
-        let (id, no_new_privs, readonly_root) = match identity(pod, spec) {
+        let (id, no_new_privs, readonly_root) = match identity(pod, spec, image.user) {
             Ok(x) => x,
             Err(message) => {
                 self.config_error(i, message);
@@ -913,7 +929,13 @@ impl PodWorker {
             .map(|s| s.hostname.clone())
             .unwrap_or_default();
         let path_var = image.path_env();
-        let env = process_env(&kube_env, &path_var, &hostname, id.uid);
+        let env = process_env(
+            &kube_env,
+            &image.env,
+            &path_var,
+            &hostname,
+            &image.home(id.uid),
+        );
         let expand_all = |words: &Option<Vec<String>>| -> Vec<String> {
             words.iter().flatten().map(|a| kube_env.expand(a)).collect()
         };
@@ -979,7 +1001,11 @@ impl PodWorker {
                 return;
             }
         };
-        let workdir = spec.working_dir.clone().filter(|w| !w.is_empty());
+        let workdir = spec
+            .working_dir
+            .clone()
+            .filter(|w| !w.is_empty())
+            .or_else(|| image.working_dir.clone());
         let plan = Plan {
             join_net: match self.sandbox.as_ref().and_then(|s| s.network.as_ref()) {
                 Some(net) => match fs::File::open(net.netns_path()) {
