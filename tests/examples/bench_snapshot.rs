@@ -473,46 +473,67 @@ async fn bench() {
         ceiling.bytes = baseline.bytes;
         let _ = std::fs::remove_file(&file);
 
-        let term = logs.join(format!("agent-{stage}.json"));
-        let mut program = agent.clone();
-        let mut args = agent_args(&config, &minio, stage, &term);
-        if let Some(dir) = std::env::var_os("SNAPSHOT_BENCH_PERF") {
-            let data = Path::new(&dir).join(format!("agent-{stage}.data"));
-            let perf = ["record", "-a", "-g", "-F", "499", "-o"].map(String::from);
-            let mut wrapped = perf.to_vec();
-            wrapped.extend([
-                data.display().to_string(),
-                "--".into(),
-                agent.display().to_string(),
-            ]);
-            wrapped.append(&mut args);
-            (program, args) = ("perf".into(), wrapped);
-            eprintln!("profiling the agent into {}", data.display());
+        for (n, variant) in variants().iter().enumerate() {
+            let tag = if n == 0 {
+                stage.to_string()
+            } else {
+                format!("{stage}-{n}")
+            };
+            let term = logs.join(format!("agent-{tag}.json"));
+            let mut program = agent.clone();
+            let mut args = agent_args(&config, &minio, &tag, &term);
+            if let Some(dir) = std::env::var_os("SNAPSHOT_BENCH_PERF") {
+                let data = Path::new(&dir).join(format!("agent-{tag}.data"));
+                let perf = ["record", "-a", "-g", "-F", "499", "-o"].map(String::from);
+                let mut wrapped = perf.to_vec();
+                wrapped.extend([
+                    data.display().to_string(),
+                    "--".into(),
+                    agent.display().to_string(),
+                ]);
+                wrapped.append(&mut args);
+                (program, args) = ("perf".into(), wrapped);
+                eprintln!("profiling the agent into {}", data.display());
+            }
+            let env: Vec<(&str, &str)> = variant
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let mut ours = measured(
+                &logs,
+                &format!("agent-{tag}"),
+                &program,
+                &args,
+                &[writer_env(&minio).as_slice(), &[("RUST_LOG", "info")], &env].concat(),
+            );
+            ours.bytes = artifact_size(&term);
+            if let Some(keep) = std::env::var_os("SNAPSHOT_BENCH_LOGS") {
+                let _ = std::fs::create_dir_all(&keep);
+                let _ = std::fs::copy(
+                    logs.join(format!("agent-{tag}.log")),
+                    Path::new(&keep).join(format!("agent-{tag}.log")),
+                );
+            }
+            if !variant.is_empty() {
+                println!("{:>9}  variant {n}: {variant:?}", "");
+            }
+            println!(
+                "{:>5.0} MiB  {}  {}  {}  {:>13.2}  {:>13.2}",
+                size as f64 / MIB,
+                baseline.cell(),
+                ceiling.cell(),
+                ours.cell(),
+                ours.mib_per_s() / ceiling.mib_per_s(),
+                ours.mib_per_s() / baseline.mib_per_s(),
+            );
+            println!(
+                "{:>9}  {}  {}  {}",
+                "CPU",
+                baseline.cpu_cell(),
+                ceiling.cpu_cell(),
+                ours.cpu_cell()
+            );
         }
-        let mut ours = measured(
-            &logs,
-            &format!("agent-{stage}"),
-            &program,
-            &args,
-            &[writer_env(&minio).as_slice(), &[("RUST_LOG", "info")]].concat(),
-        );
-        ours.bytes = artifact_size(&term);
-        println!(
-            "{:>5.0} MiB  {}  {}  {}  {:>13.2}  {:>13.2}",
-            size as f64 / MIB,
-            baseline.cell(),
-            ceiling.cell(),
-            ours.cell(),
-            ours.mib_per_s() / ceiling.mib_per_s(),
-            ours.mib_per_s() / baseline.mib_per_s(),
-        );
-        println!(
-            "{:>9}  {}  {}  {}",
-            "CPU",
-            baseline.cpu_cell(),
-            ceiling.cpu_cell(),
-            ours.cpu_cell()
-        );
     }
     println!(
         "(each cell: wall time of the process, snapshot bytes / that time, the process's peak RSS; \
@@ -521,6 +542,22 @@ async fn bench() {
         std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
     );
     etcd.stop();
+}
+
+/// `SNAPSHOT_BENCH_VARIANTS`: agent runs per size, `;`-separated, each a space-separated list of
+/// `NAME=value` settings of the agent's environment (one run with none when unset).
+fn variants() -> Vec<Vec<(String, String)>> {
+    let Ok(text) = std::env::var("SNAPSHOT_BENCH_VARIANTS") else {
+        return vec![Vec::new()];
+    };
+    text.split(';')
+        .map(|v| {
+            v.split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect()
 }
 
 /// The writer's keys, as the agent and the ceiling read them.

@@ -297,7 +297,10 @@ impl S3 {
             .send()
             .await;
         let completed = match completed {
-            Ok(c) => c,
+            Ok(c) => {
+                tracing::info!(uri = %at.uri(), size, "multipart upload completed");
+                c
+            }
             Err(e) if status_of(&e) == Some(412) => return Ok(Completion::KeyTaken),
             Err(e) => return Err(self.request_failure("CompleteMultipartUpload", at, &e)),
         };
@@ -378,8 +381,11 @@ impl S3 {
             .content_type("application/octet-stream")
             .send()
             .await;
-        if let Err(e) = res {
-            tracing::warn!(error = %error_text(&e), "could not record the sha256 in the object metadata");
+        match res {
+            Ok(_) => tracing::info!(uri = %at.uri(), "sha256 recorded in the object's metadata"),
+            Err(e) => {
+                tracing::warn!(error = %error_text(&e), "could not record the sha256 in the object metadata")
+            }
         }
     }
 
