@@ -87,6 +87,7 @@ pub(super) async fn start(
                 snapshot: None,
             },
             confirm_healthy_cluster_rollback: None,
+            allow_unverified_snapshot: None,
         },
     );
     recovery.metadata.namespace = Some(ns);
