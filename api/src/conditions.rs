@@ -196,6 +196,12 @@ pub mod reason {
     /// that never formed or is paused, a named member that does not exist): nothing was changed
     /// (terminal).
     pub const RECOVERY_NOT_POSSIBLE: &str = "RecoveryNotPossible";
+    /// A snapshot recovery's EtcdSnapshot cannot be restored: missing, of another cluster,
+    /// Failed, without a stored artifact, or not `Verified=True` without
+    /// `spec.allowUnverifiedSnapshot`. Nothing was changed (terminal).
+    pub const SNAPSHOT_NOT_USABLE: &str = "SnapshotNotUsable";
+    /// A snapshot recovery waits for its EtcdSnapshot to be Complete and verified.
+    pub const WAITING_FOR_SNAPSHOT: &str = "WaitingForSnapshot";
     // EtcdDefrag DefragChecked (the reference's; also RUNNING above)
     /// Another run of the same cluster goes first.
     pub const QUEUED: &str = "Queued";

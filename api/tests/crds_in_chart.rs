@@ -117,6 +117,6 @@ fn printer_columns_match_the_contract() {
     );
     assert_eq!(
         columns("EtcdRecovery"),
-        ["Cluster", "Phase", "Step", "Survivor", "Age"]
+        ["Cluster", "Phase", "Step", "Member", "Snapshot", "Age"]
     );
 }

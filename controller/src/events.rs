@@ -87,6 +87,9 @@ pub enum Reason {
     RecoveryPlanned,
     /// The operator created an EtcdRecovery for a cluster annotated for automatic recovery.
     RecoveryCreated,
+    /// A cluster annotated `auto-recovery: snapshot` has no Verified Complete EtcdSnapshot to
+    /// recover from: nothing was done.
+    RecoveryNotStarted,
     /// A step of the recovery is taken (the note says which and what it did).
     RecoveryStep,
     RecoveryComplete,
@@ -160,6 +163,7 @@ impl Reason {
         Reason::AlarmDisarmed,
         Reason::RecoveryPlanned,
         Reason::RecoveryCreated,
+        Reason::RecoveryNotStarted,
         Reason::RecoveryStep,
         Reason::RecoveryComplete,
         Reason::RecoveryFailed,
@@ -231,6 +235,7 @@ impl Reason {
             Reason::AlarmDisarmed => "AlarmDisarmed",
             Reason::RecoveryPlanned => "RecoveryPlanned",
             Reason::RecoveryCreated => "RecoveryCreated",
+            Reason::RecoveryNotStarted => "RecoveryNotStarted",
             Reason::RecoveryStep => "RecoveryStep",
             Reason::RecoveryComplete => "RecoveryComplete",
             Reason::RecoveryFailed => "RecoveryFailed",

@@ -13,6 +13,7 @@ pub mod config;
 pub mod context;
 pub mod cron;
 pub mod defrag;
+pub mod deletion;
 pub mod etcd;
 pub mod events;
 pub mod install_tools;

@@ -90,6 +90,8 @@ const PURE: &[&str] = &[
     "defrag/policy/plan/tests.rs",
     "recovery/plan.rs",
     "recovery/plan/tests.rs",
+    "recovery/plan/snapshot.rs",
+    "recovery/plan/snapshot/tests.rs",
     "migrate/plan/mod.rs",
     "migrate/plan/translate.rs",
     "migrate/plan/render.rs",

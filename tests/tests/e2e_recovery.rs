@@ -104,6 +104,7 @@ impl Scope {
                     snapshot: None,
                 },
                 confirm_healthy_cluster_rollback: confirm.then_some(true),
+                allow_unverified_snapshot: None,
             },
         );
         r.metadata.namespace = Some(self.ns.clone());

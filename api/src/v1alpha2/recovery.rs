@@ -17,6 +17,9 @@ pub const CEL_RECOVERY_IMMUTABLE: &str = "EtcdRecovery spec is immutable: a reco
 /// The CEL rule's message: exactly one source.
 pub const CEL_RECOVERY_ONE_SOURCE: &str = "spec.source needs exactly one of survivor (rebuild from the surviving member with the most data) or snapshot (rebuild from a stored EtcdSnapshot)";
 
+/// The CEL rule's message: `allowUnverifiedSnapshot` belongs to a snapshot source.
+pub const CEL_RECOVERY_UNVERIFIED_NEEDS_SNAPSHOT: &str = "spec.allowUnverifiedSnapshot applies only to spec.source.snapshot; remove it from a survivor recovery";
+
 /// The annotation the recovery controller sets on the EtcdCluster it works on, naming the
 /// EtcdRecovery: while it is there the cluster controller changes no membership (the cluster's
 /// `Available` and `Progressing` conditions say `Recovering` and name the EtcdRecovery). Set
@@ -31,8 +34,27 @@ pub const FORCE_NEW_CLUSTER_ANNOTATION: &str = "etcd-operator.cozystack.io/force
 
 /// On an EtcdCluster: `survivor` lets the operator create an EtcdRecovery from a survivor itself
 /// once the cluster has been `QuorumLost` or `AllMembersLost` for
-/// [`AUTO_RECOVERY_GRACE_SECONDS`]. Off when absent. (`snapshot` is not built yet: ignored.)
+/// [`AUTO_RECOVERY_GRACE_SECONDS`]; `snapshot` one from the newest Verified Complete
+/// EtcdSnapshot of the cluster. Off when absent.
 pub const AUTO_RECOVERY_ANNOTATION: &str = "etcd-operator.cozystack.io/auto-recovery";
+
+/// The annotation the recovery controller sets on the EtcdMember a snapshot is restored into
+/// (the value names the EtcdRecovery), with the snapshot's location in `spec.restore`: its Pod
+/// is built with the restore init containers, which set the member's previous data aside on its
+/// PVC (never delete it) and restore the snapshot in its place as a one-member cluster.
+pub const RESTORE_IN_PLACE_ANNOTATION: &str = "etcd-operator.cozystack.io/restore-in-place";
+
+/// Beside [`RESTORE_IN_PLACE_ANNOTATION`]: the `--bump-revision` the restore uses (decimal),
+/// from the recovery's plan (`status.plan.bumpRevision`).
+pub const RESTORE_BUMP_REVISION_ANNOTATION: &str =
+    "etcd-operator.cozystack.io/restore-bump-revision";
+
+/// The directory, inside a member's data dir, where an in-place restore for `recovery` sets the
+/// member's previous `member` directory aside (it is kept; docs/disaster-recovery.md says when
+/// to remove it).
+pub fn set_aside_dir(recovery: &str) -> String {
+    format!(".pre-restore-{recovery}")
+}
 
 /// How long a cluster annotated with [`AUTO_RECOVERY_ANNOTATION`] must have been unavailable
 /// (QuorumLost or AllMembersLost) before the operator recovers it: long enough for a member
@@ -56,7 +78,12 @@ pub const AUTO_RECOVERY_GRACE_SECONDS: i64 = 60;
     ),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Step", type_ = "string", json_path = ".status.step"),
-    printcolumn(name = "Survivor", type_ = "string", json_path = ".status.plan.member"),
+    printcolumn(name = "Member", type_ = "string", json_path = ".status.plan.member"),
+    printcolumn(
+        name = "Snapshot",
+        type_ = "string",
+        json_path = ".status.plan.snapshot"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -65,7 +92,11 @@ pub const AUTO_RECOVERY_GRACE_SECONDS: i64 = 60;
     category = "etcd"
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("self == oldSelf").message(CEL_RECOVERY_IMMUTABLE))]
+#[x_kube(
+    validation = Rule::new("self == oldSelf").message(CEL_RECOVERY_IMMUTABLE),
+    validation = Rule::new("!has(self.allowUnverifiedSnapshot) || has(self.source.snapshot)")
+        .message(CEL_RECOVERY_UNVERIFIED_NEEDS_SNAPSHOT),
+)]
 pub struct EtcdRecoverySpec {
     /// The EtcdCluster (same namespace) to rebuild. It keeps its name, Services, Secrets and
     /// client URLs.
@@ -78,12 +109,22 @@ pub struct EtcdRecoverySpec {
     /// healthy cluster fails before touching anything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm_healthy_cluster_rollback: Option<bool>,
+    /// With `source.snapshot`: restore the snapshot even though it is not `Verified=True`
+    /// (verification off, failed, or the snapshot predates it). Without it such a snapshot is
+    /// refused before anything is changed. The restore still checks the object's sha256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_unverified_snapshot: Option<bool>,
 }
 
 impl EtcdRecoverySpec {
     /// Whether the user confirmed acting on a healthy cluster.
     pub fn healthy_rollback_confirmed(&self) -> bool {
         self.confirm_healthy_cluster_rollback == Some(true)
+    }
+
+    /// Whether the user accepts a snapshot that is not `Verified=True`.
+    pub fn unverified_snapshot_allowed(&self) -> bool {
+        self.allow_unverified_snapshot == Some(true)
     }
 }
 
@@ -132,7 +173,8 @@ impl RecoveryPhase {
     }
 }
 
-/// The steps of a recovery from a survivor, in order. `status.step` names the step being
+/// The steps of a recovery, in order (a survivor recovery skips `RestoreSnapshot`, a snapshot
+/// recovery skips `ForceNewCluster` and `RestartSurvivor`). `status.step` names the step being
 /// taken; it is written before the step acts, and every step can be taken again after an
 /// operator restart (each is idempotent).
 #[derive(
@@ -143,6 +185,9 @@ pub enum RecoveryStep {
     PauseCluster,
     /// Every member dormant: their Pods are deleted, their PVCs kept.
     StopMembers,
+    /// The snapshot is restored into one member (its previous data set aside on its PVC), which
+    /// starts as a new one-member cluster; the cluster's latched ID follows it.
+    RestoreSnapshot,
     /// The survivor's Pod starts with `--force-new-cluster` until etcd lists it alone.
     ForceNewCluster,
     /// The survivor's Pod starts again without the flag.
@@ -161,6 +206,7 @@ impl RecoveryStep {
         match self {
             RecoveryStep::PauseCluster => "PauseCluster",
             RecoveryStep::StopMembers => "StopMembers",
+            RecoveryStep::RestoreSnapshot => "RestoreSnapshot",
             RecoveryStep::ForceNewCluster => "ForceNewCluster",
             RecoveryStep::RestartSurvivor => "RestartSurvivor",
             RecoveryStep::RemoveOthers => "RemoveOthers",
@@ -169,10 +215,11 @@ impl RecoveryStep {
         }
     }
 
-    /// The step after this one (`None` after the last).
+    /// The step after this one in a survivor recovery (`None` after the last).
     pub fn next(self) -> Option<RecoveryStep> {
         match self {
             RecoveryStep::PauseCluster => Some(RecoveryStep::StopMembers),
+            RecoveryStep::RestoreSnapshot => Some(RecoveryStep::RemoveOthers),
             RecoveryStep::StopMembers => Some(RecoveryStep::ForceNewCluster),
             RecoveryStep::ForceNewCluster => Some(RecoveryStep::RestartSurvivor),
             RecoveryStep::RestartSurvivor => Some(RecoveryStep::RemoveOthers),
@@ -205,14 +252,30 @@ pub struct RecoveryCandidate {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RecoveryPlan {
-    /// The surviving EtcdMember.
+    /// The surviving EtcdMember; with a snapshot source, the member the snapshot is restored
+    /// into (its previous data is set aside on its PVC, not deleted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub member: Option<String>,
+    /// The EtcdSnapshot restored (snapshot source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// Where it is stored (`s3://…` or `pvc://…`) and its checksum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_uri: Option<String>,
+    /// The highest revision the cluster is known to have reached before the recovery: what its
+    /// members answered and what its EtcdSnapshots recorded (snapshot source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub highest_known_revision: Option<i64>,
+    /// etcdutl's `--bump-revision`: `max(highestKnownRevision - revision, 0) + 1000000000`, so
+    /// the restored cluster's revisions start above anything a client saw (snapshot source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bump_revision: Option<i64>,
     /// Its etcd member ID (16 hex digits), kept across the recovery.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub member_id: Option<String>,
     /// Its raft term and index and its MVCC revision when the plan was made: the recovered
-    /// cluster holds exactly what it held.
+    /// cluster holds exactly what it held. With a snapshot source, `revision` is the
+    /// snapshot's (the revision its hashKV was recorded at).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raft_term: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -241,7 +304,8 @@ pub struct RecoveryResult {
     /// The cluster ID etcd answers with afterwards (the same as before for a survivor).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_id: Option<String>,
-    /// The EtcdMembers the cluster controller added back.
+    /// The EtcdMembers replaced by new ones the cluster controller added (every member but the one
+    /// the cluster was rebuilt from).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members_re_added: Vec<String>,
     /// Keys in the cluster at the end.

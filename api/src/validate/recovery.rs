@@ -4,7 +4,9 @@
 use super::fields::{bounded_length, non_empty};
 use super::transition::spec_unchanged;
 use super::Violation;
-use crate::v1alpha2::{EtcdRecoverySpec, CEL_RECOVERY_ONE_SOURCE};
+use crate::v1alpha2::{
+    EtcdRecoverySpec, CEL_RECOVERY_ONE_SOURCE, CEL_RECOVERY_UNVERIFIED_NEEDS_SNAPSHOT,
+};
 
 /// The schema's bound on `spec.source.survivor.member` (an object name).
 const MEMBER_NAME_MAX: usize = 253;
@@ -39,6 +41,14 @@ pub fn recovery_create(spec: &EtcdRecoverySpec) -> Vec<Violation> {
     }
     if let Some(snapshot) = &source.snapshot {
         out.extend(non_empty("spec.source.snapshot.name", &snapshot.name));
+    }
+    if spec.allow_unverified_snapshot.is_some() && source.snapshot.is_none() {
+        out.push(Violation::of_rule(
+            "spec.allowUnverifiedSnapshot",
+            CEL_RECOVERY_UNVERIFIED_NEEDS_SNAPSHOT,
+            "set without spec.source.snapshot",
+            "remove spec.allowUnverifiedSnapshot, or recover from a snapshot",
+        ));
     }
     out
 }

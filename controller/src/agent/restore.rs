@@ -55,6 +55,91 @@ pub struct RestoreArgs {
     /// 0 keeps the snapshot's own revision (only safe when nothing ever read the source).
     #[arg(long, default_value_t = DEFAULT_BUMP_REVISION)]
     pub bump_revision: u64,
+    /// In-place restore (an EtcdRecovery from a snapshot): the directory, inside the data dir,
+    /// that the member's previous `member` directory is moved into (never deleted) before the
+    /// snapshot is restored in its place. A `restored` marker in it records that this restore
+    /// is done, so a restarted Pod does not restore again over the data written since.
+    #[arg(long)]
+    pub set_aside: Option<String>,
+}
+
+/// The marker an in-place restore writes into its set-aside directory once done.
+pub const RESTORED_MARKER: &str = "restored";
+
+/// Where an in-place restore stands, read from the data dir.
+#[derive(Debug, PartialEq, Eq)]
+pub enum InPlace {
+    /// This restore is done (its marker is there): nothing to do.
+    Done,
+    /// Restored and moved into place, but the marker is missing (stopped just before writing
+    /// it): write it, nothing else.
+    MarkOnly,
+    /// The previous data is still in `member`: move it aside first.
+    SetAside,
+    /// Nothing in `member` (set aside already, or an empty volume): restore.
+    Restore,
+}
+
+/// Pure: the state of an in-place restore from what exists. `member`: the data dir's `member`;
+/// `aside_member`: `member` inside the set-aside dir; `marker`: the marker there.
+pub fn in_place_state(member: bool, aside_member: bool, marker: bool) -> InPlace {
+    match (marker, member, aside_member) {
+        (true, _, _) => InPlace::Done,
+        // The old data is aside and a restored `member` is in place: only the marker is missing.
+        (false, true, true) => InPlace::MarkOnly,
+        (false, true, false) => InPlace::SetAside,
+        (false, false, _) => InPlace::Restore,
+    }
+}
+
+/// Move the previous data aside (or recognise the restore as done). `Ok(true)`: restore now.
+fn prepare_in_place(data_dir: &Path, aside: &str) -> Result<bool, Failure> {
+    if aside.is_empty() || aside.contains('/') || aside == "member" || aside.starts_with("..") {
+        return Err(Failure::permanent(format!(
+            "--set-aside {aside:?} must be a plain directory name other than member"
+        )));
+    }
+    let dir = data_dir.join(aside);
+    let member = data_dir.join("member");
+    let state = in_place_state(
+        member.exists(),
+        dir.join("member").exists(),
+        dir.join(RESTORED_MARKER).exists(),
+    );
+    tracing::info!(data_dir = %data_dir.display(), aside = %dir.display(), ?state, "in-place restore");
+    match state {
+        InPlace::Done => Ok(false),
+        InPlace::MarkOnly => {
+            mark_restored(&dir)?;
+            Ok(false)
+        }
+        InPlace::SetAside => {
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| io_failure(&format!("creating {}", dir.display()), e))?;
+            std::fs::rename(&member, dir.join("member")).map_err(|e| {
+                io_failure(
+                    &format!("moving the previous data {} aside", member.display()),
+                    e,
+                )
+            })?;
+            sync_dir(data_dir)?;
+            sync_dir(&dir)?;
+            tracing::info!(to = %dir.display(), "the previous data is set aside, not deleted");
+            Ok(true)
+        }
+        InPlace::Restore => {
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| io_failure(&format!("creating {}", dir.display()), e))?;
+            Ok(true)
+        }
+    }
+}
+
+fn mark_restored(dir: &Path) -> Result<(), Failure> {
+    let marker = dir.join(RESTORED_MARKER);
+    std::fs::write(&marker, b"restored\n")
+        .map_err(|e| io_failure(&format!("writing {}", marker.display()), e))?;
+    sync_dir(dir)
 }
 
 enum Source {
@@ -63,7 +148,18 @@ enum Source {
 }
 
 pub async fn run(args: RestoreArgs) -> Result<Outcome, Failure> {
-    if args.data_dir.join("member").exists() {
+    if let Some(aside) = &args.set_aside {
+        if !args.data_dir.exists() {
+            std::fs::create_dir_all(&args.data_dir)
+                .map_err(|e| io_failure(&format!("creating {}", args.data_dir.display()), e))?;
+        }
+        if !prepare_in_place(&args.data_dir, aside)? {
+            return Ok(Outcome::Skipped(format!(
+                "{} already restored in place ({aside}/{RESTORED_MARKER})",
+                args.data_dir.display()
+            )));
+        }
+    } else if args.data_dir.join("member").exists() {
         tracing::info!(data_dir = %args.data_dir.display(), "already initialised: the data dir holds a member directory; nothing to restore");
         return Ok(Outcome::Skipped(format!(
             "{} already initialised",
@@ -160,6 +256,9 @@ pub async fn run(args: RestoreArgs) -> Result<Outcome, Failure> {
         )
     })?;
     sync_dir(&args.data_dir)?;
+    if let Some(aside) = &args.set_aside {
+        mark_restored(&args.data_dir.join(aside))?;
+    }
     std::fs::remove_dir_all(&work)
         .map_err(|e| io_failure(&format!("removing {}", work.display()), e))?;
     tracing::info!(data_dir = %args.data_dir.display(), "restored");
@@ -337,6 +436,41 @@ mod tests {
         assert!(e.message.contains("128.0 MiB"), "{e}");
         assert!(e.message.contains("100.0 MiB"), "{e}");
         assert!(e.message.contains("storage.size"), "{e}");
+    }
+
+    #[test]
+    fn in_place_restore_sets_old_data_aside_once_and_never_restores_twice() {
+        // Old data in place, nothing aside: move it aside (never delete it).
+        assert_eq!(in_place_state(true, false, false), InPlace::SetAside);
+        // Moved aside (or an empty volume): restore.
+        assert_eq!(in_place_state(false, true, false), InPlace::Restore);
+        assert_eq!(in_place_state(false, false, false), InPlace::Restore);
+        // Restored into place but stopped before the marker: mark, do not move it aside again.
+        assert_eq!(in_place_state(true, true, false), InPlace::MarkOnly);
+        // Done: a restarted Pod keeps what etcd wrote since.
+        assert_eq!(in_place_state(true, true, true), InPlace::Done);
+        assert_eq!(in_place_state(true, false, true), InPlace::Done);
+    }
+
+    #[test]
+    fn in_place_restore_keeps_the_previous_data_and_skips_on_the_second_run() {
+        let dir = std::env::temp_dir().join(format!("restore-in-place-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("member/snap")).unwrap();
+        std::fs::write(dir.join("member/snap/db"), b"old").unwrap();
+        assert!(prepare_in_place(&dir, ".pre-restore-r").unwrap());
+        assert!(!dir.join("member").exists());
+        assert_eq!(
+            std::fs::read(dir.join(".pre-restore-r/member/snap/db")).unwrap(),
+            b"old"
+        );
+        // The restore puts a new member in place and marks it done.
+        std::fs::create_dir_all(dir.join("member")).unwrap();
+        mark_restored(&dir.join(".pre-restore-r")).unwrap();
+        assert!(!prepare_in_place(&dir, ".pre-restore-r").unwrap());
+        assert!(dir.join("member").exists());
+        assert!(prepare_in_place(&dir, "../x").is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

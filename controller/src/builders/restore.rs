@@ -33,6 +33,31 @@ pub struct Identity<'a> {
     pub peer_url: &'a str,
 }
 
+/// An in-place restore into an existing member (an EtcdRecovery from a snapshot, read from the
+/// member's [`api::v1alpha2::RESTORE_IN_PLACE_ANNOTATION`]): the member restarts as a new
+/// one-member cluster (`--initial-cluster` is itself alone, whatever it joined with), its
+/// previous data is moved into `set_aside`, and the revision jumps by `bump_revision`.
+pub struct InPlace {
+    pub set_aside: String,
+    pub bump_revision: Option<u64>,
+}
+
+/// The in-place restore `member` asks for, if any.
+pub fn in_place_of(member: &EtcdMember) -> Option<InPlace> {
+    let recovery = member
+        .annotations()
+        .get(api::v1alpha2::RESTORE_IN_PLACE_ANNOTATION)
+        .filter(|r| !r.is_empty())?;
+    let bump_revision = member
+        .annotations()
+        .get(api::v1alpha2::RESTORE_BUMP_REVISION_ANNOTATION)
+        .and_then(|b| b.parse::<u64>().ok());
+    Some(InPlace {
+        set_aside: api::v1alpha2::set_aside_dir(recovery),
+        bump_revision,
+    })
+}
+
 /// What the init containers share with the etcd container.
 pub struct Shared<'a> {
     pub operator_image: &'a str,
@@ -148,13 +173,15 @@ fn source_of(restore: &RestoreSpec, member: &str) -> Result<SourceParts, BuildEr
     ))
 }
 
-/// The init containers and their extra volumes for a seed restoring `restore`.
+/// The init containers and their extra volumes for a seed restoring `restore`, or for a member
+/// restored `in_place`.
 pub fn init_containers(
     member: &EtcdMember,
     restore: &RestoreSpec,
     id: &Identity<'_>,
     data_dir: &str,
     shared: &Shared<'_>,
+    in_place: Option<&InPlace>,
 ) -> Result<(Vec<Container>, Vec<Volume>), BuildError> {
     let name = member.name_any();
     let SourceParts {
@@ -177,17 +204,27 @@ pub fn init_containers(
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Default::default()
     };
+    let initial_cluster = match in_place {
+        Some(_) => format!("{}={}", id.name, id.peer_url),
+        None => member.spec.initial_cluster.clone(),
+    };
     let mut args = vec![
         "snapshot-agent".to_string(),
         "restore".to_string(),
         format!("--data-dir={data_dir}"),
         format!("--name={}", id.name),
-        format!("--initial-cluster={}", member.spec.initial_cluster),
+        format!("--initial-cluster={initial_cluster}"),
         format!("--initial-cluster-token={}", member.spec.cluster_token),
         format!("--initial-advertise-peer-urls={}", id.peer_url),
         format!("--etcdutl={ETCDUTL}"),
         format!("--termination-log={TERMINATION_LOG}"),
     ];
+    if let Some(in_place) = in_place {
+        args.push(format!("--set-aside={}", in_place.set_aside));
+        if let Some(bump) = in_place.bump_revision {
+            args.push(format!("--bump-revision={bump}"));
+        }
+    }
     args.extend(source_args);
     let mut mounts = vec![
         mount(TOOLS_VOLUME, TOOLS_DIR, true),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use api::labels;
 use api::v1alpha2::{EtcdCluster, EtcdMember};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -222,12 +222,7 @@ pub(super) async fn act(
             tracing::info!(cluster = %name, member = %member, reason = reason.reason(), "deleting member");
             // The operator's own deletion is meant: marked as such, its finalizer removes the
             // member from etcd and then deletes its PVC (a deletion without the mark keeps both).
-            let meant =
-                json!({"metadata": {"annotations": {labels::ALLOW_DELETION_ANNOTATION: "true"}}});
-            members_api
-                .patch(member, &PatchParams::default(), &Patch::Merge(&meant))
-                .await?;
-            members_api.delete(member, &DeleteParams::default()).await?;
+            crate::deletion::delete_member_as_meant(&members_api, member).await?;
             if matches!(
                 why,
                 DeleteReason::Unschedulable | DeleteReason::NodeNotReady

@@ -4,13 +4,15 @@
 //! its condition message names, created by the operator. Off by default. One recovery per
 //! outage: its name carries the time the cluster became unavailable, so a reconcile that runs
 //! again creates nothing new, and a recovery that failed is not retried behind the user's back.
-//! Only `survivor` is acted on; a `snapshot` request is reported (the in-place snapshot
-//! recovery is not built yet).
+//! `survivor` recovers from the member with the most data; `snapshot` in place from the newest
+//! Verified Complete EtcdSnapshot of the cluster (none: a Warning Event `RecoveryNotStarted`
+//! says so and nothing is done).
 
 use api::conditions::{cluster as ctype, reason};
 use api::v1alpha2::{
-    EtcdCluster, EtcdClusterStatus, EtcdRecovery, EtcdRecoverySpec, LocalReference, RecoverySource,
-    SurvivorSource, AUTO_RECOVERY_ANNOTATION, AUTO_RECOVERY_GRACE_SECONDS, RECOVERY_ANNOTATION,
+    EtcdCluster, EtcdClusterStatus, EtcdRecovery, EtcdRecoverySpec, EtcdSnapshot, LocalReference,
+    RecoverySource, SnapshotPhase, SurvivorSource, AUTO_RECOVERY_ANNOTATION,
+    AUTO_RECOVERY_GRACE_SECONDS, RECOVERY_ANNOTATION,
 };
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
@@ -25,6 +27,8 @@ use crate::Error;
 pub enum Wanted {
     /// Create this EtcdRecovery from a survivor.
     Survivor(String),
+    /// Create this EtcdRecovery from the newest Verified Complete EtcdSnapshot.
+    Snapshot(String),
     /// The annotation asks for something this version does not do (the value, as written).
     NotBuilt(String),
 }
@@ -44,14 +48,26 @@ pub fn wanted(cluster: &EtcdCluster, status: &EtcdClusterStatus, now: Timestamp)
     if now.as_second() - since.as_second() < AUTO_RECOVERY_GRACE_SECONDS {
         return None;
     }
+    let name = format!("{}-auto-{}", cluster.name_any(), since.as_second());
     match mode.as_str() {
-        "survivor" => Some(Wanted::Survivor(format!(
-            "{}-auto-{}",
-            cluster.name_any(),
-            since.as_second()
-        ))),
+        "survivor" => Some(Wanted::Survivor(name)),
+        "snapshot" => Some(Wanted::Snapshot(name)),
         other => Some(Wanted::NotBuilt(other.to_string())),
     }
+}
+
+/// The newest (by completion, then name) Complete, `Verified=True` EtcdSnapshot of `cluster`.
+pub fn newest_verified(snapshots: &[EtcdSnapshot], cluster: &str) -> Option<String> {
+    snapshots
+        .iter()
+        .filter(|s| s.spec.cluster_ref.name == cluster)
+        .filter_map(|s| {
+            let st = s.status.as_ref()?;
+            (st.phase == Some(SnapshotPhase::Complete) && st.verified() == Some(true))
+                .then(|| (st.completion_time.as_ref().map(|t| t.0), s.name_any()))
+        })
+        .max()
+        .map(|(_, name)| name)
 }
 
 /// Create the EtcdRecovery [`wanted`] asks for (once: an existing one of that name is left as it
@@ -65,8 +81,9 @@ pub(super) async fn start(
         return Ok(());
     };
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
-    let name = match wanted {
-        Wanted::Survivor(name) => name,
+    let (name, snapshot) = match wanted {
+        Wanted::Survivor(name) => (name, None),
+        Wanted::Snapshot(name) => (name, Some(())),
         Wanted::NotBuilt(mode) => {
             tracing::debug!(cluster = %cluster.name_any(), %mode, "auto-recovery mode not built");
             return Ok(());
@@ -76,6 +93,40 @@ pub(super) async fn start(
     if api.get_opt(&name).await?.is_some() {
         return Ok(());
     }
+    let snapshot = match snapshot {
+        None => None,
+        Some(()) => {
+            let all = Api::<EtcdSnapshot>::namespaced(ctx.client.clone(), &ns)
+                .list(&Default::default())
+                .await?
+                .items;
+            match newest_verified(&all, &cluster.name_any()) {
+                Some(s) => Some(s),
+                None => {
+                    ctx.event(
+                        cluster,
+                        true,
+                        Reason::RecoveryNotStarted,
+                        Action::Create,
+                        format!(
+                            "the cluster has been unavailable for over \
+                             {AUTO_RECOVERY_GRACE_SECONDS}s and asks for a recovery from a \
+                             snapshot ({AUTO_RECOVERY_ANNOTATION}=snapshot), but it has no \
+                             Complete EtcdSnapshot with Verified=True; nothing was done. Recover \
+                             by hand (docs/disaster-recovery.md)"
+                        ),
+                    )
+                    .await;
+                    return Ok(());
+                }
+            }
+        }
+    };
+    let mode = if snapshot.is_some() {
+        "snapshot"
+    } else {
+        "survivor"
+    };
     let mut recovery = EtcdRecovery::new(
         &name,
         EtcdRecoverySpec {
@@ -83,10 +134,13 @@ pub(super) async fn start(
                 name: cluster.name_any(),
             },
             source: RecoverySource {
-                survivor: Some(SurvivorSource { member: None }),
-                snapshot: None,
+                survivor: snapshot
+                    .is_none()
+                    .then_some(SurvivorSource { member: None }),
+                snapshot: snapshot.clone().map(|name| LocalReference { name }),
             },
             confirm_healthy_cluster_rollback: None,
+            allow_unverified_snapshot: None,
         },
     );
     recovery.metadata.namespace = Some(ns);
@@ -102,7 +156,10 @@ pub(super) async fn start(
         Action::Create,
         format!(
             "the cluster has been unavailable for over {AUTO_RECOVERY_GRACE_SECONDS}s and asks \
-             for it ({AUTO_RECOVERY_ANNOTATION}=survivor): created EtcdRecovery {name}"
+             for it ({AUTO_RECOVERY_ANNOTATION}={mode}): created EtcdRecovery {name}{}",
+            snapshot
+                .map(|s| format!(" from EtcdSnapshot {s}"))
+                .unwrap_or_default()
         ),
     )
     .await;
@@ -182,11 +239,59 @@ mod tests {
     }
 
     #[test]
-    fn a_snapshot_request_is_not_acted_on() {
+    fn a_snapshot_request_names_its_recovery_and_an_unknown_mode_is_not_acted_on() {
         let (c, s) = lost_cluster(Some("snapshot"));
         assert_eq!(
             wanted(&c, &s, at(3600)),
-            Some(Wanted::NotBuilt("snapshot".into()))
+            Some(Wanted::Snapshot(format!("c-auto-{}", at(0).as_second())))
         );
+        let (c, s) = lost_cluster(Some("bogus"));
+        assert_eq!(
+            wanted(&c, &s, at(3600)),
+            Some(Wanted::NotBuilt("bogus".into()))
+        );
+    }
+
+    #[test]
+    fn auto_recovery_takes_the_newest_verified_complete_snapshot_of_the_cluster() {
+        use api::v1alpha2::{EtcdSnapshotSpec, EtcdSnapshotStatus};
+        let snap = |name: &str, cluster: &str, done: i64, complete: bool, verified: &str| {
+            let mut s = EtcdSnapshot::new(
+                name,
+                EtcdSnapshotSpec {
+                    cluster_ref: LocalReference {
+                        name: cluster.into(),
+                    },
+                    ..Default::default()
+                },
+            );
+            s.status = Some(EtcdSnapshotStatus {
+                phase: Some(if complete {
+                    SnapshotPhase::Complete
+                } else {
+                    SnapshotPhase::Failed
+                }),
+                completion_time: Some(Time(at(done))),
+                conditions: vec![Condition {
+                    type_: api::conditions::snapshot::VERIFIED.into(),
+                    status: verified.into(),
+                    reason: "R".into(),
+                    message: String::new(),
+                    observed_generation: None,
+                    last_transition_time: Time(at(done)),
+                }],
+                ..Default::default()
+            });
+            s
+        };
+        let all = vec![
+            snap("old-good", "c", 10, true, "True"),
+            snap("new-bad", "c", 30, true, "False"),
+            snap("newer-failed", "c", 40, false, "True"),
+            snap("other-cluster", "d", 50, true, "True"),
+            snap("good", "c", 20, true, "True"),
+        ];
+        assert_eq!(newest_verified(&all, "c").as_deref(), Some("good"));
+        assert_eq!(newest_verified(&all[1..4], "c"), None);
     }
 }

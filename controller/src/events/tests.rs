@@ -69,6 +69,7 @@ fn every_event_reason_keeps_its_string() {
         (Reason::AlarmDisarmed, "AlarmDisarmed"),
         (Reason::RecoveryPlanned, "RecoveryPlanned"),
         (Reason::RecoveryCreated, "RecoveryCreated"),
+        (Reason::RecoveryNotStarted, "RecoveryNotStarted"),
         (Reason::RecoveryStep, "RecoveryStep"),
         (Reason::RecoveryComplete, "RecoveryComplete"),
         (Reason::RecoveryFailed, "RecoveryFailed"),

@@ -134,6 +134,10 @@ async fn reconcile_inner(member: &EtcdMember, ctx: &Context) -> Result<Requeue, 
         dormant: member.spec.dormant,
         had_pod: status.pod_uid.is_some(),
         claim_recorded: status.pvc_name.is_some(),
+        restoring_in_place: member.spec.restore.is_some()
+            && member
+                .annotations()
+                .contains_key(api::v1alpha2::RESTORE_IN_PLACE_ANNOTATION),
         claim: Some(claim_state),
         pod: pod.as_ref().map(|p| PodFacts {
             ready: pod_view(p).ready,

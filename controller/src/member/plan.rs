@@ -33,6 +33,10 @@ pub struct MemberFacts {
     /// The member's own Pod (by name, owned by the member).
     pub pod: Option<PodFacts>,
     pub member_id_known: bool,
+    /// An EtcdRecovery restores a snapshot into this member in place
+    /// ([`api::v1alpha2::RESTORE_IN_PLACE_ANNOTATION`] with `spec.restore`): its data comes
+    /// from the snapshot, not from its old volume.
+    pub restoring_in_place: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -103,7 +107,9 @@ pub fn plan(f: &MemberFacts) -> MemberPlan {
             ),
         };
     }
-    if f.claim == Some(Claim::Missing) && f.claim_recorded {
+    // A member restored in place gets its data from the snapshot, as a new one-member cluster:
+    // a fresh volume is what the restore fills.
+    if f.claim == Some(Claim::Missing) && f.claim_recorded && !f.restoring_in_place {
         // Its data went with the claim. Started again on a new, empty volume it would come back
         // under its old etcd member ID with an empty Raft log, and could acknowledge entries it
         // never stored: the cluster controller removes it from etcd and adds a new member.
@@ -219,6 +225,19 @@ mod tests {
             member_id_known: true,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_lost_claim_is_recreated_only_for_a_member_restored_in_place() {
+        let mut f = running(Claim::Missing);
+        f.pod = None;
+        assert_eq!(
+            plan(&f).step,
+            Step::None,
+            "never restarted on an empty volume"
+        );
+        f.restoring_in_place = true;
+        assert_eq!(plan(&f).step, Step::CreateClaim, "the restore fills it");
     }
 
     #[test]

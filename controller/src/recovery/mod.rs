@@ -11,7 +11,9 @@
 //! and of the discarded EtcdMembers (their cleanup finalizer finds them gone from etcd). Adding
 //! the members back is the cluster controller's normal scale-up.
 
+mod act;
 pub mod plan;
+mod snapshot;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,15 +23,14 @@ use api::conditions::{reason, recovery as ctype};
 use api::labels;
 use api::v1alpha2::{
     EtcdCluster, EtcdMember, EtcdRecovery, EtcdRecoveryStatus, RecoveryPhase, RecoveryResult,
-    RecoveryStep, FORCE_NEW_CLUSTER_ANNOTATION, RECOVERY_ANNOTATION,
+    RecoveryStep, FORCE_NEW_CLUSTER_ANNOTATION, RECOVERY_ANNOTATION, RESTORE_IN_PLACE_ANNOTATION,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::ListParams;
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
-use serde_json::json;
 
 use crate::conditions::set_condition;
 use crate::context::Context;
@@ -38,7 +39,7 @@ use crate::etcd::format_id;
 use crate::events::{Action, Reason};
 use crate::pods::pod_view;
 use crate::{shell, topology, Error};
-use plan::{ClusterFacts, EtcdFacts, Facts, MemberFacts, Next, PodFacts, Source, Work};
+use plan::{ClusterFacts, EtcdFacts, Facts, MemberFacts, Next, PodFacts, Source};
 
 /// How long one member's etcd may take to answer `Status` and `MemberList`.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(3);
@@ -70,96 +71,80 @@ pub async fn reconcile(recovery: Arc<EtcdRecovery>, ctx: Arc<Context>) -> Result
     let facts = observe(&ctx, &ns, &api, &recovery, cluster.as_ref()).await?;
     let next = plan::next(&facts);
     let now = Timestamp::now();
-    let name = recovery.name_any();
     match next {
         Next::Wait { reason, message } => {
             let mut new = status.clone();
             ready(&recovery, &mut new, false, reason, message, now);
-            write_if_changed(&api, &recovery, &new).await?;
+            if recovery.status.as_ref() != Some(&new) {
+                write(&api, &recovery, &new).await?;
+            }
             Ok(Requeue::requeue(RECHECK))
         }
         Next::Fail { reason, message } => {
-            let mut new = status.clone();
-            new.phase = Some(RecoveryPhase::Failed);
-            new.completed_at = Some(Time(now));
-            ready(&recovery, &mut new, false, reason, message.clone(), now);
-            write(&api, &recovery, &new).await?;
-            tracing::warn!(recovery = %name, namespace = %ns, %message, "recovery failed");
-            ctx.event(
-                &recovery,
-                true,
-                Reason::RecoveryFailed,
-                Action::Fail,
-                message,
-            )
-            .await;
+            let said = Said::new(reason, message, Reason::RecoveryFailed, Action::Fail);
+            record(&ctx, &api, &recovery, said.warning(), |new| {
+                new.phase = Some(RecoveryPhase::Failed);
+                new.completed_at = Some(Time(now));
+            })
+            .await?;
             Ok(Requeue::await_change())
         }
         Next::RecordPlan(p) => {
-            let mut new = status.clone();
+            let from = match &p.snapshot {
+                Some(snapshot) => format!(
+                    "EtcdSnapshot {snapshot} (revision {}, restored into {} with --bump-revision \
+                     {})",
+                    p.revision
+                        .map_or_else(|| "unrecorded".into(), |r| r.to_string()),
+                    p.member.clone().unwrap_or_default(),
+                    p.bump_revision.unwrap_or_default()
+                ),
+                None => format!(
+                    "{} (raft term {}, index {}, revision {})",
+                    p.member.clone().unwrap_or_default(),
+                    p.raft_term.unwrap_or_default(),
+                    p.raft_index.unwrap_or_default(),
+                    p.revision.unwrap_or_default()
+                ),
+            };
             let note = format!(
-                "plan: rebuild cluster {cluster_name} from {} (raft term {}, index {}, revision \
-                 {}); {}",
-                p.member.clone().unwrap_or_default(),
-                p.raft_term.unwrap_or_default(),
-                p.raft_index.unwrap_or_default(),
-                p.revision.unwrap_or_default(),
+                "plan: rebuild cluster {cluster_name} from {from}; {}",
                 p.lost.clone().unwrap_or_default()
             );
-            new.plan = Some(p);
-            new.phase = Some(RecoveryPhase::Running);
-            new.step = Some(RecoveryStep::PauseCluster);
-            new.started_at = Some(Time(now));
-            ready(
-                &recovery,
-                &mut new,
-                false,
+            let said = Said::new(
                 reason::RECOVERING,
-                note.clone(),
-                now,
-            );
-            write(&api, &recovery, &new).await?;
-            tracing::info!(recovery = %name, namespace = %ns, %note, "recovery planned");
-            ctx.event(
-                &recovery,
-                false,
+                note,
                 Reason::RecoveryPlanned,
                 Action::Recover,
-                note,
-            )
-            .await;
+            );
+            record(&ctx, &api, &recovery, said, |new| {
+                new.plan = Some(*p);
+                new.phase = Some(RecoveryPhase::Running);
+                new.step = Some(RecoveryStep::PauseCluster);
+                new.started_at = Some(Time(now));
+            })
+            .await?;
             Ok(Requeue::requeue(SOON))
         }
         Next::Advance(step) => {
-            let mut new = status.clone();
-            new.step = Some(step);
             let note = format!("step {}", step.as_str());
-            ready(
-                &recovery,
-                &mut new,
-                false,
+            let said = Said::new(
                 reason::RECOVERING,
-                note.clone(),
-                now,
-            );
-            write(&api, &recovery, &new).await?;
-            ctx.event(
-                &recovery,
-                false,
+                note,
                 Reason::RecoveryStep,
                 Action::Recover,
-                note,
-            )
-            .await;
+            );
+            record(&ctx, &api, &recovery, said, |new| new.step = Some(step)).await?;
             Ok(Requeue::requeue(SOON))
         }
         Next::Act(work) => {
-            act(&ctx, &ns, &api, &recovery, &status, &cluster_name, work).await?;
+            act::act(&ctx, &ns, &api, &recovery, &status, &cluster_name, work).await?;
             Ok(Requeue::requeue(SOON))
         }
         Next::Complete => {
-            let mut new = status.clone();
             let result = result_of(&ctx, &ns, &facts, cluster.as_ref()).await;
+            let unknown =
+                |v: Option<i64>| v.map_or_else(|| "unknown".to_string(), |v| v.to_string());
             let note = format!(
                 "cluster {cluster_name} is Available again with {} member(s) re-added ({}); \
                  cluster ID {}, {} keys at revision {}",
@@ -169,37 +154,88 @@ pub async fn reconcile(recovery: Arc<EtcdRecovery>, ctx: Arc<Context>) -> Result
                     .cluster_id
                     .clone()
                     .unwrap_or_else(|| "unknown".into()),
-                result
-                    .keys
-                    .map_or_else(|| "unknown".to_string(), |k| k.to_string()),
-                result
-                    .revision
-                    .map_or_else(|| "unknown".to_string(), |r| r.to_string()),
+                unknown(result.keys),
+                unknown(result.revision),
             );
-            new.result = Some(result);
-            new.phase = Some(RecoveryPhase::Complete);
-            new.completed_at = Some(Time(now));
-            ready(
-                &recovery,
-                &mut new,
-                true,
+            let mut said = Said::new(
                 reason::COMPLETE,
-                note.clone(),
-                now,
-            );
-            write(&api, &recovery, &new).await?;
-            tracing::info!(recovery = %name, namespace = %ns, %note, "recovery complete");
-            ctx.event(
-                &recovery,
-                false,
+                note,
                 Reason::RecoveryComplete,
                 Action::Complete,
-                note,
-            )
-            .await;
+            );
+            said.ok = true;
+            record(&ctx, &api, &recovery, said, |new| {
+                new.result = Some(result);
+                new.phase = Some(RecoveryPhase::Complete);
+                new.completed_at = Some(Time(now));
+            })
+            .await?;
             Ok(Requeue::await_change())
         }
     }
+}
+
+/// What a status change says: the Ready condition, the log line and the Event.
+struct Said {
+    ok: bool,
+    warning: bool,
+    reason: &'static str,
+    note: String,
+    event: Reason,
+    action: Action,
+}
+
+impl Said {
+    fn new(reason: &'static str, note: String, event: Reason, action: Action) -> Self {
+        Said {
+            ok: false,
+            warning: false,
+            reason,
+            note,
+            event,
+            action,
+        }
+    }
+
+    fn warning(mut self) -> Self {
+        self.warning = true;
+        self
+    }
+}
+
+/// Change the recovery's status with `change`, set its Ready condition, write it (guarded by the
+/// resourceVersion read), log and announce it: the one way a phase, plan or step is recorded.
+async fn record(
+    ctx: &Context,
+    api: &Api<EtcdRecovery>,
+    recovery: &EtcdRecovery,
+    said: Said,
+    change: impl FnOnce(&mut EtcdRecoveryStatus),
+) -> Result<(), Error> {
+    let mut new = recovery.status.clone().unwrap_or_default();
+    change(&mut new);
+    let now = Timestamp::now();
+    ready(
+        recovery,
+        &mut new,
+        said.ok,
+        said.reason,
+        said.note.clone(),
+        now,
+    );
+    write(api, recovery, &new).await?;
+    let (name, ns) = (
+        recovery.name_any(),
+        recovery.namespace().unwrap_or_default(),
+    );
+    if said.warning {
+        tracing::warn!(recovery = %name, namespace = %ns, note = %said.note, "recovery failed");
+    } else {
+        tracing::info!(recovery = %name, namespace = %ns, note = %said.note, "recovery");
+    }
+    ctx.event(recovery, said.warning, said.event, said.action, said.note)
+        .await;
+    Ok(())
 }
 
 fn ready(
@@ -234,17 +270,6 @@ async fn write(
     shell::write_status(api, recovery, recovery.status.as_ref(), status).await
 }
 
-async fn write_if_changed(
-    api: &Api<EtcdRecovery>,
-    recovery: &EtcdRecovery,
-    status: &EtcdRecoveryStatus,
-) -> Result<(), Error> {
-    if recovery.status.as_ref() != Some(status) {
-        write(api, recovery, status).await?;
-    }
-    Ok(())
-}
-
 /// Everything [`plan::next`] reads. etcd is asked only where the plan needs it: every running
 /// member before the plan, the survivor while it is restarted.
 async fn observe(
@@ -271,6 +296,9 @@ async fn observe(
         forced_pod_uid: status.forced_pod_uid.clone(),
         source,
         confirmed: recovery.spec.healthy_rollback_confirmed(),
+        allow_unverified: recovery.spec.unverified_snapshot_allowed(),
+        snapshot: None,
+        highest_snapshot_revision: None,
         cluster: None,
         other_recovery: None,
         members: Vec::new(),
@@ -292,6 +320,10 @@ async fn observe(
     });
     if facts.plan.is_none() {
         facts.other_recovery = first_other_recovery(api, recovery, cluster).await?;
+        if let Source::Snapshot(name) = &facts.source {
+            (facts.snapshot, facts.highest_snapshot_revision) =
+                snapshot::observe(ctx, ns, name, &facts.cluster_name).await?;
+        }
     }
 
     let selector = ListParams::default().labels(&labels::cluster_selector(&cluster.name_any()));
@@ -313,14 +345,20 @@ async fn observe(
     let (planned, step) = (facts.plan.is_some(), facts.step);
     let ask = |m: &EtcdMember| match (planned, step) {
         (false, _) => true,
-        (true, Some(RecoveryStep::ForceNewCluster | RecoveryStep::RestartSurvivor)) => {
-            survivor.as_deref() == Some(m.name_any().as_str())
-        }
+        (
+            true,
+            Some(
+                RecoveryStep::ForceNewCluster
+                | RecoveryStep::RestartSurvivor
+                | RecoveryStep::RestoreSnapshot,
+            ),
+        ) => survivor.as_deref() == Some(m.name_any().as_str()),
         _ => false,
     };
     let mut access: Option<Result<Access, String>> = None;
     for member in &members {
         let name = member.name_any();
+        let restore_failure = pods.get(&name).and_then(crate::pods::restore_failure);
         let pod = pods.get(&name).map(|p| {
             let view = pod_view(p);
             PodFacts {
@@ -333,6 +371,10 @@ async fn observe(
         let mut facts_of = MemberFacts {
             name: name.clone(),
             dormant: member.spec.dormant,
+            bootstrap: member.spec.bootstrap,
+            restore_marked: member.annotations().get(RESTORE_IN_PLACE_ANNOTATION)
+                == Some(&recovery.name_any()),
+            restore_failure,
             forced: member
                 .annotations()
                 .contains_key(FORCE_NEW_CLUSTER_ANNOTATION),
@@ -443,141 +485,6 @@ async fn first_other_recovery(
         .filter(|r| key(r) < mine)
         .map(|r| r.name_any())
         .next())
-}
-
-/// Do the work of the current step, announce it, and record what must be remembered.
-async fn act(
-    ctx: &Context,
-    ns: &str,
-    api: &Api<EtcdRecovery>,
-    recovery: &EtcdRecovery,
-    status: &EtcdRecoveryStatus,
-    cluster_name: &str,
-    work: Work,
-) -> Result<(), Error> {
-    let name = recovery.name_any();
-    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), ns);
-    let members: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), ns);
-    let merge = |v: serde_json::Value| Patch::Merge(v);
-    let params = PatchParams::default();
-    let (action, note) = match work {
-        Work::HoldCluster => {
-            let patch = json!({"metadata": {"annotations": {RECOVERY_ANNOTATION: name}}});
-            clusters.patch(cluster_name, &params, &merge(patch)).await?;
-            (
-                Action::Annotate,
-                format!(
-                    "set {RECOVERY_ANNOTATION}={name} on EtcdCluster {cluster_name}: the cluster \
-                     controller holds every membership change"
-                ),
-            )
-        }
-        Work::StopMembers(names) => {
-            let patch = json!({"spec": {"dormant": true}});
-            for member in &names {
-                members
-                    .patch(member, &params, &merge(patch.clone()))
-                    .await?;
-            }
-            (
-                Action::SetDormant,
-                format!(
-                    "stopping members {}: dormant, their Pods are deleted and their PVCs kept",
-                    names.join(", ")
-                ),
-            )
-        }
-        Work::ForceSurvivor(member) => {
-            let patch = json!({
-                "metadata": {"annotations": {FORCE_NEW_CLUSTER_ANNOTATION: name}},
-                "spec": {"dormant": false},
-            });
-            members.patch(&member, &params, &merge(patch)).await?;
-            (
-                Action::WakeDormant,
-                format!("starting {member} once with --force-new-cluster"),
-            )
-        }
-        Work::RecordForcedPod(uid) => {
-            let mut new = status.clone();
-            new.forced_pod_uid = Some(uid.clone());
-            write(api, recovery, &new).await?;
-            (
-                Action::Recover,
-                format!("the survivor runs alone as a one-member cluster (Pod UID {uid})"),
-            )
-        }
-        Work::UnforceSurvivor(member) => {
-            let patch = json!({"metadata": {"annotations": {FORCE_NEW_CLUSTER_ANNOTATION: null}}});
-            members.patch(&member, &params, &merge(patch)).await?;
-            (
-                Action::Annotate,
-                format!("removed {FORCE_NEW_CLUSTER_ANNOTATION} from {member}"),
-            )
-        }
-        Work::RestartPod { member, uid } => {
-            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..Default::default()
-            };
-            match pods.delete(&member, &params).await {
-                Ok(_) => {}
-                // Gone already, or another Pod by now: the forced one is not running.
-                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
-            (
-                Action::RestartMember,
-                format!("restarting {member} without --force-new-cluster"),
-            )
-        }
-        Work::DeleteMembers(names) => {
-            // Marked as meant, as the cluster controller marks its own deletions: the member
-            // finalizer then removes the member from etcd (the forced new cluster no longer lists
-            // it) and deletes its PVC; without the mark it would keep the discarded data.
-            let meant =
-                json!({"metadata": {"annotations": {labels::ALLOW_DELETION_ANNOTATION: "true"}}});
-            for member in &names {
-                match members.patch(member, &params, &merge(meant.clone())).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(e)) if e.code == 404 => continue,
-                    Err(e) => return Err(e.into()),
-                }
-                match members.delete(member, &DeleteParams::default()).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(e)) if e.code == 404 => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            (
-                Action::DeleteMember,
-                format!(
-                    "deleting the discarded members {} with their PVCs; the cluster controller \
-                     adds new ones",
-                    names.join(", ")
-                ),
-            )
-        }
-        Work::ReleaseCluster => {
-            let patch = json!({"metadata": {"annotations": {RECOVERY_ANNOTATION: null}}});
-            clusters.patch(cluster_name, &params, &merge(patch)).await?;
-            (
-                Action::Annotate,
-                format!(
-                    "removed {RECOVERY_ANNOTATION} from EtcdCluster {cluster_name}: the cluster \
-                     controller adds the members back"
-                ),
-            )
-        }
-    };
-    tracing::info!(recovery = %name, namespace = %ns, %note, "recovery step");
-    ctx.event(recovery, false, Reason::RecoveryStep, action, note)
-        .await;
-    Ok(())
 }
 
 /// What the recovered cluster holds: its cluster ID, its keys and revision (asked through its

@@ -3,7 +3,8 @@
 //! to the one thing this reconcile does. Pure; the reconciler around it only reads, performs the
 //! work and writes status.
 //!
-//! A recovery from a survivor goes through the steps of [`RecoveryStep`] in order. The step is
+//! A recovery goes through the steps of [`RecoveryStep`] in order (the snapshot branch's own
+//! steps are in `snapshot.rs`). The step is
 //! recorded in `status.step` before its work is done, and each step is recognised from the world
 //! as it is (a member already dormant, a Pod already restarted), so an operator that dies
 //! anywhere resumes where it stopped without doing anything twice.
@@ -13,12 +14,15 @@ use api::v1alpha2::{RecoveryCandidate, RecoveryPhase, RecoveryPlan, RecoveryStep
 
 use crate::etcd::format_id;
 
+mod snapshot;
+pub use snapshot::{bump_revision, SnapshotFacts, BUMP_MARGIN};
+
 /// What the recovery rebuilds from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Source {
     /// The member with the highest raft (term, index), or the one named.
     Survivor { member: Option<String> },
-    /// A stored EtcdSnapshot (not built yet).
+    /// A stored EtcdSnapshot, restored in place.
     Snapshot(String),
 }
 
@@ -50,8 +54,14 @@ pub struct PodFacts {
 pub struct MemberFacts {
     pub name: String,
     pub dormant: bool,
+    /// The seed (`spec.bootstrap`).
+    pub bootstrap: bool,
     /// Carries [`api::v1alpha2::FORCE_NEW_CLUSTER_ANNOTATION`].
     pub forced: bool,
+    /// Carries [`api::v1alpha2::RESTORE_IN_PLACE_ANNOTATION`] naming this recovery.
+    pub restore_marked: bool,
+    /// Why its Pod's restore init container failed, while it has not succeeded.
+    pub restore_failure: Option<String>,
     pub deleting: bool,
     pub pod: Option<PodFacts>,
     /// What its etcd answered, when it was asked and answered.
@@ -84,6 +94,12 @@ pub struct Facts {
     pub forced_pod_uid: Option<String>,
     pub source: Source,
     pub confirmed: bool,
+    /// `spec.allowUnverifiedSnapshot`.
+    pub allow_unverified: bool,
+    /// The EtcdSnapshot of a snapshot source (None: it does not exist).
+    pub snapshot: Option<SnapshotFacts>,
+    /// The highest revision any EtcdSnapshot of the cluster recorded.
+    pub highest_snapshot_revision: Option<i64>,
     pub cluster: Option<ClusterFacts>,
     /// An unfinished EtcdRecovery of the same cluster that goes first (it holds the cluster, or
     /// it was created earlier).
@@ -110,6 +126,13 @@ pub enum Work {
     DeleteMembers(Vec<String>),
     /// Remove [`api::v1alpha2::RECOVERY_ANNOTATION`] from the cluster.
     ReleaseCluster,
+    /// Mark this member for the in-place restore of the plan's snapshot
+    /// ([`api::v1alpha2::RESTORE_IN_PLACE_ANNOTATION`], `spec.restore`) and wake it.
+    RestoreInto(String),
+    /// Set the cluster's latched `status.clusterID` to the restored cluster's (this ID).
+    LatchClusterId(String),
+    /// Remove the in-place restore mark and `spec.restore` from the restored member.
+    UnmarkRestore(String),
 }
 
 /// The planner's verdict.
@@ -126,7 +149,7 @@ pub enum Next {
         message: String,
     },
     /// Record the plan (phase Running, first step) before any step acts.
-    RecordPlan(RecoveryPlan),
+    RecordPlan(Box<RecoveryPlan>),
     /// Record that the recovery moves on to this step.
     Advance(RecoveryStep),
     /// Do the work of the current step.
@@ -135,14 +158,14 @@ pub enum Next {
     Complete,
 }
 
-fn wait(reason: &'static str, message: impl Into<String>) -> Next {
+pub(super) fn wait(reason: &'static str, message: impl Into<String>) -> Next {
     Next::Wait {
         reason,
         message: message.into(),
     }
 }
 
-fn fail(reason: &'static str, message: impl Into<String>) -> Next {
+pub(super) fn fail(reason: &'static str, message: impl Into<String>) -> Next {
     Next::Fail {
         reason,
         message: message.into(),
@@ -151,7 +174,7 @@ fn fail(reason: &'static str, message: impl Into<String>) -> Next {
 
 /// A cluster with a working quorum: a member follows a leader. (A leader exists only while a
 /// majority of voters reach it; etcd's CheckQuorum makes a cut-off leader step down.)
-fn has_quorum(members: &[MemberFacts]) -> Option<&MemberFacts> {
+pub(super) fn has_quorum(members: &[MemberFacts]) -> Option<&MemberFacts> {
     members
         .iter()
         .find(|m| m.etcd.as_ref().is_some_and(|e| e.leader != 0))
@@ -237,7 +260,7 @@ fn names(members: &[MemberFacts]) -> String {
     }
 }
 
-fn as_i64(v: u64) -> i64 {
+pub(super) fn as_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
@@ -303,25 +326,12 @@ fn plan_of(survivor: &MemberFacts, members: &[MemberFacts]) -> RecoveryPlan {
         candidates,
         discarded_members: discarded,
         lost: Some(lost),
+        ..Default::default()
     }
 }
 
 /// Before the plan: whether and from what the recovery may act.
 fn plan_first(f: &Facts, cluster: &ClusterFacts) -> Next {
-    let member = match &f.source {
-        Source::Snapshot(snapshot) => {
-            return fail(
-                reason::RECOVERY_NOT_POSSIBLE,
-                format!(
-                    "spec.source.snapshot ({snapshot}): an in-place recovery from a snapshot is \
-                     not built in this operator version; nothing was changed. Restore the \
-                     snapshot into a new EtcdCluster (spec.bootstrap.restore, see \
-                     docs/snapshots.md), or recover from a surviving member (spec.source.survivor)"
-                ),
-            )
-        }
-        Source::Survivor { member } => member.as_deref(),
-    };
     if let Some(other) = &f.other_recovery {
         return wait(
             reason::WAITING_FOR_SURVIVOR,
@@ -347,6 +357,10 @@ fn plan_first(f: &Facts, cluster: &ClusterFacts) -> Next {
                 .to_string(),
         );
     }
+    let member = match &f.source {
+        Source::Snapshot(snapshot) => return snapshot::plan_first(f, snapshot),
+        Source::Survivor { member } => member.as_deref(),
+    };
     if let (Some(m), false) = (has_quorum(&f.members), f.confirmed) {
         return fail(
             reason::HEALTHY_CLUSTER_NOT_CONFIRMED,
@@ -361,13 +375,13 @@ fn plan_first(f: &Facts, cluster: &ClusterFacts) -> Next {
     }
     let latched_id = crate::etcd::parse_id(latched);
     match choose_survivor(&f.members, member, latched_id) {
-        Ok(survivor) => Next::RecordPlan(plan_of(survivor, &f.members)),
+        Ok(survivor) => Next::RecordPlan(Box::new(plan_of(survivor, &f.members))),
         Err(next) => *next,
     }
 }
 
 /// The survivor's etcd runs alone: it lists itself only and leads.
-fn runs_alone(m: &MemberFacts) -> bool {
+pub(super) fn runs_alone(m: &MemberFacts) -> bool {
     m.etcd
         .as_ref()
         .is_some_and(|e| e.members == 1 && e.leader == e.member_id && e.leader != 0)
@@ -406,12 +420,12 @@ pub fn next(f: &Facts) -> Next {
         .collect();
     let Some(survivor) = survivor else {
         // Only this recovery ever deletes members while it holds the cluster, and never the
-        // survivor: its loss is a fault it cannot repair.
+        // survivor (or the member restored into): its loss is a fault it cannot repair.
         return fail(
             reason::RECOVERY_NOT_POSSIBLE,
             format!(
-                "the surviving member {survivor_name} is gone (its EtcdMember was deleted during \
-                 the recovery); the cluster stays held by this recovery: see \
+                "the member the cluster is rebuilt from, {survivor_name}, is gone (its EtcdMember \
+                 was deleted during the recovery); the cluster stays held by this recovery: see \
                  docs/disaster-recovery.md, 'A recovery that failed half-way'"
             ),
         );
@@ -441,7 +455,10 @@ pub fn next(f: &Facts) -> Next {
                 .map(|m| m.name.as_str())
                 .collect();
             if with_pods.is_empty() {
-                Next::Advance(RecoveryStep::ForceNewCluster)
+                Next::Advance(match f.source {
+                    Source::Snapshot(_) => RecoveryStep::RestoreSnapshot,
+                    Source::Survivor { .. } => RecoveryStep::ForceNewCluster,
+                })
             } else {
                 wait(
                     reason::RECOVERING,
@@ -452,6 +469,7 @@ pub fn next(f: &Facts) -> Next {
                 )
             }
         }
+        RecoveryStep::RestoreSnapshot => snapshot::restore_step(f, cluster, survivor),
         RecoveryStep::ForceNewCluster => {
             if !survivor.forced || survivor.dormant {
                 return Next::Act(Work::ForceSurvivor(survivor_name));
@@ -539,7 +557,11 @@ pub fn next(f: &Facts) -> Next {
             }
         }
         RecoveryStep::ResumeCluster => {
-            if cluster.held_by.as_deref() == Some(f.name.as_str()) {
+            if survivor.restore_marked {
+                // Before the cluster controller takes over: a later restart of the Pod must not
+                // meet a restore request (the agent would skip it, but the mark is done with).
+                Next::Act(Work::UnmarkRestore(survivor_name))
+            } else if cluster.held_by.as_deref() == Some(f.name.as_str()) {
                 Next::Act(Work::ReleaseCluster)
             } else {
                 Next::Advance(RecoveryStep::WaitAvailable)

@@ -110,10 +110,15 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
     let image = etcd_image(repository, &spec.version);
     let security_context = etcd_security_context();
     let resources = container_resources(spec.resources.as_ref());
-    // Only a seed that bootstraps a new cluster restores; the agent itself skips a data dir
-    // that is already initialised.
+    // Only a seed that bootstraps a new cluster restores, or a member an EtcdRecovery restores a
+    // snapshot into in place; the agent itself skips a data dir that is already initialised
+    // (in place: one whose restore is marked done).
     let mut init_containers = Vec::new();
-    if let (true, Some(restore)) = (params.bootstrap_new_cluster, &spec.restore) {
+    let in_place = restore::in_place_of(member);
+    if let (true, Some(restore)) = (
+        params.bootstrap_new_cluster || in_place.is_some(),
+        &spec.restore,
+    ) {
         let operator_image = params
             .operator_image
             .ok_or_else(|| BuildError::NoOperatorImage(name.clone()))?;
@@ -138,6 +143,7 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
                 security_context: &security_context,
                 resources: &resources,
             },
+            in_place.as_ref(),
         )?;
         init_containers = containers;
         volumes.extend(extra);

@@ -305,6 +305,42 @@ fn only_a_bootstrapping_seed_restores_and_it_needs_the_operator_image() {
 }
 
 #[test]
+fn a_member_marked_for_an_in_place_restore_restores_alone_and_sets_its_old_data_aside() {
+    // A member that joined a formed cluster (not bootstrapping), marked by an EtcdRecovery.
+    let mut m = restoring(s3_source());
+    m.spec.initial_cluster =
+        "c-seed1=http://c-seed1.c.n.svc:2380,c-b=http://c-b.c.n.svc:2380".into();
+    let ann = m.metadata.annotations.get_or_insert_with(Default::default);
+    ann.insert(
+        api::v1alpha2::RESTORE_IN_PLACE_ANNOTATION.into(),
+        "rec".into(),
+    );
+    ann.insert(
+        api::v1alpha2::RESTORE_BUMP_REVISION_ANNOTATION.into(),
+        "1000000400".into(),
+    );
+    let pod = member_pod(&m, &params()).unwrap();
+    assert_eq!(
+        pod.metadata.annotations.as_ref().unwrap()[INITIAL_CLUSTER_STATE_ANNOTATION],
+        "existing"
+    );
+    let init = pod.spec.unwrap().init_containers.unwrap();
+    let args = init[1].args.clone().unwrap();
+    for want in [
+        // Alone: the restored data dir is a one-member cluster, whatever the member joined.
+        "--initial-cluster=c-seed1=http://c-seed1.c.n.svc:2380",
+        "--set-aside=.pre-restore-rec",
+        "--bump-revision=1000000400",
+        "--s3-key=c/snap.db",
+    ] {
+        assert!(args.iter().any(|a| a == want), "missing {want} in {args:?}");
+    }
+    // Without the mark, the same member restores nothing.
+    let pod = member_pod(&restoring(s3_source()), &params()).unwrap();
+    assert!(pod.spec.unwrap().init_containers.is_none());
+}
+
+#[test]
 fn pending_member_has_no_pod() {
     let mut m = member("c-x", "c", "n");
     m.spec.initial_cluster.clear();

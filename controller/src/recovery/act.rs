@@ -1,0 +1,186 @@
+//! The work of one recovery step: the patches and deletions the planner's [`Work`] names, each
+//! announced as an Event on the EtcdRecovery.
+
+use api::v1alpha2::{
+    EtcdCluster, EtcdMember, EtcdRecovery, EtcdRecoveryStatus, FORCE_NEW_CLUSTER_ANNOTATION,
+    RECOVERY_ANNOTATION, RESTORE_IN_PLACE_ANNOTATION,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::plan::Work;
+use super::{snapshot, write};
+use crate::context::Context;
+use crate::events::{Action, Reason};
+use crate::Error;
+
+/// Do the work of the current step, announce it, and record what must be remembered.
+pub(super) async fn act(
+    ctx: &Context,
+    ns: &str,
+    api: &Api<EtcdRecovery>,
+    recovery: &EtcdRecovery,
+    status: &EtcdRecoveryStatus,
+    cluster_name: &str,
+    work: Work,
+) -> Result<(), Error> {
+    let name = recovery.name_any();
+    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), ns);
+    let members: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), ns);
+    let merge = |v: serde_json::Value| Patch::Merge(v);
+    let params = PatchParams::default();
+    let (action, note) = match work {
+        Work::HoldCluster => {
+            let patch = json!({"metadata": {"annotations": {RECOVERY_ANNOTATION: name}}});
+            clusters.patch(cluster_name, &params, &merge(patch)).await?;
+            (
+                Action::Annotate,
+                format!(
+                    "set {RECOVERY_ANNOTATION}={name} on EtcdCluster {cluster_name}: the cluster \
+                     controller holds every membership change"
+                ),
+            )
+        }
+        Work::StopMembers(names) => {
+            let patch = json!({"spec": {"dormant": true}});
+            for member in &names {
+                members
+                    .patch(member, &params, &merge(patch.clone()))
+                    .await?;
+            }
+            (
+                Action::SetDormant,
+                format!(
+                    "stopping members {}: dormant, their Pods are deleted and their PVCs kept",
+                    names.join(", ")
+                ),
+            )
+        }
+        Work::ForceSurvivor(member) => {
+            let patch = json!({
+                "metadata": {"annotations": {FORCE_NEW_CLUSTER_ANNOTATION: name}},
+                "spec": {"dormant": false},
+            });
+            members.patch(&member, &params, &merge(patch)).await?;
+            (
+                Action::WakeDormant,
+                format!("starting {member} once with --force-new-cluster"),
+            )
+        }
+        Work::RecordForcedPod(uid) => {
+            let mut new = status.clone();
+            new.forced_pod_uid = Some(uid.clone());
+            write(api, recovery, &new).await?;
+            (
+                Action::Recover,
+                format!("the survivor runs alone as a one-member cluster (Pod UID {uid})"),
+            )
+        }
+        Work::UnforceSurvivor(member) => {
+            let patch = json!({"metadata": {"annotations": {FORCE_NEW_CLUSTER_ANNOTATION: null}}});
+            members.patch(&member, &params, &merge(patch)).await?;
+            (
+                Action::Annotate,
+                format!("removed {FORCE_NEW_CLUSTER_ANNOTATION} from {member}"),
+            )
+        }
+        Work::RestartPod { member, uid } => {
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match pods.delete(&member, &params).await {
+                Ok(_) => {}
+                // Gone already, or another Pod by now: the forced one is not running.
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+            (
+                Action::RestartMember,
+                format!("restarting {member} without --force-new-cluster"),
+            )
+        }
+        Work::DeleteMembers(names) => {
+            // Meant, as the cluster controller's own deletions: the member finalizer then
+            // removes the member from etcd (the rebuilt cluster no longer lists it) and deletes
+            // its PVC; without the mark it would keep the discarded data.
+            for member in &names {
+                crate::deletion::delete_member_as_meant(&members, member).await?;
+            }
+            (
+                Action::DeleteMember,
+                format!(
+                    "deleting the discarded members {} with their PVCs; the cluster controller \
+                     adds new ones",
+                    names.join(", ")
+                ),
+            )
+        }
+        Work::RestoreInto(member) => {
+            let plan = status.plan.clone().unwrap_or_default();
+            let patch = match snapshot::mark_patch(ctx, ns, &name, &plan).await {
+                Ok(patch) => patch,
+                Err(why) => {
+                    tracing::warn!(recovery = %name, namespace = %ns, %why, "cannot mark the restore");
+                    ctx.event(recovery, true, Reason::RecoveryStep, Action::Recover, why)
+                        .await;
+                    return Ok(());
+                }
+            };
+            members.patch(&member, &params, &merge(patch)).await?;
+            (
+                Action::WakeDormant,
+                format!(
+                    "restoring EtcdSnapshot {} into {member} as a one-member cluster \
+                     (--bump-revision {}); its previous data is set aside on its PVC, the other \
+                     members stay stopped with theirs",
+                    plan.snapshot.unwrap_or_default(),
+                    plan.bump_revision.unwrap_or_default()
+                ),
+            )
+        }
+        Work::LatchClusterId(id) => {
+            let patch = json!({"status": {"clusterID": id}});
+            clusters
+                .patch_status(cluster_name, &params, &merge(patch))
+                .await?;
+            (
+                Action::Recover,
+                format!(
+                    "the restored cluster answers with ID {id}: latched on EtcdCluster \
+                     {cluster_name} (status.clusterID)"
+                ),
+            )
+        }
+        Work::UnmarkRestore(member) => {
+            members
+                .patch(&member, &params, &merge(snapshot::unmark_patch()))
+                .await?;
+            (
+                Action::Annotate,
+                format!("removed {RESTORE_IN_PLACE_ANNOTATION} and spec.restore from {member}"),
+            )
+        }
+        Work::ReleaseCluster => {
+            let patch = json!({"metadata": {"annotations": {RECOVERY_ANNOTATION: null}}});
+            clusters.patch(cluster_name, &params, &merge(patch)).await?;
+            (
+                Action::Annotate,
+                format!(
+                    "removed {RECOVERY_ANNOTATION} from EtcdCluster {cluster_name}: the cluster \
+                     controller adds the members back"
+                ),
+            )
+        }
+    };
+    tracing::info!(recovery = %name, namespace = %ns, %note, "recovery step");
+    ctx.event(recovery, false, Reason::RecoveryStep, action, note)
+        .await;
+    Ok(())
+}
