@@ -10,24 +10,24 @@
 //! it); the control plane and the pod runner are shared by the binary.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use api::conditions::{cluster as ctype, reason};
 use api::v1alpha2::{
-    EtcdRecovery, EtcdRecoverySpec, LocalReference, RecoveryPhase, RecoverySource, RecoveryStep,
-    SurvivorSource, AUTO_RECOVERY_ANNOTATION, RECOVERY_ANNOTATION,
+    EtcdRecovery, RecoveryPhase, RecoverySource, RecoveryStep, SurvivorSource,
+    AUTO_RECOVERY_ANNOTATION, RECOVERY_ANNOTATION,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::OnceCell;
 
 use tests::e2e::{condition, spec, Env};
 use tests::harness::eventually_every;
-use tests::operator::Operator;
+use tests::operator::{shared_env, Scope};
 use tests::podrunner::PodRunner;
+use tests::recovery::{create_recovery, recoveries, wait_recovery};
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(180);
@@ -37,108 +37,23 @@ const NOTICE: Duration = Duration::from_secs(90);
 const RECOVER: Duration = Duration::from_secs(300);
 
 /// The binary's control plane and pod runner, with an operator that watches a namespace no test
-/// uses: each test brings its own.
+/// uses: each test brings its own ([`Scope`]).
 async fn lab() -> &'static Env {
     static LAB: OnceCell<Env> = OnceCell::const_new();
-    LAB.get_or_init(|| async {
-        let staged = tests::e2e::stage(PodRunner::builder()).await;
-        let idle = staged.cp.namespace("recovery-idle").await.or_panic();
-        staged.operator(Some(&idle), &[]).await
-    })
-    .await
+    LAB.get_or_init(|| shared_env(PodRunner::builder(), "recovery-idle"))
+        .await
 }
 
 /// One test's namespace and its operator (restarted after a kill).
-struct Scope {
-    env: &'static Env,
-    ns: String,
-    operator: Operator,
-    logs: Vec<PathBuf>,
+async fn scope(prefix: &str) -> Scope {
+    Scope::new(lab().await, prefix, &[]).await
 }
 
-impl Scope {
-    async fn new(prefix: &str) -> Self {
-        let env = lab().await;
-        let ns = env.namespace(prefix).await;
-        let operator = Operator::start(env.cp, &ns, Some(&ns)).await.or_panic();
-        let logs = vec![operator.log()];
-        Self {
-            env,
-            ns,
-            operator,
-            logs,
-        }
-    }
-
-    /// SIGKILL the operator and start a replacement (it acts once the dead one's Lease expires).
-    async fn crash_and_restart(&mut self) {
-        self.operator.kill();
-        let operator = Operator::start(self.env.cp, &self.ns, Some(&self.ns))
-            .await
-            .or_panic();
-        self.logs.push(operator.log());
-        self.operator = operator;
-    }
-
-    fn logs(&self) -> String {
-        self.logs
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-
-    fn recoveries(&self) -> Api<EtcdRecovery> {
-        Api::namespaced(self.env.client(), &self.ns)
-    }
-
-    async fn create_recovery(&self, name: &str, cluster: &str, confirm: bool) {
-        let mut r = EtcdRecovery::new(
-            name,
-            EtcdRecoverySpec {
-                cluster_ref: LocalReference {
-                    name: cluster.into(),
-                },
-                source: RecoverySource {
-                    survivor: Some(SurvivorSource { member: None }),
-                    snapshot: None,
-                },
-                confirm_healthy_cluster_rollback: confirm.then_some(true),
-                allow_unverified_snapshot: None,
-            },
-        );
-        r.metadata.namespace = Some(self.ns.clone());
-        self.recoveries()
-            .create(&PostParams::default(), &r)
-            .await
-            .or_panic();
-    }
-
-    /// Wait until the recovery's status satisfies `check`; returns it.
-    async fn wait_recovery(
-        &self,
-        name: &str,
-        what: &str,
-        timeout: Duration,
-        check: impl Fn(&EtcdRecovery) -> bool,
-    ) -> EtcdRecovery {
-        let what = format!(
-            "{}/{name}: {what} (operator logs: {})",
-            self.ns,
-            self.logs()
-        );
-        eventually_every(&what, timeout, Duration::from_millis(200), || async {
-            let r = self.recoveries().get(name).await.or_panic();
-            if check(&r) {
-                Ok(r)
-            } else {
-                Err(format!(
-                    "status: {}",
-                    serde_json::to_string_pretty(&r.status).unwrap_or_default()
-                ))
-            }
-        })
-        .await
+/// From the survivor with the most data.
+fn survivor() -> RecoverySource {
+    RecoverySource {
+        survivor: Some(SurvivorSource { member: None }),
+        snapshot: None,
     }
 }
 
@@ -294,42 +209,40 @@ async fn assert_recovered(s: &Scope, name: &str, recovery: &EtcdRecovery, before
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn survivor_recovery_rebuilds_a_cluster_that_lost_two_of_three_members() {
-    let s = Scope::new("recover").await;
+    let s = scope("recover").await;
     let before = lose_two_of_three(&s, "rv").await;
 
-    s.create_recovery("rv-recovery", "rv", false).await;
-    let done = s
-        .wait_recovery("rv-recovery", "phase Complete", RECOVER, |r| {
-            phase(r) == Some(RecoveryPhase::Complete)
-        })
-        .await;
+    create_recovery(&s, "rv-recovery", "rv", survivor(), false).await;
+    let done = wait_recovery(&s, "rv-recovery", "phase Complete", RECOVER, |r| {
+        phase(r) == Some(RecoveryPhase::Complete)
+    })
+    .await;
     assert_recovered(&s, "rv", &done, &before).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn survivor_recovery_finishes_after_the_operator_is_killed_at_recorded_steps() {
-    let mut s = Scope::new("recover-crash").await;
+    let mut s = scope("recover-crash").await;
     let before = lose_two_of_three(&s, "rk").await;
 
-    s.create_recovery("rk-recovery", "rk", false).await;
+    create_recovery(&s, "rk-recovery", "rk", survivor(), false).await;
     for at in [RecoveryStep::StopMembers, RecoveryStep::RestartSurvivor] {
-        s.wait_recovery("rk-recovery", &format!("step {at:?}"), RECOVER, |r| {
+        wait_recovery(&s, "rk-recovery", &format!("step {at:?}"), RECOVER, |r| {
             step(r).is_some_and(|st| st >= at)
         })
         .await;
         s.crash_and_restart().await;
     }
-    let done = s
-        .wait_recovery("rk-recovery", "phase Complete", RECOVER, |r| {
-            phase(r) == Some(RecoveryPhase::Complete)
-        })
-        .await;
+    let done = wait_recovery(&s, "rk-recovery", "phase Complete", RECOVER, |r| {
+        phase(r) == Some(RecoveryPhase::Complete)
+    })
+    .await;
     assert_recovered(&s, "rk", &done, &before).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_of_a_healthy_cluster_without_confirmation_changes_nothing() {
-    let s = Scope::new("recover-healthy").await;
+    let s = scope("recover-healthy").await;
     let env = s.env;
     env.create_cluster(&s.ns, "rh", spec(3)).await;
     env.wait_healthy(&s.ns, "rh", 3, BOOT).await;
@@ -340,12 +253,11 @@ async fn recovery_of_a_healthy_cluster_without_confirmation_changes_nothing() {
         .filter_map(|p| p.uid())
         .collect();
 
-    s.create_recovery("rh-recovery", "rh", false).await;
-    let failed = s
-        .wait_recovery("rh-recovery", "phase Failed", NOTICE, |r| {
-            phase(r) == Some(RecoveryPhase::Failed)
-        })
-        .await;
+    create_recovery(&s, "rh-recovery", "rh", survivor(), false).await;
+    let failed = wait_recovery(&s, "rh-recovery", "phase Failed", NOTICE, |r| {
+        phase(r) == Some(RecoveryPhase::Failed)
+    })
+    .await;
     let ready = failed
         .status
         .clone()
@@ -380,7 +292,7 @@ async fn recovery_of_a_healthy_cluster_without_confirmation_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_annotated_for_auto_recovery_is_recovered_without_a_human() {
-    let s = Scope::new("recover-auto").await;
+    let s = scope("recover-auto").await;
     let env = s.env;
     // Annotated before anything is lost (the cluster is created by lose_two_of_three, so the
     // annotation is set as soon as it exists).
@@ -417,8 +329,7 @@ async fn a_cluster_annotated_for_auto_recovery_is_recovered_without_a_human() {
         s.logs()
     );
     let done = eventually_every(&what, RECOVER, Duration::from_millis(500), || async {
-        let all = s
-            .recoveries()
+        let all = recoveries(&s)
             .list(&Default::default())
             .await
             .or_panic()

@@ -10,16 +10,15 @@
 //! runner are shared by the binary.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use api::conditions::reason;
 use api::v1alpha2::{
-    EtcdRecovery, EtcdRecoverySpec, EtcdSnapshot, LocalReference, RecoveryPhase, RecoverySource,
-    RecoveryStep, S3Location, SecretReference, SnapshotDestination, RECOVERY_ANNOTATION,
+    EtcdRecovery, EtcdSnapshot, LocalReference, RecoveryPhase, RecoverySource, RecoveryStep,
+    S3Location, SecretReference, SnapshotDestination, RECOVERY_ANNOTATION,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::OnceCell;
@@ -27,8 +26,9 @@ use tokio::sync::OnceCell;
 use tests::backup::create_snapshot;
 use tests::e2e::{spec, Env};
 use tests::harness::eventually_every;
-use tests::operator::Operator;
+use tests::operator::{shared_env, Scope};
 use tests::podrunner::PodRunner;
+use tests::recovery::{create_recovery, wait_recovery};
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(240);
@@ -37,141 +37,51 @@ const RECOVER: Duration = Duration::from_secs(420);
 
 async fn lab() -> &'static Env {
     static LAB: OnceCell<Env> = OnceCell::const_new();
-    LAB.get_or_init(|| async {
-        let staged = tests::e2e::stage(PodRunner::builder()).await;
-        let idle = staged.cp.namespace("snaprec-idle").await.or_panic();
-        staged.operator(Some(&idle), &[]).await
+    LAB.get_or_init(|| shared_env(PodRunner::builder(), "snaprec-idle"))
+        .await
+}
+
+/// One test's namespace and its operator, with the operator image its snapshot, verification and
+/// restore containers run the agent from (a restart keeps it).
+async fn scope(prefix: &str) -> Scope {
+    let image = format!("--operator-image={}", tests::e2e::OPERATOR_IMAGE);
+    Scope::new(lab().await, prefix, &[image.as_str()]).await
+}
+
+/// From EtcdSnapshot `name`.
+fn from_snapshot(name: &str) -> RecoverySource {
+    RecoverySource {
+        survivor: None,
+        snapshot: Some(LocalReference { name: name.into() }),
+    }
+}
+
+/// A verified snapshot `name` of `cluster` in MinIO.
+async fn verified_snapshot(s: &Scope, cluster: &str, name: &str, endpoint: &str, bucket: &str) {
+    let dest = SnapshotDestination {
+        s3: Some(S3Location {
+            endpoint: Some(endpoint.to_string()),
+            bucket: bucket.to_string(),
+            key: Some("rs/".into()),
+            region: None,
+            force_path_style: Some(true),
+            credentials_secret_ref: Some(SecretReference::new("s3-creds")),
+        }),
+        pvc: None,
+    };
+    create_snapshot(s.env, &s.ns, name, cluster, dest).await;
+    let api: Api<EtcdSnapshot> = Api::namespaced(s.env.client(), &s.ns);
+    let what = format!("{}/{name}: Complete and Verified=True", s.ns);
+    eventually_every(&what, SNAPSHOT, Duration::from_millis(500), || async {
+        let s = api.get(name).await.or_panic();
+        let status = s.status.clone().unwrap_or_default();
+        match status.verified() {
+            Some(true) => Ok(()),
+            Some(false) => panic!("{name} failed verification: {status:?}"),
+            None => Err(format!("{status:?}")),
+        }
     })
     .await
-}
-
-/// The test's own operator, limited to `ns`, with the operator image its snapshot, verification
-/// and restore containers run the agent from.
-async fn start_operator(env: &Env, ns: &str) -> Operator {
-    let image = format!("--operator-image={}", tests::e2e::OPERATOR_IMAGE);
-    Operator::start_with(env.cp, ns, Some(ns), &[image.as_str()])
-        .await
-        .or_panic()
-}
-
-/// One test's namespace and its operator (restarted after a kill).
-struct Scope {
-    env: &'static Env,
-    ns: String,
-    operator: Operator,
-    logs: Vec<PathBuf>,
-}
-
-impl Scope {
-    async fn new(prefix: &str) -> Self {
-        let env = lab().await;
-        let ns = env.namespace(prefix).await;
-        let operator = start_operator(env, &ns).await;
-        let logs = vec![operator.log()];
-        Self {
-            env,
-            ns,
-            operator,
-            logs,
-        }
-    }
-
-    async fn crash_and_restart(&mut self) {
-        self.operator.kill();
-        let operator = start_operator(self.env, &self.ns).await;
-        self.logs.push(operator.log());
-        self.operator = operator;
-    }
-
-    fn logs(&self) -> String {
-        self.logs
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-
-    fn recoveries(&self) -> Api<EtcdRecovery> {
-        Api::namespaced(self.env.client(), &self.ns)
-    }
-
-    async fn create_recovery(&self, name: &str, cluster: &str, snapshot: &str, confirm: bool) {
-        let mut r = EtcdRecovery::new(
-            name,
-            EtcdRecoverySpec {
-                cluster_ref: LocalReference {
-                    name: cluster.into(),
-                },
-                source: RecoverySource {
-                    survivor: None,
-                    snapshot: Some(LocalReference {
-                        name: snapshot.into(),
-                    }),
-                },
-                confirm_healthy_cluster_rollback: confirm.then_some(true),
-                allow_unverified_snapshot: None,
-            },
-        );
-        r.metadata.namespace = Some(self.ns.clone());
-        self.recoveries()
-            .create(&PostParams::default(), &r)
-            .await
-            .or_panic();
-    }
-
-    async fn wait_recovery(
-        &self,
-        name: &str,
-        what: &str,
-        timeout: Duration,
-        check: impl Fn(&EtcdRecovery) -> bool,
-    ) -> EtcdRecovery {
-        let what = format!(
-            "{}/{name}: {what} (operator logs: {})",
-            self.ns,
-            self.logs()
-        );
-        eventually_every(&what, timeout, Duration::from_millis(200), || async {
-            let r = self.recoveries().get(name).await.or_panic();
-            if check(&r) {
-                Ok(r)
-            } else {
-                Err(format!(
-                    "status: {}",
-                    serde_json::to_string_pretty(&r.status).unwrap_or_default()
-                ))
-            }
-        })
-        .await
-    }
-
-    /// A verified snapshot `name` of `cluster` in MinIO.
-    async fn verified_snapshot(&self, cluster: &str, name: &str, endpoint: &str, bucket: &str) {
-        let dest = SnapshotDestination {
-            s3: Some(S3Location {
-                endpoint: Some(endpoint.to_string()),
-                bucket: bucket.to_string(),
-                key: Some("rs/".into()),
-                region: None,
-                force_path_style: Some(true),
-                credentials_secret_ref: Some(SecretReference::new("s3-creds")),
-            }),
-            pvc: None,
-        };
-        create_snapshot(self.env, &self.ns, name, cluster, dest).await;
-        let api: Api<EtcdSnapshot> = Api::namespaced(self.env.client(), &self.ns);
-        let what = format!("{}/{name}: Complete and Verified=True", self.ns);
-        eventually_every(&what, SNAPSHOT, Duration::from_millis(500), || async {
-            let s = api.get(name).await.or_panic();
-            let status = s.status.clone().unwrap_or_default();
-            match status.verified() {
-                Some(true) => Ok(()),
-                Some(false) => panic!("{name} failed verification: {status:?}"),
-                None => Err(format!("{status:?}")),
-            }
-        })
-        .await
-    }
 }
 
 fn phase(r: &EtcdRecovery) -> Option<RecoveryPhase> {
@@ -212,7 +122,7 @@ async fn lose_all(env: &Env, ns: &str, cluster: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_recovery_rebuilds_a_cluster_that_lost_every_member_in_place() {
-    let mut s = Scope::new("snaprec").await;
+    let mut s = scope("snaprec").await;
     let env = s.env;
     let ns = s.ns.clone();
     let (minio, _minio_root, endpoint) = env.minio(&ns).await;
@@ -220,8 +130,7 @@ async fn snapshot_recovery_rebuilds_a_cluster_that_lost_every_member_in_place() 
     env.create_cluster(&ns, name, spec(3)).await;
     env.wait_healthy(&ns, name, 3, BOOT).await;
     let kept = env.write_keys(&ns, name, 100).await;
-    s.verified_snapshot(name, "rs-nightly", &endpoint, &minio.bucket)
-        .await;
+    verified_snapshot(&s, name, "rs-nightly", &endpoint, &minio.bucket).await;
     // Writes after the snapshot: lost by the rollback.
     let mut etcd = env.etcd_client(&ns, name).await;
     for i in 0..50 {
@@ -236,18 +145,16 @@ async fn snapshot_recovery_rebuilds_a_cluster_that_lost_every_member_in_place() 
         .uid();
 
     lose_all(env, &ns, name).await;
-    s.create_recovery("rs-restore", name, "rs-nightly", false)
-        .await;
+    create_recovery(&s, "rs-restore", name, from_snapshot("rs-nightly"), false).await;
     // The plan is recorded before anything is touched, then the operator dies once the restore
     // step is recorded and a new one finishes the job.
-    let running = s
-        .wait_recovery("rs-restore", "step RestoreSnapshot", RECOVER, |r| {
-            r.status
-                .as_ref()
-                .and_then(|st| st.step)
-                .is_some_and(|st| st >= RecoveryStep::RestoreSnapshot)
-        })
-        .await;
+    let running = wait_recovery(&s, "rs-restore", "step RestoreSnapshot", RECOVER, |r| {
+        r.status
+            .as_ref()
+            .and_then(|st| st.step)
+            .is_some_and(|st| st >= RecoveryStep::RestoreSnapshot)
+    })
+    .await;
     let plan = running
         .status
         .clone()
@@ -267,11 +174,10 @@ async fn snapshot_recovery_rebuilds_a_cluster_that_lost_every_member_in_place() 
         "{plan:?}"
     );
     s.crash_and_restart().await;
-    let done = s
-        .wait_recovery("rs-restore", "phase Complete", RECOVER, |r| {
-            phase(r) == Some(RecoveryPhase::Complete)
-        })
-        .await;
+    let done = wait_recovery(&s, "rs-restore", "phase Complete", RECOVER, |r| {
+        phase(r) == Some(RecoveryPhase::Complete)
+    })
+    .await;
 
     let c = env.wait_healthy(&ns, name, 3, BOOT).await;
     assert!(
@@ -353,27 +259,24 @@ async fn snapshot_recovery_rebuilds_a_cluster_that_lost_every_member_in_place() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_recovery_of_a_healthy_cluster_without_confirmation_changes_nothing() {
-    let s = Scope::new("snaprec-healthy").await;
+    let s = scope("snaprec-healthy").await;
     let env = s.env;
     let ns = s.ns.clone();
     let (minio, _minio_root, endpoint) = env.minio(&ns).await;
     env.create_cluster(&ns, "rh", spec(3)).await;
     env.wait_healthy(&ns, "rh", 3, BOOT).await;
-    s.verified_snapshot("rh", "rh-nightly", &endpoint, &minio.bucket)
-        .await;
+    verified_snapshot(&s, "rh", "rh-nightly", &endpoint, &minio.bucket).await;
     let pods_before: BTreeSet<String> = env
         .pods(&ns, "rh")
         .await
         .iter()
         .filter_map(|p| p.uid())
         .collect();
-    s.create_recovery("rh-restore", "rh", "rh-nightly", false)
-        .await;
-    let failed = s
-        .wait_recovery("rh-restore", "phase Failed", BOOT, |r| {
-            phase(r) == Some(RecoveryPhase::Failed)
-        })
-        .await;
+    create_recovery(&s, "rh-restore", "rh", from_snapshot("rh-nightly"), false).await;
+    let failed = wait_recovery(&s, "rh-restore", "phase Failed", BOOT, |r| {
+        phase(r) == Some(RecoveryPhase::Failed)
+    })
+    .await;
     let ready = failed
         .status
         .clone()

@@ -1,0 +1,71 @@
+//! What the `EtcdRecovery` suites share: creating a recovery in a test's [`Scope`] and waiting
+//! on its status.
+
+use std::time::Duration;
+
+use api::v1alpha2::{EtcdRecovery, EtcdRecoverySpec, LocalReference, RecoverySource};
+use kube::api::PostParams;
+use kube::Api;
+
+use crate::harness::eventually_every;
+use crate::operator::Scope;
+use crate::OrPanic;
+
+/// How often [`wait_recovery`] asks.
+const POLL: Duration = Duration::from_millis(200);
+
+/// The EtcdRecoveries of the scope's namespace.
+pub fn recoveries(s: &Scope) -> Api<EtcdRecovery> {
+    Api::namespaced(s.env.client(), &s.ns)
+}
+
+/// Create EtcdRecovery `name` of `cluster` from `source`; `confirm` sets
+/// `confirmHealthyClusterRollback`.
+pub async fn create_recovery(
+    s: &Scope,
+    name: &str,
+    cluster: &str,
+    source: RecoverySource,
+    confirm: bool,
+) {
+    let mut r = EtcdRecovery::new(
+        name,
+        EtcdRecoverySpec {
+            cluster_ref: LocalReference {
+                name: cluster.into(),
+            },
+            source,
+            confirm_healthy_cluster_rollback: confirm.then_some(true),
+            allow_unverified_snapshot: None,
+        },
+    );
+    r.metadata.namespace = Some(s.ns.clone());
+    recoveries(s)
+        .create(&PostParams::default(), &r)
+        .await
+        .or_panic();
+}
+
+/// Wait until the recovery's status satisfies `check`; returns it. The timeout names the
+/// test's operator logs and the last status.
+pub async fn wait_recovery(
+    s: &Scope,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&EtcdRecovery) -> bool,
+) -> EtcdRecovery {
+    let what = format!("{}/{name}: {what} (operator logs: {})", s.ns, s.logs());
+    eventually_every(&what, timeout, POLL, || async {
+        let r = recoveries(s).get(name).await.or_panic();
+        if check(&r) {
+            Ok(r)
+        } else {
+            Err(format!(
+                "status: {}",
+                serde_json::to_string_pretty(&r.status).unwrap_or_default()
+            ))
+        }
+    })
+    .await
+}
