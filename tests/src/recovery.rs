@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use api::v1alpha2::{EtcdRecovery, EtcdRecoverySpec, LocalReference, RecoverySource};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::PostParams;
-use kube::Api;
+use kube::{Api, ResourceExt};
 
 use crate::harness::eventually_every;
 use crate::operator::Scope;
@@ -68,4 +69,14 @@ pub async fn wait_recovery(
         }
     })
     .await
+}
+
+/// The recovery's `Ready` condition (a finished recovery always has one).
+pub fn ready_condition(r: &EtcdRecovery) -> Condition {
+    r.status
+        .iter()
+        .flat_map(|s| s.conditions.iter())
+        .find(|c| c.type_ == "Ready")
+        .cloned()
+        .unwrap_or_else(|| panic!("{}: no Ready condition: {:?}", r.name_any(), r.status))
 }

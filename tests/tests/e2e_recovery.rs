@@ -27,7 +27,7 @@ use tests::e2e::{condition, spec, Env};
 use tests::harness::eventually_every;
 use tests::operator::{shared_env, Scope};
 use tests::podrunner::PodRunner;
-use tests::recovery::{create_recovery, recoveries, wait_recovery};
+use tests::recovery::{create_recovery, ready_condition, recoveries, wait_recovery};
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(180);
@@ -258,14 +258,7 @@ async fn recovery_of_a_healthy_cluster_without_confirmation_changes_nothing() {
         phase(r) == Some(RecoveryPhase::Failed)
     })
     .await;
-    let ready = failed
-        .status
-        .clone()
-        .unwrap_or_default()
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == "Ready")
-        .expect("a Ready condition");
+    let ready = ready_condition(&failed);
     assert_eq!(ready.reason, reason::HEALTHY_CLUSTER_NOT_CONFIRMED);
     assert!(
         ready.message.contains("confirmHealthyClusterRollback"),

@@ -28,7 +28,7 @@ use tests::e2e::{spec, Env};
 use tests::harness::eventually_every;
 use tests::operator::{shared_env, Scope};
 use tests::podrunner::PodRunner;
-use tests::recovery::{create_recovery, wait_recovery};
+use tests::recovery::{create_recovery, ready_condition, wait_recovery};
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(240);
@@ -277,14 +277,7 @@ async fn snapshot_recovery_of_a_healthy_cluster_without_confirmation_changes_not
         phase(r) == Some(RecoveryPhase::Failed)
     })
     .await;
-    let ready = failed
-        .status
-        .clone()
-        .unwrap_or_default()
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == "Ready")
-        .expect("a Ready condition");
+    let ready = ready_condition(&failed);
     assert_eq!(ready.reason, reason::HEALTHY_CLUSTER_NOT_CONFIRMED);
     assert!(
         ready.message.contains("confirmHealthyClusterRollback")
