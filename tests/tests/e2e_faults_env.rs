@@ -473,7 +473,8 @@ async fn edit(env: &Env, ns: &str, name: &str, spec: serde_json::Value) -> Optio
 
 /// With the webhook down: under the chart's `Fail` validation edits are refused naming the
 /// webhook (the cluster keeps serving); under `Ignore` a downgrade is still refused by the CRD's
-/// CEL rule and a scale 3 → 5 is admitted and carried out; back up, the webhook judges again.
+/// CEL rule and a scale 3 → 5 is admitted and carried out; back up, the webhook judges again. The
+/// workload writes through the cluster the whole time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_webhook_down_while_users_edit() {
     let s = scope("f-webhook").await;
@@ -499,7 +500,12 @@ async fn the_webhook_down_while_users_edit() {
         },
     )
     .await;
+    let workload = Workload::start(env, &ns, name)
+        .await
+        .named("10 webhook down");
+    tokio::time::sleep(Duration::from_secs(3)).await;
 
+    workload.fault_started();
     let began = Instant::now();
     faults_env::stop_webhook(&hook).await;
     // The CRD's CEL rules run before validating webhooks: the downgrade is refused by CEL alone
@@ -549,10 +555,15 @@ async fn the_webhook_down_while_users_edit() {
             .is_some_and(|m| m.contains("admission webhook") && m.contains("denied")),
         "the webhook back: {back:?}"
     );
+    workload.fault_ended();
+    let report = workload.finish().await;
     voters(env, &ns, name, 5).await;
-    eprintln!(
-        "reliability: 10 | webhook stopped for {down:.0?} (Fail: edits refused naming it; \
-         Ignore: CEL refused the downgrade, 3 → 5 admitted and carried out) | no workload"
+    record(
+        &format!(
+            "webhook stopped for {down:.0?} (Fail: edits refused naming it; Ignore: CEL refused \
+             the downgrade, 3 → 5 admitted and carried out)"
+        ),
+        &report,
     );
     tests::webhook::unregister(&env.client(), &format!("faults-{ns}"))
         .await

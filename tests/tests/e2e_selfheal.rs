@@ -169,7 +169,8 @@ async fn every_member_pod_gone_is_all_members_lost_until_the_pods_come_back() {
     for part in [
         "every member is gone",
         "EtcdSnapshot",
-        "spec.bootstrap.restore",
+        r#""survivor":{}"#,
+        r#""snapshot":{"name":"<snapshot>"}"#,
     ] {
         assert!(message.contains(part), "{part} missing from {message}");
     }

@@ -125,11 +125,29 @@ fn all_members_lost_message(cluster: &EtcdCluster, members: i32) -> String {
          the operator recreates their Pods and the cluster recovers by itself once they run: find \
          what stops them (kubectl get events -n {ns}; kubectl get pod,pvc -n {ns} -l \
          {}={name}). If one member comes back with its data and the others do not, apply the \
-         EtcdRecovery below; if the data is gone too, restore the newest Complete EtcdSnapshot \
-         into a new EtcdCluster (spec.bootstrap.restore, see docs/snapshots.md): this operator \
-         does not yet rebuild a cluster in place from a snapshot. {}",
+         first EtcdRecovery below; if the data is gone too, apply the second, naming the newest \
+         Complete and Verified EtcdSnapshot of the cluster (kubectl get etcdsnapshot -n {ns}). \
+         First, {}. Second, {}.",
         labels::CLUSTER,
-        recovery_hint(cluster)
+        recovery_hint(cluster),
+        snapshot_recovery_hint(cluster)
+    )
+}
+
+/// The EtcdRecovery that rebuilds a cluster whose data is gone from one of its snapshots, as a
+/// command to paste with the snapshot's name to fill in.
+fn snapshot_recovery_hint(cluster: &EtcdCluster) -> String {
+    let name = cluster.name_any();
+    let ns = cluster.namespace().unwrap_or_default();
+    let recovery = serde_json::json!({
+        "apiVersion": api::v1alpha2::API_VERSION,
+        "kind": "EtcdRecovery",
+        "metadata": {"name": format!("{name}-restore"), "namespace": ns},
+        "spec": {"clusterRef": {"name": name}, "source": {"snapshot": {"name": "<snapshot>"}}},
+    });
+    format!(
+        "to rebuild it in place from a snapshot (every write after it is lost), apply: echo \
+         '{recovery}' | kubectl create -f - with <snapshot> replaced"
     )
 }
 

@@ -540,9 +540,10 @@ fn every_member_gone_for_a_while_is_all_members_lost_naming_the_recovery() {
     let message = &cond(&s, ctype::AVAILABLE).message;
     for part in [
         "every member is gone",
-        "EtcdSnapshot",
-        "spec.bootstrap.restore",
-        "docs/snapshots.md",
+        "Complete and Verified EtcdSnapshot",
+        "kubectl get etcdsnapshot -n",
+        r#""snapshot":{"name":"<snapshot>"}"#,
+        "docs/disaster-recovery.md",
     ] {
         assert!(message.contains(part), "{part} missing from {message}");
     }
@@ -671,10 +672,13 @@ fn all_members_lost_names_the_etcd_recovery_to_apply() {
     );
     let available = cond(&s, ctype::AVAILABLE);
     assert_eq!(available.reason, reason::ALL_MEMBERS_LOST);
+    let m = &available.message;
     assert!(
-        available.message.contains(r#""kind":"EtcdRecovery""#),
-        "{}",
-        available.message
+        m.contains(r#""survivor":{}"#)
+            && m.contains(r#""snapshot":{"name":"<snapshot>"}"#)
+            && m.contains(r#""name":"c-restore""#)
+            && !m.contains("does not yet"),
+        "{m}"
     );
 }
 
