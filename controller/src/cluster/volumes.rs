@@ -31,7 +31,8 @@ pub fn members_to_grow<'a>(members: &'a [EtcdMember], target: &Quantity) -> Vec<
 }
 
 /// Set `VolumesExpanded` from the members' `VolumeExpanded` conditions. A member not yet given
-/// the target size counts as expanding. The condition appears with the first growth, then stays.
+/// the target size, or whose controller has not yet observed its current generation, counts as
+/// expanding. The condition appears with the first growth, then stays.
 pub fn set_volumes_condition(
     conditions: &mut Vec<Condition>,
     members: &[EtcdMember],
@@ -51,6 +52,12 @@ pub fn set_volumes_condition(
             })
             .cloned()
     };
+    // A growth has begun once a member was given a size it reports on, or the cluster reported
+    // one: only then does a member whose controller lags say anything about it.
+    let growth_seen = growing.iter().any(|m| member_condition(m).is_some())
+        || conditions
+            .iter()
+            .any(|c| c.type_ == ctype::VOLUMES_EXPANDED);
     let mut refused = Vec::new();
     let mut expanding = Vec::new();
     let mut reported = false;
@@ -58,8 +65,12 @@ pub fn set_volumes_condition(
         let behind = to_bytes(&m.spec.storage.size)
             .zip(want)
             .is_some_and(|(have, want)| have < want);
+        // Its controller has not yet acted on its current spec (the size just given to it): its
+        // condition, or its lack of one, says nothing about that size yet.
+        let unobserved = growth_seen
+            && m.status.as_ref().and_then(|s| s.observed_generation) < m.metadata.generation;
         match member_condition(m) {
-            _ if behind => expanding.push(m.name_any()),
+            _ if behind || unobserved => expanding.push(m.name_any()),
             Some(c) if c.status == "True" => reported = true,
             Some(c) if c.reason == reason::VOLUME_EXPANDING => expanding.push(m.name_any()),
             Some(c) => refused.push((m.name_any(), c)),
@@ -187,6 +198,21 @@ mod tests {
     }
 
     #[test]
+    fn new_members_not_yet_observed_add_no_condition() {
+        let mut fresh = with("c-a", "1Gi", None);
+        fresh.metadata.generation = Some(1);
+        let mut c = Vec::new();
+        set_volumes_condition(
+            &mut c,
+            &[fresh],
+            &Quantity("1Gi".into()),
+            None,
+            Timestamp::now(),
+        );
+        assert!(c.is_empty(), "{c:?}");
+    }
+
+    #[test]
     fn expanding_then_done() {
         let mut c = Vec::new();
         let two = Quantity("2Gi".into());
@@ -249,5 +275,51 @@ mod tests {
             message.starts_with("member c-a (also c-b): VolumeExpansionNotSupported message"),
             "{message}"
         );
+    }
+
+    /// The race CI caught: two members report the new size held, the third was given it (its
+    /// generation moved) but its controller has not acted yet (no condition, or the True of an
+    /// earlier growth). The cluster must not say every PVC holds it.
+    #[test]
+    fn a_member_whose_controller_has_not_seen_the_new_size_is_still_expanding() {
+        let two = Quantity("2Gi".into());
+        let seen = |mut m: EtcdMember, generation: i64| {
+            m.metadata.generation = Some(2);
+            m.status
+                .get_or_insert_with(Default::default)
+                .observed_generation = Some(generation);
+            m
+        };
+        for lagging in [
+            seen(with("c-c", "2Gi", None), 1),
+            seen(
+                with("c-c", "2Gi", Some(("True", reason::VOLUME_EXPANDED))),
+                1,
+            ),
+        ] {
+            let members = [
+                seen(
+                    with("c-a", "2Gi", Some(("True", reason::VOLUME_EXPANDED))),
+                    2,
+                ),
+                seen(
+                    with("c-b", "2Gi", Some(("True", reason::VOLUME_EXPANDED))),
+                    2,
+                ),
+                lagging,
+            ];
+            let mut c = Vec::new();
+            set_volumes_condition(&mut c, &members, &two, None, Timestamp::now());
+            let (status, why, message) = volumes(&c).unwrap();
+            assert_eq!(
+                (status.as_str(), why.as_str()),
+                ("False", reason::VOLUME_EXPANDING),
+                "{message}"
+            );
+            assert!(
+                message.contains("c-c") && message.contains("2 of 3"),
+                "{message}"
+            );
+        }
     }
 }
