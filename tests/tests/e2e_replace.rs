@@ -176,15 +176,17 @@ async fn members_whose_node_is_gone_are_replaced_one_at_a_time_keeping_quorum() 
         .collect();
     let writer = Writer::start(endpoints, None, "e2e/w/");
     let stop = Arc::new(AtomicBool::new(false));
-    // A watch, not polling: every Available state the operator writes is seen. A watch error
-    // (the watcher lists again and the states between are lost) or its end is recorded, and
-    // "never unavailable" is not claimed across one.
+    // A watch, not polling: every Available state the operator writes is seen. A broken
+    // connection is no gap: the watcher resumes from the last resourceVersion it saw, so no
+    // state is skipped. A gap is a relist (the resume was refused with 410 Gone and the states
+    // between are lost) or the end of the stream; "never unavailable" is not claimed across one.
     let sampler = {
         let (stop, clusters) = (stop.clone(), env.clusters(&ns));
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let mut stream = watcher(clusters, config).boxed();
         tokio::spawn(async move {
-            let (mut seen, mut gaps) = (BTreeSet::new(), Vec::new());
+            let (mut seen, mut gaps, mut listed) = (BTreeSet::new(), Vec::new(), false);
+            let mut errors = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 match tokio::time::timeout(Duration::from_millis(500), stream.next()).await {
                     Err(_) => {}
@@ -192,7 +194,11 @@ async fn members_whose_node_is_gone_are_replaced_one_at_a_time_keeping_quorum() 
                         gaps.push("the watch ended".to_string());
                         break;
                     }
-                    Ok(Some(Err(e))) => gaps.push(format!("watch error: {e}")),
+                    Ok(Some(Err(e))) => errors.push(e.to_string()),
+                    Ok(Some(Ok(watcher::Event::Init))) if listed => {
+                        gaps.push(format!("the watch listed again after {errors:?}"));
+                    }
+                    Ok(Some(Ok(watcher::Event::InitDone))) => listed = true,
                     Ok(Some(Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)))) => {
                         if let Some((status, reason, _)) = condition(&c, "Available") {
                             seen.insert(format!("{status}/{reason}"));
