@@ -350,31 +350,40 @@ async fn main() -> anyhow::Result<()> {
         .context("creating the leader-election lease manager")?;
         let (mut leader, lease_task) = manager.watch().await;
         tracing::info!("waiting for leadership");
-        tokio::select! {
-            _ = leader.wait_for(|l| *l) => {}
-            _ = stopping(stop.clone()) => { return Ok(()); }
-        }
-        tracing::info!("acquired leadership; starting controllers");
-        let lost = async move {
-            let _ = leader.wait_for(|l| !*l).await;
-            tracing::warn!("lost leadership; stopping");
+        let acquired = tokio::select! {
+            _ = leader.wait_for(|l| *l) => true,
+            _ = stopping(stop.clone()) => false,
         };
-        // After the signal the controllers get SHUTDOWN_GRACE to finish their reconciles; one
-        // still waiting then (say, on watch caches that a stopping process will never fill) is
-        // dropped, as a crash would drop it (every step is safe to lose half-way), so that the
-        // Lease is released within the Pod's termination grace period.
-        let bounded = async {
-            stopping(stop.clone()).await;
-            tokio::time::sleep(SHUTDOWN_GRACE).await;
-            tracing::warn!("the controllers did not stop within {SHUTDOWN_GRACE:?} of the signal; stopping them");
-        };
-        tokio::select! {
-            _ = controller::run::run(ctx, args.watch_namespace.clone(), shutdown) => {}
-            _ = lost => {}
-            _ = bounded => {}
+        if acquired {
+            tracing::info!("acquired leadership; starting controllers");
+            let lost = async move {
+                let _ = leader.wait_for(|l| !*l).await;
+                tracing::warn!("lost leadership; stopping");
+            };
+            // After the signal the controllers get SHUTDOWN_GRACE to finish their reconciles;
+            // one still waiting then (say, on watch caches that a stopping process will never
+            // fill) is dropped, as a crash would drop it (every step is safe to lose half-way),
+            // so that the Lease is released within the Pod's termination grace period.
+            let bounded = async {
+                stopping(stop.clone()).await;
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+                tracing::warn!("the controllers did not stop within {SHUTDOWN_GRACE:?} of the signal; stopping them");
+            };
+            tokio::select! {
+                _ = controller::run::run(ctx, args.watch_namespace.clone(), shutdown) => {}
+                _ = lost => {}
+                _ = bounded => {}
+            }
+        } else {
+            // Signalled while waiting. The lease task may have taken the Lease a moment ago
+            // (written to the API before this task saw the news, or both ready at once), so
+            // the Lease is released as after leading, never left to expire.
+            tracing::info!("signalled before leading; releasing the Lease if it was just taken");
+            drop(leader);
         }
-        // `lost` held the last receiver: with it dropped, the lease task releases the Lease, so
-        // a successor (the next Pod of a rollout) takes over at once, not after the Lease's 15 s.
+        // `lost` (or the branch above) held the last receiver: with it dropped, the lease task
+        // releases the Lease, so a successor (the next Pod of a rollout) takes over at once,
+        // not after the Lease's 15 s.
         match tokio::time::timeout(std::time::Duration::from_secs(5), lease_task).await {
             Ok(Ok(Ok(_))) => tracing::info!("released the leader Lease"),
             Ok(Ok(Err(e))) => {
