@@ -457,6 +457,8 @@ async fn a_cluster_annotated_for_auto_recovery_from_a_snapshot_is_restored_witho
     let before = before(env, &ns, name, kept).await;
 
     lose_all(env, &ns, name).await;
+    let lost = std::time::Instant::now();
+    let lost_at = k8s_openapi::jiff::Timestamp::now();
     // The cluster says every member is gone, naming both recoveries a human could apply.
     let message = env
         .wait_unavailable(
@@ -509,6 +511,16 @@ async fn a_cluster_annotated_for_auto_recovery_from_a_snapshot_is_restored_witho
         },
     )
     .await;
+    let created_after = done
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second() - lost_at.as_second());
+    println!(
+        "{}: created {created_after:?} s after the loss, Complete after {:.0} s",
+        done.name_any(),
+        lost.elapsed().as_secs_f64()
+    );
     // From the newest Complete, Verified snapshot of the cluster.
     let source = &done.spec.source;
     assert!(source.survivor.is_none(), "{source:?}");
