@@ -1,24 +1,29 @@
-//! End to end, `EtcdRecovery` from a snapshot, in place: a 3-member cluster with keys, a
-//! verified EtcdSnapshot in MinIO, more writes, then all three members lost with their PVCs. An
-//! `EtcdRecovery{snapshot}` (with the operator SIGKILLed once the restore step is recorded)
-//! rebuilds the same EtcdCluster from the snapshot: Available with 3 voters, the same client
-//! Service, every key written before the snapshot readable and those after it gone, the revision
-//! above the pre-failure maximum, and a watch resumed from an old revision told it was
-//! compacted. A snapshot recovery of a healthy cluster without the confirmation changes nothing.
+//! End to end, `EtcdRecovery` from a snapshot, in place: a 3-member cluster with keys and the
+//! fault suite's workload running (a writer, a reader, a watcher), a verified EtcdSnapshot in
+//! MinIO, more writes, then all three members lost with their PVCs. An `EtcdRecovery{snapshot}`
+//! (with the operator SIGKILLed once the restore step is recorded) rebuilds the same EtcdCluster
+//! from the snapshot: Available with 3 voters, the same client Service, every key written before
+//! the snapshot readable and those after it gone, the revision above the pre-failure maximum, a
+//! watch resumed from an old revision told it was compacted, and the workload's history judged
+//! as a rollback ([`tests::workload::rollback`]). A cluster annotated `auto-recovery: snapshot`
+//! that loses every member gets that recovery from the operator, from its newest verified
+//! snapshot, with no human action. A snapshot recovery of a healthy cluster without the
+//! confirmation changes nothing.
 //!
 //! Every test runs its own operator limited to its namespace; the control plane and the pod
 //! runner are shared by the binary.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use api::conditions::reason;
 use api::v1alpha2::{
-    EtcdRecovery, EtcdSnapshot, LocalReference, RecoveryPhase, RecoverySource, RecoveryStep,
-    S3Location, SecretReference, SnapshotDestination, RECOVERY_ANNOTATION,
+    EtcdRecovery, EtcdSnapshot, EtcdSnapshotSpec, LocalReference, RecoveryPhase, RecoverySource,
+    RecoveryStep, S3Location, SecretReference, SnapshotDestination, SnapshotPhase,
+    AUTO_RECOVERY_ANNOTATION, RECOVERY_ANNOTATION,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::OnceCell;
@@ -28,12 +33,18 @@ use tests::e2e::{spec, Env};
 use tests::harness::eventually_every;
 use tests::operator::{shared_env, Scope};
 use tests::podrunner::PodRunner;
-use tests::recovery::{create_recovery, ready_condition, wait_recovery};
+use tests::recovery::{create_recovery, ready_condition, recoveries, wait_recovery};
+use tests::workload::{Report, Rollback, Workload};
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(240);
 const SNAPSHOT: Duration = Duration::from_secs(240);
 const RECOVER: Duration = Duration::from_secs(420);
+/// Every member gone is said after 30 s of unavailability; the operator creates the automatic
+/// recovery once the cluster has been unavailable for 60 s, looking every 30 s.
+const AUTO_START: Duration = Duration::from_secs(150);
+/// Writes the workload must have acknowledged after the recovery completed.
+const WRITES_AFTER: i64 = 100;
 
 async fn lab() -> &'static Env {
     static LAB: OnceCell<Env> = OnceCell::const_new();
@@ -56,9 +67,9 @@ fn from_snapshot(name: &str) -> RecoverySource {
     }
 }
 
-/// A verified snapshot `name` of `cluster` in MinIO.
-async fn verified_snapshot(s: &Scope, cluster: &str, name: &str, endpoint: &str, bucket: &str) {
-    let dest = SnapshotDestination {
+/// The test's MinIO bucket, under `rs/`.
+fn minio_destination(endpoint: &str, bucket: &str) -> SnapshotDestination {
+    SnapshotDestination {
         s3: Some(S3Location {
             endpoint: Some(endpoint.to_string()),
             bucket: bucket.to_string(),
@@ -68,10 +79,59 @@ async fn verified_snapshot(s: &Scope, cluster: &str, name: &str, endpoint: &str,
             credentials_secret_ref: Some(SecretReference::new("s3-creds")),
         }),
         pvc: None,
-    };
-    create_snapshot(s.env, &s.ns, name, cluster, dest).await;
+    }
+}
+
+/// Where a snapshot cut the cluster's history, as far as the test can tell.
+struct Taken {
+    /// The revision the agent recorded (its hashKV's, just before the save streamed): the
+    /// snapshot holds every write up to it.
+    recorded: i64,
+    /// The cluster's revision once the snapshot read Complete: it holds nothing above it.
+    complete_by: i64,
+}
+
+/// Wait for `name` to be Complete; the cluster's revision then.
+async fn wait_complete(s: &Scope, cluster: &str, name: &str) -> (EtcdSnapshot, i64) {
     let api: Api<EtcdSnapshot> = Api::namespaced(s.env.client(), &s.ns);
-    let what = format!("{}/{name}: Complete and Verified=True", s.ns);
+    let what = format!("{}/{name}: Complete", s.ns);
+    let snapshot = eventually_every(&what, SNAPSHOT, Duration::from_millis(200), || async {
+        let snapshot = api.get(name).await.or_panic();
+        let status = snapshot.status.clone().unwrap_or_default();
+        match status.phase {
+            Some(SnapshotPhase::Complete) => Ok(snapshot),
+            Some(SnapshotPhase::Failed) => panic!("{name} failed: {status:?}"),
+            _ => Err(format!("{status:?}")),
+        }
+    })
+    .await;
+    (snapshot, revision(s.env, &s.ns, cluster).await)
+}
+
+/// A verified snapshot `name` of `cluster` in MinIO.
+async fn verified_snapshot(
+    s: &Scope,
+    cluster: &str,
+    name: &str,
+    endpoint: &str,
+    bucket: &str,
+) -> Taken {
+    create_snapshot(
+        s.env,
+        &s.ns,
+        name,
+        cluster,
+        minio_destination(endpoint, bucket),
+    )
+    .await;
+    let (complete, complete_by) = wait_complete(s, cluster, name).await;
+    let recorded = complete
+        .status
+        .and_then(|st| st.hash_kv)
+        .map(|h| h.revision)
+        .unwrap_or_else(|| panic!("{name}: Complete without a recorded hashKV revision"));
+    let api: Api<EtcdSnapshot> = Api::namespaced(s.env.client(), &s.ns);
+    let what = format!("{}/{name}: Verified=True", s.ns);
     eventually_every(&what, SNAPSHOT, Duration::from_millis(500), || async {
         let s = api.get(name).await.or_panic();
         let status = s.status.clone().unwrap_or_default();
@@ -81,7 +141,56 @@ async fn verified_snapshot(s: &Scope, cluster: &str, name: &str, endpoint: &str,
             None => Err(format!("{status:?}")),
         }
     })
+    .await;
+    Taken {
+        recorded,
+        complete_by,
+    }
+}
+
+/// A Complete snapshot `name` of `cluster` in MinIO taken with `spec.verify: false`.
+async fn unverified_snapshot(s: &Scope, cluster: &str, name: &str, endpoint: &str, bucket: &str) {
+    let mut snapshot = EtcdSnapshot::new(
+        name,
+        EtcdSnapshotSpec {
+            cluster_ref: LocalReference {
+                name: cluster.into(),
+            },
+            destination: minio_destination(endpoint, bucket),
+            verify: Some(false),
+        },
+    );
+    snapshot.metadata.namespace = Some(s.ns.clone());
+    Api::<EtcdSnapshot>::namespaced(s.env.client(), &s.ns)
+        .create(&PostParams::default(), &snapshot)
+        .await
+        .or_panic();
+    let (complete, _) = wait_complete(s, cluster, name).await;
+    assert_eq!(complete.status.and_then(|st| st.verified()), None);
+}
+
+/// `count` keys `<prefix><i>` = `v`.
+async fn put(env: &Env, ns: &str, cluster: &str, prefix: &str, count: usize) {
+    let mut etcd = env.etcd_client(ns, cluster).await;
+    for i in 0..count {
+        etcd.put(format!("{prefix}{i}"), "v", None).await.or_panic();
+    }
+}
+
+/// How many keys under `prefix` the cluster holds.
+async fn count(env: &Env, ns: &str, cluster: &str, prefix: &str) -> i64 {
+    let mut etcd = env.etcd_client(ns, cluster).await;
+    etcd.get(
+        prefix,
+        Some(
+            etcd_client::GetOptions::new()
+                .with_prefix()
+                .with_count_only(),
+        ),
+    )
     .await
+    .or_panic()
+    .count()
 }
 
 fn phase(r: &EtcdRecovery) -> Option<RecoveryPhase> {
@@ -120,103 +229,67 @@ async fn lose_all(env: &Env, ns: &str, cluster: &str) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn snapshot_recovery_rebuilds_a_cluster_that_lost_every_member_in_place() {
-    let mut s = scope("snaprec").await;
-    let env = s.env;
-    let ns = s.ns.clone();
-    let (minio, _minio_root, endpoint) = env.minio(&ns).await;
-    let name = "rs";
-    env.create_cluster(&ns, name, spec(3)).await;
-    env.wait_healthy(&ns, name, 3, BOOT).await;
-    let kept = env.write_keys(&ns, name, 100).await;
-    verified_snapshot(&s, name, "rs-nightly", &endpoint, &minio.bucket).await;
-    // Writes after the snapshot: lost by the rollback.
-    let mut etcd = env.etcd_client(&ns, name).await;
-    for i in 0..50 {
-        etcd.put(format!("late/{i}"), "v", None).await.or_panic();
-    }
-    let before_max = revision(env, &ns, name).await;
-    let services: Api<Service> = Api::namespaced(env.client(), &ns);
-    let client_service = services
+/// What a cluster was before it lost every member.
+struct Before {
+    /// The keys `e2e/*` written before the snapshot restored.
+    kept: BTreeMap<String, String>,
+    /// The highest revision read before the loss.
+    max: i64,
+    client_service_uid: Option<String>,
+}
+
+/// The cluster `name` before the loss: `kept`, its revision now and its client Service.
+async fn before(env: &Env, ns: &str, name: &str, kept: BTreeMap<String, String>) -> Before {
+    let services: Api<Service> = Api::namespaced(env.client(), ns);
+    let client_service_uid = services
         .get(&format!("{name}-client"))
         .await
         .or_panic()
         .uid();
+    Before {
+        kept,
+        max: revision(env, ns, name).await,
+        client_service_uid,
+    }
+}
 
-    lose_all(env, &ns, name).await;
-    create_recovery(&s, "rs-restore", name, from_snapshot("rs-nightly"), false).await;
-    // The plan is recorded before anything is touched, then the operator dies once the restore
-    // step is recorded and a new one finishes the job.
-    let running = wait_recovery(&s, "rs-restore", "step RestoreSnapshot", RECOVER, |r| {
-        r.status
-            .as_ref()
-            .and_then(|st| st.step)
-            .is_some_and(|st| st >= RecoveryStep::RestoreSnapshot)
-    })
-    .await;
-    let plan = running
-        .status
-        .clone()
-        .unwrap_or_default()
-        .plan
-        .unwrap_or_default();
-    assert_eq!(plan.snapshot.as_deref(), Some("rs-nightly"), "{plan:?}");
-    assert!(plan.revision.is_some_and(|r| r > 0), "{plan:?}");
-    assert!(
-        plan.bump_revision.is_some_and(|b| b >= 1_000_000_000),
-        "{plan:?}"
-    );
-    assert!(
-        plan.lost
-            .as_deref()
-            .is_some_and(|l| l.contains("every write after it is lost")),
-        "{plan:?}"
-    );
-    s.crash_and_restart().await;
-    let done = wait_recovery(&s, "rs-restore", "phase Complete", RECOVER, |r| {
-        phase(r) == Some(RecoveryPhase::Complete)
-    })
-    .await;
-
-    let c = env.wait_healthy(&ns, name, 3, BOOT).await;
+/// What a Complete snapshot recovery must have left: 3 voters, nothing holding the cluster, the
+/// same client Service object, every key from before the snapshot and none of the `late/` ones
+/// written after it, the revision above the pre-failure maximum, a watch from that revision
+/// answered with a compaction, and the recovery's Events.
+async fn assert_restored(env: &Env, ns: &str, name: &str, recovery: &EtcdRecovery, b: &Before) {
+    let c = env.wait_healthy(ns, name, 3, BOOT).await;
     assert!(
         !c.annotations().contains_key(RECOVERY_ANNOTATION),
         "{:?}",
         c.annotations()
     );
-    let voters = env.etcd_members(&ns, name).await;
+    let voters = env.etcd_members(ns, name).await;
     assert_eq!(voters.len(), 3, "{voters:?}");
     assert!(voters.iter().all(|(_, learner)| !learner), "{voters:?}");
     // The same client Service object.
+    let services: Api<Service> = Api::namespaced(env.client(), ns);
     let now = services.get(&format!("{name}-client")).await.or_panic();
-    assert_eq!(now.uid(), client_service);
+    assert_eq!(now.uid(), b.client_service_uid);
     // Every key written before the snapshot; none written after it.
-    env.check_keys(&ns, name, &kept).await;
-    let mut etcd = env.etcd_client(&ns, name).await;
-    let late = etcd
-        .get(
-            "late/",
-            Some(
-                etcd_client::GetOptions::new()
-                    .with_prefix()
-                    .with_count_only(),
-            ),
-        )
-        .await
-        .or_panic();
-    assert_eq!(late.count(), 0, "writes after the snapshot are rolled back");
+    env.check_keys(ns, name, &b.kept).await;
+    assert_eq!(
+        count(env, ns, name, "late/").await,
+        0,
+        "writes after the snapshot are rolled back"
+    );
     // The revision is above anything a client saw before the loss.
-    let after = revision(env, &ns, name).await;
-    assert!(after > before_max, "revision {after} <= {before_max}");
+    let after = revision(env, ns, name).await;
+    assert!(after > b.max, "revision {after} <= {}", b.max);
     // A watch resumed from an old revision is told it was compacted, not left silent.
+    let mut etcd = env.etcd_client(ns, name).await;
     let mut stream = etcd
         .watch(
             "e2e/",
             Some(
                 etcd_client::WatchOptions::new()
                     .with_prefix()
-                    .with_start_revision(before_max),
+                    .with_start_revision(b.max),
             ),
         )
         .await
@@ -241,13 +314,14 @@ async fn snapshot_recovery_rebuilds_a_cluster_that_lost_every_member_in_place() 
     .await
     .expect("the watch from the old revision answers with a compaction within 30 s");
     assert!(
-        compacted.compact_revision() > before_max,
-        "compact revision {} for a watch from {before_max}: {compacted:?}",
-        compacted.compact_revision()
+        compacted.compact_revision() > b.max,
+        "compact revision {} for a watch from {}: {compacted:?}",
+        compacted.compact_revision(),
+        b.max
     );
     // Events tell the story.
     let reasons: BTreeSet<String> = env
-        .events(&ns, &done.name_any())
+        .events(ns, &recovery.name_any())
         .await
         .into_iter()
         .filter_map(|e| e.reason)
@@ -255,6 +329,232 @@ async fn snapshot_recovery_rebuilds_a_cluster_that_lost_every_member_in_place() 
     for expected in ["RecoveryPlanned", "RecoveryStep", "RecoveryComplete"] {
         assert!(reasons.contains(expected), "{expected} in {reasons:?}");
     }
+}
+
+/// The recovery's plan (recorded before it acts).
+fn plan_of(r: &EtcdRecovery) -> api::v1alpha2::RecoveryPlan {
+    r.status
+        .clone()
+        .unwrap_or_default()
+        .plan
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_recovery_rebuilds_a_cluster_that_lost_every_member_in_place() {
+    let mut s = scope("snaprec").await;
+    let env = s.env;
+    let ns = s.ns.clone();
+    let (minio, _minio_root, endpoint) = env.minio(&ns).await;
+    let name = "rs";
+    env.create_cluster(&ns, name, spec(3)).await;
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+    let kept = env.write_keys(&ns, name, 100).await;
+    // A client writing, reading and watching through the snapshot, the loss and the recovery.
+    let workload = Workload::start(env, &ns, name)
+        .await
+        .named("all members lost, EtcdRecovery{snapshot} in place");
+    let taken = verified_snapshot(&s, name, "rs-nightly", &endpoint, &minio.bucket).await;
+    // Writes after the snapshot: lost by the rollback.
+    put(env, &ns, name, "late/", 50).await;
+    let before = before(env, &ns, name, kept).await;
+
+    workload.fault_started();
+    lose_all(env, &ns, name).await;
+    create_recovery(&s, "rs-restore", name, from_snapshot("rs-nightly"), false).await;
+    // The plan is recorded before anything is touched, then the operator dies once the restore
+    // step is recorded and a new one finishes the job.
+    let running = wait_recovery(&s, "rs-restore", "step RestoreSnapshot", RECOVER, |r| {
+        r.status
+            .as_ref()
+            .and_then(|st| st.step)
+            .is_some_and(|st| st >= RecoveryStep::RestoreSnapshot)
+    })
+    .await;
+    let plan = plan_of(&running);
+    assert_eq!(plan.snapshot.as_deref(), Some("rs-nightly"), "{plan:?}");
+    assert_eq!(plan.revision, Some(taken.recorded), "{plan:?}");
+    assert!(
+        plan.bump_revision.is_some_and(|b| b >= 1_000_000_000),
+        "{plan:?}"
+    );
+    assert!(
+        plan.lost
+            .as_deref()
+            .is_some_and(|l| l.contains("every write after it is lost")),
+        "{plan:?}"
+    );
+    s.crash_and_restart().await;
+    let done = wait_recovery(&s, "rs-restore", "phase Complete", RECOVER, |r| {
+        phase(r) == Some(RecoveryPhase::Complete)
+    })
+    .await;
+    workload.fault_ended();
+    assert_restored(env, &ns, name, &done, &before).await;
+
+    // The workload: writes acknowledged by the restored cluster, then its whole history judged
+    // as a rollback to the snapshot.
+    let restored_at = taken.recorded + plan.bump_revision.unwrap_or_default();
+    let acknowledged_from = |from: i64| {
+        let workload = &workload;
+        let what = format!("{ns}/{name}: a write acknowledged at revision {from} or above");
+        async move {
+            eventually_every(&what, BOOT, Duration::from_millis(200), || async {
+                match workload.newest_revision() {
+                    Some(r) if r >= from => Ok(r),
+                    newest => Err(format!("newest acknowledged revision {newest:?}")),
+                }
+            })
+            .await
+        }
+    };
+    let first = acknowledged_from(restored_at).await;
+    acknowledged_from(first + WRITES_AFTER).await;
+    let (report, rolled) = workload
+        .finish_after_rollback(Rollback {
+            snapshot_revision: taken.recorded,
+            taken_by: taken.complete_by,
+            restored_at,
+        })
+        .await;
+    println!("{}\n{report}\n{rolled}", Report::HEADER);
+    assert!(rolled.kept_before > 0, "{rolled}");
+    assert!(rolled.rolled_back > 0, "{rolled}");
+    assert!(rolled.acknowledged_after >= WRITES_AFTER as u64, "{rolled}");
+    let pre_failure_max = rolled.pre_failure_max.unwrap_or_default().max(before.max);
+    assert!(
+        rolled.first_after.is_some_and(|f| f > pre_failure_max),
+        "{rolled}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_annotated_for_auto_recovery_from_a_snapshot_is_restored_without_a_human() {
+    let s = scope("snaprec-auto").await;
+    let env = s.env;
+    let ns = s.ns.clone();
+    let (minio, _minio_root, endpoint) = env.minio(&ns).await;
+    let name = "ra";
+    env.create_cluster(&ns, name, spec(3)).await;
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+    env.clusters(&ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {
+                AUTO_RECOVERY_ANNOTATION: "snapshot"}}})),
+        )
+        .await
+        .or_panic();
+    let kept = env.write_keys(&ns, name, 100).await;
+    verified_snapshot(&s, name, "ra-older", &endpoint, &minio.bucket).await;
+    // Kept only if the newest verified snapshot is the one restored.
+    put(env, &ns, name, "between/", 20).await;
+    verified_snapshot(&s, name, "ra-newest", &endpoint, &minio.bucket).await;
+    // Newer, Complete, but not verified: never restored automatically.
+    unverified_snapshot(&s, name, "ra-unverified", &endpoint, &minio.bucket).await;
+    put(env, &ns, name, "late/", 50).await;
+    let before = before(env, &ns, name, kept).await;
+
+    lose_all(env, &ns, name).await;
+    let lost = std::time::Instant::now();
+    let lost_at = k8s_openapi::jiff::Timestamp::now();
+    // The cluster says every member is gone, naming both recoveries a human could apply.
+    let message = env
+        .wait_unavailable(
+            &ns,
+            name,
+            reason::ALL_MEMBERS_LOST,
+            "EtcdRecovery",
+            AUTO_START,
+        )
+        .await;
+    assert!(
+        message.contains("survivor") && message.contains("snapshot"),
+        "{message}"
+    );
+    // No human acts: the operator creates the recovery itself, once.
+    let what = format!(
+        "{ns}: an EtcdRecovery {name}-auto-* created by the operator and Complete (operator          logs: {})",
+        s.logs()
+    );
+    let done = eventually_every(
+        &what,
+        AUTO_START + RECOVER,
+        Duration::from_millis(500),
+        || async {
+            let all = recoveries(&s)
+                .list(&Default::default())
+                .await
+                .or_panic()
+                .items;
+            assert!(
+                all.iter()
+                    .all(|r| r.name_any().starts_with(&format!("{name}-auto-"))),
+                "a recovery not created by the operator: {:?}",
+                all.iter().map(|r| r.name_any()).collect::<Vec<_>>()
+            );
+            match all.as_slice() {
+                [one] if phase(one) == Some(RecoveryPhase::Complete) => Ok(one.clone()),
+                [_, _, ..] => panic!("more than one automatic recovery: {all:?}"),
+                _ => Err(format!(
+                    "{:?}",
+                    all.iter()
+                        .map(|r| (
+                            r.name_any(),
+                            phase(r),
+                            r.status.as_ref().and_then(|s| s.step)
+                        ))
+                        .collect::<Vec<_>>()
+                )),
+            }
+        },
+    )
+    .await;
+    let created_after = done
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second() - lost_at.as_second());
+    println!(
+        "{}: created {created_after:?} s after the loss, Complete after {:.0} s",
+        done.name_any(),
+        lost.elapsed().as_secs_f64()
+    );
+    // From the newest Complete, Verified snapshot of the cluster.
+    let source = &done.spec.source;
+    assert!(source.survivor.is_none(), "{source:?}");
+    assert_eq!(
+        source.snapshot.as_ref().map(|r| r.name.as_str()),
+        Some("ra-newest"),
+        "{source:?}"
+    );
+    assert_eq!(plan_of(&done).snapshot.as_deref(), Some("ra-newest"));
+    assert_restored(env, &ns, name, &done, &before).await;
+    assert_eq!(count(env, &ns, name, "between/").await, 20);
+    // Reported on the cluster: which recovery, from which snapshot.
+    let created: Vec<String> = env
+        .events(&ns, name)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("RecoveryCreated"))
+        .filter_map(|e| e.message)
+        .collect();
+    assert!(
+        created
+            .iter()
+            .any(|m| m.contains(&done.name_any()) && m.contains("EtcdSnapshot ra-newest")),
+        "RecoveryCreated Events: {created:?}"
+    );
+    assert_eq!(
+        recoveries(&s)
+            .list(&Default::default())
+            .await
+            .or_panic()
+            .items
+            .len(),
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -358,8 +358,8 @@ pub fn render(
             false,
             reason::QUORUM_LOST,
             match &facts.etcd_error {
-                Some(e) => format!("{ready_quorum} of {members} members are ready, fewer than a majority ({majority}); {e}; {}", recovery_hint(cluster)),
-                None => format!("{ready_quorum} of {members} members are ready, fewer than a majority ({majority}); {}", recovery_hint(cluster)),
+                Some(e) => format!("{ready_quorum} of {members} members are ready, fewer than a majority ({majority}); {e}; {}; if no member kept its data, {}", recovery_hint(cluster), snapshot_recovery_hint(cluster)),
+                None => format!("{ready_quorum} of {members} members are ready, fewer than a majority ({majority}); {}; if no member kept its data, {}", recovery_hint(cluster), snapshot_recovery_hint(cluster)),
             },
         ),
     }

@@ -9,6 +9,8 @@
 //! that become Ready later (a scale-up, a replacement) are added to the clients as they appear.
 //! [`Workload::finish`] stops them, reads every key back and runs [`check::check`]; it panics
 //! naming the key and revision of every violation, or returns the [`Report`].
+//! [`Workload::finish_after_rollback`] does the same for a run through an in-place restore from
+//! a snapshot, with [`rollback::check_rollback`].
 //!
 //! Transient errors while a fault lasts (leader changed, unavailable, timed out) are normal for
 //! a client: they are counted in the report, never failures.
@@ -17,6 +19,7 @@ mod access;
 pub mod check;
 pub mod history;
 mod report;
+pub mod rollback;
 mod run;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,6 +41,7 @@ pub use check::{Figures, Violation};
 use history::{Attempt, Read, Watched};
 pub use history::{ErrorClass, History, WatchOutcome};
 pub use report::Report;
+pub use rollback::{Rollback, RollbackFigures};
 use run::Shared;
 
 /// How long [`Workload::finish`] waits for the watcher to deliver the last acknowledged write,
@@ -189,6 +193,38 @@ impl Workload {
     /// Stops all three, runs the check, returns the figures; panics with a precise message
     /// (which key, which revision) on any violation.
     pub async fn finish(self) -> Report {
+        let (label, target, history) = self.stop().await;
+        let verdict = check::check(&history);
+        target
+            .report(
+                label,
+                &history,
+                verdict.figures,
+                verdict.violations.as_slice(),
+            )
+            .await
+    }
+
+    /// [`Workload::finish`] for a run through `rollback` (every member lost, the cluster
+    /// restored in place from a snapshot): the writes after the snapshot must be gone, the rest
+    /// kept ([`rollback::check_rollback`]). Returns the figures with the rollback's.
+    pub async fn finish_after_rollback(self, rollback: Rollback) -> (Report, RollbackFigures) {
+        let (label, target, history) = self.stop().await;
+        let verdict = rollback::check_rollback(&history, &rollback);
+        let report = target
+            .report(
+                label,
+                &history,
+                verdict.figures,
+                verdict.violations.as_slice(),
+            )
+            .await;
+        (report, verdict.rollback)
+    }
+
+    /// Stops the writer and the reader, lets the watcher catch up, reads every key back: the
+    /// run's label, target and history.
+    async fn stop(self) -> (String, Target, History) {
         let Workload {
             label,
             target,
@@ -211,7 +247,11 @@ impl Workload {
         let last = attempts.iter().filter_map(Attempt::revision).max();
         if let Some(last) = last {
             let deadline = Instant::now() + CATCH_UP;
-            while shared.watched_up_to.load(Ordering::SeqCst) < last && Instant::now() < deadline {
+            // A watcher told of a compaction has ended: nothing more will arrive.
+            while shared.watched_up_to.load(Ordering::SeqCst) < last
+                && Instant::now() < deadline
+                && !watcher.is_finished()
+            {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -231,30 +271,39 @@ impl Workload {
             fault_ended,
             ended,
         };
-        let verdict = check::check(&history);
-        let events = target.operator_events().await;
-        let report = Report::new(label, &history, verdict.figures, events);
-        if !verdict.violations.is_empty() {
-            let shown: Vec<String> = verdict
-                .violations
+        (label, target, history)
+    }
+}
+
+impl Target {
+    /// The run's [`Report`]; panics naming every violation (the first 20) when there is one.
+    async fn report(
+        &self,
+        label: String,
+        history: &History,
+        figures: Figures,
+        violations: &[impl std::fmt::Display],
+    ) -> Report {
+        let events = self.operator_events().await;
+        let report = Report::new(label, history, figures, events);
+        if !violations.is_empty() {
+            let shown: Vec<String> = violations
                 .iter()
                 .take(20)
                 .map(|v| format!("  - {v}"))
                 .collect();
             panic!(
                 "{}/{}: the workload under {} found {} violation(s) of etcd's guarantees:\n{}\n{report:?}",
-                target.ns,
-                target.cluster,
-                target.prefix,
-                verdict.violations.len(),
+                self.ns,
+                self.cluster,
+                self.prefix,
+                violations.len(),
                 shown.join("\n"),
             );
         }
         report
     }
-}
 
-impl Target {
     /// Every key under the prefix, linearizably, in pages, through a fresh client on the members
     /// that are Ready now (the ones dialled at the start may be gone). Reads refused while the
     /// cluster is between leaders or unreachable are made again until [`CATCH_UP`] has passed.

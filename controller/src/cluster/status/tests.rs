@@ -656,6 +656,14 @@ fn quorum_lost_names_the_etcd_recovery_to_apply() {
             "{t}: {m}"
         );
     }
+    // Available also names the rebuild from a snapshot, for when no member kept its data.
+    let m = &cond(&s, ctype::AVAILABLE).message;
+    assert!(
+        m.contains("if no member kept its data")
+            && m.contains(r#""snapshot":{"name":"<snapshot>"}"#)
+            && m.contains(r#""name":"c-restore""#),
+        "{m}"
+    );
 }
 
 #[test]
