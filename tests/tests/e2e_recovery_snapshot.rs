@@ -63,7 +63,7 @@ async fn scope(prefix: &str) -> Scope {
 fn from_snapshot(name: &str) -> RecoverySource {
     RecoverySource {
         survivor: None,
-        snapshot: Some(LocalReference { name: name.into() }),
+        snapshot: Some(LocalReference { name: name.into() }.into()),
     }
 }
 

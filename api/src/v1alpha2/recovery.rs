@@ -8,14 +8,28 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::LocalReference;
+use super::common::{
+    LocalReference, PvcLocation, RestoreSource, S3Location, CEL_RESTORE_PVC_SUBPATH,
+    CEL_RESTORE_S3_KEY,
+};
 
 // The messages of the CEL rules declared in this file. `api::validate` reports each broken
 // rule with the same text, so what the runbook quotes reads the same with the webhook installed.
 /// The CEL rule's message: an EtcdRecovery's spec after create.
 pub const CEL_RECOVERY_IMMUTABLE: &str = "EtcdRecovery spec is immutable: a recovery runs once; create a new EtcdRecovery with another name instead";
 /// The CEL rule's message: exactly one source.
-pub const CEL_RECOVERY_ONE_SOURCE: &str = "spec.source needs exactly one of survivor (rebuild from the surviving member with the most data) or snapshot (rebuild from a stored EtcdSnapshot)";
+pub const CEL_RECOVERY_ONE_SOURCE: &str = "spec.source needs exactly one of survivor (rebuild from the surviving member with the most data) or snapshot (rebuild from a stored snapshot: an EtcdSnapshot by name, or an S3 object or PVC file)";
+
+/// The CEL rule's message: a snapshot source is exactly one of an EtcdSnapshot, an S3 object
+/// or a PVC file.
+pub const CEL_RECOVERY_SNAPSHOT_ONE_OF: &str = "spec.source.snapshot needs exactly one of name (an EtcdSnapshot in this namespace), s3 (the bucket and exact key of a stored snapshot) or pvc (a claim and the exact path of the .db file in it)";
+
+/// The CEL rule's message: `sha256` belongs to a snapshot given by its location.
+pub const CEL_RECOVERY_SHA256_INLINE_ONLY: &str = "spec.source.snapshot.sha256 applies only to a snapshot given by s3 or pvc: an EtcdSnapshot's checksum is read from its status.artifact; remove sha256";
+
+/// The CEL rule's message: a snapshot given by its location is checked against a known sha256
+/// unless the user accepts it unverified.
+pub const CEL_RECOVERY_INLINE_NEEDS_CHECKSUM: &str = "spec.source.snapshot given by s3 or pvc needs spec.source.snapshot.sha256 (the stored object's checksum, e.g. the status.artifact.checksum of the EtcdSnapshot that wrote it) or spec.allowUnverifiedSnapshot: true: a snapshot given by its location has no Verified condition";
 
 /// The CEL rule's message: `allowUnverifiedSnapshot` belongs to a snapshot source.
 pub const CEL_RECOVERY_UNVERIFIED_NEEDS_SNAPSHOT: &str = "spec.allowUnverifiedSnapshot applies only to spec.source.snapshot; remove it from a survivor recovery";
@@ -48,6 +62,11 @@ pub const RESTORE_IN_PLACE_ANNOTATION: &str = "etcd-operator.cozystack.io/restor
 /// from the recovery's plan (`status.plan.bumpRevision`).
 pub const RESTORE_BUMP_REVISION_ANNOTATION: &str =
     "etcd-operator.cozystack.io/restore-bump-revision";
+
+/// Beside [`RESTORE_IN_PLACE_ANNOTATION`], for a snapshot given by its location with
+/// `spec.source.snapshot.sha256`: the sha256 the restore checks the stored object against
+/// (the agent's `--expected-sha256`).
+pub const RESTORE_SHA256_ANNOTATION: &str = "etcd-operator.cozystack.io/restore-sha256";
 
 /// The directory, inside a member's data dir, where an in-place restore for `recovery` sets the
 /// member's previous `member` directory aside (it is kept; docs/disaster-recovery.md says when
@@ -96,6 +115,8 @@ pub const AUTO_RECOVERY_GRACE_SECONDS: i64 = 60;
     validation = Rule::new("self == oldSelf").message(CEL_RECOVERY_IMMUTABLE),
     validation = Rule::new("!has(self.allowUnverifiedSnapshot) || has(self.source.snapshot)")
         .message(CEL_RECOVERY_UNVERIFIED_NEEDS_SNAPSHOT),
+    validation = Rule::new("!has(self.source.snapshot) || has(self.source.snapshot.name) || has(self.source.snapshot.sha256) || (has(self.allowUnverifiedSnapshot) && self.allowUnverifiedSnapshot)")
+        .message(CEL_RECOVERY_INLINE_NEEDS_CHECKSUM),
 )]
 pub struct EtcdRecoverySpec {
     /// The EtcdCluster (same namespace) to rebuild. It keeps its name, Services, Secrets and
@@ -111,7 +132,9 @@ pub struct EtcdRecoverySpec {
     pub confirm_healthy_cluster_rollback: Option<bool>,
     /// With `source.snapshot`: restore the snapshot even though it is not `Verified=True`
     /// (verification off, failed, or the snapshot predates it). Without it such a snapshot is
-    /// refused before anything is changed. The restore still checks the object's sha256.
+    /// refused before anything is changed. The restore still checks the object's sha256. A
+    /// snapshot given by `s3` or `pvc` has no Verified condition: it needs this or
+    /// `source.snapshot.sha256`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_unverified_snapshot: Option<bool>,
 }
@@ -128,8 +151,7 @@ impl EtcdRecoverySpec {
     }
 }
 
-/// Exactly one of `survivor` or `snapshot`. (A snapshot given by its S3 object or PVC file
-/// rather than an EtcdSnapshot is not part of the API yet.)
+/// Exactly one of `survivor` or `snapshot`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.survivor) != has(self.snapshot)").message(CEL_RECOVERY_ONE_SOURCE))]
@@ -138,9 +160,77 @@ pub struct RecoverySource {
     /// (term, index), or the one named.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub survivor: Option<SurvivorSource>,
-    /// Rebuild from a Complete EtcdSnapshot of this cluster.
+    /// Rebuild from a stored snapshot: a Complete EtcdSnapshot of this cluster by name, or an
+    /// S3 object or PVC file given by its location.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub snapshot: Option<LocalReference>,
+    pub snapshot: Option<RecoverySnapshotSource>,
+}
+
+/// The snapshot a recovery restores: exactly one of `name` (an EtcdSnapshot of the cluster,
+/// `{name: x}` as before), `s3` or `pvc` (a stored snapshot with no EtcdSnapshot object: one
+/// taken by another cluster, or whose EtcdSnapshot is gone; the same shapes as
+/// `spec.bootstrap.restore.source` of an EtcdCluster, with the exact key or path).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("(has(self.name) ? 1 : 0) + (has(self.s3) ? 1 : 0) + (has(self.pvc) ? 1 : 0) == 1")
+        .message(CEL_RECOVERY_SNAPSHOT_ONE_OF),
+    validation = Rule::new("!has(self.s3) || (has(self.s3.key) && self.s3.key != '' && !self.s3.key.endsWith('/'))")
+        .message(CEL_RESTORE_S3_KEY),
+    validation = Rule::new("!has(self.pvc) || (has(self.pvc.subPath) && self.pvc.subPath != '' && !self.pvc.subPath.endsWith('/'))")
+        .message(CEL_RESTORE_PVC_SUBPATH),
+    validation = Rule::new("!has(self.sha256) || !has(self.name)")
+        .message(CEL_RECOVERY_SHA256_INLINE_ONLY),
+)]
+pub struct RecoverySnapshotSource {
+    /// The EtcdSnapshot (same namespace, of this cluster) to restore: Complete, and
+    /// `Verified=True` unless `spec.allowUnverifiedSnapshot`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub name: Option<String>,
+    /// A snapshot in S3: the bucket, the exact object key (not a prefix), the endpoint and the
+    /// credentials Secret, as in `spec.bootstrap.restore.source.s3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Location>,
+    /// A snapshot file on a PVC of this namespace: the claim and the exact path of the `.db`
+    /// file in it, as in `spec.bootstrap.restore.source.pvc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc: Option<PvcLocation>,
+    /// With `s3` or `pvc`: the sha256 the stored object must have (64 hex digits, optionally
+    /// prefixed `sha256:`, e.g. the `status.artifact.checksum` of the EtcdSnapshot that wrote
+    /// it). The restore refuses an object with another one before anything is restored.
+    /// Without it `spec.allowUnverifiedSnapshot: true` is required, and the restore checks the
+    /// checksum stored beside the object (S3 metadata or the `.sha256` file the agent writes),
+    /// if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(sha256:)?[0-9a-fA-F]{64}$"), length(max = 71))]
+    pub sha256: Option<String>,
+}
+
+impl From<LocalReference> for RecoverySnapshotSource {
+    /// An EtcdSnapshot by name.
+    fn from(r: LocalReference) -> Self {
+        Self::named(r.name)
+    }
+}
+
+impl RecoverySnapshotSource {
+    /// An EtcdSnapshot by name.
+    pub fn named(name: impl Into<String>) -> Self {
+        Self {
+            name: Some(name.into()),
+            ..Default::default()
+        }
+    }
+
+    /// The location of a snapshot given by `s3` or `pvc` (None for an EtcdSnapshot by name),
+    /// as the restore of an EtcdMember takes it.
+    pub fn location(&self) -> Option<RestoreSource> {
+        (self.s3.is_some() || self.pvc.is_some()).then(|| RestoreSource {
+            s3: self.s3.clone(),
+            pvc: self.pvc.clone(),
+        })
+    }
 }
 
 /// Which member survives.

@@ -32,6 +32,14 @@ pub(super) fn restore_source(prefix: &str, source: &RestoreSource) -> Vec<Violat
         CEL_RESTORE_ONE_OF,
         &mut out,
     );
+    out.extend(restore_location(prefix, source));
+    out
+}
+
+/// The rules of a restore location's parts (the exact S3 key, the exact PVC path), whichever
+/// are set; how many are set is the caller's rule.
+pub(super) fn restore_location(prefix: &str, source: &RestoreSource) -> Vec<Violation> {
+    let mut out = Vec::new();
     if let Some(s3) = &source.s3 {
         let field = format!("{prefix}.s3.key");
         s3_location(&format!("{prefix}.s3"), s3, &mut out);

@@ -40,6 +40,8 @@ pub struct Identity<'a> {
 pub struct InPlace {
     pub set_aside: String,
     pub bump_revision: Option<u64>,
+    /// The sha256 the stored snapshot must have ([`api::v1alpha2::RESTORE_SHA256_ANNOTATION`]).
+    pub expected_sha256: Option<String>,
 }
 
 /// The in-place restore `member` asks for, if any.
@@ -52,9 +54,15 @@ pub fn in_place_of(member: &EtcdMember) -> Option<InPlace> {
         .annotations()
         .get(api::v1alpha2::RESTORE_BUMP_REVISION_ANNOTATION)
         .and_then(|b| b.parse::<u64>().ok());
+    let expected_sha256 = member
+        .annotations()
+        .get(api::v1alpha2::RESTORE_SHA256_ANNOTATION)
+        .filter(|s| !s.is_empty())
+        .cloned();
     Some(InPlace {
         set_aside: api::v1alpha2::set_aside_dir(recovery),
         bump_revision,
+        expected_sha256,
     })
 }
 
@@ -223,6 +231,9 @@ pub fn init_containers(
         args.push(format!("--set-aside={}", in_place.set_aside));
         if let Some(bump) = in_place.bump_revision {
             args.push(format!("--bump-revision={bump}"));
+        }
+        if let Some(sha) = &in_place.expected_sha256 {
+            args.push(format!("--expected-sha256={sha}"));
         }
     }
     args.extend(source_args);

@@ -137,7 +137,7 @@ pub(super) async fn start(
                 survivor: snapshot
                     .is_none()
                     .then_some(SurvivorSource { member: None }),
-                snapshot: snapshot.clone().map(|name| LocalReference { name }),
+                snapshot: snapshot.clone().map(|name| LocalReference { name }.into()),
             },
             confirm_healthy_cluster_rollback: None,
             allow_unverified_snapshot: None,

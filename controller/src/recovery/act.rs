@@ -124,7 +124,7 @@ pub(super) async fn act(
         }
         Work::RestoreInto(member) => {
             let plan = status.plan.clone().unwrap_or_default();
-            let patch = match snapshot::mark_patch(ctx, ns, &name, &plan).await {
+            let patch = match snapshot::mark_patch(ctx, ns, recovery, &plan).await {
                 Ok(patch) => patch,
                 Err(why) => {
                     tracing::warn!(recovery = %name, namespace = %ns, %why, "cannot mark the restore");
@@ -137,10 +137,10 @@ pub(super) async fn act(
             (
                 Action::WakeDormant,
                 format!(
-                    "restoring EtcdSnapshot {} into {member} as a one-member cluster \
-                     (--bump-revision {}); its previous data is set aside on its PVC, the other \
-                     members stay stopped with theirs",
-                    plan.snapshot.unwrap_or_default(),
+                    "restoring {} into {member} as a one-member cluster (--bump-revision {}); \
+                     its previous data is set aside on its PVC, the other members stay stopped \
+                     with theirs",
+                    super::plan::restored_of(&plan),
                     plan.bump_revision.unwrap_or_default()
                 ),
             )

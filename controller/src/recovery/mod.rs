@@ -90,10 +90,13 @@ pub async fn reconcile(recovery: Arc<EtcdRecovery>, ctx: Arc<Context>) -> Result
             Ok(Requeue::await_change())
         }
         Next::RecordPlan(p) => {
-            let from = match &p.snapshot {
+            let from = match (&p.snapshot, &p.snapshot_uri) {
+                (None, None) => None,
+                _ => Some(plan::restored_of(&p)),
+            };
+            let from = match from {
                 Some(snapshot) => format!(
-                    "EtcdSnapshot {snapshot} (revision {}, restored into {} with --bump-revision \
-                     {})",
+                    "{snapshot} (revision {}, restored into {} with --bump-revision {})",
                     p.revision
                         .map_or_else(|| "unrecorded".into(), |r| r.to_string()),
                     p.member.clone().unwrap_or_default(),
@@ -282,7 +285,10 @@ async fn observe(
     let status = recovery.status.clone().unwrap_or_default();
     let source = &recovery.spec.source;
     let source = match (&source.survivor, &source.snapshot) {
-        (_, Some(snapshot)) => Source::Snapshot(snapshot.name.clone()),
+        (_, Some(snapshot)) => match snapshot::stored_facts(snapshot) {
+            Some(stored) => Source::Stored(stored),
+            None => Source::Snapshot(snapshot.name.clone().unwrap_or_default()),
+        },
         (survivor, None) => Source::Survivor {
             member: survivor.as_ref().and_then(|s| s.member.clone()),
         },
@@ -320,9 +326,19 @@ async fn observe(
     });
     if facts.plan.is_none() {
         facts.other_recovery = first_other_recovery(api, recovery, cluster).await?;
-        if let Source::Snapshot(name) = &facts.source {
-            (facts.snapshot, facts.highest_snapshot_revision) =
-                snapshot::observe(ctx, ns, name, &facts.cluster_name).await?;
+        match &mut facts.source {
+            Source::Snapshot(name) => {
+                (facts.snapshot, facts.highest_snapshot_revision) =
+                    snapshot::observe(ctx, ns, Some(name.as_str()), &facts.cluster_name).await?;
+            }
+            Source::Stored(stored) => {
+                if let Some(source) = &recovery.spec.source.snapshot {
+                    stored.missing = snapshot::missing(ctx, ns, source).await?;
+                }
+                (_, facts.highest_snapshot_revision) =
+                    snapshot::observe(ctx, ns, None, &facts.cluster_name).await?;
+            }
+            Source::Survivor { .. } => {}
         }
     }
 

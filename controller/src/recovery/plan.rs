@@ -15,7 +15,7 @@ use api::v1alpha2::{RecoveryCandidate, RecoveryPhase, RecoveryPlan, RecoveryStep
 use crate::etcd::format_id;
 
 mod snapshot;
-pub use snapshot::{bump_revision, SnapshotFacts, BUMP_MARGIN};
+pub use snapshot::{bump_revision, restored_of, SnapshotFacts, StoredFacts, BUMP_MARGIN};
 
 /// What the recovery rebuilds from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +24,8 @@ pub enum Source {
     Survivor { member: Option<String> },
     /// A stored EtcdSnapshot, restored in place.
     Snapshot(String),
+    /// A snapshot given by its S3 object or PVC file (no EtcdSnapshot), restored in place.
+    Stored(StoredFacts),
 }
 
 /// What one member's etcd says about itself (the Maintenance `Status` call answered by its own
@@ -359,6 +361,7 @@ fn plan_first(f: &Facts, cluster: &ClusterFacts) -> Next {
     }
     let member = match &f.source {
         Source::Snapshot(snapshot) => return snapshot::plan_first(f, snapshot),
+        Source::Stored(stored) => return snapshot::plan_stored(f, stored),
         Source::Survivor { member } => member.as_deref(),
     };
     if let (Some(m), false) = (has_quorum(&f.members), f.confirmed) {
@@ -456,7 +459,7 @@ pub fn next(f: &Facts) -> Next {
                 .collect();
             if with_pods.is_empty() {
                 Next::Advance(match f.source {
-                    Source::Snapshot(_) => RecoveryStep::RestoreSnapshot,
+                    Source::Snapshot(_) | Source::Stored(_) => RecoveryStep::RestoreSnapshot,
                     Source::Survivor { .. } => RecoveryStep::ForceNewCluster,
                 })
             } else {

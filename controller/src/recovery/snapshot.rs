@@ -1,16 +1,19 @@
 //! What a snapshot recovery reads and writes beyond the survivor path: the EtcdSnapshot's facts,
 //! the highest revision the cluster's snapshots recorded, the restore source of a stored
-//! snapshot, and the restore mark on the member it is restored into.
+//! snapshot (an EtcdSnapshot's, or the one the spec gives by its S3 object or PVC file), and the
+//! restore mark on the member it is restored into.
 
 use api::v1alpha2::{
-    EtcdSnapshot, PvcLocation, RecoveryPlan, RestoreSource, RestoreSpec, S3Location,
-    RESTORE_BUMP_REVISION_ANNOTATION, RESTORE_IN_PLACE_ANNOTATION,
+    EtcdRecovery, EtcdSnapshot, PvcLocation, RecoveryPlan, RecoverySnapshotSource, RestoreSource,
+    RestoreSpec, S3Location, RESTORE_BUMP_REVISION_ANNOTATION, RESTORE_IN_PLACE_ANNOTATION,
+    RESTORE_SHA256_ANNOTATION,
 };
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::plan::SnapshotFacts;
+use super::plan::{SnapshotFacts, StoredFacts};
 use crate::context::Context;
 use crate::Error;
 
@@ -75,12 +78,74 @@ pub fn restore_spec(s: &EtcdSnapshot) -> Result<RestoreSpec, String> {
     ))
 }
 
-/// The facts of EtcdSnapshot `name` (None: it does not exist) and the highest revision any
-/// EtcdSnapshot of `cluster` recorded.
+/// A snapshot given by its location, as the planner sees it (`missing` is observed apart).
+/// Pure.
+pub fn stored_facts(source: &RecoverySnapshotSource) -> Option<StoredFacts> {
+    let uri = match (&source.s3, &source.pvc) {
+        (Some(s3), _) => format!(
+            "s3://{}/{}",
+            s3.bucket,
+            s3.key.as_deref().unwrap_or_default()
+        ),
+        (None, Some(pvc)) => format!(
+            "pvc://{}/{}",
+            pvc.claim_name,
+            pvc.sub_path
+                .as_deref()
+                .unwrap_or_default()
+                .trim_start_matches('/')
+        ),
+        (None, None) => return None,
+    };
+    Some(StoredFacts {
+        uri,
+        sha256: source.sha256.clone(),
+        missing: None,
+    })
+}
+
+/// Why a snapshot given by its location cannot be read, if a Kubernetes object it needs is
+/// missing: the PVC of a `pvc` source, the credentials Secret of an `s3` one. (Whether the
+/// object itself is there is found by the restore: only a Pod reaches the store.)
+pub async fn missing(
+    ctx: &Context,
+    ns: &str,
+    source: &RecoverySnapshotSource,
+) -> Result<Option<String>, Error> {
+    if let Some(pvc) = &source.pvc {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
+        if api.get_opt(&pvc.claim_name).await?.is_none() {
+            return Ok(Some(format!(
+                "PersistentVolumeClaim {} (spec.source.snapshot.pvc.claimName) does not exist \
+                 in namespace {ns}; name the claim that holds the .db file in a new EtcdRecovery",
+                pvc.claim_name
+            )));
+        }
+    }
+    if let Some(secret) = source
+        .s3
+        .as_ref()
+        .and_then(|s| s.credentials_secret_ref.as_ref())
+    {
+        let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+        if api.get_metadata_opt(&secret.name).await?.is_none() {
+            return Ok(Some(format!(
+                "Secret {} (spec.source.snapshot.s3.credentialsSecretRef) does not exist in \
+                 namespace {ns}; create it with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, \
+                 then a new EtcdRecovery",
+                secret.name
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// The facts of EtcdSnapshot `name` (None: it does not exist, or no name is given) and the
+/// highest revision any EtcdSnapshot of `cluster` recorded.
 pub async fn observe(
     ctx: &Context,
     ns: &str,
-    name: &str,
+    name: Option<&str>,
     cluster: &str,
 ) -> Result<(Option<SnapshotFacts>, Option<i64>), Error> {
     let api: Api<EtcdSnapshot> = Api::namespaced(ctx.client.clone(), ns);
@@ -90,6 +155,9 @@ pub async fn observe(
         .filter(|s| s.spec.cluster_ref.name == cluster)
         .filter_map(revision_of)
         .max();
+    let Some(name) = name else {
+        return Ok((None, highest));
+    };
     let facts = all.iter().find(|s| s.name_any() == name).map(|s| {
         let status = s.status.clone().unwrap_or_default();
         SnapshotFacts {
@@ -106,13 +174,30 @@ pub async fn observe(
     Ok((facts, highest))
 }
 
-/// The patch that marks `recovery`'s restore on its member and wakes it.
+/// The patch that marks `recovery`'s restore on its member and wakes it: the restore source
+/// is the one the spec gives by its location, else the planned EtcdSnapshot's artifact.
 pub async fn mark_patch(
     ctx: &Context,
     ns: &str,
-    recovery: &str,
+    recovery: &EtcdRecovery,
     plan: &RecoveryPlan,
 ) -> Result<serde_json::Value, String> {
+    let bump = plan
+        .bump_revision
+        .unwrap_or(super::plan::BUMP_MARGIN)
+        .to_string();
+    let name = recovery.name_any();
+    if let Some(source) = recovery.spec.source.snapshot.as_ref() {
+        if let Some(location) = source.location() {
+            return Ok(stored_mark(
+                &name,
+                &bump,
+                location,
+                source.sha256.as_deref(),
+            ));
+        }
+    }
+    let recovery = name.as_str();
     let name = plan
         .snapshot
         .clone()
@@ -133,10 +218,30 @@ pub async fn mark_patch(
     Ok(json!({
         "metadata": {"annotations": {
             RESTORE_IN_PLACE_ANNOTATION: recovery,
-            RESTORE_BUMP_REVISION_ANNOTATION: plan.bump_revision.unwrap_or(super::plan::BUMP_MARGIN).to_string(),
+            RESTORE_BUMP_REVISION_ANNOTATION: bump,
         }},
         "spec": {"dormant": false, "restore": restore},
     }))
+}
+
+/// The mark of a restore from a snapshot given by its location, with the sha256 the restore
+/// checks it against (when the user gave one). Pure.
+pub fn stored_mark(
+    recovery: &str,
+    bump: &str,
+    location: RestoreSource,
+    sha256: Option<&str>,
+) -> serde_json::Value {
+    json!({
+        "metadata": {"annotations": {
+            RESTORE_IN_PLACE_ANNOTATION: recovery,
+            RESTORE_BUMP_REVISION_ANNOTATION: bump,
+            RESTORE_SHA256_ANNOTATION: sha256,
+        }},
+        // Both kinds named, the other as null: a merge patch over the mark of an earlier
+        // recovery of the other kind must not leave both.
+        "spec": {"dormant": false, "restore": {"source": {"s3": location.s3, "pvc": location.pvc}}},
+    })
 }
 
 /// The patch that removes the mark (the restored member runs).
@@ -145,6 +250,7 @@ pub fn unmark_patch() -> serde_json::Value {
         "metadata": {"annotations": {
             RESTORE_IN_PLACE_ANNOTATION: null,
             RESTORE_BUMP_REVISION_ANNOTATION: null,
+            RESTORE_SHA256_ANNOTATION: null,
         }},
         "spec": {"restore": null},
     })
@@ -196,6 +302,58 @@ mod tests {
         assert_eq!(got.key.as_deref(), Some("prefix/nightly.db"));
         assert_eq!(got.endpoint.as_deref(), Some("http://minio:9000"));
         assert_eq!(got.force_path_style, Some(true));
+    }
+
+    #[test]
+    fn a_snapshot_given_by_its_location_is_marked_with_it_and_its_checksum() {
+        let source = RecoverySnapshotSource {
+            s3: Some(S3Location {
+                endpoint: Some("http://minio:9000".into()),
+                bucket: "b".into(),
+                key: Some("other/nightly.db".into()),
+                credentials_secret_ref: Some(api::v1alpha2::SecretReference::new("creds")),
+                ..Default::default()
+            }),
+            sha256: Some("sha256:ab".into()),
+            ..Default::default()
+        };
+        let facts = stored_facts(&source).unwrap();
+        assert_eq!(facts.uri, "s3://b/other/nightly.db");
+        assert_eq!(facts.sha256.as_deref(), Some("sha256:ab"));
+        let patch = stored_mark(
+            "rec",
+            "1000",
+            source.location().unwrap(),
+            source.sha256.as_deref(),
+        );
+        let annotations = &patch["metadata"]["annotations"];
+        assert_eq!(annotations[RESTORE_IN_PLACE_ANNOTATION], "rec");
+        assert_eq!(annotations[RESTORE_BUMP_REVISION_ANNOTATION], "1000");
+        assert_eq!(annotations[RESTORE_SHA256_ANNOTATION], "sha256:ab");
+        let s3 = &patch["spec"]["restore"]["source"]["s3"];
+        assert_eq!(s3["key"], "other/nightly.db");
+        assert_eq!(s3["credentialsSecretRef"]["name"], "creds");
+        assert_eq!(patch["spec"]["dormant"], false);
+        assert!(patch["spec"]["restore"]["source"]["pvc"].is_null());
+        assert!(patch["spec"]["restore"]["source"]
+            .as_object()
+            .unwrap()
+            .contains_key("pvc"));
+        // Without a checksum the annotation is removed (null), not left from an earlier mark.
+        let patch = stored_mark("rec", "1", source.location().unwrap(), None);
+        assert!(patch["metadata"]["annotations"][RESTORE_SHA256_ANNOTATION].is_null());
+        let pvc = RecoverySnapshotSource {
+            pvc: Some(PvcLocation {
+                claim_name: "backups".into(),
+                sub_path: Some("/etcd/nightly.db".into()),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            stored_facts(&pvc).unwrap().uri,
+            "pvc://backups/etcd/nightly.db"
+        );
+        assert_eq!(stored_facts(&RecoverySnapshotSource::named("x")), None);
     }
 
     #[test]

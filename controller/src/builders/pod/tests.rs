@@ -341,6 +341,37 @@ fn a_member_marked_for_an_in_place_restore_restores_alone_and_sets_its_old_data_
 }
 
 #[test]
+fn an_in_place_restore_checks_the_stored_object_against_the_sha256_it_is_given() {
+    let mut m = restoring(s3_source());
+    let ann = m.metadata.annotations.get_or_insert_with(Default::default);
+    ann.insert(
+        api::v1alpha2::RESTORE_IN_PLACE_ANNOTATION.into(),
+        "rec".into(),
+    );
+    let sha = format!("sha256:{}", "ab".repeat(32));
+    let args = |m: &EtcdMember| {
+        let pod = member_pod(m, &params()).unwrap();
+        pod.spec.unwrap().init_containers.unwrap()[1]
+            .args
+            .clone()
+            .unwrap()
+    };
+    // Without the annotation the agent checks the checksum stored beside the object.
+    assert!(
+        !args(&m).iter().any(|a| a.starts_with("--expected-sha256")),
+        "{:?}",
+        args(&m)
+    );
+    m.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(api::v1alpha2::RESTORE_SHA256_ANNOTATION.into(), sha.clone());
+    let want = format!("--expected-sha256={sha}");
+    assert!(args(&m).contains(&want), "missing {want} in {:?}", args(&m));
+}
+
+#[test]
 fn pending_member_has_no_pod() {
     let mut m = member("c-x", "c", "n");
     m.spec.initial_cluster.clear();

@@ -1,5 +1,7 @@
 //! The snapshot branch of the recovery planner: rebuild a cluster in place from one of its
-//! Complete (and, unless the user says otherwise, Verified) EtcdSnapshots. Pure.
+//! Complete (and, unless the user says otherwise, Verified) EtcdSnapshots, or from a snapshot
+//! given by its S3 object or PVC file (checked against the sha256 the user gave, or restored
+//! unchecked on the user's word). Pure.
 //!
 //! The steps: hold the cluster, stop every member (Pods go, PVCs stay), restore the snapshot into
 //! one member — its previous data set aside on its own PVC, never deleted — which starts as a new
@@ -39,6 +41,19 @@ pub struct SnapshotFacts {
     pub uri: Option<String>,
     /// Why the stored location cannot be turned into a restore source, if it cannot.
     pub unrestorable: Option<String>,
+}
+
+/// What the recovery knows of a snapshot given by its location (`spec.source.snapshot.s3` or
+/// `.pvc`): there is no EtcdSnapshot, so no Verified condition and no recorded revision.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoredFacts {
+    /// `s3://<bucket>/<key>` or `pvc://<claim>/<path>`.
+    pub uri: String,
+    /// `spec.source.snapshot.sha256`: what the restore checks the object against.
+    pub sha256: Option<String>,
+    /// Why the location cannot be read (its PVC or credentials Secret does not exist), found
+    /// before anything is changed.
+    pub missing: Option<String>,
 }
 
 /// `--bump-revision`: far enough that the first revision of the restored cluster is above the
@@ -143,12 +158,72 @@ fn usable(f: &Facts, s: Option<&SnapshotFacts>, name: &str) -> Result<(), Next> 
     }
 }
 
-/// Before the plan: whether and into which member the snapshot may be restored.
+/// Before the plan: whether and into which member the EtcdSnapshot may be restored.
 pub(super) fn plan_first(f: &Facts, name: &str) -> Next {
     if let Err(next) = usable(f, f.snapshot.as_ref(), name) {
         return next;
     }
     let snapshot = f.snapshot.clone().unwrap_or_default();
+    plan_restore(
+        f,
+        Restored {
+            what: format!("EtcdSnapshot {name}"),
+            name: Some(name.to_string()),
+            uri: snapshot.uri,
+            revision: snapshot.revision,
+        },
+    )
+}
+
+/// Before the plan: whether and into which member a snapshot given by its location may be
+/// restored. It has no Verified condition and no recorded revision: the user's checksum (or
+/// word) stands for the first, and the revision counts as 0 in the bump (see
+/// [`bump_revision`]), which lifts the restored revisions above every one known all the same.
+pub(super) fn plan_stored(f: &Facts, stored: &StoredFacts) -> Next {
+    let uri = &stored.uri;
+    if let Some(why) = &stored.missing {
+        return fail(
+            reason::SNAPSHOT_NOT_USABLE,
+            format!("the snapshot at {uri} cannot be read: {why}; nothing was changed"),
+        );
+    }
+    // The API requires one of the two; a snapshot nobody can check is never restored over a
+    // cluster without the user's word.
+    if stored.sha256.is_none() && !f.allow_unverified {
+        return fail(
+            reason::SNAPSHOT_NOT_USABLE,
+            format!(
+                "the snapshot at {uri} has no Verified condition and spec.source.snapshot.sha256 \
+                 is unset; nothing was changed. Create a new EtcdRecovery with the object's \
+                 sha256, or with spec.allowUnverifiedSnapshot: true to restore it unchecked"
+            ),
+        );
+    }
+    plan_restore(
+        f,
+        Restored {
+            what: format!("the snapshot at {uri}"),
+            name: None,
+            uri: Some(uri.clone()),
+            revision: None,
+        },
+    )
+}
+
+/// The snapshot a plan restores.
+struct Restored {
+    /// How messages name it.
+    what: String,
+    /// The EtcdSnapshot's name (None: given by its location).
+    name: Option<String>,
+    uri: Option<String>,
+    /// The revision it holds, if recorded.
+    revision: Option<i64>,
+}
+
+/// The plan of restoring `snapshot` in place, once it is found usable.
+fn plan_restore(f: &Facts, snapshot: Restored) -> Next {
+    let name = &snapshot.what;
     // A healthy cluster is rolled back only when the user confirmed it: every write after the
     // snapshot is lost.
     if let (Some(m), false) = (has_quorum(&f.members), f.confirmed) {
@@ -156,8 +231,8 @@ pub(super) fn plan_first(f: &Facts, name: &str) -> Next {
             reason::HEALTHY_CLUSTER_NOT_CONFIRMED,
             format!(
                 "the cluster has a working quorum (member {} follows leader {}): restoring \
-                 EtcdSnapshot {name} would discard every write made after it. Nothing was \
-                 changed. If that is what you want, create a new EtcdRecovery with \
+                 {name} would discard every write made after it. Nothing was changed. If that \
+                 is what you want, create a new EtcdRecovery with \
                  spec.confirmHealthyClusterRollback: true",
                 m.name,
                 format_id(m.etcd.as_ref().map(|e| e.leader).unwrap_or_default())
@@ -169,7 +244,7 @@ pub(super) fn plan_first(f: &Facts, name: &str) -> Next {
             reason::RECOVERY_NOT_POSSIBLE,
             format!(
                 "cluster {} has no EtcdMember to restore the snapshot into; nothing was changed. \
-                 Restore EtcdSnapshot {name} into a new EtcdCluster (spec.bootstrap.restore)",
+                 Restore {name} into a new EtcdCluster (spec.bootstrap.restore)",
                 f.cluster_name
             ),
         );
@@ -200,11 +275,11 @@ pub(super) fn plan_first(f: &Facts, name: &str) -> Next {
         })
         .collect();
     let at = snapshot.revision.map_or_else(
-        || "an unrecorded revision".to_string(),
+        || "a revision recorded nowhere: the bump counts it as 0".to_string(),
         |r| format!("revision {r}"),
     );
     let lost = format!(
-        "the cluster is rolled back to EtcdSnapshot {name} ({at}): every write after it is lost{}. \
+        "the cluster is rolled back to {name} ({at}): every write after it is lost{}. \
          The snapshot is restored into {} as a new one-member cluster with revisions bumped by \
          {bump} (the skipped range is compacted: a watch from an older revision is told to \
          resync); {}'s previous data is kept on its PVC in {}. The other members{} are deleted \
@@ -226,8 +301,8 @@ pub(super) fn plan_first(f: &Facts, name: &str) -> Next {
     );
     Next::RecordPlan(Box::new(RecoveryPlan {
         member: Some(target.name.clone()),
-        snapshot: Some(name.to_string()),
-        snapshot_uri: snapshot.uri.clone(),
+        snapshot: snapshot.name,
+        snapshot_uri: snapshot.uri,
         highest_known_revision: highest,
         bump_revision: Some(bump),
         revision: snapshot.revision,
@@ -236,6 +311,15 @@ pub(super) fn plan_first(f: &Facts, name: &str) -> Next {
         lost: Some(lost),
         ..Default::default()
     }))
+}
+
+/// How messages name the snapshot a plan restores: its EtcdSnapshot, else its location.
+pub fn restored_of(plan: &RecoveryPlan) -> String {
+    match (&plan.snapshot, &plan.snapshot_uri) {
+        (Some(name), _) => format!("EtcdSnapshot {name}"),
+        (None, Some(uri)) => format!("the snapshot at {uri}"),
+        (None, None) => "the snapshot".to_string(),
+    }
 }
 
 /// `RestoreSnapshot`: wake the target with the restore, wait until it runs alone, make the
@@ -272,12 +356,8 @@ pub(super) fn restore_step(f: &Facts, cluster: &ClusterFacts, target: &MemberFac
             None => wait(
                 reason::RECOVERING,
                 format!(
-                    "waiting for {name} to restore EtcdSnapshot {} and run as a one-member \
-                     cluster{}",
-                    f.plan
-                        .as_ref()
-                        .and_then(|p| p.snapshot.clone())
-                        .unwrap_or_default(),
+                    "waiting for {name} to restore {} and run as a one-member cluster{}",
+                    f.plan.as_ref().map(restored_of).unwrap_or_default(),
                     target
                         .note
                         .as_deref()

@@ -236,3 +236,111 @@ fn the_restore_mark_goes_before_the_cluster_is_released() {
     f.members[0].restore_marked = false;
     assert_eq!(next(&f), Next::Act(Work::ReleaseCluster));
 }
+
+const STORED_URI: &str = "s3://backups/other/nightly.db";
+
+/// All three members lost, restoring a snapshot given by its S3 object.
+fn lost_all_stored(sha256: Option<&str>) -> Facts {
+    let mut f = facts(vec![lost("a"), lost("b"), lost("c")]);
+    f.source = Source::Stored(StoredFacts {
+        uri: STORED_URI.into(),
+        sha256: sha256.map(str::to_string),
+        missing: None,
+    });
+    f
+}
+
+#[test]
+fn a_stored_snapshot_bumps_past_the_highest_known_revision_counting_its_own_as_zero() {
+    let mut f = lost_all_stored(Some("sha256:00"));
+    f.highest_snapshot_revision = Some(5_000);
+    let plan = planned(next(&f));
+    assert_eq!(plan.snapshot, None, "no EtcdSnapshot is named");
+    assert_eq!(plan.snapshot_uri.as_deref(), Some(STORED_URI));
+    assert_eq!(
+        plan.revision, None,
+        "its revision is known only once it is read"
+    );
+    assert_eq!(plan.highest_known_revision, Some(5_000));
+    assert_eq!(plan.bump_revision, Some(5_000 + BUMP_MARGIN));
+    assert_eq!(plan.member.as_deref(), Some("a"));
+    assert_eq!(plan.discarded_members, ["b", "c"]);
+    let lost = plan.lost.unwrap();
+    assert!(lost.contains(STORED_URI), "{lost}");
+    assert!(lost.contains("counts it as 0"), "{lost}");
+    // A member that answered counts too; nothing known at all leaves the margin alone.
+    let mut f = lost_all_stored(Some("sha256:00"));
+    f.members[1] = running("b", etcd(2, 2, 700, 0, 3));
+    assert_eq!(planned(next(&f)).bump_revision, Some(1_400 + BUMP_MARGIN));
+    let f = lost_all_stored(Some("sha256:00"));
+    let plan = planned(next(&f));
+    assert_eq!(plan.highest_known_revision, None);
+    assert_eq!(plan.bump_revision, Some(BUMP_MARGIN));
+}
+
+#[test]
+fn a_stored_snapshot_without_a_checksum_needs_the_users_word() {
+    let mut f = lost_all_stored(None);
+    let (reason, message) = failed(next(&f));
+    assert_eq!(reason, reason::SNAPSHOT_NOT_USABLE);
+    assert!(message.contains("nothing was changed"), "{message}");
+    assert!(message.contains("allowUnverifiedSnapshot"), "{message}");
+    assert!(message.contains("sha256"), "{message}");
+    f.allow_unverified = true;
+    assert!(matches!(next(&f), Next::RecordPlan(_)));
+}
+
+#[test]
+fn a_stored_snapshot_that_cannot_be_read_fails_before_changing_anything() {
+    let mut f = lost_all_stored(Some("sha256:00"));
+    if let Source::Stored(s) = &mut f.source {
+        s.missing = Some(
+            "Secret s3-creds (spec.source.snapshot.s3.credentialsSecretRef) does not exist".into(),
+        );
+    }
+    let (reason, message) = failed(next(&f));
+    assert_eq!(reason, reason::SNAPSHOT_NOT_USABLE);
+    assert!(message.contains("s3-creds"), "{message}");
+    assert!(message.contains(STORED_URI), "{message}");
+    assert!(message.contains("nothing was changed"), "{message}");
+}
+
+#[test]
+fn a_healthy_cluster_is_rolled_back_to_a_stored_snapshot_only_when_confirmed() {
+    let mut f = lost_all_stored(Some("sha256:00"));
+    f.members = vec![
+        running("a", etcd(1, 2, 500, 1, 3)),
+        running("b", etcd(2, 2, 500, 1, 3)),
+        lost("c"),
+    ];
+    let (reason, message) = failed(next(&f));
+    assert_eq!(reason, reason::HEALTHY_CLUSTER_NOT_CONFIRMED);
+    assert!(message.contains(STORED_URI), "{message}");
+    f.confirmed = true;
+    assert!(matches!(next(&f), Next::RecordPlan(_)));
+}
+
+#[test]
+fn a_stored_snapshot_is_restored_through_the_same_steps() {
+    let stored = |step, members| {
+        let mut f = at(step, members);
+        f.source = lost_all_stored(Some("sha256:00")).source;
+        f.plan.as_mut().unwrap().snapshot_uri = Some(STORED_URI.into());
+        f
+    };
+    let f = stored(RecoveryStep::StopMembers, vec![dormant("a"), dormant("b")]);
+    assert_eq!(next(&f), Next::Advance(RecoveryStep::RestoreSnapshot));
+    let f = stored(
+        RecoveryStep::RestoreSnapshot,
+        vec![dormant("a"), dormant("b")],
+    );
+    assert_eq!(next(&f), Next::Act(Work::RestoreInto("a".into())));
+    let f = stored(
+        RecoveryStep::RestoreSnapshot,
+        vec![restored("a", 0, false), dormant("b")],
+    );
+    match next(&f) {
+        Next::Wait { message, .. } => assert!(message.contains(STORED_URI), "{message}"),
+        other => panic!("{other:?}"),
+    }
+}
