@@ -525,7 +525,7 @@ async fn a_cluster_annotated_for_auto_recovery_from_a_snapshot_is_restored_witho
     let source = &done.spec.source;
     assert!(source.survivor.is_none(), "{source:?}");
     assert_eq!(
-        source.snapshot.as_ref().map(|r| r.name.as_str()),
+        source.snapshot.as_ref().and_then(|r| r.name.as_deref()),
         Some("ra-newest"),
         "{source:?}"
     );
