@@ -21,8 +21,17 @@ use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext,
 
 /// Object metadata key of the snapshot's UID (`x-amz-meta-snapshot-uid`).
 pub const META_UID: &str = "snapshot-uid";
-/// Object metadata key of the snapshot's sha256 (hex).
+/// Object metadata key of the snapshot's sha256 (hex), as agents before the checksum object
+/// recorded it (a same-key copy of the object); still read, never written.
 pub const META_SHA256: &str = "sha256";
+/// Metadata key, on a snapshot's checksum object, of the ETag of the snapshot object whose
+/// sha256 it records: a checksum object binds to exactly one stored upload.
+pub const META_OBJECT_ETAG: &str = "object-etag";
+/// The checksum object stored next to every snapshot object: `<key>.sha256`, in `sha256sum`
+/// format, like the `<file>.sha256` sidecar of a PVC snapshot.
+pub const CHECKSUM_SUFFIX: &str = ".sha256";
+/// A checksum object is one line; anything longer at its key is not one (and is not read).
+const MAX_CHECKSUM_OBJECT: i64 = 4096;
 
 /// Where an S3 object lives and how to reach it (`--s3-*`); credentials come from the
 /// environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`).
@@ -114,6 +123,14 @@ impl Location {
     pub fn uri(&self) -> String {
         format!("s3://{}/{}", self.bucket, self.key)
     }
+
+    /// Where the snapshot object's checksum object lives: `<key>.sha256` in the same bucket.
+    pub fn checksum(&self) -> Location {
+        Location {
+            bucket: self.bucket.clone(),
+            key: format!("{}{CHECKSUM_SUFFIX}", self.key),
+        }
+    }
 }
 
 /// The key a snapshot named `name` is stored at: `<name>.db` when `prefix` is empty,
@@ -204,23 +221,26 @@ impl S3 {
         })
     }
 
-    /// Delete the object (retention); a missing object is not an error.
+    /// Delete the object (retention) and then its checksum object; a missing one is not an
+    /// error.
     pub async fn delete(&self, at: &Location) -> Result<(), Failure> {
-        self.client
-            .delete_object()
-            .bucket(&at.bucket)
-            .key(&at.key)
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| {
-                Failure::transient(format!(
-                    "deleting {} at {}: {}",
-                    at.uri(),
-                    self.endpoint,
-                    e.message().unwrap_or("request failed")
-                ))
-            })
+        for target in [at.clone(), at.checksum()] {
+            self.client
+                .delete_object()
+                .bucket(&target.bucket)
+                .key(&target.key)
+                .send()
+                .await
+                .map_err(|e| {
+                    Failure::transient(format!(
+                        "deleting {} at {}: {}",
+                        target.uri(),
+                        self.endpoint,
+                        e.message().unwrap_or("request failed")
+                    ))
+                })?;
+        }
+        Ok(())
     }
 
     /// Abort every multipart upload in progress at exactly `at.key`: what a snapshot's agent
@@ -394,7 +414,51 @@ impl S3 {
                     at.uri()
                 ))
             })?;
-        Ok((size_of(&obj, at)?, sha256_of(&obj)))
+        Ok((size_of(&obj, at)?, self.recorded_sha256(at, &obj).await))
+    }
+
+    /// The sha256 recorded for the object `obj` (its HeadObject) at `at`: the checksum object
+    /// `<key>.sha256` when it is bound to this very object (its `object-etag` metadata is the
+    /// object's ETag), else the `sha256` metadata older agents stamped onto the object itself.
+    /// `None` when neither exists or the checksum object describes another upload (the object
+    /// was replaced or edited since): nothing is guessed.
+    pub async fn recorded_sha256(&self, at: &Location, obj: &HeadObjectOutput) -> Option<String> {
+        if let Some(sha) = sha256_of(obj) {
+            return Some(sha);
+        }
+        let etag = obj.e_tag()?;
+        let sidecar = at.checksum();
+        let got = match self
+            .client
+            .get_object()
+            .bucket(&sidecar.bucket)
+            .key(&sidecar.key)
+            .send()
+            .await
+        {
+            Ok(got) => got,
+            Err(e) => {
+                if status_of(&e) != Some(404) {
+                    tracing::info!(uri = %sidecar.uri(), error = %error_text(&e), "the checksum object cannot be read; no sha256 recorded");
+                }
+                return None;
+            }
+        };
+        if got.content_length().is_none_or(|n| n > MAX_CHECKSUM_OBJECT) {
+            tracing::info!(uri = %sidecar.uri(), "the checksum object is not one line; ignored");
+            return None;
+        }
+        let bound = got
+            .metadata()
+            .and_then(|m| m.get(META_OBJECT_ETAG))
+            .cloned();
+        let body = got.body.collect().await.ok()?.into_bytes();
+        let sha = parse_checksum(&body)?;
+        if bound.as_deref().map(unquote) != Some(unquote(etag)) {
+            tracing::info!(uri = %sidecar.uri(), "the checksum object describes another upload of the key; ignored");
+            return None;
+        }
+        Some(sha)
     }
 
     /// HeadObject of `at`; `Ok(None)` when there is no object there (404).
@@ -499,6 +563,19 @@ pub(crate) fn sha256_of(obj: &HeadObjectOutput) -> Option<String> {
         .map(|s| s.to_ascii_lowercase())
 }
 
+/// The sha256 a checksum object (`sha256sum` format: `<hex>  <name>`) holds, lower-case.
+pub(crate) fn parse_checksum(body: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    let hex = text.split_whitespace().next()?;
+    (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| hex.to_ascii_lowercase())
+}
+
+/// An ETag without the quotes some stores put around it.
+pub(crate) fn unquote(etag: &str) -> &str {
+    etag.trim_matches('"')
+}
+
 pub(crate) fn size_of(obj: &HeadObjectOutput, at: &Location) -> Result<u64, Failure> {
     obj.content_length()
         .and_then(|n| u64::try_from(n).ok())
@@ -508,6 +585,28 @@ pub(crate) fn size_of(obj: &HeadObjectOutput, at: &Location) -> Result<u64, Fail
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_checksum_object_is_read_only_when_it_holds_one_sha256() {
+        let sha = "AB".repeat(32);
+        assert_eq!(
+            parse_checksum(format!("{sha}  s1.db\n").as_bytes()),
+            Some(sha.to_ascii_lowercase())
+        );
+        assert_eq!(parse_checksum(b""), None);
+        assert_eq!(parse_checksum(b"abc  s1.db"), None);
+        assert_eq!(
+            parse_checksum(format!("{}  s1.db", "g".repeat(64)).as_bytes()),
+            None
+        );
+        assert_eq!(parse_checksum(&[0xff, 0xfe]), None);
+        assert_eq!(unquote("\"abc-3\""), "abc-3");
+        let at = Location {
+            bucket: "b".into(),
+            key: "backups/s1.db".into(),
+        };
+        assert_eq!(at.checksum().uri(), "s3://b/backups/s1.db.sha256");
+    }
 
     #[test]
     fn key_layout_follows_the_prefix() {

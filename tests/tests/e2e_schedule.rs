@@ -312,9 +312,13 @@ async fn s3_retention_deletes_pruned_objects_and_failed_runs_never_prune_the_goo
         "{first_uri} never uploaded: {uploaded:?}"
     );
     let objects: Vec<String> = minio.objects().await.into_iter().map(|(k, _)| k).collect();
+    // Each object with its checksum object; the pruned snapshot's went with it.
     assert_eq!(
         objects,
-        [format!("sched/{kept}.db")],
+        [
+            format!("sched/{kept}.db"),
+            format!("sched/{kept}.db.sha256")
+        ],
         "the bucket holds {objects:?}"
     );
     let pruned = tests::rollout::event_messages(env, &ns, "to-s3", "SnapshotPruned").await;
@@ -397,8 +401,11 @@ async fn s3_retention_deletes_pruned_objects_and_failed_runs_never_prune_the_goo
     let objects: Vec<String> = minio.objects().await.into_iter().map(|(k, _)| k).collect();
     assert_eq!(
         objects,
-        [format!("sched/{}.db", complete[0])],
-        "the good snapshot's object must be the one left in the bucket"
+        [
+            format!("sched/{}.db", complete[0]),
+            format!("sched/{}.db.sha256", complete[0])
+        ],
+        "the good snapshot's object (and its checksum object) must be the one left in the bucket"
     );
     schedules
         .patch(

@@ -528,10 +528,11 @@ async fn s3_snapshot_over_tls_is_the_stored_object_and_restores_with_a_new_clust
         "{meta:?}"
     );
     assert_eq!(
-        meta.get("sha256").map(String::as_str),
-        Some(sha256_hex(&body).as_str()),
-        "{meta:?}"
+        minio.recorded_sha256("backups/snap-1.db").await,
+        Some(sha256_hex(&body)),
+        "the checksum object backups/snap-1.db.sha256 records the object's sha256"
     );
+    assert_eq!(meta.get("sha256"), None, "no CopyObject stamp: {meta:?}");
     assert_eq!(
         minio.uploads("backups/snap-1.db").await,
         Vec::<String>::new()
@@ -546,7 +547,8 @@ async fn s3_snapshot_over_tls_is_the_stored_object_and_restores_with_a_new_clust
         .unwrap_or_default()
         .to_string();
 
-    // Restore with etcdutl 3.6: every key, a new cluster ID; the sha256 comes from the metadata.
+    // Restore with etcdutl 3.6: every key, a new cluster ID; the sha256 comes from the checksum
+    // object.
     let source = s3_source(&minio, "backups/snap-1.db");
     assert!(minio.ca_file.is_some(), "the TLS MinIO has a CA file");
     let (restore, got, id) = restore_and_read(
@@ -871,7 +873,11 @@ async fn s3_refusals_fail_closed_with_the_cause_and_the_fix() {
     );
 
     let keys: Vec<String> = minio.objects().await.into_iter().map(|(k, _)| k).collect();
-    assert_eq!(keys, ["taken.db"]);
+    assert_eq!(keys, ["taken.db", "taken.db.sha256"]);
+    assert!(
+        minio.recorded_sha256("taken.db").await.is_some(),
+        "the refused attempt left the first snapshot's checksum object bound to it"
+    );
     for key in ["taken.db", "new-one.db"] {
         assert_eq!(minio.uploads(key).await, Vec::<String>::new(), "{key}");
     }
@@ -963,7 +969,11 @@ async fn s3_multipart_snapshot_is_byte_identical_and_restores() {
         run.artifact("checksum").as_str(),
         Some(format!("sha256:{}", sha256_hex(&body)).as_str())
     );
-    assert_eq!(meta.get("sha256"), Some(&sha256_hex(&body)), "{meta:?}");
+    assert_eq!(
+        minio.recorded_sha256("multi.db").await,
+        Some(sha256_hex(&body)),
+        "{meta:?}"
+    );
     // etcd ends its snapshot stream with the sha256 of everything before it: the object is
     // exactly what etcd sent.
     let (db, trailer) = body.split_at(body.len() - 32);
@@ -1113,9 +1123,12 @@ async fn two_pods_of_one_job_report_the_checksum_of_the_object_stored() {
         second.output
     );
     assert_eq!(
-        meta.get("sha256").map(|h| format!("sha256:{h}")),
+        minio
+            .recorded_sha256("twice.db")
+            .await
+            .map(|h| format!("sha256:{h}")),
         Some(checksum.clone()),
-        "the object's sha256 metadata is not its content's: {meta:?}"
+        "the recorded sha256 is not the stored object's content's"
     );
     assert_eq!(
         meta.get("snapshot-uid").map(String::as_str),
@@ -1224,6 +1237,8 @@ async fn a_failed_snapshots_own_object_is_deleted_and_no_other() {
         key: key.into(),
     };
     put_object(&minio, "mine.db", Some("uid-mine")).await;
+    // Its checksum object goes with it.
+    put_object(&minio, "mine.db.sha256", Some("uid-mine")).await;
     put_object(&minio, "theirs.db", Some("uid-theirs")).await;
     put_object(&minio, "foreign.db", None).await;
     // (key, whether uid-mine's prune deletes it)

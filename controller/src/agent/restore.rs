@@ -45,7 +45,8 @@ pub struct RestoreArgs {
     /// PVC source: path of the `.db` file.
     #[arg(long)]
     pub pvc_file: Option<PathBuf>,
-    /// The sha256 (hex) the snapshot must have; else the one its metadata or sidecar records.
+    /// The sha256 (hex) the snapshot must have; else the one its checksum object (S3) or sidecar
+    /// (PVC) records.
     #[arg(long)]
     pub expected_sha256: Option<String>,
     #[arg(long, default_value = "/dev/termination-log")]

@@ -5,19 +5,17 @@
 use std::path::Path;
 use std::time::Duration;
 
-use aws_sdk_s3::types::{CompletedMultipartUpload, MetadataDirective};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::CompletedMultipartUpload;
 use futures::Stream;
 use tokio::io::AsyncWriteExt;
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::parts::{self, InFlight};
 use crate::objectstore::{
-    error_text, hex, owner_of, sha256_of, size_of, status_of, Failure, Location, Uploaded,
-    META_SHA256, META_UID, S3,
+    error_text, hex, owner_of, size_of, status_of, Failure, Location, Uploaded, META_OBJECT_ETAG,
+    META_UID, S3,
 };
-
-/// CopyObject's limit: larger objects keep the UID but not the sha256 in their metadata.
-const MAX_COPY_SIZE: u64 = 5 * 1024 * 1024 * 1024;
 /// How long a failed upload keeps trying to abort its multipart upload (the server may be
 /// restarting); after that the upload is left for the bucket's lifecycle rule.
 const ABORT_DEADLINE: Duration = Duration::from_secs(120);
@@ -32,16 +30,16 @@ impl S3 {
     /// Two Pods of one Job can upload at once (a Job retry while the first Pod still runs, a
     /// Pod on a lost Node): whichever completes first wins the key, since the completion is
     /// conditional (`If-None-Match: *`) and the later one gets 412 and aborts its parts. The
-    /// sha256 metadata is stamped only onto the object this upload completed (a copy
-    /// conditional on its ETag), and the object is read back (HeadObject) before anything is
-    /// reported, so the reported size and sha256 always describe the stored object.
+    /// sha256 goes into the checksum object `<key>.sha256`, bound to the ETag of the object this
+    /// upload completed, and the object is read back (HeadObject) before anything is reported,
+    /// so the reported size and sha256 always describe the stored object.
     pub async fn save<S>(&self, at: &Location, uid: &str, chunks: S) -> Result<Uploaded, Failure>
     where
         S: Stream<Item = Result<Vec<u8>, Failure>> + Unpin,
     {
         let stored = match self.upload(at, uid, chunks).await? {
             Completion::Stored { done, etag } => {
-                self.stamp_sha256(at, uid, &done, etag.as_deref()).await;
+                self.record_sha256(at, uid, &done, etag.as_deref()).await;
                 self.verify_stored(at, uid, done, etag.as_deref()).await?
             }
             Completion::KeyTaken => {
@@ -97,9 +95,8 @@ impl S3 {
     }
 
     /// The object another attempt of this snapshot stored at `at`: its size and sha256 — from
-    /// its sha256 metadata (stamped only onto the object the stamping agent had hashed), else
-    /// by reading it back and hashing it (the other agent had not stamped it yet, or it is
-    /// larger than CopyObject allows).
+    /// its checksum object (bound to that object's ETag by the agent that had hashed it), else
+    /// by reading it back and hashing it (the other agent had not recorded it yet).
     async fn stored_snapshot(&self, at: &Location, uid: &str) -> Result<Uploaded, Failure> {
         for _ in 0..3 {
             let head = self.head_stored(at, uid).await?;
@@ -115,9 +112,9 @@ impl S3 {
                     at.uri()
                 )));
             };
-            // Bound to this ETag: if the other agent stamps meanwhile, look again.
+            // Bound to this ETag: if the object changes meanwhile, look again.
             if let Some(done) = self.hash_object(at, &etag).await? {
-                self.stamp_sha256(at, uid, &done, Some(&etag)).await;
+                self.record_sha256(at, uid, &done, Some(&etag)).await;
                 return Ok(done);
             }
         }
@@ -153,7 +150,7 @@ impl S3 {
         }
         Ok(StoredObject {
             size: size_of(&obj, at)?,
-            sha256: sha256_of(&obj),
+            sha256: self.recorded_sha256(at, &obj).await,
             etag: obj.e_tag().map(str::to_string),
         })
     }
@@ -353,39 +350,41 @@ impl S3 {
         }
     }
 
-    /// Record the sha256 in the object's metadata (a same-key copy replacing the metadata; the
-    /// UID stays), only onto the object whose ETag is `etag` (the one `done` describes): a copy
-    /// of another upload's content must never carry this sha256. Best effort: the checksum is
-    /// also in the termination log and the status.
-    async fn stamp_sha256(&self, at: &Location, uid: &str, done: &Uploaded, etag: Option<&str>) {
+    /// Record the sha256 in the checksum object `<key>.sha256` (`sha256sum` format), bound to
+    /// the object whose ETag is `etag` (the one `done` describes) by its `object-etag` metadata:
+    /// readers ignore it for any other content of the key, so another upload's object never
+    /// gets this sha256. A small PutObject, where stamping the object's own metadata would need
+    /// a CopyObject that rewrites the whole object (seconds per GiB). Best effort: the checksum
+    /// is also in the termination log and the status.
+    async fn record_sha256(&self, at: &Location, uid: &str, done: &Uploaded, etag: Option<&str>) {
         let Some(etag) = etag else {
-            tracing::info!("the completed upload has no ETag; its sha256 is not in its metadata");
-            return;
-        };
-        if done.size > MAX_COPY_SIZE {
             tracing::info!(
-                "the object is larger than CopyObject allows; its sha256 is not in its metadata"
+                "the completed upload has no ETag; its sha256 is not recorded in the bucket"
             );
             return;
-        }
+        };
+        let sidecar = at.checksum();
+        let name = at.key.rsplit('/').next().unwrap_or(&at.key);
         let res = self
             .client
-            .copy_object()
-            .bucket(&at.bucket)
-            .key(&at.key)
-            .copy_source(format!("{}/{}", at.bucket, urlencode_key(&at.key)))
-            .copy_source_if_match(etag)
-            .metadata_directive(MetadataDirective::Replace)
+            .put_object()
+            .bucket(&sidecar.bucket)
+            .key(&sidecar.key)
             .metadata(META_UID, uid)
-            .metadata(META_SHA256, &done.sha256)
-            .content_type("application/octet-stream")
+            .metadata(META_OBJECT_ETAG, etag)
+            .content_type("text/plain")
+            .body(ByteStream::from(
+                format!("{}  {name}\n", done.sha256).into_bytes(),
+            ))
             .send()
             .await;
         match res {
-            Ok(_) => tracing::info!(uri = %at.uri(), "sha256 recorded in the object's metadata"),
-            Err(e) => {
-                tracing::warn!(error = %error_text(&e), "could not record the sha256 in the object metadata")
-            }
+            Ok(_) => tracing::info!(uri = %sidecar.uri(), "sha256 recorded in the checksum object"),
+            Err(e) => tracing::warn!(
+                uri = %sidecar.uri(),
+                error = %error_text(&e),
+                "could not record the sha256 in the checksum object"
+            ),
         }
     }
 
@@ -445,27 +444,4 @@ struct StoredObject {
     size: u64,
     sha256: Option<String>,
     etag: Option<String>,
-}
-
-/// Percent-encode a key for `x-amz-copy-source` (keeps `/`).
-fn urlencode_key(key: &str) -> String {
-    let mut out = String::with_capacity(key.len());
-    for b in key.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn copy_source_keys_are_percent_encoded() {
-        assert_eq!(urlencode_key("a/b c+d.db"), "a/b%20c%2Bd.db");
-    }
 }

@@ -372,6 +372,40 @@ impl Minio {
         )
     }
 
+    /// The sha256 the checksum object `<key>.sha256` records for the object at `key`, read as
+    /// the root user: `Some(hex)` only when the checksum object is bound to the object now stored
+    /// (its `object-etag` metadata is the object's ETag) and holds one line `<hex>  <name>`.
+    pub async fn recorded_sha256(&self, key: &str) -> Option<String> {
+        let client = self.root_client();
+        let head = client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .ok()?;
+        let sidecar = client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(format!("{key}.sha256"))
+            .send()
+            .await
+            .ok()?;
+        let bound = sidecar
+            .metadata()?
+            .get("object-etag")?
+            .trim_matches('"')
+            .to_string();
+        if Some(bound.as_str()) != head.e_tag().map(|e| e.trim_matches('"')) {
+            return None;
+        }
+        let body = sidecar.body.collect().await.ok()?.into_bytes();
+        let text = String::from_utf8(body.to_vec()).ok()?;
+        let name = key.rsplit('/').next().unwrap_or(key);
+        let (hex, rest) = text.split_once("  ")?;
+        (rest == format!("{name}\n")).then(|| hex.to_string())
+    }
+
     /// Every object in the bucket with its size.
     pub async fn objects(&self) -> Vec<(String, i64)> {
         let out = self
