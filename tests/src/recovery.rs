@@ -3,14 +3,19 @@
 
 use std::time::Duration;
 
-use api::v1alpha2::{EtcdRecovery, EtcdRecoverySpec, LocalReference, RecoverySource};
+use api::v1alpha2::{
+    EtcdRecovery, EtcdRecoverySpec, LocalReference, RecoveryPhase, RecoverySource,
+};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::PostParams;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
+use crate::e2e::Env;
 use crate::harness::eventually_every;
 use crate::operator::Scope;
 use crate::OrPanic;
+use serde_json::json;
 
 /// How often [`wait_recovery`] asks.
 const POLL: Duration = Duration::from_millis(200);
@@ -79,4 +84,41 @@ pub fn ready_condition(r: &EtcdRecovery) -> Condition {
         .find(|c| c.type_ == "Ready")
         .cloned()
         .unwrap_or_else(|| panic!("{}: no Ready condition: {:?}", r.name_any(), r.status))
+}
+
+/// The recovery's phase, if it has a status.
+pub fn phase(r: &EtcdRecovery) -> Option<RecoveryPhase> {
+    r.status.as_ref().and_then(|s| s.phase)
+}
+
+/// The highest revision the cluster answers with now.
+pub async fn revision(env: &Env, ns: &str, cluster: &str) -> i64 {
+    let mut etcd = env.etcd_client(ns, cluster).await;
+    etcd.get("e2e/", None)
+        .await
+        .or_panic()
+        .header()
+        .map(|h| h.revision())
+        .expect("a response header")
+}
+
+/// Every member lost with its data: PVCs force-deleted (the protection finalizer removed, as a
+/// storage admin would) and Pods deleted at once.
+pub async fn lose_all(env: &Env, ns: &str, cluster: &str) {
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.client(), ns);
+    let pods: Api<Pod> = Api::namespaced(env.client(), ns);
+    for victim in env.member_names(ns, cluster).await {
+        let pvc = format!("data-{victim}");
+        pvcs.delete(&pvc, &DeleteParams::default()).await.or_panic();
+        pvcs.patch(
+            &pvc,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .or_panic();
+        pods.delete(&victim, &DeleteParams::default().grace_period(0))
+            .await
+            .or_panic();
+    }
 }

@@ -13,14 +13,13 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use api::v1alpha2::{
-    EtcdRecovery, EtcdSnapshot, EtcdSnapshotSpec, LocalReference, RecoveryPhase,
-    RecoverySnapshotSource, RecoverySource, RecoveryStep, S3Location, SecretReference,
-    SnapshotArtifact, SnapshotDestination, SnapshotPhase, RECOVERY_ANNOTATION,
+    EtcdSnapshot, EtcdSnapshotSpec, LocalReference, RecoveryPhase, RecoverySnapshotSource,
+    RecoverySource, RecoveryStep, S3Location, SecretReference, SnapshotArtifact,
+    SnapshotDestination, SnapshotPhase, RECOVERY_ANNOTATION,
 };
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
-use serde_json::json;
 use tokio::sync::OnceCell;
 
 use tests::e2e::{spec, Env};
@@ -28,7 +27,7 @@ use tests::env::minio::Minio;
 use tests::harness::eventually_every;
 use tests::operator::{shared_env, Scope};
 use tests::podrunner::PodRunner;
-use tests::recovery::{create_recovery, ready_condition, wait_recovery};
+use tests::recovery::{create_recovery, lose_all, phase, ready_condition, revision, wait_recovery};
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(240);
@@ -132,42 +131,6 @@ fn from_object(endpoint: &str, bucket: &str, key: &str, sha256: &str) -> Recover
             sha256: Some(sha256.to_string()),
             ..Default::default()
         }),
-    }
-}
-
-fn phase(r: &EtcdRecovery) -> Option<RecoveryPhase> {
-    r.status.as_ref().and_then(|s| s.phase)
-}
-
-/// The highest revision the cluster answers with now.
-async fn revision(env: &Env, ns: &str, cluster: &str) -> i64 {
-    let mut etcd = env.etcd_client(ns, cluster).await;
-    etcd.get("e2e/", None)
-        .await
-        .or_panic()
-        .header()
-        .map(|h| h.revision())
-        .expect("a response header")
-}
-
-/// Every member lost with its data: PVCs force-deleted (the protection finalizer removed, as a
-/// storage admin would) and Pods deleted at once.
-async fn lose_all(env: &Env, ns: &str, cluster: &str) {
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.client(), ns);
-    let pods: Api<Pod> = Api::namespaced(env.client(), ns);
-    for victim in env.member_names(ns, cluster).await {
-        let pvc = format!("data-{victim}");
-        pvcs.delete(&pvc, &DeleteParams::default()).await.or_panic();
-        pvcs.patch(
-            &pvc,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .or_panic();
-        pods.delete(&victim, &DeleteParams::default().grace_period(0))
-            .await
-            .or_panic();
     }
 }
 

@@ -22,8 +22,8 @@ use api::v1alpha2::{
     RecoveryStep, S3Location, SecretReference, SnapshotDestination, SnapshotPhase,
     AUTO_RECOVERY_ANNOTATION, RECOVERY_ANNOTATION,
 };
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::OnceCell;
@@ -33,7 +33,9 @@ use tests::e2e::{spec, Env};
 use tests::harness::eventually_every;
 use tests::operator::{shared_env, Scope};
 use tests::podrunner::PodRunner;
-use tests::recovery::{create_recovery, ready_condition, recoveries, wait_recovery};
+use tests::recovery::{
+    create_recovery, lose_all, phase, ready_condition, recoveries, revision, wait_recovery,
+};
 use tests::workload::{Report, Rollback, Workload};
 use tests::OrPanic;
 
@@ -191,42 +193,6 @@ async fn count(env: &Env, ns: &str, cluster: &str, prefix: &str) -> i64 {
     .await
     .or_panic()
     .count()
-}
-
-fn phase(r: &EtcdRecovery) -> Option<RecoveryPhase> {
-    r.status.as_ref().and_then(|s| s.phase)
-}
-
-/// The highest revision the cluster answers with now.
-async fn revision(env: &Env, ns: &str, cluster: &str) -> i64 {
-    let mut etcd = env.etcd_client(ns, cluster).await;
-    etcd.get("e2e/", None)
-        .await
-        .or_panic()
-        .header()
-        .map(|h| h.revision())
-        .expect("a response header")
-}
-
-/// Every member lost with its data: PVCs force-deleted (the protection finalizer removed, as a
-/// storage admin would) and Pods deleted at once.
-async fn lose_all(env: &Env, ns: &str, cluster: &str) {
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.client(), ns);
-    let pods: Api<Pod> = Api::namespaced(env.client(), ns);
-    for victim in env.member_names(ns, cluster).await {
-        let pvc = format!("data-{victim}");
-        pvcs.delete(&pvc, &DeleteParams::default()).await.or_panic();
-        pvcs.patch(
-            &pvc,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .or_panic();
-        pods.delete(&victim, &DeleteParams::default().grace_period(0))
-            .await
-            .or_panic();
-    }
 }
 
 /// What a cluster was before it lost every member.
