@@ -214,11 +214,29 @@ pub async fn mark_patch(
                  docs/disaster-recovery.md, 'A recovery that failed half-way'"
             )
         })?;
-    let restore = restore_spec(&snapshot)?;
+    snapshot_mark(recovery, &bump, &snapshot)
+}
+
+/// The mark of a restore from EtcdSnapshot `snapshot`: its stored artifact, checked against the
+/// sha256 the snapshot recorded when it was taken (`status.artifact.checksum`), so bytes changed
+/// in the store since then are refused by the restore, whatever the store says of them. Pure.
+pub fn snapshot_mark(
+    recovery: &str,
+    bump: &str,
+    snapshot: &EtcdSnapshot,
+) -> Result<serde_json::Value, String> {
+    let restore = restore_spec(snapshot)?;
+    let checksum = snapshot
+        .status
+        .as_ref()
+        .and_then(|st| st.artifact.as_ref())
+        .map(|a| a.checksum.clone())
+        .filter(|c| !c.is_empty());
     Ok(json!({
         "metadata": {"annotations": {
             RESTORE_IN_PLACE_ANNOTATION: recovery,
             RESTORE_BUMP_REVISION_ANNOTATION: bump,
+            RESTORE_SHA256_ANNOTATION: checksum,
         }},
         "spec": {"dormant": false, "restore": restore},
     }))
@@ -302,6 +320,40 @@ mod tests {
         assert_eq!(got.key.as_deref(), Some("prefix/nightly.db"));
         assert_eq!(got.endpoint.as_deref(), Some("http://minio:9000"));
         assert_eq!(got.force_path_style, Some(true));
+    }
+
+    #[test]
+    fn a_named_snapshot_is_restored_against_the_checksum_it_recorded_when_taken() {
+        let mut s = stored(
+            SnapshotDestination {
+                s3: Some(S3Location {
+                    bucket: "b".into(),
+                    ..Default::default()
+                }),
+                pvc: None,
+            },
+            "s3://b/nightly.db",
+        );
+        if let Some(a) = s.status.as_mut().and_then(|st| st.artifact.as_mut()) {
+            a.checksum = format!("sha256:{}", "ab".repeat(32));
+        }
+        let patch = snapshot_mark("rec", "1000", &s).unwrap();
+        let annotations = &patch["metadata"]["annotations"];
+        assert_eq!(annotations[RESTORE_IN_PLACE_ANNOTATION], "rec");
+        assert_eq!(
+            annotations[RESTORE_SHA256_ANNOTATION],
+            format!("sha256:{}", "ab".repeat(32))
+        );
+        assert_eq!(
+            patch["spec"]["restore"]["source"]["s3"]["key"],
+            "nightly.db"
+        );
+        // A snapshot without a recorded checksum clears the annotation of an earlier mark.
+        if let Some(a) = s.status.as_mut().and_then(|st| st.artifact.as_mut()) {
+            a.checksum.clear();
+        }
+        let patch = snapshot_mark("rec", "1000", &s).unwrap();
+        assert!(patch["metadata"]["annotations"][RESTORE_SHA256_ANNOTATION].is_null());
     }
 
     #[test]
