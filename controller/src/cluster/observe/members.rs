@@ -122,6 +122,13 @@ fn owned_by(obj: &impl Resource, owner_uid: &str) -> bool {
 
 /// Whether `claim` holds `m`'s data: marked with its UID, or still under its owner reference
 /// (until the member controller swaps the one for the other), or being re-attached to it.
+/// Whether an EtcdRecovery marked `m` for an in-place restore (the mark and `spec.restore`).
+fn restoring_in_place(m: &EtcdMember) -> bool {
+    m.spec.restore.is_some()
+        && m.annotations()
+            .contains_key(api::v1alpha2::RESTORE_IN_PLACE_ANNOTATION)
+}
+
 fn members_claim(claim: &PersistentVolumeClaim, m: &EtcdMember) -> bool {
     crate::builders::pvc::claim_of(claim, m) != crate::builders::pvc::ClaimOwner::Foreign
 }
@@ -165,7 +172,11 @@ fn member_view(
             None => pod_builder::max_learners_of_version(&m.spec.version),
         },
         pod: pod.map(pod_view),
-        data_lost: !m.spec.storage.is_memory() && pvc_gone,
+        // A member an EtcdRecovery is restoring in place gets its claim back from the member
+        // controller, with the snapshot's data: until the recovery removes the mark, a claim
+        // the cluster's view does not show yet is not lost data, and replacing the member would
+        // discard the restored cluster's only member.
+        data_lost: !m.spec.storage.is_memory() && pvc_gone && !restoring_in_place(m),
         trust_bundle: m
             .annotations()
             .get(api::labels::TRUST_BUNDLE_ANNOTATION)
@@ -252,4 +263,43 @@ where
         }
     }
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member_whose_claim_is_gone() -> EtcdMember {
+        let mut m: EtcdMember = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd-operator.cozystack.io/v1alpha2",
+            "kind": "EtcdMember",
+            "metadata": {"name": "m1", "uid": "u1"},
+            "spec": {"clusterName": "c", "version": "3.6.16"},
+            "status": {"pvcName": "data-m1"}
+        }))
+        .expect("a member");
+        m.status.get_or_insert_with(Default::default).pvc_name = Some("data-m1".into());
+        m
+    }
+
+    #[test]
+    fn a_member_restored_in_place_is_not_data_lost_while_its_claim_is_not_yet_seen() {
+        let (pods, pvcs) = (BTreeMap::new(), BTreeMap::new());
+        let m = member_whose_claim_is_gone();
+        assert!(member_view(&m, &pods, &pvcs).data_lost);
+        let mut marked = m.clone();
+        marked.spec.restore = serde_json::from_value(serde_json::json!({
+            "source": {"s3": {"bucket": "b", "key": "k.db"}}
+        }))
+        .expect("a restore");
+        marked
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
+                api::v1alpha2::RESTORE_IN_PLACE_ANNOTATION.into(),
+                "r".into(),
+            );
+        assert!(!member_view(&marked, &pods, &pvcs).data_lost);
+    }
 }
