@@ -115,11 +115,24 @@ async fn a_larger_storage_size_expands_every_member_pvc_online_without_a_restart
         let bytes = st.blocks() as u64 * st.fragment_size() as u64;
         assert_eq!(bytes, 2 << 30, "{} is {bytes} bytes", dir.display());
     }
-    for m in env.members(&ns, name).await {
-        assert_eq!(m.spec.storage.size.0, "2Gi", "{}", m.name_any());
-        let (status, why, _) = member_condition(&m).expect("a VolumeExpanded condition");
-        assert_eq!((status.as_str(), why.as_str()), ("True", "VolumeExpanded"));
-    }
+    // Each member reports its own volume grown. Its controller writes that on the PVC event
+    // that shows the new capacity, which can come a moment after the cluster has seen every
+    // PVC at 2Gi: waited for, not assumed.
+    tests::harness::eventually(
+        "every member's VolumeExpanded=True/VolumeExpanded",
+        Duration::from_secs(60),
+        || async {
+            for m in env.members(&ns, name).await {
+                assert_eq!(m.spec.storage.size.0, "2Gi", "{}", m.name_any());
+                match member_condition(&m) {
+                    Some((status, why, _)) if status == "True" && why == "VolumeExpanded" => {}
+                    other => return Err(format!("{}: {other:?}", m.name_any())),
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
     // No member restarted: same Pods, no container restart.
     let after = env.pods(&ns, name).await;
     assert_eq!(uids(&after), before, "a member Pod was replaced");
