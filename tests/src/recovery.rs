@@ -105,9 +105,15 @@ pub async fn revision(env: &Env, ns: &str, cluster: &str) -> i64 {
 /// Every member lost with its data: PVCs force-deleted (the protection finalizer removed, as a
 /// storage admin would) and Pods deleted at once.
 pub async fn lose_all(env: &Env, ns: &str, cluster: &str) {
+    let members = env.member_names(ns, cluster).await;
+    lose_members(env, ns, &members).await;
+}
+
+/// The members `victims` lost with their data, as [`lose_all`] loses every member.
+pub async fn lose_members(env: &Env, ns: &str, victims: &[String]) {
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.client(), ns);
     let pods: Api<Pod> = Api::namespaced(env.client(), ns);
-    for victim in env.member_names(ns, cluster).await {
+    for victim in victims {
         let pvc = format!("data-{victim}");
         pvcs.delete(&pvc, &DeleteParams::default()).await.or_panic();
         pvcs.patch(
@@ -117,7 +123,7 @@ pub async fn lose_all(env: &Env, ns: &str, cluster: &str) {
         )
         .await
         .or_panic();
-        pods.delete(&victim, &DeleteParams::default().grace_period(0))
+        pods.delete(victim, &DeleteParams::default().grace_period(0))
             .await
             .or_panic();
     }

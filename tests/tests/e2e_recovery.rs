@@ -17,8 +17,8 @@ use api::v1alpha2::{
     EtcdRecovery, RecoveryPhase, RecoverySource, RecoveryStep, SurvivorSource,
     AUTO_RECOVERY_ANNOTATION, RECOVERY_ANNOTATION,
 };
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{DeleteParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::OnceCell;
@@ -95,22 +95,7 @@ async fn lose_two_of_three(s: &Scope, name: &str) -> Before {
     let mut names = env.member_names(ns, name).await;
     names.sort();
     let survivor = names[0].clone();
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.client(), ns);
-    let pods: Api<Pod> = Api::namespaced(env.client(), ns);
-    for victim in &names[1..] {
-        let pvc = format!("data-{victim}");
-        pvcs.delete(&pvc, &DeleteParams::default()).await.or_panic();
-        pvcs.patch(
-            &pvc,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .or_panic();
-        pods.delete(victim, &DeleteParams::default().grace_period(0))
-            .await
-            .or_panic();
-    }
+    tests::recovery::lose_members(env, ns, &names[1..]).await;
     // The cluster says it lost its quorum, and which EtcdRecovery to apply.
     let message = env
         .wait_unavailable(ns, name, reason::QUORUM_LOST, "EtcdRecovery", NOTICE)
