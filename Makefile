@@ -123,7 +123,8 @@ bench: testbins
 	BENCH_SCALE_RUNNING=0 BENCH_SCALE_PAUSED=5000 $(CARGO) run --locked -p tests --example bench_scale
 	$(CARGO) run --locked -p tests --example bench_rollout
 	$(CARGO) build --release --locked -p controller --bin etcd-operator
-	SNAPSHOT_BENCH_RELEASE=1 $(CARGO) run --locked -p tests --example bench_snapshot
+	SNAPSHOT_BENCH_RELEASE=1 $(CARGO) run --release --locked -p tests --example bench_snapshot
+	SNAPSHOT_BENCH_RELEASE=1 SNAPSHOT_BENCH_TLS=1 $(CARGO) run --release --locked -p tests --example bench_snapshot
 
 ## demo: the embedded environment (control plane, pod runner, cert-manager), the operator installed
 ## with helm as users do (controller and webhook as the chart's Pods), a 3-member EtcdCluster

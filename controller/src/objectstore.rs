@@ -150,6 +150,9 @@ pub fn snapshot_key(prefix: Option<&str>, name: &str) -> String {
 pub struct S3 {
     pub(crate) client: aws_sdk_s3::Client,
     pub(crate) endpoint: String,
+    /// Whether a part's body is hashed into its SigV4 signature: only over plain HTTP
+    /// ([`signs_payload`]).
+    pub(crate) sign_payload: bool,
 }
 
 impl S3 {
@@ -214,6 +217,7 @@ impl S3 {
         }
         Ok(Self {
             client: aws_sdk_s3::Client::from_conf(config.build()),
+            sign_payload: signs_payload(args.s3_endpoint.as_deref()),
             endpoint: args
                 .s3_endpoint
                 .clone()
@@ -563,6 +567,15 @@ pub(crate) fn sha256_of(obj: &HeadObjectOutput) -> Option<String> {
         .map(|s| s.to_ascii_lowercase())
 }
 
+/// Whether an upload to `endpoint` (None: AWS S3, always HTTPS) signs each part's payload.
+/// Over TLS the connection already protects the body's integrity and origin, so a part is sent
+/// as `UNSIGNED-PAYLOAD`, as the AWS CLI does, sparing the agent and the store a sha256 of every
+/// byte; over plain HTTP the signature is the body's only protection and is kept. Either way
+/// the snapshot's own sha256 is recorded and checked before any restore.
+pub(crate) fn signs_payload(endpoint: Option<&str>) -> bool {
+    endpoint.is_some_and(|ep| !ep.starts_with("https://"))
+}
+
 /// The sha256 a checksum object (`sha256sum` format: `<hex>  <name>`) holds, lower-case.
 pub(crate) fn parse_checksum(body: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(body).ok()?;
@@ -585,6 +598,13 @@ pub(crate) fn size_of(obj: &HeadObjectOutput, at: &Location) -> Result<u64, Fail
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_part_is_signed_only_when_the_endpoint_is_plain_http() {
+        assert!(signs_payload(Some("http://minio.backup:9000")));
+        assert!(!signs_payload(Some("https://minio.backup:9000")));
+        assert!(!signs_payload(None), "AWS S3 is reached over HTTPS");
+    }
 
     #[test]
     fn a_checksum_object_is_read_only_when_it_holds_one_sha256() {

@@ -27,6 +27,9 @@
 //! agent run into `<dir>/agent-<stage>.data` (`perf report -i ... --sort comm,dso,sym`); the
 //! agent's peak RSS is then perf's, not the agent's.
 //!
+//! `SNAPSHOT_BENCH_TLS=1` serves MinIO over HTTPS (a private CA both clients trust), the way a
+//! production S3 endpoint is reached; the agent then sends its parts as `UNSIGNED-PAYLOAD`.
+//!
 //! The agent is the release build (`<target>/release/etcd-operator`, which `make bench` builds
 //! first) when `SNAPSHOT_BENCH_RELEASE=1`, else the binary the e2e suites use
 //! (`ETCD_OPERATOR_BIN_DIR`, default the debug build).
@@ -56,6 +59,8 @@ const CEILING: &str = "--s3-ceiling";
 /// The AWS CLI's defaults (`multipart_chunksize` 8 MiB, `max_concurrent_requests` 10).
 const CEILING_PART: u64 = 8 * 1024 * 1024;
 const CEILING_IN_FLIGHT: usize = 10;
+/// The CA bundle the ceiling trusts when MinIO serves TLS (`SNAPSHOT_BENCH_TLS=1`).
+const CEILING_CA: &str = "SNAPSHOT_BENCH_CA";
 const VALUE_BYTES: usize = 64 * 1024;
 const WRITERS: usize = 8;
 const MIB: f64 = 1024.0 * 1024.0;
@@ -135,11 +140,17 @@ fn ceiling(args: &[String]) -> ExitCode {
 /// each read (`pread`) by the worker that uploads it, as the AWS CLI's transfer does.
 async fn upload_file(file: &Path, endpoint: &str, bucket: &str, key: &str) -> Result<u64, String> {
     let env = |name: &str| std::env::var(name).map_err(|_| format!("{name} is not set"));
+    let trust = match std::env::var_os(CEILING_CA) {
+        Some(ca) => TrustStore::empty()
+            .with_native_roots(false)
+            .with_pem_certificate(std::fs::read(&ca).map_err(|e| format!("{ca:?}: {e}"))?),
+        None => TrustStore::default(),
+    };
     let http = aws_smithy_http_client::Builder::new()
         .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
         .tls_context(
             TlsContext::builder()
-                .with_trust_store(TrustStore::default())
+                .with_trust_store(trust)
                 .build()
                 .map_err(|e| format!("TLS context: {e}"))?,
         )
@@ -303,6 +314,24 @@ fn server_cpu(root: &Path) -> (f64, f64) {
     (etcd, minio)
 }
 
+/// Wait (up to 20 s) until etcd and MinIO are idle: MinIO goes on working for a while after
+/// a large upload completes, and that work would otherwise be charged to (and slow down)
+/// whichever run comes next.
+fn settle(servers: &Path, tag: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let busy = |(e0, m0): (f64, f64), (e1, m1): (f64, f64)| (e1 - e0) + (m1 - m0);
+    let mut before = server_cpu(servers);
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = server_cpu(servers);
+        if busy(before, now) < 0.03 {
+            return;
+        }
+        before = now;
+    }
+    eprintln!("{tag}: etcd and MinIO were still busy after 20 s; measuring anyway");
+}
+
 /// Run `program args` under [`measure`], its output into `<dir>/<tag>.log`, and panic with that
 /// log when it fails.
 fn measured(dir: &Path, tag: &str, program: &Path, args: &[String], env: &[(&str, &str)]) -> Run {
@@ -310,6 +339,7 @@ fn measured(dir: &Path, tag: &str, program: &Path, args: &[String], env: &[(&str
     let log = dir.join(format!("{tag}.log"));
     let out = std::fs::File::create(&log).or_panic();
     let servers = dir.parent().unwrap_or(dir);
+    settle(servers, tag);
     let (etcd_before, minio_before) = server_cpu(servers);
     let started = Instant::now();
     let status = Command::new(std::env::current_exe().or_panic())
@@ -408,11 +438,13 @@ async fn bench() {
     )
     .await
     .or_panic();
-    let minio = Minio::start(&bins, root, false).await.or_panic();
+    let tls = std::env::var("SNAPSHOT_BENCH_TLS").is_ok_and(|v| v == "1");
+    let minio = Minio::start(&bins, root, tls).await.or_panic();
     let mut client = etcd.client().await.or_panic();
 
     println!(
-        "snapshot bench: agent {} ({}), etcd 3.6 from testbins, MinIO on loopback",
+        "snapshot bench: MinIO on loopback over {}, agent {} ({}), etcd 3.6 from testbins",
+        if tls { "HTTPS" } else { "HTTP" },
         agent.display(),
         if agent.to_string_lossy().contains("/release/") {
             "release build"
@@ -562,14 +594,18 @@ fn variants() -> Vec<Vec<(String, String)>> {
 
 /// The writer's keys, as the agent and the ceiling read them.
 fn writer_env(minio: &Minio) -> Vec<(&str, &str)> {
-    vec![
+    let mut env = vec![
         ("AWS_ACCESS_KEY_ID", minio.writer.access_key.as_str()),
         ("AWS_SECRET_ACCESS_KEY", minio.writer.secret_key.as_str()),
-    ]
+    ];
+    if let Some(ca) = minio.ca_file.as_deref().and_then(Path::to_str) {
+        env.push((CEILING_CA, ca));
+    }
+    env
 }
 
 fn agent_args(config: &EtcdConfig, minio: &Minio, stage: &str, term: &Path) -> Vec<String> {
-    vec![
+    let mut args = vec![
         "snapshot-agent".into(),
         "save".into(),
         format!("--endpoints={}", config.client_url),
@@ -580,7 +616,11 @@ fn agent_args(config: &EtcdConfig, minio: &Minio, stage: &str, term: &Path) -> V
         "--s3-force-path-style".into(),
         "--s3-key=bench/".into(),
         format!("--termination-log={}", term.display()),
-    ]
+    ];
+    if let Some(ca) = &minio.ca_file {
+        args.push(format!("--s3-ca-file={}", ca.display()));
+    }
+    args
 }
 
 /// `artifact.sizeBytes` of the agent's termination message.

@@ -589,7 +589,7 @@ async fn s3_down_in_the_middle_of_a_multipart_upload() {
     let (mut minio, _minio_root, endpoint) = env.minio(&ns).await;
     env.create_cluster(&ns, name, spec(3)).await;
     env.wait_healthy(&ns, name, 3, BOOT).await;
-    // About 30 MiB: six parts of 5 MiB, so an upload lasts long enough to be caught mid-way.
+    // About 30 MiB: four parts of 8 MiB, so an upload lasts long enough to be caught mid-way.
     let mut etcd = env.etcd_client(&ns, name).await;
     for i in 0..120 {
         let value = format!("{i:03}").repeat(256 * 1024 / 3);

@@ -448,7 +448,7 @@ async fn put_mib_values(client: &mut etcd_client::Client, range: std::ops::Range
     }
 }
 
-/// A single-member etcd 3.6 with ~`mib` MiB of values (5 MiB make one upload part), and a
+/// A single-member etcd 3.6 with ~`mib` MiB of values (8 MiB make one upload part), and a
 /// client of it.
 async fn etcd_with_mib(bins: &Testbins, root: &Path, mib: usize) -> (Etcd, etcd_client::Client) {
     let (etcd, _, _) = etcd_with_keys(bins, "etcd-3.6", root, 1).await;
@@ -905,7 +905,7 @@ async fn s3_killed_mid_upload_leaves_no_object_and_no_upload() {
         .send()
         .await
         .or_panic_debug();
-    // ~48 MiB of values: ten parts of 5 MiB.
+    // ~48 MiB of values: six parts of 8 MiB.
     let (etcd, _client) = etcd_with_mib(&bins, root, 48).await;
 
     let agent = s3_save(root, &etcd, "big", "uid-big", &minio, &minio.writer);
@@ -954,7 +954,7 @@ async fn s3_multipart_snapshot_is_byte_identical_and_restores() {
     let root = tmp.path();
     let (etcd, keys, source_id) = etcd_with_keys(&bins, "etcd-3.6", root, 200).await;
     let mut client = etcd.client().await.or_panic();
-    // ~48 MiB: ten parts of 5 MiB, more than the agent holds at once.
+    // ~48 MiB: six parts of 8 MiB, twice what the agent holds at once.
     put_distinct_values(&mut client, 96).await;
 
     let run = s3_save(root, &etcd, "multi", "uid-multi", &minio, &minio.writer)
@@ -962,7 +962,7 @@ async fn s3_multipart_snapshot_is_byte_identical_and_restores() {
         .await;
     run.assert_code(0, "save failed");
     let uploaded = run.output.matches("part uploaded").count();
-    assert!(uploaded >= 9, "{uploaded} parts:\n{}", run.output);
+    assert!(uploaded >= 6, "{uploaded} parts:\n{}", run.output);
     let (body, meta) = stored_object(&minio, "multi.db").await;
     assert_eq!(Some(body.len() as u64), run.artifact("sizeBytes").as_u64());
     assert_eq!(
@@ -1029,7 +1029,7 @@ async fn s3_sigterm_mid_upload_aborts_the_multipart_upload() {
     // its multipart upload before it exits, not leave the parts stored in the bucket.
     let (bins, tmp, minio) = with_minio(false).await;
     let root = tmp.path();
-    // ~96 MiB of values: nineteen parts of 5 MiB, so the upload is still running when the signal
+    // ~96 MiB of values: twelve parts of 8 MiB, so the upload is still running when the signal
     // comes right after it started.
     let (etcd, _client) = etcd_with_mib(&bins, root, 96).await;
 
@@ -1329,7 +1329,7 @@ async fn s3_save_peak_memory_does_not_grow_with_the_database() {
     let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 10).await;
     let mut client = etcd.client().await.or_panic();
     let mut sizes = Vec::new();
-    // ~40 MiB (eight parts, twice what the agent holds), then ~120 MiB (24 parts).
+    // ~40 MiB (five parts, more than the three the agent holds), then ~120 MiB (15 parts).
     for (name, puts) in [("medium", 0..40), ("big", 40..120)] {
         put_mib_values(&mut client, puts, b'y').await;
         let (rss, run) = peak_rss_and_run(root, &minio, &etcd, name).await;
@@ -1347,7 +1347,7 @@ async fn s3_save_peak_memory_does_not_grow_with_the_database() {
     // The 64 MiB target is the release build's, measured exactly by bench_snapshot
     // (docs/performance.md). This debug build needs ~49 MiB before its first part (measured:
     // ~57 MiB peak with one 8 MiB part), so its bound is that plus the parts it holds
-    // (4 × 5 MiB) and allocator slack.
+    // (3 × 8 MiB) and allocator slack.
     assert!(
         big < 80 << 20,
         "peak RSS {big} bytes saving {big_size} bytes (debug-build bound: under 80 MiB)"

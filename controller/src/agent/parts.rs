@@ -18,13 +18,13 @@ use tokio::task::JoinSet;
 
 use crate::objectstore::{hex, Failure, Location, S3};
 
-/// Fixed part size of the multipart upload: S3's minimum for every part but the last (10,000
-/// parts allowed, so snapshots up to ~48 GiB; etcd's backend is at most 8 GiB).
-pub const PART_SIZE: usize = 5 * 1024 * 1024;
-/// Parts held at once: one being filled from etcd's stream, the rest (three) uploading
-/// concurrently. The agent's buffers are at most `PARTS_IN_MEMORY × PART_SIZE` (20 MiB)
+/// Fixed part size of the multipart upload, the AWS CLI's default (10,000 parts allowed, so
+/// snapshots up to ~78 GiB; etcd's backend is at most 8 GiB).
+pub const PART_SIZE: usize = 8 * 1024 * 1024;
+/// Parts held at once: one being filled from etcd's stream, the rest (two) uploading
+/// concurrently. The agent's buffers are at most `PARTS_IN_MEMORY × PART_SIZE` (24 MiB)
 /// whatever the snapshot's size; docs/performance.md has the measurements behind the numbers.
-pub const PARTS_IN_MEMORY: usize = 4;
+pub const PARTS_IN_MEMORY: usize = 3;
 const _: () = assert!(
     PARTS_IN_MEMORY >= 2,
     "one part filling and at least one uploading"
@@ -146,10 +146,16 @@ fn spawn_part(
             .upload_id(upload_id)
             .part_number(number)
             .content_length(bytes as i64)
-            .body(ByteStream::from(body))
-            .send()
-            .await
-            .map_err(|e| s3.request_failure(&format!("UploadPart {number}"), &at, &e))?;
+            .body(ByteStream::from(body));
+        // Over TLS the body is protected by the connection; the part is not hashed a second
+        // time for the signature (see `S3::sign_payload`).
+        let uploaded = if s3.sign_payload {
+            uploaded.send().await
+        } else {
+            uploaded.customize().disable_payload_signing().send().await
+        };
+        let uploaded =
+            uploaded.map_err(|e| s3.request_failure(&format!("UploadPart {number}"), &at, &e))?;
         tracing::info!(part = number, bytes, "part uploaded");
         Ok(CompletedPart::builder()
             .part_number(number)
