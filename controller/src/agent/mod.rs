@@ -16,6 +16,7 @@ pub mod restore;
 pub mod s3;
 pub mod save;
 pub mod verify;
+pub mod wal;
 
 use std::path::Path;
 
