@@ -81,6 +81,8 @@ const PURE: &[&str] = &[
     "volume.rs",
     "agent_job.rs",
     "agent_job/verify.rs",
+    "agent_job/position.rs",
+    "agent_job/position/tests.rs",
     // The WAL reader of the agent's `position` (bytes in, position out; the agent lists and
     // opens the files).
     "agent/wal.rs",
