@@ -97,6 +97,8 @@ const PURE: &[&str] = &[
     "recovery/plan.rs",
     "recovery/plan/tests.rs",
     "recovery/plan/snapshot.rs",
+    "recovery/plan/survivor.rs",
+    "recovery/plan/survivor/tests.rs",
     "recovery/plan/snapshot/tests.rs",
     "migrate/plan/mod.rs",
     "migrate/plan/translate.rs",
