@@ -28,6 +28,7 @@ use serde::Deserialize;
 use crate::auth;
 use crate::builders::mount;
 
+pub mod position;
 pub mod verify;
 
 /// BEHAVIOUR.md's Job settings.
@@ -294,8 +295,42 @@ fn agent_job(
     operator_image: &str,
     pod: AgentPod,
 ) -> Job {
-    let name = snapshot.name_any();
-    let ns = snapshot.namespace().unwrap_or_default();
+    let owner = JobOwner {
+        reference: OwnerReference {
+            api_version: EtcdSnapshot::api_version(&()).to_string(),
+            kind: EtcdSnapshot::kind(&()).to_string(),
+            name: snapshot.name_any(),
+            uid: snapshot.uid().unwrap_or_default(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        },
+        namespace: snapshot.namespace().unwrap_or_default(),
+        cluster: snapshot.spec.cluster_ref.name.clone(),
+    };
+    owned_job(owner, job_name, component, operator_image, pod)
+}
+
+/// The object an agent Job belongs to (its controller owner reference, namespace) and the
+/// cluster it serves (its labels).
+struct JobOwner {
+    reference: OwnerReference,
+    namespace: String,
+    cluster: String,
+}
+
+/// A Job running the agent for `owner` (see [`agent_job`]).
+fn owned_job(
+    owner: JobOwner,
+    job_name: &str,
+    component: &str,
+    operator_image: &str,
+    pod: AgentPod,
+) -> Job {
+    let JobOwner {
+        reference: owner,
+        namespace: ns,
+        cluster,
+    } = owner;
     let AgentPod {
         args,
         env,
@@ -309,17 +344,8 @@ fn agent_job(
     };
     // Not the member label: the runbook picks a member Pod with `-l <cluster label>` and
     // `.items[0]`, which must never land on a finished Job's Pod.
-    let mut job_labels: BTreeMap<String, String> =
-        labels::job_labels(&snapshot.spec.cluster_ref.name);
+    let mut job_labels: BTreeMap<String, String> = labels::job_labels(&cluster);
     job_labels.insert(labels::APP_COMPONENT.into(), component.into());
-    let owner = OwnerReference {
-        api_version: EtcdSnapshot::api_version(&()).to_string(),
-        kind: EtcdSnapshot::kind(&()).to_string(),
-        name: name.clone(),
-        uid: snapshot.uid().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    };
     let container = Container {
         name: CONTAINER.into(),
         image: Some(image),
@@ -450,6 +476,9 @@ pub struct AgentReport {
     /// snapshot's (or nobody's) and stays; why.
     #[serde(default, rename = "leftInPlace")]
     pub left_in_place: Option<String>,
+    /// A position Job's `snapshot-agent position`: a stopped member's raft position.
+    #[serde(default)]
+    pub position: Option<position::DiskPosition>,
 }
 
 impl AgentReport {
@@ -464,6 +493,7 @@ impl AgentReport {
                     || r.left_in_place.is_some()
                     || r.verified.is_some()
                     || r.unverified.is_some()
+                    || r.position.is_some()
             })
     }
 }

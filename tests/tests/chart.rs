@@ -161,6 +161,9 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         (OP, "etcdrecoveries/status", "patch", Watched),
         // cluster/auto_recovery.rs: the EtcdRecovery of a cluster annotated for it.
         (OP, "etcdrecoveries", "create", Watched),
+        // recovery/disk.rs: the position Jobs of a survivor recovery, owned by the
+        // EtcdRecovery (owner reference: update on finalizers).
+        (OP, "etcdrecoveries/finalizers", "update", Watched),
         (OP, "etcddefrags", "get", Watched),
         (OP, "etcddefrags", "list", Watched),
         (OP, "etcddefrags", "watch", Watched),
@@ -183,7 +186,8 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         (OP, "etcdsnapshotschedules/finalizers", "update", Watched),
         (OP, "etcdsnapshots", "create", Watched),
         (OP, "etcdsnapshots", "delete", Watched),
-        // run.rs owns(Job); snapshot/mod.rs get_opt and create of `<snapshot>-snapshot`.
+        // run.rs owns(Job); snapshot/mod.rs get_opt and create of `<snapshot>-snapshot`;
+        // recovery/disk.rs get_opt and create of a survivor recovery's position Jobs.
         ("batch", "jobs", "get", Watched),
         ("batch", "jobs", "list", Watched),
         ("batch", "jobs", "watch", Watched),

@@ -2,7 +2,8 @@
 //! PVCs (quorum lost for good), an EtcdRecovery rebuilds it in place from the member that is
 //! left, and the cluster comes back Available with 3 members, the same cluster ID, the same
 //! client Service and every key written before. Once more with the operator SIGKILLed at
-//! recorded steps and restarted. A recovery of a healthy cluster without the confirmation
+//! recorded steps and restarted; and once with the survivor's etcd frozen, its raft position read
+//! from its data dir by a position Job. A recovery of a healthy cluster without the confirmation
 //! changes nothing. A cluster annotated for automatic recovery gets its EtcdRecovery from the
 //! operator.
 //!
@@ -17,8 +18,9 @@ use api::v1alpha2::{
     EtcdRecovery, RecoveryPhase, RecoverySource, RecoveryStep, SurvivorSource,
     AUTO_RECOVERY_ANNOTATION, RECOVERY_ANNOTATION,
 };
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::OnceCell;
@@ -44,9 +46,11 @@ async fn lab() -> &'static Env {
         .await
 }
 
-/// One test's namespace and its operator (restarted after a kill).
+/// One test's namespace and its operator (restarted after a kill), with the operator image its
+/// position Jobs run the agent from, as the chart sets it.
 async fn scope(prefix: &str) -> Scope {
-    Scope::new(lab().await, prefix, &[]).await
+    let image = format!("--operator-image={}", tests::e2e::OPERATOR_IMAGE);
+    Scope::new(lab().await, prefix, &[image.as_str()]).await
 }
 
 /// From the survivor with the most data.
@@ -203,6 +207,80 @@ async fn survivor_recovery_rebuilds_a_cluster_that_lost_two_of_three_members() {
     })
     .await;
     assert_recovered(&s, "rv", &done, &before).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_survivor_whose_etcd_does_not_answer_is_read_from_its_data_dir_and_rebuilt_from() {
+    let s = scope("recover-disk").await;
+    let before = lose_two_of_three(&s, "rd").await;
+    // The survivor's etcd stops answering (SIGSTOP: its process holds its data but serves
+    // nothing), so its raft position can only come from its data dir.
+    let frozen = tests::faults::freeze_member(s.env, &s.ns, &before.survivor);
+
+    create_recovery(&s, "rd-recovery", "rd", survivor(), false).await;
+    let planned = wait_recovery(&s, "rd-recovery", "a plan", RECOVER, |r| {
+        r.status.as_ref().is_some_and(|st| st.plan.is_some())
+    })
+    .await;
+    let plan = planned.status.and_then(|st| st.plan).unwrap_or_default();
+    let candidate = plan
+        .candidates
+        .iter()
+        .find(|c| c.name == before.survivor)
+        .cloned()
+        .unwrap_or_else(|| panic!("{} is not a candidate: {plan:?}", before.survivor));
+    let note = candidate.note.clone().unwrap_or_default();
+    assert!(
+        note.contains("from its data dir"),
+        "the survivor's figures come from its WAL: {candidate:?}"
+    );
+    assert!(
+        candidate.raft_term.is_some_and(|t| t > 0) && candidate.raft_index.is_some_and(|i| i > 200),
+        "past the 200 writes: {candidate:?}"
+    );
+    assert_eq!(
+        (plan.raft_term, plan.raft_index),
+        (candidate.raft_term, candidate.raft_index)
+    );
+    // It was read by a position Job, owned by the recovery, on the survivor's read-only claim.
+    let jobs: Api<Job> = Api::namespaced(s.env.client(), &s.ns);
+    let read = jobs
+        .list(&ListParams::default().labels("app.kubernetes.io/component=position"))
+        .await
+        .or_panic()
+        .items;
+    let job = read
+        .iter()
+        .find(|j| {
+            j.name_any()
+                .starts_with(&format!("{}-wal-", before.survivor))
+        })
+        .unwrap_or_else(|| panic!("no position Job of {}: {read:?}", before.survivor));
+    let owner = job.owner_references();
+    assert!(
+        owner
+            .iter()
+            .any(|o| o.kind == "EtcdRecovery" && o.name == "rd-recovery"),
+        "{owner:?}"
+    );
+    let claim = job
+        .spec
+        .as_ref()
+        .and_then(|sp| sp.template.spec.as_ref())
+        .and_then(|p| p.volumes.as_ref())
+        .and_then(|v| v.first())
+        .and_then(|v| v.persistent_volume_claim.clone())
+        .unwrap_or_default();
+    assert_eq!(claim.claim_name, format!("data-{}", before.survivor));
+    assert_eq!(claim.read_only, Some(true));
+    // The recovery stops the member next (its Pod may be gone already): let its process go.
+    drop(frozen);
+
+    let done = wait_recovery(&s, "rd-recovery", "phase Complete", RECOVER, |r| {
+        phase(r) == Some(RecoveryPhase::Complete)
+    })
+    .await;
+    assert_recovered(&s, "rd", &done, &before).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

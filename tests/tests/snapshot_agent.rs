@@ -7,7 +7,8 @@
 //! SIGTERM mid-upload aborting the multipart upload, a multipart snapshot (parts uploaded
 //! concurrently) stored byte for byte as etcd sent it, etcd lost with parts in flight leaving
 //! nothing behind, and two agents of one snapshot uploading
-//! the same key at once (each reports the stored object, which is never replaced).
+//! the same key at once (each reports the stored object, which is never replaced); and
+//! `position`, a stopped member's raft position read from its WAL (etcd 3.6 and 3.5).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -1438,6 +1439,98 @@ fn dir_listing(dir: &Path) -> Vec<String> {
     walk(dir, dir, &mut out);
     out.sort();
     out
+}
+
+/// A member's raft term, commit index and member ID as its running etcd reports them (`Status`),
+/// once two reads a moment apart agree (etcd settles its cluster version after it starts).
+async fn settled_position(client: &mut etcd_client::Client) -> (u64, u64, u64) {
+    let mut last = None;
+    for _ in 0..40 {
+        let s = client.status().await.or_panic();
+        let now = (
+            s.raft_term(),
+            s.raft_index(),
+            s.header().map(|h| h.member_id()).unwrap_or_default(),
+        );
+        if last == Some(now) {
+            return now;
+        }
+        last = Some(now);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("etcd's raft position did not settle: last {last:?}");
+}
+
+/// `snapshot-agent position` (and the reader behind it) on a real member's data dir after the
+/// member stopped: the term, commit index, member ID and cluster ID its running etcd reported.
+async fn position_is_what_the_running_member_reported(part: &str) {
+    let bins = Testbins::from_env().or_panic();
+    let tmp = temp_root().or_panic();
+    let root = tmp.path();
+    let (etcd, _keys, cluster) = etcd_with_keys(&bins, part, root, 300).await;
+    let mut client = etcd.client().await.or_panic();
+    let (term, index, member) = settled_position(&mut client).await;
+    assert!(index > 300, "{part}: {index} is not past the 300 writes");
+    etcd.terminate(Duration::from_secs(30)).await;
+
+    let p = controller::agent::position::read_data_dir(&etcd.data_dir)
+        .unwrap_or_else(|f| panic!("{part}: {}", f.message));
+    assert_eq!(
+        (p.term, p.commit, p.member_id, p.cluster_id),
+        (term, index, member, cluster),
+        "{part}: the WAL's position is not what the member reported: {p:?}"
+    );
+    assert!(
+        p.last_index >= p.commit && p.torn_tail.is_none(),
+        "{part}: {p:?}"
+    );
+
+    let data_dir = format!("--data-dir={}", etcd.data_dir.display());
+    let run = Agent::new(root, &["position", &data_dir, "--member=source"])
+        .run("position")
+        .await;
+    run.assert_code(0, "position of a stopped member");
+    let reported = &run.result["position"];
+    assert_eq!(reported["term"].as_u64(), Some(term), "{}", run.output);
+    assert_eq!(reported["commit"].as_u64(), Some(index), "{}", run.output);
+    assert_eq!(
+        reported["memberId"].as_u64(),
+        Some(member),
+        "{}",
+        run.output
+    );
+    assert_eq!(
+        reported["clusterId"].as_u64(),
+        Some(cluster),
+        "{}",
+        run.output
+    );
+    // What the operator reads from the termination message is the same position.
+    let text = std::fs::read_to_string(root.join("position.json")).or_panic();
+    let report = controller::agent_job::AgentReport::parse(&text).or_panic_none("the report");
+    assert_eq!(report.position, Some(p));
+
+    // Not a data dir: a permanent failure naming where it looked and what to check.
+    let nowhere = format!("--data-dir={}", root.join("nothing").display());
+    let run = Agent::new(root, &["position", &nowhere])
+        .run("position-nowhere")
+        .await;
+    run.assert_code(2, "position of no data dir");
+    assert!(
+        run.error().contains("member/wal") && run.error().contains("--data-dir"),
+        "{}",
+        run.error()
+    );
+}
+
+#[tokio::test]
+async fn etcd_3_6_position_is_read_from_a_stopped_members_wal() {
+    position_is_what_the_running_member_reported("etcd-3.6").await;
+}
+
+#[tokio::test]
+async fn etcd_3_5_position_is_read_from_a_stopped_members_wal() {
+    position_is_what_the_running_member_reported("etcd-3.5").await;
 }
 
 trait OrPanicExt<T> {

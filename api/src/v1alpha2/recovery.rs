@@ -326,14 +326,16 @@ impl RecoveryStep {
 pub struct RecoveryCandidate {
     /// The EtcdMember.
     pub name: String,
-    /// Its etcd's raft term, index and MVCC revision (unset when it did not answer).
+    /// Its raft term, index and MVCC revision: from its running etcd, or (term and index only)
+    /// from its data dir's write-ahead log when its etcd does not run; unset when neither could
+    /// be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raft_term: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raft_index: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<i64>,
-    /// Why it was not asked or did not answer.
+    /// Where its figures came from (its running etcd, or its data dir), or why it has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }

@@ -1,6 +1,7 @@
-//! The snapshot agent: `etcd-operator snapshot-agent save|restore|delete`, the program a snapshot
-//! Job, a seed member's `restore` init container and a schedule's prune Job run
-//! (docs/snapshots.md).
+//! The snapshot agent: `etcd-operator snapshot-agent save|restore|delete|verify|position`, the
+//! program a snapshot Job, a seed member's `restore` init container, a schedule's prune Job, a
+//! verification Job and a survivor recovery's position Job run (docs/snapshots.md,
+//! docs/disaster-recovery.md).
 //!
 //! Owns the command line of both subcommands, the outcome written to the termination log
 //! (`{"artifact":{...}}` or `{"error":"..."}`) and the exit codes: 0 success, 2 a permanent
@@ -11,11 +12,13 @@
 
 pub mod delete;
 pub mod parts;
+pub mod position;
 pub mod pvc;
 pub mod restore;
 pub mod s3;
 pub mod save;
 pub mod verify;
+pub mod wal;
 
 use std::path::Path;
 
@@ -34,6 +37,9 @@ pub enum AgentCommand {
     Delete(delete::DeleteArgs),
     /// Read a stored snapshot back, restore it into scratch space and compare its hashkv.
     Verify(verify::VerifyArgs),
+    /// Read the raft position (term, commit index, member and cluster ID) from a stopped
+    /// member's data dir (its write-ahead log).
+    Position(position::PositionArgs),
 }
 
 /// The stored snapshot, as `EtcdSnapshot.status.artifact` takes it.
@@ -58,6 +64,7 @@ pub enum Outcome {
     Skipped(String),
     Deleted(String),
     LeftInPlace(String),
+    Position(crate::agent_job::position::DiskPosition),
     Error(String),
 }
 
@@ -72,6 +79,10 @@ pub async fn run(command: AgentCommand) -> i32 {
         AgentCommand::Restore(args) => {
             let log = args.termination_log.clone();
             (log, restore::run(args).await)
+        }
+        AgentCommand::Position(args) => {
+            let log = args.termination_log.clone();
+            (log, position::run(&args).map(Outcome::Position))
         }
         AgentCommand::Delete(args) => {
             let log = args.termination_log.clone();

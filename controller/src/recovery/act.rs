@@ -167,6 +167,18 @@ pub(super) async fn act(
                 format!("removed {RESTORE_IN_PLACE_ANNOTATION} and spec.restore from {member}"),
             )
         }
+        Work::ReadPositions(names) => {
+            let jobs = super::disk::start(ctx, ns, recovery, &names).await?;
+            (
+                Action::CreateJob,
+                format!(
+                    "reading the raft position of {} from their data dirs (their etcd does not \
+                     run): position Jobs {}",
+                    names.join(", "),
+                    jobs.join(", ")
+                ),
+            )
+        }
         Work::ReleaseCluster => {
             let patch = json!({"metadata": {"annotations": {RECOVERY_ANNOTATION: null}}});
             clusters.patch(cluster_name, &params, &merge(patch)).await?;

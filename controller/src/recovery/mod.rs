@@ -9,9 +9,12 @@
 //! controller deletes its Pod and keeps its PVC), the survivor's [`FORCE_NEW_CLUSTER_ANNOTATION`]
 //! (its Pod is built with `--force-new-cluster`), the deletion of the survivor's one forced Pod
 //! and of the discarded EtcdMembers (their cleanup finalizer finds them gone from etcd). Adding
-//! the members back is the cluster controller's normal scale-up.
+//! the members back is the cluster controller's normal scale-up. Before a survivor is chosen, a
+//! member whose etcd does not run has its raft position read from its data PVC by a position Job
+//! it owns (`disk.rs`).
 
 mod act;
+mod disk;
 pub mod plan;
 mod snapshot;
 
@@ -107,7 +110,8 @@ pub async fn reconcile(recovery: Arc<EtcdRecovery>, ctx: Arc<Context>) -> Result
                     p.member.clone().unwrap_or_default(),
                     p.raft_term.unwrap_or_default(),
                     p.raft_index.unwrap_or_default(),
-                    p.revision.unwrap_or_default()
+                    p.revision
+                        .map_or_else(|| "unknown".into(), |r| r.to_string())
                 ),
             };
             let note = format!(
@@ -398,6 +402,8 @@ async fn observe(
             pod: pod.clone(),
             etcd: None,
             note: None,
+            claim: false,
+            on_disk: None,
         };
         match &pod {
             None => facts_of.note = Some("no Pod".to_string()),
@@ -422,6 +428,11 @@ async fn observe(
                 }
             }
             Some(_) => {}
+        }
+        // Before a survivor is chosen, a member whose etcd does not answer may still hold the
+        // most data: its position is read from its data dir.
+        if !planned && matches!(facts.source, Source::Survivor { .. }) && facts_of.etcd.is_none() {
+            disk::observe(ctx, ns, recovery, member, &mut facts_of).await?;
         }
         facts.members.push(facts_of);
     }

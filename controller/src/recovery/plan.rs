@@ -4,18 +4,22 @@
 //! work and writes status.
 //!
 //! A recovery goes through the steps of [`RecoveryStep`] in order (the snapshot branch's own
-//! steps are in `snapshot.rs`). The step is
+//! steps are in `snapshot.rs`; the choice of a survivor, from running members and from the data
+//! dirs of stopped ones, in `survivor.rs`). The step is
 //! recorded in `status.step` before its work is done, and each step is recognised from the world
 //! as it is (a member already dormant, a Pod already restarted), so an operator that dies
 //! anywhere resumes where it stopped without doing anything twice.
 
 use api::conditions::reason;
-use api::v1alpha2::{RecoveryCandidate, RecoveryPhase, RecoveryPlan, RecoveryStep};
+use api::v1alpha2::{RecoveryPhase, RecoveryPlan, RecoveryStep};
 
+use crate::agent_job::position::PositionRead;
 use crate::etcd::format_id;
 
 mod snapshot;
+mod survivor;
 pub use snapshot::{bump_revision, restored_of, SnapshotFacts, StoredFacts, BUMP_MARGIN};
+pub use survivor::needs_disk_read;
 
 /// What the recovery rebuilds from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,6 +74,12 @@ pub struct MemberFacts {
     pub etcd: Option<EtcdFacts>,
     /// Why it was not asked or did not answer.
     pub note: Option<String>,
+    /// It has its data PVC (a member on memory storage, or whose claim is gone, holds no data
+    /// once its Pod is gone).
+    pub claim: bool,
+    /// Its raft position read from its data dir by a position Job (None: no such Job), for a
+    /// survivor recovery still choosing its survivor ([`needs_disk_read`]).
+    pub on_disk: Option<PositionRead>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -135,6 +145,9 @@ pub enum Work {
     LatchClusterId(String),
     /// Remove the in-place restore mark and `spec.restore` from the restored member.
     UnmarkRestore(String),
+    /// Start the position Jobs of these members: their raft position is read from their data
+    /// dirs, as their etcd does not run.
+    ReadPositions(Vec<String>),
 }
 
 /// The planner's verdict.
@@ -182,154 +195,8 @@ pub(super) fn has_quorum(members: &[MemberFacts]) -> Option<&MemberFacts> {
         .find(|m| m.etcd.as_ref().is_some_and(|e| e.leader != 0))
 }
 
-/// The member to rebuild from: the named one, or the one with the highest (term, index), then
-/// revision, then name (for a stable choice). Only members whose etcd answered with the
-/// cluster's own ID count: the raft position is read from etcd, never guessed.
-fn choose_survivor<'a>(
-    members: &'a [MemberFacts],
-    named: Option<&str>,
-    cluster_id: Option<u64>,
-) -> Result<&'a MemberFacts, Box<Next>> {
-    let same_cluster = |e: &EtcdFacts| cluster_id.is_none_or(|id| id == e.cluster_id);
-    if let Some(named) = named {
-        let Some(m) = members.iter().find(|m| m.name == named) else {
-            return Err(Box::new(fail(
-                reason::RECOVERY_NOT_POSSIBLE,
-                format!(
-                    "spec.source.survivor.member names {named}, which is not an EtcdMember of \
-                     this cluster (its members: {}); create a new EtcdRecovery naming one of \
-                     them, or none to take the one with the most data",
-                    names(members)
-                ),
-            )));
-        };
-        return match &m.etcd {
-            Some(e) if same_cluster(e) => Ok(m),
-            Some(e) => Err(Box::new(fail(
-                reason::RECOVERY_NOT_POSSIBLE,
-                format!(
-                    "member {named} answers with cluster ID {}, not this cluster's; it cannot \
-                     be the survivor",
-                    format_id(e.cluster_id)
-                ),
-            ))),
-            None => Err(Box::new(wait(
-                reason::WAITING_FOR_SURVIVOR,
-                format!(
-                    "member {named} (spec.source.survivor.member) does not answer: {}; its raft \
-                     term and index are read from its running etcd before anything is changed",
-                    m.note.as_deref().unwrap_or("its Pod is not running")
-                ),
-            ))),
-        };
-    }
-    members
-        .iter()
-        .filter(|m| m.etcd.as_ref().is_some_and(same_cluster))
-        .max_by(|a, b| {
-            let key = |m: &MemberFacts| {
-                let e = m.etcd.clone().unwrap_or_default();
-                (e.raft_term, e.raft_index, e.revision)
-            };
-            key(a).cmp(&key(b)).then_with(|| b.name.cmp(&a.name))
-        })
-        .ok_or_else(|| {
-            Box::new(wait(
-                reason::WAITING_FOR_SURVIVOR,
-                format!(
-                    "no member of the cluster answers ({}); a survivor's raft term and index are \
-                     read from its running etcd, so at least one member holding data must run",
-                    members
-                        .iter()
-                        .map(|m| format!(
-                            "{}: {}",
-                            m.name,
-                            m.note.as_deref().unwrap_or("no answer")
-                        ))
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ),
-            ))
-        })
-}
-
-fn names(members: &[MemberFacts]) -> String {
-    let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
-    if names.is_empty() {
-        "none".to_string()
-    } else {
-        names.join(", ")
-    }
-}
-
 pub(super) fn as_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-/// The plan of a recovery from `survivor`: what it holds, and what the others lose.
-fn plan_of(survivor: &MemberFacts, members: &[MemberFacts]) -> RecoveryPlan {
-    let e = survivor.etcd.clone().unwrap_or_default();
-    let candidates = members
-        .iter()
-        .map(|m| RecoveryCandidate {
-            name: m.name.clone(),
-            raft_term: m.etcd.as_ref().map(|e| as_i64(e.raft_term)),
-            raft_index: m.etcd.as_ref().map(|e| as_i64(e.raft_index)),
-            revision: m.etcd.as_ref().map(|e| e.revision),
-            note: m.note.clone(),
-        })
-        .collect();
-    let discarded: Vec<String> = members
-        .iter()
-        .filter(|m| m.name != survivor.name)
-        .map(|m| m.name.clone())
-        .collect();
-    let ahead: Vec<String> = members
-        .iter()
-        .filter(|m| m.name != survivor.name)
-        .filter_map(|m| {
-            let o = m.etcd.as_ref()?;
-            ((o.raft_term, o.raft_index) > (e.raft_term, e.raft_index)).then(|| {
-                format!(
-                    "{} is at term {} index {} (revision {}), ahead of the survivor",
-                    m.name, o.raft_term, o.raft_index, o.revision
-                )
-            })
-        })
-        .collect();
-    let mut lost = format!(
-        "the cluster is rebuilt from {} at raft term {} index {} (revision {}): every write it \
-         holds is kept. The data of {} is discarded: those members are deleted with their PVCs \
-         and replaced by new, empty members that copy the survivor's data. A write that no \
-         member but a discarded one had stored is lost.",
-        survivor.name,
-        e.raft_term,
-        e.raft_index,
-        e.revision,
-        if discarded.is_empty() {
-            "no other member".to_string()
-        } else {
-            discarded.join(", ")
-        }
-    );
-    if !ahead.is_empty() {
-        lost.push_str(&format!(
-            " The named survivor is behind: {}; what they hold beyond it is lost.",
-            ahead.join("; ")
-        ));
-    }
-    RecoveryPlan {
-        member: Some(survivor.name.clone()),
-        member_id: Some(format_id(e.member_id)),
-        raft_term: Some(as_i64(e.raft_term)),
-        raft_index: Some(as_i64(e.raft_index)),
-        revision: Some(e.revision),
-        cluster_id: Some(format_id(e.cluster_id)),
-        candidates,
-        discarded_members: discarded,
-        lost: Some(lost),
-        ..Default::default()
-    }
 }
 
 /// Before the plan: whether and from what the recovery may act.
@@ -377,8 +244,8 @@ fn plan_first(f: &Facts, cluster: &ClusterFacts) -> Next {
         );
     }
     let latched_id = crate::etcd::parse_id(latched);
-    match choose_survivor(&f.members, member, latched_id) {
-        Ok(survivor) => Next::RecordPlan(Box::new(plan_of(survivor, &f.members))),
+    match survivor::choose(&f.members, member, latched_id) {
+        Ok(survivor) => Next::RecordPlan(Box::new(survivor::plan_of(survivor, &f.members))),
         Err(next) => *next,
     }
 }

@@ -117,4 +117,10 @@ impl Etcd {
     pub fn stop(&self) {
         self.process.kill();
     }
+
+    /// Stop it as a Pod's deletion does: `SIGTERM` (etcd stops its raft node and flushes its
+    /// WAL), killed only if it has not exited after `grace`.
+    pub async fn terminate(&self, grace: Duration) {
+        self.process.stop(grace).await;
+    }
 }
