@@ -11,7 +11,9 @@
 //! From a file on a claim: the same with the fault suite's workload running, an EtcdSnapshot
 //! written to the claim `backups`, deleted, and its file moved to a path no EtcdSnapshot named,
 //! without its sidecars; `EtcdRecovery{snapshot: {pvc: {claimName, subPath}, sha256}}` restores
-//! from it, and the workload's history is judged as a rollback to the snapshot.
+//! from it, and the workload's history is judged as a rollback to the snapshot. A `subPath`
+//! naming no file on the claim restores nothing: the recovery waits at `RestoreSnapshot` with
+//! the restore's own words, the cluster held.
 //!
 //! Every test runs its own operator limited to its namespace; the control plane and the pod
 //! runner are shared by the binary.
@@ -564,5 +566,59 @@ async fn inline_pvc_recovery_rebuilds_a_lost_cluster_from_a_snapshot_file_on_a_c
     assert!(
         rolled.first_after.is_some_and(|f| f > pre_failure_max),
         "{rolled}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_pvc_recovery_from_a_path_with_no_file_restores_nothing_and_names_the_path() {
+    let s = scope("inlpvc-miss").await;
+    let env = s.env;
+    let ns = s.ns.clone();
+    create_backups_claim(env, &ns).await;
+    let name = "rm";
+    env.create_cluster(&ns, name, spec(3)).await;
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+    lose_all(env, &ns, name).await;
+    // The claim exists (the plan accepts it) but holds no such file: a typo in subPath.
+    let sha = format!("sha256:{}", "0".repeat(64));
+    let source = from_file("backups", "etcd/no-such.db", &sha);
+    create_recovery(&s, "rm-restore", name, source, false).await;
+    let stuck = wait_recovery(
+        &s,
+        "rm-restore",
+        "waiting at RestoreSnapshot, naming the missing file",
+        RECOVER,
+        |r| {
+            let at_restore =
+                r.status.as_ref().and_then(|st| st.step) == Some(RecoveryStep::RestoreSnapshot);
+            at_restore
+                && r.status
+                    .iter()
+                    .flat_map(|st| st.conditions.iter())
+                    .any(|c| {
+                        c.type_ == "Ready"
+                            && c.message.contains("the restore into")
+                            && c.message.contains("etcd/no-such.db")
+                    })
+        },
+    )
+    .await;
+    // The restore's own words: the file it looked for and why it is not there.
+    let ready = ready_condition(&stuck);
+    assert!(ready.message.contains("No such file"), "{}", ready.message);
+    assert_eq!(phase(&stuck), Some(RecoveryPhase::Running));
+    // Nothing was restored: the cluster stays held and no member runs etcd.
+    let c = env.clusters(&ns).get(name).await.or_panic();
+    assert_eq!(
+        c.annotations().get(RECOVERY_ANNOTATION).map(String::as_str),
+        Some("rm-restore")
+    );
+    assert!(
+        env.pods(&ns, name).await.iter().all(|p| !p
+            .status
+            .as_ref()
+            .and_then(|st| st.container_statuses.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.ready))),
+        "no member Pod is ready"
     );
 }
