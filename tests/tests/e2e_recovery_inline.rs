@@ -1,10 +1,19 @@
-//! End to end, `EtcdRecovery` from a snapshot given by its S3 object (no EtcdSnapshot object),
-//! in place: a 3-member cluster with keys, an EtcdSnapshot stored in MinIO, more writes, then
-//! the EtcdSnapshot object deleted (its stored object stays) and all three members lost with
+//! End to end, `EtcdRecovery` from a snapshot given by its location (no EtcdSnapshot object),
+//! in place.
+//!
+//! From an S3 object: a 3-member cluster with keys, an EtcdSnapshot stored in MinIO, more writes,
+//! then the EtcdSnapshot object deleted (its stored object stays) and all three members lost with
 //! their PVCs. An `EtcdRecovery{snapshot: {s3: …, sha256: …}}` rebuilds the same EtcdCluster from
 //! the object: Available with 3 voters, the same client Service, every key written before the
 //! snapshot readable and those after it gone, the revision above the pre-failure maximum. The
 //! same recovery with a sha256 the object does not have restores nothing and says why.
+//!
+//! From a file on a claim: the same with the fault suite's workload running, an EtcdSnapshot
+//! written to the claim `backups`, deleted, and its file moved to a path no EtcdSnapshot named,
+//! without its sidecars; `EtcdRecovery{snapshot: {pvc: {claimName, subPath}, sha256}}` restores
+//! from it, and the workload's history is judged as a rollback to the snapshot. A `subPath`
+//! naming no file on the claim restores nothing: the recovery waits at `RestoreSnapshot` with
+//! the restore's own words, the cluster held.
 //!
 //! Every test runs its own operator limited to its namespace; the control plane and the pod
 //! runner are shared by the binary.
@@ -13,26 +22,30 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use api::v1alpha2::{
-    EtcdSnapshot, EtcdSnapshotSpec, LocalReference, RecoveryPhase, RecoverySnapshotSource,
-    RecoverySource, RecoveryStep, S3Location, SecretReference, SnapshotArtifact,
-    SnapshotDestination, SnapshotPhase, RECOVERY_ANNOTATION,
+    EtcdSnapshot, EtcdSnapshotSpec, LocalReference, PvcLocation, RecoveryPhase,
+    RecoverySnapshotSource, RecoverySource, RecoveryStep, S3Location, SecretReference,
+    SnapshotArtifact, SnapshotDestination, SnapshotPhase, RECOVERY_ANNOTATION,
 };
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
 use tokio::sync::OnceCell;
 
+use tests::backup::create_backups_claim;
 use tests::e2e::{spec, Env};
 use tests::env::minio::Minio;
 use tests::harness::eventually_every;
 use tests::operator::{shared_env, Scope};
 use tests::podrunner::PodRunner;
 use tests::recovery::{create_recovery, lose_all, phase, ready_condition, revision, wait_recovery};
+use tests::workload::{Report, Rollback, Workload};
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(240);
 const SNAPSHOT: Duration = Duration::from_secs(240);
 const RECOVER: Duration = Duration::from_secs(420);
+/// Writes the workload must have acknowledged after the recovery completed.
+const WRITES_AFTER: i64 = 100;
 
 async fn lab() -> &'static Env {
     static LAB: OnceCell<Env> = OnceCell::const_new();
@@ -58,16 +71,25 @@ fn s3_location(endpoint: &str, bucket: &str, key: &str) -> S3Location {
     }
 }
 
-/// Take EtcdSnapshot `name` of `cluster` into MinIO (unverified: only its stored object and
-/// checksum matter here), wait for it to be Complete, then delete the EtcdSnapshot object; the
-/// stored object stays. Returns the artifact it recorded.
-async fn stored_then_forgotten(
+/// Where an EtcdSnapshot cut the cluster's history, and what it stored.
+struct Taken {
+    artifact: SnapshotArtifact,
+    /// The revision the agent recorded (its hashKV's, just before the save streamed): the
+    /// snapshot holds every write up to it. None when the agent could not record it.
+    recorded: Option<i64>,
+    /// The cluster's revision once the snapshot read Complete: it holds nothing above it.
+    complete_by: i64,
+}
+
+/// Take EtcdSnapshot `name` of `cluster` to `destination` (unverified: only its stored copy and
+/// checksum matter here), wait for it to be Complete, then delete the EtcdSnapshot object; what
+/// it stored stays (a hand-made EtcdSnapshot has no prune). Returns what it recorded.
+async fn taken_then_forgotten(
     s: &Scope,
     cluster: &str,
     name: &str,
-    endpoint: &str,
-    minio: &Minio,
-) -> SnapshotArtifact {
+    destination: SnapshotDestination,
+) -> Taken {
     let api: Api<EtcdSnapshot> = Api::namespaced(s.env.client(), &s.ns);
     let snapshot = EtcdSnapshot::new(
         name,
@@ -75,10 +97,7 @@ async fn stored_then_forgotten(
             cluster_ref: LocalReference {
                 name: cluster.to_string(),
             },
-            destination: SnapshotDestination {
-                s3: Some(s3_location(endpoint, &minio.bucket, "inline/")),
-                pvc: None,
-            },
+            destination,
             verify: Some(false),
         },
     );
@@ -86,15 +105,16 @@ async fn stored_then_forgotten(
         .await
         .or_panic();
     let what = format!("{}/{name}: Complete with an artifact", s.ns);
-    let artifact = eventually_every(&what, SNAPSHOT, Duration::from_millis(500), || async {
+    let status = eventually_every(&what, SNAPSHOT, Duration::from_millis(500), || async {
         let status = api.get(name).await.or_panic().status.unwrap_or_default();
-        match (status.phase, &status.artifact) {
-            (Some(SnapshotPhase::Complete), Some(a)) => Ok(a.clone()),
-            (Some(SnapshotPhase::Failed), _) => panic!("{name} failed: {status:?}"),
+        match status.phase {
+            Some(SnapshotPhase::Complete) if status.artifact.is_some() => Ok(status),
+            Some(SnapshotPhase::Failed) => panic!("{name} failed: {status:?}"),
             _ => Err(format!("{status:?}")),
         }
     })
     .await;
+    let complete_by = revision(s.env, &s.ns, cluster).await;
     api.delete(name, &DeleteParams::default()).await.or_panic();
     let what = format!("{}/{name}: deleted", s.ns);
     eventually_every(&what, SNAPSHOT, Duration::from_millis(200), || async {
@@ -104,6 +124,29 @@ async fn stored_then_forgotten(
         }
     })
     .await;
+    Taken {
+        recorded: status.hash_kv.as_ref().map(|h| h.revision),
+        artifact: status.artifact.unwrap_or_default(),
+        complete_by,
+    }
+}
+
+/// [`taken_then_forgotten`] into MinIO; the stored object is checked to outlive its
+/// EtcdSnapshot. Returns the artifact it recorded.
+async fn stored_then_forgotten(
+    s: &Scope,
+    cluster: &str,
+    name: &str,
+    endpoint: &str,
+    minio: &Minio,
+) -> SnapshotArtifact {
+    let destination = SnapshotDestination {
+        s3: Some(s3_location(endpoint, &minio.bucket, "inline/")),
+        pvc: None,
+    };
+    let artifact = taken_then_forgotten(s, cluster, name, destination)
+        .await
+        .artifact;
     // Only the stored object is left: the inline source is the one way back.
     let (size, _, _) = minio.object(&key_of(&artifact, &minio.bucket)).await;
     assert_eq!(
@@ -300,6 +343,275 @@ async fn inline_recovery_with_a_sha256_the_object_does_not_have_restores_nothing
     assert_eq!(
         c.annotations().get(RECOVERY_ANNOTATION).map(String::as_str),
         Some("rw-restore")
+    );
+    assert!(
+        env.pods(&ns, name).await.iter().all(|p| !p
+            .status
+            .as_ref()
+            .and_then(|st| st.container_statuses.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.ready))),
+        "no member Pod is ready"
+    );
+}
+
+/// The directory `etcd` on the claim `backups`.
+fn backups_dest() -> SnapshotDestination {
+    SnapshotDestination {
+        s3: None,
+        pvc: Some(PvcLocation {
+            claim_name: "backups".into(),
+            sub_path: Some("etcd".into()),
+        }),
+    }
+}
+
+/// From the file `path` on claim `claim`, checked against `sha256`.
+fn from_file(claim: &str, path: &str, sha256: &str) -> RecoverySource {
+    RecoverySource {
+        survivor: None,
+        snapshot: Some(RecoverySnapshotSource {
+            pvc: Some(PvcLocation {
+                claim_name: claim.to_string(),
+                sub_path: Some(path.to_string()),
+            }),
+            sha256: Some(sha256.to_string()),
+            ..Default::default()
+        }),
+    }
+}
+
+fn sha256_of(bytes: &[u8]) -> String {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_pvc_recovery_rebuilds_a_lost_cluster_from_a_snapshot_file_on_a_claim() {
+    let s = scope("inlpvc").await;
+    let env = s.env;
+    let ns = s.ns.clone();
+    create_backups_claim(env, &ns).await;
+    let name = "rf";
+    env.create_cluster(&ns, name, spec(3)).await;
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+    let kept = env.write_keys(&ns, name, 100).await;
+    // A client writing, reading and watching through the snapshot, the loss and the recovery.
+    let workload = Workload::start(env, &ns, name)
+        .await
+        .named("all members lost, EtcdRecovery{snapshot: {pvc}} in place");
+    let taken = taken_then_forgotten(&s, name, "rf-nightly", backups_dest()).await;
+    assert_eq!(taken.artifact.uri, "pvc://backups/etcd/rf-nightly.db");
+    let recorded = taken
+        .recorded
+        .unwrap_or_else(|| panic!("rf-nightly: Complete without a recorded hashKV revision"));
+    // The file outlives its EtcdSnapshot. It is moved where no EtcdSnapshot ever wrote and its
+    // sidecars removed, as a copy put there by hand would be: the recovery can only read it by
+    // the claim and path it is given, and check it only against the sha256 it is given.
+    let dir = env.runner.claim_dir(&ns, "backups").await.or_panic();
+    let written = dir.join("etcd/rf-nightly.db");
+    let bytes = std::fs::read(&written).or_panic();
+    assert_eq!(bytes.len() as i64, taken.artifact.size_bytes);
+    assert_eq!(sha256_of(&bytes), taken.artifact.checksum);
+    std::fs::create_dir_all(dir.join("by-hand")).or_panic();
+    let copy = dir.join("by-hand/rf.db");
+    std::fs::rename(&written, &copy).or_panic();
+    for sidecar in ["etcd/rf-nightly.db.sha256", "etcd/rf-nightly.db.uid"] {
+        std::fs::remove_file(dir.join(sidecar)).or_panic();
+    }
+    // Writes after the snapshot: lost by the rollback.
+    let mut etcd = env.etcd_client(&ns, name).await;
+    for i in 0..50 {
+        etcd.put(format!("late/{i}"), "v", None).await.or_panic();
+    }
+    let before_max = revision(env, &ns, name).await;
+    let services: Api<Service> = Api::namespaced(env.client(), &ns);
+    let client_service = services
+        .get(&format!("{name}-client"))
+        .await
+        .or_panic()
+        .uid();
+
+    workload.fault_started();
+    lose_all(env, &ns, name).await;
+    let source = from_file("backups", "by-hand/rf.db", &taken.artifact.checksum);
+    create_recovery(&s, "rf-restore", name, source, false).await;
+    let running = wait_recovery(&s, "rf-restore", "step RestoreSnapshot", RECOVER, |r| {
+        r.status
+            .as_ref()
+            .and_then(|st| st.step)
+            .is_some_and(|st| st >= RecoveryStep::RestoreSnapshot)
+    })
+    .await;
+    // The plan names the file on the claim; its revision is unknown until it is read.
+    let plan = running
+        .status
+        .clone()
+        .unwrap_or_default()
+        .plan
+        .unwrap_or_default();
+    assert_eq!(plan.snapshot, None, "{plan:?}");
+    assert_eq!(
+        plan.snapshot_uri.as_deref(),
+        Some("pvc://backups/by-hand/rf.db")
+    );
+    assert_eq!(plan.revision, None, "{plan:?}");
+    let bump = plan.bump_revision.unwrap_or_default();
+    assert!(bump >= 1_000_000_000, "{plan:?}");
+    assert!(
+        plan.lost.as_deref().is_some_and(
+            |l| l.contains("pvc://backups/by-hand/rf.db") && l.contains("every write after it")
+        ),
+        "{plan:?}"
+    );
+    let done = wait_recovery(
+        &s,
+        "rf-restore",
+        "phase Complete",
+        RECOVER,
+        |r| match phase(r) {
+            Some(RecoveryPhase::Failed) => panic!("the recovery failed: {:?}", r.status),
+            p => p == Some(RecoveryPhase::Complete),
+        },
+    )
+    .await;
+    workload.fault_ended();
+
+    // The same cluster, in place.
+    let c = env.wait_healthy(&ns, name, 3, BOOT).await;
+    assert!(
+        !c.annotations().contains_key(RECOVERY_ANNOTATION),
+        "{:?}",
+        c.annotations()
+    );
+    let voters = env.etcd_members(&ns, name).await;
+    assert_eq!(voters.len(), 3, "{voters:?}");
+    assert!(voters.iter().all(|(_, learner)| !learner), "{voters:?}");
+    let now = services.get(&format!("{name}-client")).await.or_panic();
+    assert_eq!(now.uid(), client_service, "the same client Service object");
+    // Every key written before the snapshot; none written after it.
+    env.check_keys(&ns, name, &kept).await;
+    let mut etcd = env.etcd_client(&ns, name).await;
+    let late = etcd
+        .get(
+            "late/",
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_count_only(),
+            ),
+        )
+        .await
+        .or_panic();
+    assert_eq!(late.count(), 0, "writes after the snapshot are rolled back");
+    let after = revision(env, &ns, name).await;
+    assert!(after > before_max, "revision {after} <= {before_max}");
+    // The source is read, never consumed: the file is still on the claim, unchanged.
+    assert_eq!(std::fs::read(&copy).or_panic(), bytes, "the snapshot file");
+    // No member keeps the restore mark or the checksum annotation.
+    for m in env.members(&ns, name).await {
+        for annotation in [
+            api::v1alpha2::RESTORE_IN_PLACE_ANNOTATION,
+            api::v1alpha2::RESTORE_SHA256_ANNOTATION,
+        ] {
+            assert!(
+                !m.annotations().contains_key(annotation),
+                "{}: {annotation}",
+                m.name_any()
+            );
+        }
+        assert!(m.spec.restore.is_none(), "{}", m.name_any());
+    }
+    let reasons: BTreeSet<String> = env
+        .events(&ns, &done.name_any())
+        .await
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    for expected in ["RecoveryPlanned", "RecoveryStep", "RecoveryComplete"] {
+        assert!(reasons.contains(expected), "{expected} in {reasons:?}");
+    }
+
+    // The workload: writes acknowledged by the restored cluster, then its whole history judged
+    // as a rollback to the snapshot. The snapshot holds at least `recorded`, so the restored
+    // revisions start at `recorded + bump` or above.
+    let restored_at = recorded + bump;
+    let acknowledged_from = |from: i64| {
+        let workload = &workload;
+        let what = format!("{ns}/{name}: a write acknowledged at revision {from} or above");
+        async move {
+            eventually_every(&what, BOOT, Duration::from_millis(200), || async {
+                match workload.newest_revision() {
+                    Some(r) if r >= from => Ok(r),
+                    newest => Err(format!("newest acknowledged revision {newest:?}")),
+                }
+            })
+            .await
+        }
+    };
+    let first = acknowledged_from(restored_at).await;
+    acknowledged_from(first + WRITES_AFTER).await;
+    let (report, rolled) = workload
+        .finish_after_rollback(Rollback {
+            snapshot_revision: recorded,
+            taken_by: taken.complete_by,
+            restored_at,
+        })
+        .await;
+    println!("{}\n{report}\n{rolled}", Report::HEADER);
+    assert!(rolled.kept_before > 0, "{rolled}");
+    assert!(rolled.rolled_back > 0, "{rolled}");
+    assert!(rolled.acknowledged_after >= WRITES_AFTER as u64, "{rolled}");
+    let pre_failure_max = rolled.pre_failure_max.unwrap_or_default().max(before_max);
+    assert!(
+        rolled.first_after.is_some_and(|f| f > pre_failure_max),
+        "{rolled}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_pvc_recovery_from_a_path_with_no_file_restores_nothing_and_names_the_path() {
+    let s = scope("inlpvc-miss").await;
+    let env = s.env;
+    let ns = s.ns.clone();
+    create_backups_claim(env, &ns).await;
+    let name = "rm";
+    env.create_cluster(&ns, name, spec(3)).await;
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+    lose_all(env, &ns, name).await;
+    // The claim exists (the plan accepts it) but holds no such file: a typo in subPath.
+    let sha = format!("sha256:{}", "0".repeat(64));
+    let source = from_file("backups", "etcd/no-such.db", &sha);
+    create_recovery(&s, "rm-restore", name, source, false).await;
+    let stuck = wait_recovery(
+        &s,
+        "rm-restore",
+        "waiting at RestoreSnapshot, naming the missing file",
+        RECOVER,
+        |r| {
+            let at_restore =
+                r.status.as_ref().and_then(|st| st.step) == Some(RecoveryStep::RestoreSnapshot);
+            at_restore
+                && r.status
+                    .iter()
+                    .flat_map(|st| st.conditions.iter())
+                    .any(|c| {
+                        c.type_ == "Ready"
+                            && c.message.contains("the restore into")
+                            && c.message.contains("etcd/no-such.db")
+                    })
+        },
+    )
+    .await;
+    // The restore's own words: the file it looked for and why it is not there.
+    let ready = ready_condition(&stuck);
+    assert!(ready.message.contains("No such file"), "{}", ready.message);
+    assert_eq!(phase(&stuck), Some(RecoveryPhase::Running));
+    // Nothing was restored: the cluster stays held and no member runs etcd.
+    let c = env.clusters(&ns).get(name).await.or_panic();
+    assert_eq!(
+        c.annotations().get(RECOVERY_ANNOTATION).map(String::as_str),
+        Some("rm-restore")
     );
     assert!(
         env.pods(&ns, name).await.iter().all(|p| !p

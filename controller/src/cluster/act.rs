@@ -222,7 +222,14 @@ pub(super) async fn act(
             tracing::info!(cluster = %name, member = %member, reason = reason.reason(), "deleting member");
             // The operator's own deletion is meant: marked as such, its finalizer removes the
             // member from etcd and then deletes its PVC (a deletion without the mark keeps both).
-            crate::deletion::delete_member_as_meant(&members_api, member).await?;
+            // Only the member as observed: the plan's facts can be seconds old by now (an etcd
+            // call that timed out in between), and a member changed since (an EtcdRecovery
+            // stopped it or restored a snapshot into it) is planned for again from a fresh read.
+            let Some(observed) = seen.members.items.iter().find(|m| m.name_any() == *member) else {
+                // Planned from views of these very members: not reached; plan again.
+                return Ok(Acted::Stop(Requeue::requeue(Duration::from_millis(200))));
+            };
+            crate::deletion::delete_member_as_observed(&members_api, observed).await?;
             if matches!(
                 why,
                 DeleteReason::Unschedulable | DeleteReason::NodeNotReady

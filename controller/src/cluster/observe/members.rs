@@ -120,8 +120,6 @@ fn owned_by(obj: &impl Resource, owner_uid: &str) -> bool {
     crate::controller_uid(obj).as_deref() == Some(owner_uid)
 }
 
-/// Whether `claim` holds `m`'s data: marked with its UID, or still under its owner reference
-/// (until the member controller swaps the one for the other), or being re-attached to it.
 /// Whether an EtcdRecovery marked `m` for an in-place restore (the mark and `spec.restore`).
 fn restoring_in_place(m: &EtcdMember) -> bool {
     m.spec.restore.is_some()
@@ -129,6 +127,8 @@ fn restoring_in_place(m: &EtcdMember) -> bool {
             .contains_key(api::v1alpha2::RESTORE_IN_PLACE_ANNOTATION)
 }
 
+/// Whether `claim` holds `m`'s data: marked with its UID, or still under its owner reference
+/// (until the member controller swaps the one for the other), or being re-attached to it.
 fn members_claim(claim: &PersistentVolumeClaim, m: &EtcdMember) -> bool {
     crate::builders::pvc::claim_of(claim, m) != crate::builders::pvc::ClaimOwner::Foreign
 }
@@ -175,7 +175,10 @@ fn member_view(
         // A member an EtcdRecovery is restoring in place gets its claim back from the member
         // controller, with the snapshot's data: until the recovery removes the mark, a claim
         // the cluster's view does not show yet is not lost data, and replacing the member would
-        // discard the restored cluster's only member.
+        // discard the restored cluster's only member. (The recovery holds the cluster while the
+        // mark is on; this covers a reconcile that read the cluster before the hold and the
+        // member after the mark. A plan made before either is acted on only while the member is
+        // still as read: `deletion::delete_member_as_observed`.)
         data_lost: !m.spec.storage.is_memory() && pvc_gone && !restoring_in_place(m),
         trust_bundle: m
             .annotations()
