@@ -1,12 +1,14 @@
 //! What the `EtcdRecovery` suites share: creating a recovery in a test's [`Scope`] and waiting
 //! on its status.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use api::v1alpha2::{
     EtcdRecovery, EtcdRecoverySpec, LocalReference, RecoveryPhase, RecoverySource,
+    RECOVERY_ANNOTATION,
 };
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -14,6 +16,7 @@ use kube::{Api, ResourceExt};
 use crate::e2e::Env;
 use crate::harness::eventually_every;
 use crate::operator::Scope;
+use crate::workload::Workload;
 use crate::OrPanic;
 use serde_json::json;
 
@@ -127,4 +130,148 @@ pub async fn lose_members(env: &Env, ns: &str, victims: &[String]) {
             .await
             .or_panic();
     }
+}
+
+/// How many keys under `prefix` the cluster holds.
+pub async fn count(env: &Env, ns: &str, cluster: &str, prefix: &str) -> i64 {
+    let mut etcd = env.etcd_client(ns, cluster).await;
+    etcd.get(
+        prefix,
+        Some(
+            etcd_client::GetOptions::new()
+                .with_prefix()
+                .with_count_only(),
+        ),
+    )
+    .await
+    .or_panic()
+    .count()
+}
+
+/// What a cluster was before it lost every member.
+pub struct Before {
+    /// The keys `e2e/*` written before the snapshot restored.
+    pub kept: BTreeMap<String, String>,
+    /// The highest revision read before the loss.
+    pub max: i64,
+    pub client_service_uid: Option<String>,
+}
+
+/// The cluster `name` before the loss: `kept`, its revision now and its client Service.
+pub async fn before(env: &Env, ns: &str, name: &str, kept: BTreeMap<String, String>) -> Before {
+    let services: Api<Service> = Api::namespaced(env.client(), ns);
+    let client_service_uid = services
+        .get(&format!("{name}-client"))
+        .await
+        .or_panic()
+        .uid();
+    Before {
+        kept,
+        max: revision(env, ns, name).await,
+        client_service_uid,
+    }
+}
+
+/// What a Complete snapshot recovery must have left: 3 voters, nothing holding the cluster, the
+/// same client Service object, every key from before the snapshot and none of the `late/` ones
+/// written after it, the revision above the pre-failure maximum, a watch from that revision
+/// answered with a compaction, and the recovery's Events.
+pub async fn assert_restored(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    recovery: &EtcdRecovery,
+    b: &Before,
+    within: Duration,
+) {
+    let c = env.wait_healthy(ns, name, 3, within).await;
+    assert!(
+        !c.annotations().contains_key(RECOVERY_ANNOTATION),
+        "{:?}",
+        c.annotations()
+    );
+    let voters = env.etcd_members(ns, name).await;
+    assert_eq!(voters.len(), 3, "{voters:?}");
+    assert!(voters.iter().all(|(_, learner)| !learner), "{voters:?}");
+    // The same client Service object.
+    let services: Api<Service> = Api::namespaced(env.client(), ns);
+    let now = services.get(&format!("{name}-client")).await.or_panic();
+    assert_eq!(now.uid(), b.client_service_uid);
+    // Every key written before the snapshot; none written after it.
+    env.check_keys(ns, name, &b.kept).await;
+    assert_eq!(
+        count(env, ns, name, "late/").await,
+        0,
+        "writes after the snapshot are rolled back"
+    );
+    // The revision is above anything a client saw before the loss.
+    let after = revision(env, ns, name).await;
+    assert!(after > b.max, "revision {after} <= {}", b.max);
+    // A watch resumed from an old revision is told it was compacted, not left silent.
+    let mut etcd = env.etcd_client(ns, name).await;
+    let mut stream = etcd
+        .watch(
+            "e2e/",
+            Some(
+                etcd_client::WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(b.max),
+            ),
+        )
+        .await
+        .or_panic();
+    // The first answer may only say the watch was created; the compaction follows it.
+    let compacted = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let resp = stream
+                .message()
+                .await
+                .or_panic()
+                .expect("the watch stream ended without a compaction");
+            assert!(
+                resp.events().is_empty(),
+                "a watch from a compacted revision delivered events: {resp:?}"
+            );
+            if resp.compact_revision() > 0 || resp.canceled() {
+                break resp;
+            }
+        }
+    })
+    .await
+    .expect("the watch from the old revision answers with a compaction within 30 s");
+    assert!(
+        compacted.compact_revision() > b.max,
+        "compact revision {} for a watch from {}: {compacted:?}",
+        compacted.compact_revision(),
+        b.max
+    );
+    // Events tell the story.
+    let reasons: BTreeSet<String> = env
+        .events(ns, &recovery.name_any())
+        .await
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    for expected in ["RecoveryPlanned", "RecoveryStep", "RecoveryComplete"] {
+        assert!(reasons.contains(expected), "{expected} in {reasons:?}");
+    }
+}
+
+/// Wait (up to `within`) until `workload` has a write acknowledged at revision `from` or above;
+/// that revision.
+pub async fn acknowledged_from(
+    workload: &Workload,
+    ns: &str,
+    name: &str,
+    from: i64,
+    within: Duration,
+) -> i64 {
+    let what = format!("{ns}/{name}: a write acknowledged at revision {from} or above");
+    eventually_every(&what, within, POLL, || async {
+        match workload.newest_revision() {
+            Some(r) if r >= from => Ok(r),
+            newest => Err(format!("newest acknowledged revision {newest:?}")),
+        }
+    })
+    .await
 }

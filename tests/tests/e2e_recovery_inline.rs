@@ -18,7 +18,6 @@
 //! Every test runs its own operator limited to its namespace; the control plane and the pod
 //! runner are shared by the binary.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use api::v1alpha2::{
@@ -26,7 +25,6 @@ use api::v1alpha2::{
     RecoverySnapshotSource, RecoverySource, RecoveryStep, S3Location, SecretReference,
     SnapshotArtifact, SnapshotDestination, SnapshotPhase, RECOVERY_ANNOTATION,
 };
-use k8s_openapi::api::core::v1::Service;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
 use tokio::sync::OnceCell;
@@ -37,7 +35,10 @@ use tests::env::minio::Minio;
 use tests::harness::eventually_every;
 use tests::operator::{shared_env, Scope};
 use tests::podrunner::PodRunner;
-use tests::recovery::{create_recovery, lose_all, phase, ready_condition, revision, wait_recovery};
+use tests::recovery::{
+    acknowledged_from, assert_restored, before, create_recovery, lose_all, phase, ready_condition,
+    revision, wait_recovery,
+};
 use tests::workload::{Report, Rollback, Workload};
 use tests::OrPanic;
 
@@ -193,13 +194,7 @@ async fn inline_s3_recovery_rebuilds_a_lost_cluster_whose_etcdsnapshot_is_gone()
     for i in 0..50 {
         etcd.put(format!("late/{i}"), "v", None).await.or_panic();
     }
-    let before_max = revision(env, &ns, name).await;
-    let services: Api<Service> = Api::namespaced(env.client(), &ns);
-    let client_service = services
-        .get(&format!("{name}-client"))
-        .await
-        .or_panic()
-        .uid();
+    let before = before(env, &ns, name, kept).await;
 
     lose_all(env, &ns, name).await;
     let key = key_of(&artifact, &minio.bucket);
@@ -245,34 +240,10 @@ async fn inline_s3_recovery_rebuilds_a_lost_cluster_whose_etcdsnapshot_is_gone()
     )
     .await;
 
-    let c = env.wait_healthy(&ns, name, 3, BOOT).await;
-    assert!(
-        !c.annotations().contains_key(RECOVERY_ANNOTATION),
-        "{:?}",
-        c.annotations()
-    );
-    let voters = env.etcd_members(&ns, name).await;
-    assert_eq!(voters.len(), 3, "{voters:?}");
-    assert!(voters.iter().all(|(_, learner)| !learner), "{voters:?}");
-    let now = services.get(&format!("{name}-client")).await.or_panic();
-    assert_eq!(now.uid(), client_service, "the same client Service object");
-    // Every key written before the snapshot; none written after it.
-    env.check_keys(&ns, name, &kept).await;
-    let mut etcd = env.etcd_client(&ns, name).await;
-    let late = etcd
-        .get(
-            "late/",
-            Some(
-                etcd_client::GetOptions::new()
-                    .with_prefix()
-                    .with_count_only(),
-            ),
-        )
-        .await
-        .or_panic();
-    assert_eq!(late.count(), 0, "writes after the snapshot are rolled back");
-    let after = revision(env, &ns, name).await;
-    assert!(after > before_max, "revision {after} <= {before_max}");
+    // 3 voters, released, the same client Service object, the keys from before the snapshot and
+    // none after it, the revision above the pre-failure maximum, a watch from it told of the
+    // compaction, the recovery's Events.
+    assert_restored(env, &ns, name, &done, &before, BOOT).await;
     // No member keeps the restore mark or the checksum annotation.
     for m in env.members(&ns, name).await {
         for annotation in [
@@ -286,15 +257,6 @@ async fn inline_s3_recovery_rebuilds_a_lost_cluster_whose_etcdsnapshot_is_gone()
             );
         }
         assert!(m.spec.restore.is_none(), "{}", m.name_any());
-    }
-    let reasons: BTreeSet<String> = env
-        .events(&ns, &done.name_any())
-        .await
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect();
-    for expected in ["RecoveryPlanned", "RecoveryStep", "RecoveryComplete"] {
-        assert!(reasons.contains(expected), "{expected} in {reasons:?}");
     }
 }
 
@@ -424,13 +386,7 @@ async fn inline_pvc_recovery_rebuilds_a_lost_cluster_from_a_snapshot_file_on_a_c
     for i in 0..50 {
         etcd.put(format!("late/{i}"), "v", None).await.or_panic();
     }
-    let before_max = revision(env, &ns, name).await;
-    let services: Api<Service> = Api::namespaced(env.client(), &ns);
-    let client_service = services
-        .get(&format!("{name}-client"))
-        .await
-        .or_panic()
-        .uid();
+    let before = before(env, &ns, name, kept).await;
 
     workload.fault_started();
     lose_all(env, &ns, name).await;
@@ -478,34 +434,10 @@ async fn inline_pvc_recovery_rebuilds_a_lost_cluster_from_a_snapshot_file_on_a_c
     workload.fault_ended();
 
     // The same cluster, in place.
-    let c = env.wait_healthy(&ns, name, 3, BOOT).await;
-    assert!(
-        !c.annotations().contains_key(RECOVERY_ANNOTATION),
-        "{:?}",
-        c.annotations()
-    );
-    let voters = env.etcd_members(&ns, name).await;
-    assert_eq!(voters.len(), 3, "{voters:?}");
-    assert!(voters.iter().all(|(_, learner)| !learner), "{voters:?}");
-    let now = services.get(&format!("{name}-client")).await.or_panic();
-    assert_eq!(now.uid(), client_service, "the same client Service object");
-    // Every key written before the snapshot; none written after it.
-    env.check_keys(&ns, name, &kept).await;
-    let mut etcd = env.etcd_client(&ns, name).await;
-    let late = etcd
-        .get(
-            "late/",
-            Some(
-                etcd_client::GetOptions::new()
-                    .with_prefix()
-                    .with_count_only(),
-            ),
-        )
-        .await
-        .or_panic();
-    assert_eq!(late.count(), 0, "writes after the snapshot are rolled back");
-    let after = revision(env, &ns, name).await;
-    assert!(after > before_max, "revision {after} <= {before_max}");
+    // 3 voters, released, the same client Service object, the keys from before the snapshot and
+    // none after it, the revision above the pre-failure maximum, a watch from it told of the
+    // compaction, the recovery's Events.
+    assert_restored(env, &ns, name, &done, &before, BOOT).await;
     // The source is read, never consumed: the file is still on the claim, unchanged.
     assert_eq!(std::fs::read(&copy).or_panic(), bytes, "the snapshot file");
     // No member keeps the restore mark or the checksum annotation.
@@ -522,35 +454,13 @@ async fn inline_pvc_recovery_rebuilds_a_lost_cluster_from_a_snapshot_file_on_a_c
         }
         assert!(m.spec.restore.is_none(), "{}", m.name_any());
     }
-    let reasons: BTreeSet<String> = env
-        .events(&ns, &done.name_any())
-        .await
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect();
-    for expected in ["RecoveryPlanned", "RecoveryStep", "RecoveryComplete"] {
-        assert!(reasons.contains(expected), "{expected} in {reasons:?}");
-    }
 
     // The workload: writes acknowledged by the restored cluster, then its whole history judged
     // as a rollback to the snapshot. The snapshot holds at least `recorded`, so the restored
     // revisions start at `recorded + bump` or above.
     let restored_at = recorded + bump;
-    let acknowledged_from = |from: i64| {
-        let workload = &workload;
-        let what = format!("{ns}/{name}: a write acknowledged at revision {from} or above");
-        async move {
-            eventually_every(&what, BOOT, Duration::from_millis(200), || async {
-                match workload.newest_revision() {
-                    Some(r) if r >= from => Ok(r),
-                    newest => Err(format!("newest acknowledged revision {newest:?}")),
-                }
-            })
-            .await
-        }
-    };
-    let first = acknowledged_from(restored_at).await;
-    acknowledged_from(first + WRITES_AFTER).await;
+    let first = acknowledged_from(&workload, &ns, name, restored_at, BOOT).await;
+    acknowledged_from(&workload, &ns, name, first + WRITES_AFTER, BOOT).await;
     let (report, rolled) = workload
         .finish_after_rollback(Rollback {
             snapshot_revision: recorded,
@@ -562,7 +472,7 @@ async fn inline_pvc_recovery_rebuilds_a_lost_cluster_from_a_snapshot_file_on_a_c
     assert!(rolled.kept_before > 0, "{rolled}");
     assert!(rolled.rolled_back > 0, "{rolled}");
     assert!(rolled.acknowledged_after >= WRITES_AFTER as u64, "{rolled}");
-    let pre_failure_max = rolled.pre_failure_max.unwrap_or_default().max(before_max);
+    let pre_failure_max = rolled.pre_failure_max.unwrap_or_default().max(before.max);
     assert!(
         rolled.first_after.is_some_and(|f| f > pre_failure_max),
         "{rolled}"

@@ -13,7 +13,7 @@
 //! Every test runs its own operator limited to its namespace; the control plane and the pod
 //! runner are shared by the binary.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use api::conditions::reason;
@@ -22,7 +22,6 @@ use api::v1alpha2::{
     RecoveryStep, S3Location, SecretReference, SnapshotDestination, SnapshotPhase,
     AUTO_RECOVERY_ANNOTATION, RECOVERY_ANNOTATION,
 };
-use k8s_openapi::api::core::v1::Service;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -34,7 +33,8 @@ use tests::harness::eventually_every;
 use tests::operator::{shared_env, Scope};
 use tests::podrunner::PodRunner;
 use tests::recovery::{
-    create_recovery, lose_all, phase, ready_condition, recoveries, revision, wait_recovery,
+    acknowledged_from, assert_restored, before, count, create_recovery, lose_all, phase,
+    ready_condition, recoveries, revision, wait_recovery,
 };
 use tests::workload::{Report, Rollback, Workload};
 use tests::OrPanic;
@@ -179,124 +179,6 @@ async fn put(env: &Env, ns: &str, cluster: &str, prefix: &str, count: usize) {
     }
 }
 
-/// How many keys under `prefix` the cluster holds.
-async fn count(env: &Env, ns: &str, cluster: &str, prefix: &str) -> i64 {
-    let mut etcd = env.etcd_client(ns, cluster).await;
-    etcd.get(
-        prefix,
-        Some(
-            etcd_client::GetOptions::new()
-                .with_prefix()
-                .with_count_only(),
-        ),
-    )
-    .await
-    .or_panic()
-    .count()
-}
-
-/// What a cluster was before it lost every member.
-struct Before {
-    /// The keys `e2e/*` written before the snapshot restored.
-    kept: BTreeMap<String, String>,
-    /// The highest revision read before the loss.
-    max: i64,
-    client_service_uid: Option<String>,
-}
-
-/// The cluster `name` before the loss: `kept`, its revision now and its client Service.
-async fn before(env: &Env, ns: &str, name: &str, kept: BTreeMap<String, String>) -> Before {
-    let services: Api<Service> = Api::namespaced(env.client(), ns);
-    let client_service_uid = services
-        .get(&format!("{name}-client"))
-        .await
-        .or_panic()
-        .uid();
-    Before {
-        kept,
-        max: revision(env, ns, name).await,
-        client_service_uid,
-    }
-}
-
-/// What a Complete snapshot recovery must have left: 3 voters, nothing holding the cluster, the
-/// same client Service object, every key from before the snapshot and none of the `late/` ones
-/// written after it, the revision above the pre-failure maximum, a watch from that revision
-/// answered with a compaction, and the recovery's Events.
-async fn assert_restored(env: &Env, ns: &str, name: &str, recovery: &EtcdRecovery, b: &Before) {
-    let c = env.wait_healthy(ns, name, 3, BOOT).await;
-    assert!(
-        !c.annotations().contains_key(RECOVERY_ANNOTATION),
-        "{:?}",
-        c.annotations()
-    );
-    let voters = env.etcd_members(ns, name).await;
-    assert_eq!(voters.len(), 3, "{voters:?}");
-    assert!(voters.iter().all(|(_, learner)| !learner), "{voters:?}");
-    // The same client Service object.
-    let services: Api<Service> = Api::namespaced(env.client(), ns);
-    let now = services.get(&format!("{name}-client")).await.or_panic();
-    assert_eq!(now.uid(), b.client_service_uid);
-    // Every key written before the snapshot; none written after it.
-    env.check_keys(ns, name, &b.kept).await;
-    assert_eq!(
-        count(env, ns, name, "late/").await,
-        0,
-        "writes after the snapshot are rolled back"
-    );
-    // The revision is above anything a client saw before the loss.
-    let after = revision(env, ns, name).await;
-    assert!(after > b.max, "revision {after} <= {}", b.max);
-    // A watch resumed from an old revision is told it was compacted, not left silent.
-    let mut etcd = env.etcd_client(ns, name).await;
-    let mut stream = etcd
-        .watch(
-            "e2e/",
-            Some(
-                etcd_client::WatchOptions::new()
-                    .with_prefix()
-                    .with_start_revision(b.max),
-            ),
-        )
-        .await
-        .or_panic();
-    // The first answer may only say the watch was created; the compaction follows it.
-    let compacted = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            let resp = stream
-                .message()
-                .await
-                .or_panic()
-                .expect("the watch stream ended without a compaction");
-            assert!(
-                resp.events().is_empty(),
-                "a watch from a compacted revision delivered events: {resp:?}"
-            );
-            if resp.compact_revision() > 0 || resp.canceled() {
-                break resp;
-            }
-        }
-    })
-    .await
-    .expect("the watch from the old revision answers with a compaction within 30 s");
-    assert!(
-        compacted.compact_revision() > b.max,
-        "compact revision {} for a watch from {}: {compacted:?}",
-        compacted.compact_revision(),
-        b.max
-    );
-    // Events tell the story.
-    let reasons: BTreeSet<String> = env
-        .events(ns, &recovery.name_any())
-        .await
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect();
-    for expected in ["RecoveryPlanned", "RecoveryStep", "RecoveryComplete"] {
-        assert!(reasons.contains(expected), "{expected} in {reasons:?}");
-    }
-}
-
 /// The recovery's plan (recorded before it acts).
 fn plan_of(r: &EtcdRecovery) -> api::v1alpha2::RecoveryPlan {
     r.status
@@ -356,26 +238,13 @@ async fn snapshot_recovery_rebuilds_a_cluster_that_lost_every_member_in_place() 
     })
     .await;
     workload.fault_ended();
-    assert_restored(env, &ns, name, &done, &before).await;
+    assert_restored(env, &ns, name, &done, &before, BOOT).await;
 
     // The workload: writes acknowledged by the restored cluster, then its whole history judged
     // as a rollback to the snapshot.
     let restored_at = taken.recorded + plan.bump_revision.unwrap_or_default();
-    let acknowledged_from = |from: i64| {
-        let workload = &workload;
-        let what = format!("{ns}/{name}: a write acknowledged at revision {from} or above");
-        async move {
-            eventually_every(&what, BOOT, Duration::from_millis(200), || async {
-                match workload.newest_revision() {
-                    Some(r) if r >= from => Ok(r),
-                    newest => Err(format!("newest acknowledged revision {newest:?}")),
-                }
-            })
-            .await
-        }
-    };
-    let first = acknowledged_from(restored_at).await;
-    acknowledged_from(first + WRITES_AFTER).await;
+    let first = acknowledged_from(&workload, &ns, name, restored_at, BOOT).await;
+    acknowledged_from(&workload, &ns, name, first + WRITES_AFTER, BOOT).await;
     let (report, rolled) = workload
         .finish_after_rollback(Rollback {
             snapshot_revision: taken.recorded,
@@ -496,7 +365,7 @@ async fn a_cluster_annotated_for_auto_recovery_from_a_snapshot_is_restored_witho
         "{source:?}"
     );
     assert_eq!(plan_of(&done).snapshot.as_deref(), Some("ra-newest"));
-    assert_restored(env, &ns, name, &done, &before).await;
+    assert_restored(env, &ns, name, &done, &before, BOOT).await;
     assert_eq!(count(env, &ns, name, "between/").await, 20);
     // Reported on the cluster: which recovery, from which snapshot.
     let created: Vec<String> = env
