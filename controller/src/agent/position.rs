@@ -55,19 +55,9 @@ pub fn read_data_dir(data_dir: &Path) -> Result<DiskPosition, Failure> {
             .read_file(&file.name, size, BufReader::new(f), n + 1 == count)
             .map_err(|e| Failure::permanent(format!("{}: {e}", dir.display())))?;
     }
-    let p = reader
+    reader
         .position()
-        .map_err(|e| Failure::permanent(format!("{}: {e}", dir.display())))?;
-    Ok(DiskPosition {
-        member_id: p.member_id,
-        cluster_id: p.cluster_id,
-        term: p.term,
-        commit: p.commit,
-        last_term: p.last_term,
-        last_index: p.last_index,
-        files: p.files,
-        torn_tail: p.torn_tail,
-    })
+        .map_err(|e| Failure::permanent(format!("{}: {e}", dir.display())))
 }
 
 /// The command: the position, logged.

@@ -19,6 +19,8 @@ use std::io::Read;
 use crc::{Crc, CRC_32_ISCSI};
 use prost::Message;
 
+use crate::agent_job::position::DiskPosition;
+
 const METADATA: i64 = 1;
 const ENTRY: i64 = 2;
 const STATE: i64 = 3;
@@ -76,25 +78,6 @@ struct Snapshot {
     index: Option<u64>,
     #[prost(uint64, optional, tag = "2")]
     term: Option<u64>,
-}
-
-/// Where a member's raft log stands, as its WAL says.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct WalPosition {
-    pub member_id: u64,
-    pub cluster_id: u64,
-    /// The last HardState's term: what a running member's `Status` reports as `raftTerm`.
-    pub term: u64,
-    /// The last HardState's commit index: what `Status` reports as `raftIndex`.
-    pub commit: u64,
-    /// The last entry's term and index (entries past `commit` were appended, not known committed).
-    pub last_term: u64,
-    pub last_index: u64,
-    /// The files read, in order.
-    pub files: Vec<String>,
-    /// How the newest file's readable log ended when it was not a clean end: a torn write that
-    /// etcd cuts off when it starts (where, and why it counts as torn).
-    pub torn_tail: Option<String>,
 }
 
 /// A WAL that cannot be read: the file, the offset of the frame and what is wrong.
@@ -397,7 +380,7 @@ impl WalReader {
     }
 
     /// The position the files read hold.
-    pub fn position(self) -> Result<WalPosition, NoPosition> {
+    pub fn position(self) -> Result<DiskPosition, NoPosition> {
         let files = self.files.join(", ");
         let Some((member_id, cluster_id)) = self.ids else {
             return Err(NoPosition(format!(
@@ -411,7 +394,7 @@ impl WalReader {
             )));
         };
         let (last_term, last_index) = self.last.unwrap_or_default();
-        Ok(WalPosition {
+        Ok(DiskPosition {
             member_id,
             cluster_id,
             term,

@@ -109,7 +109,7 @@ impl Log {
 }
 
 /// Read `files` (name, bytes) as one WAL.
-fn read(files: &[(&str, &[u8])]) -> Result<WalPosition, String> {
+fn read(files: &[(&str, &[u8])]) -> Result<DiskPosition, String> {
     let mut reader = WalReader::new();
     for (n, (name, bytes)) in files.iter().enumerate() {
         reader
