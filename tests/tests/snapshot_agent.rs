@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use controller::agent::parts::{PARTS_IN_MEMORY, PART_SIZE};
 use serde_json::Value;
 use tests::e2e::{put_keys, read_keys};
 use tests::env::control_plane::temp_root;
@@ -1346,12 +1347,15 @@ async fn s3_save_peak_memory_does_not_grow_with_the_database() {
         "{sizes:?}"
     );
     // The 64 MiB target is the release build's, measured exactly by bench_snapshot
-    // (docs/performance.md). This debug build needs ~49 MiB before its first part (measured:
-    // ~57 MiB peak with one 8 MiB part), so its bound is that plus the parts it holds
-    // (3 × 8 MiB) and allocator slack.
+    // (docs/performance.md: 57–59 MiB). This debug build needs ~49 MiB before its first part
+    // (measured: ~57 MiB peak with one 8 MiB part), so its bound is that plus the parts it holds
+    // and allocator slack of three more parts (freed parts the allocator keeps per thread;
+    // measured 78–85 MiB with three parts of 8 MiB held, under load).
+    let bound = (49 << 20) + (PARTS_IN_MEMORY + 3) * PART_SIZE;
     assert!(
-        big < 80 << 20,
-        "peak RSS {big} bytes saving {big_size} bytes (debug-build bound: under 80 MiB)"
+        big < bound as u64,
+        "peak RSS {big} bytes saving {big_size} bytes (debug-build bound: under {} MiB)",
+        bound >> 20
     );
     // Three times the data (100 MiB more), at most allocator noise more memory (about two
     // parts' worth); buffering the snapshot would add the 100 MiB.
