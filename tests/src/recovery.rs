@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use api::v1alpha2::{
-    EtcdRecovery, EtcdRecoverySpec, LocalReference, RecoveryPhase, RecoverySource,
-    RECOVERY_ANNOTATION,
+    EtcdRecovery, EtcdRecoverySpec, LocalReference, RecoveryPhase, RecoveryPlan, RecoverySource,
+    RecoveryStep, RECOVERY_ANNOTATION,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -16,7 +16,7 @@ use kube::{Api, ResourceExt};
 use crate::e2e::Env;
 use crate::harness::eventually_every;
 use crate::operator::Scope;
-use crate::workload::Workload;
+use crate::workload::{Report, Rollback, Workload};
 use crate::OrPanic;
 use serde_json::json;
 
@@ -246,15 +246,7 @@ pub async fn assert_restored(
         b.max
     );
     // Events tell the story.
-    let reasons: BTreeSet<String> = env
-        .events(ns, &recovery.name_any())
-        .await
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect();
-    for expected in ["RecoveryPlanned", "RecoveryStep", "RecoveryComplete"] {
-        assert!(reasons.contains(expected), "{expected} in {reasons:?}");
-    }
+    assert_told(env, ns, recovery).await;
 }
 
 /// Wait (up to `within`) until `workload` has a write acknowledged at revision `from` or above;
@@ -274,4 +266,60 @@ pub async fn acknowledged_from(
         }
     })
     .await
+}
+
+/// The recovery's Events tell its story: planned, each step, complete.
+pub async fn assert_told(env: &Env, ns: &str, recovery: &EtcdRecovery) {
+    let reasons: BTreeSet<String> = env
+        .events(ns, &recovery.name_any())
+        .await
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    for expected in ["RecoveryPlanned", "RecoveryStep", "RecoveryComplete"] {
+        assert!(reasons.contains(expected), "{expected} in {reasons:?}");
+    }
+}
+
+/// After an in-place restore: wait until the restored cluster has acknowledged `writes_after`
+/// of the workload's writes, then judge its whole history as a rollback to the snapshot —
+/// writes up to it kept, later ones rolled back, and the first restored revision above anything
+/// acknowledged before the loss (`before_max`).
+pub async fn finish_rolled_back(
+    workload: Workload,
+    ns: &str,
+    name: &str,
+    rollback: Rollback,
+    before_max: i64,
+    writes_after: i64,
+    within: Duration,
+) {
+    let first = acknowledged_from(&workload, ns, name, rollback.restored_at, within).await;
+    acknowledged_from(&workload, ns, name, first + writes_after, within).await;
+    let (report, rolled) = workload.finish_after_rollback(rollback).await;
+    println!("{}\n{report}\n{rolled}", Report::HEADER);
+    assert!(rolled.kept_before > 0, "{rolled}");
+    assert!(rolled.rolled_back > 0, "{rolled}");
+    assert!(
+        rolled.acknowledged_after >= u64::try_from(writes_after).unwrap_or_default(),
+        "{rolled}"
+    );
+    let pre_failure_max = rolled.pre_failure_max.unwrap_or_default().max(before_max);
+    assert!(
+        rolled.first_after.is_some_and(|f| f > pre_failure_max),
+        "{rolled}"
+    );
+}
+
+/// Wait (up to `within`) until recovery `name` has reached its RestoreSnapshot step (or a later
+/// one); the plan it recorded before acting.
+pub async fn plan_at_restore(s: &Scope, name: &str, within: Duration) -> RecoveryPlan {
+    let running = wait_recovery(s, name, "step RestoreSnapshot", within, |r| {
+        r.status
+            .as_ref()
+            .and_then(|st| st.step)
+            .is_some_and(|st| st >= RecoveryStep::RestoreSnapshot)
+    })
+    .await;
+    running.status.and_then(|st| st.plan).unwrap_or_default()
 }

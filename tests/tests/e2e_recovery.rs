@@ -29,7 +29,7 @@ use tests::e2e::{condition, spec, Env};
 use tests::harness::eventually_every;
 use tests::operator::{shared_env, Scope};
 use tests::podrunner::PodRunner;
-use tests::recovery::{create_recovery, ready_condition, recoveries, wait_recovery};
+use tests::recovery::{assert_told, create_recovery, ready_condition, recoveries, wait_recovery};
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(180);
@@ -185,15 +185,7 @@ async fn assert_recovered(s: &Scope, name: &str, recovery: &EtcdRecovery, before
     let now = services.get(&format!("{name}-client")).await.or_panic();
     assert_eq!(now.uid().as_deref(), Some(client_service.as_str()));
     // Events tell the story.
-    let reasons: BTreeSet<String> = env
-        .events(ns, &recovery.name_any())
-        .await
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect();
-    for expected in ["RecoveryPlanned", "RecoveryStep", "RecoveryComplete"] {
-        assert!(reasons.contains(expected), "{expected} in {reasons:?}");
-    }
+    assert_told(env, ns, recovery).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -36,10 +36,10 @@ use tests::harness::eventually_every;
 use tests::operator::{shared_env, Scope};
 use tests::podrunner::PodRunner;
 use tests::recovery::{
-    acknowledged_from, assert_restored, before, create_recovery, lose_all, phase, ready_condition,
-    revision, wait_recovery,
+    assert_restored, before, create_recovery, finish_rolled_back, lose_all, phase, plan_at_restore,
+    ready_condition, revision, wait_recovery,
 };
-use tests::workload::{Report, Rollback, Workload};
+use tests::workload::{Rollback, Workload};
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(240);
@@ -200,21 +200,9 @@ async fn inline_s3_recovery_rebuilds_a_lost_cluster_whose_etcdsnapshot_is_gone()
     let key = key_of(&artifact, &minio.bucket);
     let source = from_object(&endpoint, &minio.bucket, &key, &artifact.checksum);
     create_recovery(&s, "ri-restore", name, source, false).await;
-    let running = wait_recovery(&s, "ri-restore", "step RestoreSnapshot", RECOVER, |r| {
-        r.status
-            .as_ref()
-            .and_then(|st| st.step)
-            .is_some_and(|st| st >= RecoveryStep::RestoreSnapshot)
-    })
-    .await;
+    let plan = plan_at_restore(&s, "ri-restore", RECOVER).await;
     // The plan names the object, not an EtcdSnapshot; the snapshot's revision is unknown until
     // it is read, so the bump alone lifts the restored revisions past everything before.
-    let plan = running
-        .status
-        .clone()
-        .unwrap_or_default()
-        .plan
-        .unwrap_or_default();
     assert_eq!(plan.snapshot, None, "{plan:?}");
     assert_eq!(plan.snapshot_uri.as_deref(), Some(artifact.uri.as_str()));
     assert_eq!(plan.revision, None, "{plan:?}");
@@ -392,20 +380,8 @@ async fn inline_pvc_recovery_rebuilds_a_lost_cluster_from_a_snapshot_file_on_a_c
     lose_all(env, &ns, name).await;
     let source = from_file("backups", "by-hand/rf.db", &taken.artifact.checksum);
     create_recovery(&s, "rf-restore", name, source, false).await;
-    let running = wait_recovery(&s, "rf-restore", "step RestoreSnapshot", RECOVER, |r| {
-        r.status
-            .as_ref()
-            .and_then(|st| st.step)
-            .is_some_and(|st| st >= RecoveryStep::RestoreSnapshot)
-    })
-    .await;
+    let plan = plan_at_restore(&s, "rf-restore", RECOVER).await;
     // The plan names the file on the claim; its revision is unknown until it is read.
-    let plan = running
-        .status
-        .clone()
-        .unwrap_or_default()
-        .plan
-        .unwrap_or_default();
     assert_eq!(plan.snapshot, None, "{plan:?}");
     assert_eq!(
         plan.snapshot_uri.as_deref(),
@@ -459,24 +435,21 @@ async fn inline_pvc_recovery_rebuilds_a_lost_cluster_from_a_snapshot_file_on_a_c
     // as a rollback to the snapshot. The snapshot holds at least `recorded`, so the restored
     // revisions start at `recorded + bump` or above.
     let restored_at = recorded + bump;
-    let first = acknowledged_from(&workload, &ns, name, restored_at, BOOT).await;
-    acknowledged_from(&workload, &ns, name, first + WRITES_AFTER, BOOT).await;
-    let (report, rolled) = workload
-        .finish_after_rollback(Rollback {
-            snapshot_revision: recorded,
-            taken_by: taken.complete_by,
-            restored_at,
-        })
-        .await;
-    println!("{}\n{report}\n{rolled}", Report::HEADER);
-    assert!(rolled.kept_before > 0, "{rolled}");
-    assert!(rolled.rolled_back > 0, "{rolled}");
-    assert!(rolled.acknowledged_after >= WRITES_AFTER as u64, "{rolled}");
-    let pre_failure_max = rolled.pre_failure_max.unwrap_or_default().max(before.max);
-    assert!(
-        rolled.first_after.is_some_and(|f| f > pre_failure_max),
-        "{rolled}"
-    );
+    let rollback = Rollback {
+        snapshot_revision: recorded,
+        taken_by: taken.complete_by,
+        restored_at,
+    };
+    finish_rolled_back(
+        workload,
+        &ns,
+        name,
+        rollback,
+        before.max,
+        WRITES_AFTER,
+        BOOT,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

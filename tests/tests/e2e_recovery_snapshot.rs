@@ -19,8 +19,8 @@ use std::time::Duration;
 use api::conditions::reason;
 use api::v1alpha2::{
     EtcdRecovery, EtcdSnapshot, EtcdSnapshotSpec, LocalReference, RecoveryPhase, RecoverySource,
-    RecoveryStep, S3Location, SecretReference, SnapshotDestination, SnapshotPhase,
-    AUTO_RECOVERY_ANNOTATION, RECOVERY_ANNOTATION,
+    S3Location, SecretReference, SnapshotDestination, SnapshotPhase, AUTO_RECOVERY_ANNOTATION,
+    RECOVERY_ANNOTATION,
 };
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -33,10 +33,10 @@ use tests::harness::eventually_every;
 use tests::operator::{shared_env, Scope};
 use tests::podrunner::PodRunner;
 use tests::recovery::{
-    acknowledged_from, assert_restored, before, count, create_recovery, lose_all, phase,
-    ready_condition, recoveries, revision, wait_recovery,
+    assert_restored, before, count, create_recovery, finish_rolled_back, lose_all, phase,
+    plan_at_restore, ready_condition, recoveries, revision, wait_recovery,
 };
-use tests::workload::{Report, Rollback, Workload};
+use tests::workload::{Rollback, Workload};
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(240);
@@ -212,14 +212,7 @@ async fn snapshot_recovery_rebuilds_a_cluster_that_lost_every_member_in_place() 
     create_recovery(&s, "rs-restore", name, from_snapshot("rs-nightly"), false).await;
     // The plan is recorded before anything is touched, then the operator dies once the restore
     // step is recorded and a new one finishes the job.
-    let running = wait_recovery(&s, "rs-restore", "step RestoreSnapshot", RECOVER, |r| {
-        r.status
-            .as_ref()
-            .and_then(|st| st.step)
-            .is_some_and(|st| st >= RecoveryStep::RestoreSnapshot)
-    })
-    .await;
-    let plan = plan_of(&running);
+    let plan = plan_at_restore(&s, "rs-restore", RECOVER).await;
     assert_eq!(plan.snapshot.as_deref(), Some("rs-nightly"), "{plan:?}");
     assert_eq!(plan.revision, Some(taken.recorded), "{plan:?}");
     assert!(
@@ -243,24 +236,21 @@ async fn snapshot_recovery_rebuilds_a_cluster_that_lost_every_member_in_place() 
     // The workload: writes acknowledged by the restored cluster, then its whole history judged
     // as a rollback to the snapshot.
     let restored_at = taken.recorded + plan.bump_revision.unwrap_or_default();
-    let first = acknowledged_from(&workload, &ns, name, restored_at, BOOT).await;
-    acknowledged_from(&workload, &ns, name, first + WRITES_AFTER, BOOT).await;
-    let (report, rolled) = workload
-        .finish_after_rollback(Rollback {
-            snapshot_revision: taken.recorded,
-            taken_by: taken.complete_by,
-            restored_at,
-        })
-        .await;
-    println!("{}\n{report}\n{rolled}", Report::HEADER);
-    assert!(rolled.kept_before > 0, "{rolled}");
-    assert!(rolled.rolled_back > 0, "{rolled}");
-    assert!(rolled.acknowledged_after >= WRITES_AFTER as u64, "{rolled}");
-    let pre_failure_max = rolled.pre_failure_max.unwrap_or_default().max(before.max);
-    assert!(
-        rolled.first_after.is_some_and(|f| f > pre_failure_max),
-        "{rolled}"
-    );
+    let rollback = Rollback {
+        snapshot_revision: taken.recorded,
+        taken_by: taken.complete_by,
+        restored_at,
+    };
+    finish_rolled_back(
+        workload,
+        &ns,
+        name,
+        rollback,
+        before.max,
+        WRITES_AFTER,
+        BOOT,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
