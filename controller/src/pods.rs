@@ -14,6 +14,8 @@ pub const ETCD_CONTAINER: &str = "etcd";
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodView {
     pub uid: String,
+    /// The Pod's `creationTimestamp`: when it was created (woken, rolled, rescheduled).
+    pub created: Option<Timestamp>,
     pub ready: bool,
     pub restart_count: i32,
     /// The etcd container's last termination was an OOM kill.
@@ -54,6 +56,7 @@ pub fn pod_view(pod: &Pod) -> PodView {
         .and_then(|s| s.terminated.as_ref());
     PodView {
         uid: pod.uid().unwrap_or_default(),
+        created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
         ready,
         restart_count: etcd.map(|c| c.restart_count).unwrap_or(0),
         oom_killed: last_exit.is_some_and(|t| t.reason.as_deref() == Some("OOMKilled")),

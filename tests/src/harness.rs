@@ -101,3 +101,47 @@ where
         .await
         .unwrap_or_else(|e| panic!("creating {value}: {e}"))
 }
+
+/// Say so (once per binary, on stderr) when a source a binary is built from (`sources`, paths
+/// relative to the workspace root) is newer than the binary: `cargo test -p tests` does not
+/// rebuild the operator or the webhook, and a stale binary makes confusing failures. `rebuild`
+/// is the command that brings it up to date.
+pub fn warn_if_stale(binary: &std::path::Path, sources: &[&str], rebuild: &str) {
+    use std::io::Write;
+    use std::path::Path;
+    static WARNED: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+    fn newest(path: &Path) -> Option<std::time::SystemTime> {
+        let meta = std::fs::metadata(path).ok()?;
+        if !meta.is_dir() {
+            return meta.modified().ok();
+        }
+        std::fs::read_dir(path)
+            .ok()?
+            .flatten()
+            .filter_map(|entry| newest(&entry.path()))
+            .max()
+    }
+    let Some(built) = std::fs::metadata(binary).and_then(|m| m.modified()).ok() else {
+        return;
+    };
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(Path::new("."));
+    let stale = sources
+        .iter()
+        .filter_map(|p| newest(&workspace.join(p)))
+        .any(|modified| modified > built);
+    if !stale {
+        return;
+    }
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    if warned.iter().any(|b| b == binary) {
+        return;
+    }
+    warned.push(binary.to_path_buf());
+    let _ = writeln!(
+        std::io::stderr(),
+        "warning: {} is older than its sources; run `{rebuild}`",
+        binary.display()
+    );
+}

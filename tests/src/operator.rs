@@ -70,6 +70,16 @@ impl Operator {
         extra_args: &[&str],
     ) -> Result<Self, Error> {
         let binary = bin_dir().join("etcd-operator");
+        crate::harness::warn_if_stale(
+            &binary,
+            &[
+                "controller/src",
+                "controller/Cargo.toml",
+                "api/src",
+                "certs/src",
+            ],
+            "cargo build -p controller --bins",
+        );
         if !binary.is_file() {
             return Err(Error::Io {
                 what: format!(

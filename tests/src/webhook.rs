@@ -13,7 +13,6 @@
 //! in effect ([`wait_until`]).
 
 use std::future::Future;
-use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -87,50 +86,18 @@ pub fn binary() -> Result<PathBuf, Error> {
     if !path.is_file() {
         return Err(Error::BinaryMissing { path });
     }
-    warn_if_stale(&path);
+    crate::harness::warn_if_stale(
+        &path,
+        &[
+            "webhook/src",
+            "webhook/Cargo.toml",
+            "api/src",
+            "api/testdata",
+            "certs/src",
+        ],
+        "cargo build -p webhook --bins",
+    );
     Ok(path)
-}
-
-/// Say so (once, on stderr) when a source the webhook is built from is newer than the binary:
-/// `cargo test -p tests` does not rebuild it, and a stale webhook makes confusing failures.
-fn warn_if_stale(binary: &Path) {
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    fn newest(path: &Path) -> Option<std::time::SystemTime> {
-        let meta = std::fs::metadata(path).ok()?;
-        if !meta.is_dir() {
-            return meta.modified().ok();
-        }
-        std::fs::read_dir(path)
-            .ok()?
-            .flatten()
-            .filter_map(|entry| newest(&entry.path()))
-            .max()
-    }
-    let Some(built) = std::fs::metadata(binary).and_then(|m| m.modified()).ok() else {
-        return;
-    };
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap_or(Path::new("."));
-    let stale = [
-        "webhook/src",
-        "webhook/Cargo.toml",
-        "api/src",
-        "api/testdata",
-        "certs/src",
-    ]
-    .iter()
-    .filter_map(|p| newest(&workspace.join(p)))
-    .any(|modified| modified > built);
-    if stale {
-        WARNED.call_once(|| {
-            let _ = writeln!(
-                std::io::stderr(),
-                "warning: {} is older than the webhook's sources; run `cargo build -p webhook --bins`",
-                binary.display()
-            );
-        });
-    }
 }
 
 /// A running `etcd-operator-webhook` child on ephemeral loopback ports, serving a certificate for

@@ -450,6 +450,15 @@ pub struct EtcdClusterStatus {
     /// Members the operator considers broken.
     #[serde(default)]
     pub broken_members: i32,
+    /// When the current outage began: the first time the operator rendered `Available=False`
+    /// with reason `QuorumLost` or `AllMembersLost` for it (kept while an EtcdRecovery holds the
+    /// cluster; cleared once a majority is ready again, or while the cluster is paused or
+    /// unavailable for another reason). The grace before `AllMembersLost` is said and before an
+    /// automatic recovery starts counts from here, not from the condition's
+    /// `lastTransitionTime` (which does not move when only the reason changes, e.g. from
+    /// `Paused`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum_lost_since: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

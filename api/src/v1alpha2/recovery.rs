@@ -68,11 +68,18 @@ pub const RESTORE_BUMP_REVISION_ANNOTATION: &str =
 /// (the agent's `--expected-sha256`).
 pub const RESTORE_SHA256_ANNOTATION: &str = "etcd-operator.cozystack.io/restore-sha256";
 
-/// The directory, inside a member's data dir, where an in-place restore for `recovery` sets the
-/// member's previous `member` directory aside (it is kept; docs/disaster-recovery.md says when
-/// to remove it).
-pub fn set_aside_dir(recovery: &str) -> String {
-    format!(".pre-restore-{recovery}")
+/// Beside [`RESTORE_IN_PLACE_ANNOTATION`]: the UID of the EtcdRecovery that marked the member.
+/// The restore's set-aside directory and its `restored` marker are keyed by it, so a later
+/// EtcdRecovery of the same name (another snapshot) is a restore of its own, never taken for
+/// one already done.
+pub const RESTORE_ID_ANNOTATION: &str = "etcd-operator.cozystack.io/restore-id";
+
+/// The directory, inside a member's data dir, where an in-place restore sets the member's
+/// previous `member` directory aside (it is kept; docs/disaster-recovery.md says when to remove
+/// it). `key` is the EtcdRecovery's UID ([`RESTORE_ID_ANNOTATION`]); a mark written before the
+/// UID was recorded names the directory by the recovery's name.
+pub fn set_aside_dir(key: &str) -> String {
+    format!(".pre-restore-{key}")
 }
 
 /// How long a cluster annotated with [`AUTO_RECOVERY_ANNOTATION`] must have been unavailable

@@ -67,6 +67,34 @@ pub struct RestoreArgs {
 /// The marker an in-place restore writes into its set-aside directory once done.
 pub const RESTORED_MARKER: &str = "restored";
 
+/// What a `restored` marker records: the snapshot restored (its URI, and its sha256 when known).
+/// A marker written before these were recorded holds the text `restored` and records nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Marker {
+    pub source: Option<String>,
+    pub sha256: Option<String>,
+}
+
+impl Marker {
+    /// Read a marker's text: JSON, or anything else (the older plain `restored`) as a marker
+    /// that records nothing.
+    pub fn parse(text: &str) -> Marker {
+        serde_json::from_str(text).unwrap_or_default()
+    }
+
+    /// Whether this marker says the restore of `source` (with `sha256`, when known) is done. A
+    /// marker that records nothing was written by an older version for the only restore its
+    /// directory was ever used for: done.
+    pub fn is_for(&self, source: &str, sha256: Option<&str>) -> bool {
+        let same_source = self.source.as_deref().is_none_or(|s| s == source);
+        let same_sha = match (self.sha256.as_deref(), sha256) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        same_source && same_sha
+    }
+}
+
 /// Where an in-place restore stands, read from the data dir.
 #[derive(Debug, PartialEq, Eq)]
 pub enum InPlace {
@@ -79,22 +107,33 @@ pub enum InPlace {
     SetAside,
     /// Nothing in `member` (set aside already, or an empty volume): restore.
     Restore,
+    /// The directory's marker records the restore of another snapshot: this restore is not
+    /// done, and the directory is not this restore's to use.
+    OtherRestore(Marker),
 }
 
 /// Pure: the state of an in-place restore from what exists. `member`: the data dir's `member`;
-/// `aside_member`: `member` inside the set-aside dir; `marker`: the marker there.
-pub fn in_place_state(member: bool, aside_member: bool, marker: bool) -> InPlace {
+/// `aside_member`: `member` inside the set-aside dir; `marker`: the marker there, and whether
+/// it is this restore's ([`Marker::is_for`]).
+pub fn in_place_state(member: bool, aside_member: bool, marker: Option<(Marker, bool)>) -> InPlace {
     match (marker, member, aside_member) {
-        (true, _, _) => InPlace::Done,
+        (Some((_, true)), _, _) => InPlace::Done,
+        (Some((other, false)), _, _) => InPlace::OtherRestore(other),
         // The old data is aside and a restored `member` is in place: only the marker is missing.
-        (false, true, true) => InPlace::MarkOnly,
-        (false, true, false) => InPlace::SetAside,
-        (false, false, _) => InPlace::Restore,
+        (None, true, true) => InPlace::MarkOnly,
+        (None, true, false) => InPlace::SetAside,
+        (None, false, _) => InPlace::Restore,
     }
 }
 
-/// Move the previous data aside (or recognise the restore as done). `Ok(true)`: restore now.
-fn prepare_in_place(data_dir: &Path, aside: &str) -> Result<bool, Failure> {
+/// Move the previous data aside (or recognise the restore of `source` as done). `Ok(true)`:
+/// restore now.
+fn prepare_in_place(
+    data_dir: &Path,
+    aside: &str,
+    source: &str,
+    sha256: Option<&str>,
+) -> Result<bool, Failure> {
     if aside.is_empty() || aside.contains('/') || aside == "member" || aside.starts_with("..") {
         return Err(Failure::permanent(format!(
             "--set-aside {aside:?} must be a plain directory name other than member"
@@ -102,16 +141,36 @@ fn prepare_in_place(data_dir: &Path, aside: &str) -> Result<bool, Failure> {
     }
     let dir = data_dir.join(aside);
     let member = data_dir.join("member");
-    let state = in_place_state(
-        member.exists(),
-        dir.join("member").exists(),
-        dir.join(RESTORED_MARKER).exists(),
-    );
+    let marker = match std::fs::read_to_string(dir.join(RESTORED_MARKER)) {
+        Ok(text) => {
+            let m = Marker::parse(&text);
+            let ours = m.is_for(source, sha256);
+            Some((m, ours))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(io_failure(
+                &format!("reading {}", dir.join(RESTORED_MARKER).display()),
+                e,
+            ))
+        }
+    };
+    let state = in_place_state(member.exists(), dir.join("member").exists(), marker);
     tracing::info!(data_dir = %data_dir.display(), aside = %dir.display(), ?state, "in-place restore");
     match state {
         InPlace::Done => Ok(false),
+        InPlace::OtherRestore(other) => Err(Failure::permanent(format!(
+            "{} records the restore of {} (sha256 {}), not of {source}: this directory belongs \
+             to another restore, and its data is left as it is; an EtcdRecovery's set-aside \
+             directory is named by its UID, so this happens only when a mark was copied from \
+             another member or recovery: remove the member's restore annotations and create a new \
+             EtcdRecovery (docs/disaster-recovery.md, 'A recovery that failed half-way')",
+            dir.join(RESTORED_MARKER).display(),
+            other.source.as_deref().unwrap_or("an unrecorded snapshot"),
+            other.sha256.as_deref().unwrap_or("unrecorded"),
+        ))),
         InPlace::MarkOnly => {
-            mark_restored(&dir)?;
+            mark_restored(&dir, source, sha256)?;
             Ok(false)
         }
         InPlace::SetAside => {
@@ -136,9 +195,15 @@ fn prepare_in_place(data_dir: &Path, aside: &str) -> Result<bool, Failure> {
     }
 }
 
-fn mark_restored(dir: &Path) -> Result<(), Failure> {
+/// Write the marker of the restore of `source` (with its sha256 when known) into `dir`.
+fn mark_restored(dir: &Path, source: &str, sha256: Option<&str>) -> Result<(), Failure> {
     let marker = dir.join(RESTORED_MARKER);
-    std::fs::write(&marker, b"restored\n")
+    let text = serde_json::to_vec(&Marker {
+        source: Some(source.to_string()),
+        sha256: sha256.map(str::to_string),
+    })
+    .map_err(|e| Failure::permanent(format!("encoding the restore marker: {e}")))?;
+    std::fs::write(&marker, text)
         .map_err(|e| io_failure(&format!("writing {}", marker.display()), e))?;
     sync_dir(dir)
 }
@@ -149,18 +214,7 @@ enum Source {
 }
 
 pub async fn run(args: RestoreArgs) -> Result<Outcome, Failure> {
-    if let Some(aside) = &args.set_aside {
-        if !args.data_dir.exists() {
-            std::fs::create_dir_all(&args.data_dir)
-                .map_err(|e| io_failure(&format!("creating {}", args.data_dir.display()), e))?;
-        }
-        if !prepare_in_place(&args.data_dir, aside)? {
-            return Ok(Outcome::Skipped(format!(
-                "{} already restored in place ({aside}/{RESTORED_MARKER})",
-                args.data_dir.display()
-            )));
-        }
-    } else if args.data_dir.join("member").exists() {
+    if args.set_aside.is_none() && args.data_dir.join("member").exists() {
         tracing::info!(data_dir = %args.data_dir.display(), "already initialised: the data dir holds a member directory; nothing to restore");
         return Ok(Outcome::Skipped(format!(
             "{} already initialised",
@@ -171,13 +225,29 @@ pub async fn run(args: RestoreArgs) -> Result<Outcome, Failure> {
         Some(h) => Some(parse_sha256(h)?),
         None => None,
     };
+    let source = source(&args)?;
+    let source_uri = match &source {
+        Source::S3(_, at) => at.uri(),
+        Source::File(file) => format!("file://{}", file.display()),
+    };
+    if let Some(aside) = &args.set_aside {
+        if !args.data_dir.exists() {
+            std::fs::create_dir_all(&args.data_dir)
+                .map_err(|e| io_failure(&format!("creating {}", args.data_dir.display()), e))?;
+        }
+        if !prepare_in_place(&args.data_dir, aside, &source_uri, expected.as_deref())? {
+            return Ok(Outcome::Skipped(format!(
+                "{} already restored in place from {source_uri} ({aside}/{RESTORED_MARKER})",
+                args.data_dir.display()
+            )));
+        }
+    }
     if !args.etcdutl.is_file() {
         return Err(Failure::permanent(format!(
             "--etcdutl {} does not exist; pass the etcdutl of the cluster's etcd version",
             args.etcdutl.display()
         )));
     }
-    let source = source(&args)?;
     let (uri, size, recorded) = match &source {
         Source::S3(s3, at) => {
             let (size, sha) = s3.head(at).await?;
@@ -258,7 +328,7 @@ pub async fn run(args: RestoreArgs) -> Result<Outcome, Failure> {
     })?;
     sync_dir(&args.data_dir)?;
     if let Some(aside) = &args.set_aside {
-        mark_restored(&args.data_dir.join(aside))?;
+        mark_restored(&args.data_dir.join(aside), &source_uri, Some(&got.sha256))?;
     }
     std::fs::remove_dir_all(&work)
         .map_err(|e| io_failure(&format!("removing {}", work.display()), e))?;
@@ -441,16 +511,36 @@ mod tests {
 
     #[test]
     fn in_place_restore_sets_old_data_aside_once_and_never_restores_twice() {
+        let ours = Some((Marker::default(), true));
         // Old data in place, nothing aside: move it aside (never delete it).
-        assert_eq!(in_place_state(true, false, false), InPlace::SetAside);
+        assert_eq!(in_place_state(true, false, None), InPlace::SetAside);
         // Moved aside (or an empty volume): restore.
-        assert_eq!(in_place_state(false, true, false), InPlace::Restore);
-        assert_eq!(in_place_state(false, false, false), InPlace::Restore);
+        assert_eq!(in_place_state(false, true, None), InPlace::Restore);
+        assert_eq!(in_place_state(false, false, None), InPlace::Restore);
         // Restored into place but stopped before the marker: mark, do not move it aside again.
-        assert_eq!(in_place_state(true, true, false), InPlace::MarkOnly);
+        assert_eq!(in_place_state(true, true, None), InPlace::MarkOnly);
         // Done: a restarted Pod keeps what etcd wrote since.
-        assert_eq!(in_place_state(true, true, true), InPlace::Done);
-        assert_eq!(in_place_state(true, false, true), InPlace::Done);
+        assert_eq!(in_place_state(true, true, ours.clone()), InPlace::Done);
+        assert_eq!(in_place_state(true, false, ours), InPlace::Done);
+    }
+
+    #[test]
+    fn a_marker_of_another_snapshot_is_not_done() {
+        let m = Marker {
+            source: Some("s3://b/one.db".into()),
+            sha256: Some("aa".into()),
+        };
+        assert!(m.is_for("s3://b/one.db", Some("aa")));
+        assert!(m.is_for("s3://b/one.db", None));
+        assert!(!m.is_for("s3://b/two.db", Some("aa")));
+        assert!(!m.is_for("s3://b/one.db", Some("bb")));
+        // The plain marker of an older version records nothing: its one restore is done.
+        assert_eq!(Marker::parse("restored\n"), Marker::default());
+        assert!(Marker::parse("restored\n").is_for("s3://b/two.db", Some("bb")));
+        assert_eq!(
+            in_place_state(true, true, Some((m.clone(), false))),
+            InPlace::OtherRestore(m)
+        );
     }
 
     #[test]
@@ -459,7 +549,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("member/snap")).unwrap();
         std::fs::write(dir.join("member/snap/db"), b"old").unwrap();
-        assert!(prepare_in_place(&dir, ".pre-restore-r").unwrap());
+        let one = "s3://b/one.db";
+        assert!(prepare_in_place(&dir, ".pre-restore-r", one, None).unwrap());
         assert!(!dir.join("member").exists());
         assert_eq!(
             std::fs::read(dir.join(".pre-restore-r/member/snap/db")).unwrap(),
@@ -467,10 +558,18 @@ mod tests {
         );
         // The restore puts a new member in place and marks it done.
         std::fs::create_dir_all(dir.join("member")).unwrap();
-        mark_restored(&dir.join(".pre-restore-r")).unwrap();
-        assert!(!prepare_in_place(&dir, ".pre-restore-r").unwrap());
+        mark_restored(&dir.join(".pre-restore-r"), one, Some("aa")).unwrap();
+        assert!(!prepare_in_place(&dir, ".pre-restore-r", one, Some("aa")).unwrap());
         assert!(dir.join("member").exists());
-        assert!(prepare_in_place(&dir, "../x").is_err());
+        // The same directory asked to restore another snapshot: refused, nothing moved.
+        let e = prepare_in_place(&dir, ".pre-restore-r", "s3://b/two.db", None).unwrap_err();
+        assert!(e.permanent);
+        assert!(e.message.contains("s3://b/one.db"), "{e}");
+        assert!(dir.join("member").exists());
+        // Another recovery's directory: the current data is set aside there and restored over.
+        assert!(prepare_in_place(&dir, ".pre-restore-r2", "s3://b/two.db", None).unwrap());
+        assert!(dir.join(".pre-restore-r2/member").exists());
+        assert!(prepare_in_place(&dir, "../x", one, None).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -50,6 +50,12 @@ pub fn in_place_of(member: &EtcdMember) -> Option<InPlace> {
         .annotations()
         .get(api::v1alpha2::RESTORE_IN_PLACE_ANNOTATION)
         .filter(|r| !r.is_empty())?;
+    // Keyed by the recovery's UID; a mark from before the UID was recorded keeps its name's.
+    let key = member
+        .annotations()
+        .get(api::v1alpha2::RESTORE_ID_ANNOTATION)
+        .filter(|u| !u.is_empty())
+        .unwrap_or(recovery);
     let bump_revision = member
         .annotations()
         .get(api::v1alpha2::RESTORE_BUMP_REVISION_ANNOTATION)
@@ -60,7 +66,7 @@ pub fn in_place_of(member: &EtcdMember) -> Option<InPlace> {
         .filter(|s| !s.is_empty())
         .cloned();
     Some(InPlace {
-        set_aside: api::v1alpha2::set_aside_dir(recovery),
+        set_aside: api::v1alpha2::set_aside_dir(key),
         bump_revision,
         expected_sha256,
     })

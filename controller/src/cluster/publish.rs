@@ -77,7 +77,7 @@ pub(super) async fn publish(
     }
     // A cluster annotated for it gets its EtcdRecovery once lost long enough; a failure to
     // create it is retried at the next reconcile and never holds the status.
-    if let Err(e) = auto_recovery::start(cluster, ctx, &new_status).await {
+    if let Err(e) = auto_recovery::start(cluster, ctx, &new_status, &seen.members.views).await {
         tracing::warn!(cluster = %seen.name, error = %e, "cannot create the automatic EtcdRecovery");
     }
     if seen.auth.wanted && !seen.auth.on && auth::ready_to_enable_auth(plan) {

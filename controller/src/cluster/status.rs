@@ -5,7 +5,7 @@
 use api::conditions::{cluster as ctype, reason};
 use api::labels;
 use api::v1alpha2::{EtcdCluster, EtcdClusterStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
@@ -92,27 +92,51 @@ fn id_mismatch_message(latched: &str, answered: &str) -> String {
     )
 }
 
-/// How long every member must have been gone (Available already False that long) before the
-/// cluster says `AllMembersLost`: a Pod being recreated (the one member of a cluster restarting,
-/// a resume from pause) leaves none for a moment, which is not a loss.
+/// How long the cluster must have been without quorum (since `status.quorumLostSince`, the
+/// outage's own start) before it says `AllMembersLost`: a Pod being recreated (the one member of
+/// a cluster restarting, a resume from pause) leaves none for a moment, which is not a loss.
 const ALL_MEMBERS_LOST_AFTER_SECONDS: i64 = 30;
 
 /// Every member gone, for long enough to say so (see [`ALL_MEMBERS_LOST_AFTER_SECONDS`]), or
-/// already said.
+/// already said. Counted from the outage's own start, never from `Available`'s
+/// `lastTransitionTime`: that one does not move when only the reason changes (a cluster paused
+/// for an hour and resumed has been `Available=False` for an hour, and lost nothing).
 fn all_members_lost(cluster: &EtcdCluster, facts: &Facts, now: Timestamp) -> bool {
     if !facts.all_members_lost {
         return false;
     }
-    let available = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == ctype::AVAILABLE));
-    available.is_some_and(|c| {
-        c.reason == reason::ALL_MEMBERS_LOST
-            || (c.status == "False"
-                && now.as_second() - c.last_transition_time.0.as_second()
-                    >= ALL_MEMBERS_LOST_AFTER_SECONDS)
+    let Some(status) = cluster.status.as_ref() else {
+        return false;
+    };
+    let said = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == ctype::AVAILABLE && c.reason == reason::ALL_MEMBERS_LOST);
+    said || status.quorum_lost_since.as_ref().is_some_and(|since| {
+        now.as_second() - since.0.as_second() >= ALL_MEMBERS_LOST_AFTER_SECONDS
     })
+}
+
+/// `status.quorumLostSince` after this render: the outage's start, kept while it lasts (and while
+/// an EtcdRecovery holds the cluster, so a recovery that failed and let go names the same outage
+/// and the automatic one is not created again), set when the loss is first rendered, and cleared
+/// by anything else (a majority ready, a pause, another reason to be unavailable).
+fn quorum_lost_since(
+    old: Option<&Time>,
+    available: Option<&Condition>,
+    now: Timestamp,
+) -> Option<Time> {
+    let available = available?;
+    let lost = available.status == "False"
+        && (available.reason == reason::QUORUM_LOST
+            || available.reason == reason::ALL_MEMBERS_LOST);
+    if lost {
+        Some(old.cloned().unwrap_or(Time(now)))
+    } else if available.reason == reason::RECOVERING {
+        old.cloned()
+    } else {
+        None
+    }
 }
 
 /// The message of `AllMembersLost`: what is gone, and the two ways back.
@@ -625,6 +649,11 @@ pub fn render(
         observed: Some(plan.observed.clone()),
         progress_deadline: plan.progress_deadline.map(Time),
         broken_members: facts.broken_members,
+        quorum_lost_since: quorum_lost_since(
+            old.quorum_lost_since.as_ref(),
+            conditions.iter().find(|c| c.type_ == ctype::AVAILABLE),
+            now,
+        ),
         observed_generation: generation,
         conditions,
     }

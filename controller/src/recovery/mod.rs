@@ -26,7 +26,8 @@ use api::conditions::{reason, recovery as ctype};
 use api::labels;
 use api::v1alpha2::{
     EtcdCluster, EtcdMember, EtcdRecovery, EtcdRecoveryStatus, RecoveryPhase, RecoveryResult,
-    RecoveryStep, FORCE_NEW_CLUSTER_ANNOTATION, RECOVERY_ANNOTATION, RESTORE_IN_PLACE_ANNOTATION,
+    RecoveryStep, FORCE_NEW_CLUSTER_ANNOTATION, RECOVERY_ANNOTATION, RESTORE_ID_ANNOTATION,
+    RESTORE_IN_PLACE_ANNOTATION,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -299,6 +300,7 @@ async fn observe(
     };
     let mut facts = Facts {
         name: recovery.name_any(),
+        uid: recovery.uid().unwrap_or_default(),
         cluster_name: recovery.spec.cluster_ref.name.clone(),
         phase: status.phase.unwrap_or_default(),
         step: status.step,
@@ -392,8 +394,7 @@ async fn observe(
             name: name.clone(),
             dormant: member.spec.dormant,
             bootstrap: member.spec.bootstrap,
-            restore_marked: member.annotations().get(RESTORE_IN_PLACE_ANNOTATION)
-                == Some(&recovery.name_any()),
+            restore_marked: restore_marked_by(member, recovery),
             restore_failure,
             forced: member
                 .annotations()
@@ -437,6 +438,18 @@ async fn observe(
         facts.members.push(facts_of);
     }
     Ok(facts)
+}
+
+/// Whether `member` carries this recovery's restore mark: its name, and its UID
+/// ([`RESTORE_ID_ANNOTATION`]). A mark of an earlier recovery of the same name (another
+/// snapshot, left by one that failed half-way) is not this one's. A mark written before the UID
+/// was recorded is matched by name.
+fn restore_marked_by(member: &EtcdMember, recovery: &EtcdRecovery) -> bool {
+    let annotations = member.annotations();
+    annotations.get(RESTORE_IN_PLACE_ANNOTATION) == Some(&recovery.name_any())
+        && annotations
+            .get(RESTORE_ID_ANNOTATION)
+            .is_none_or(|uid| Some(uid) == recovery.uid().as_ref())
 }
 
 /// Whether the Pod's etcd container was started with `--force-new-cluster`.

@@ -98,6 +98,8 @@ pub struct ClusterFacts {
 pub struct Facts {
     /// The EtcdRecovery's name.
     pub name: String,
+    /// The EtcdRecovery's UID: an in-place restore's set-aside directory is named by it.
+    pub uid: String,
     /// `spec.clusterRef.name`.
     pub cluster_name: String,
     pub phase: RecoveryPhase,

@@ -5,8 +5,8 @@
 
 use api::v1alpha2::{
     EtcdRecovery, EtcdSnapshot, PvcLocation, RecoveryPlan, RecoverySnapshotSource, RestoreSource,
-    RestoreSpec, S3Location, RESTORE_BUMP_REVISION_ANNOTATION, RESTORE_IN_PLACE_ANNOTATION,
-    RESTORE_SHA256_ANNOTATION,
+    RestoreSpec, S3Location, RESTORE_BUMP_REVISION_ANNOTATION, RESTORE_ID_ANNOTATION,
+    RESTORE_IN_PLACE_ANNOTATION, RESTORE_SHA256_ANNOTATION,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kube::api::ListParams;
@@ -187,10 +187,12 @@ pub async fn mark_patch(
         .unwrap_or(super::plan::BUMP_MARGIN)
         .to_string();
     let name = recovery.name_any();
+    let uid = recovery.uid().unwrap_or_default();
     if let Some(source) = recovery.spec.source.snapshot.as_ref() {
         if let Some(location) = source.location() {
             return Ok(stored_mark(
                 &name,
+                &uid,
                 &bump,
                 location,
                 source.sha256.as_deref(),
@@ -214,7 +216,7 @@ pub async fn mark_patch(
                  docs/disaster-recovery.md, 'A recovery that failed half-way'"
             )
         })?;
-    snapshot_mark(recovery, &bump, &snapshot)
+    snapshot_mark(recovery, &uid, &bump, &snapshot)
 }
 
 /// The mark of a restore from EtcdSnapshot `snapshot`: its stored artifact, checked against the
@@ -222,6 +224,7 @@ pub async fn mark_patch(
 /// in the store since then are refused by the restore, whatever the store says of them. Pure.
 pub fn snapshot_mark(
     recovery: &str,
+    uid: &str,
     bump: &str,
     snapshot: &EtcdSnapshot,
 ) -> Result<serde_json::Value, String> {
@@ -235,6 +238,7 @@ pub fn snapshot_mark(
     Ok(json!({
         "metadata": {"annotations": {
             RESTORE_IN_PLACE_ANNOTATION: recovery,
+            RESTORE_ID_ANNOTATION: uid,
             RESTORE_BUMP_REVISION_ANNOTATION: bump,
             RESTORE_SHA256_ANNOTATION: checksum,
         }},
@@ -246,6 +250,7 @@ pub fn snapshot_mark(
 /// checks it against (when the user gave one). Pure.
 pub fn stored_mark(
     recovery: &str,
+    uid: &str,
     bump: &str,
     location: RestoreSource,
     sha256: Option<&str>,
@@ -253,6 +258,7 @@ pub fn stored_mark(
     json!({
         "metadata": {"annotations": {
             RESTORE_IN_PLACE_ANNOTATION: recovery,
+            RESTORE_ID_ANNOTATION: uid,
             RESTORE_BUMP_REVISION_ANNOTATION: bump,
             RESTORE_SHA256_ANNOTATION: sha256,
         }},
@@ -267,6 +273,7 @@ pub fn unmark_patch() -> serde_json::Value {
     json!({
         "metadata": {"annotations": {
             RESTORE_IN_PLACE_ANNOTATION: null,
+            RESTORE_ID_ANNOTATION: null,
             RESTORE_BUMP_REVISION_ANNOTATION: null,
             RESTORE_SHA256_ANNOTATION: null,
         }},
@@ -337,7 +344,7 @@ mod tests {
         if let Some(a) = s.status.as_mut().and_then(|st| st.artifact.as_mut()) {
             a.checksum = format!("sha256:{}", "ab".repeat(32));
         }
-        let patch = snapshot_mark("rec", "1000", &s).unwrap();
+        let patch = snapshot_mark("rec", "u1", "1000", &s).unwrap();
         let annotations = &patch["metadata"]["annotations"];
         assert_eq!(annotations[RESTORE_IN_PLACE_ANNOTATION], "rec");
         assert_eq!(
@@ -352,7 +359,7 @@ mod tests {
         if let Some(a) = s.status.as_mut().and_then(|st| st.artifact.as_mut()) {
             a.checksum.clear();
         }
-        let patch = snapshot_mark("rec", "1000", &s).unwrap();
+        let patch = snapshot_mark("rec", "u1", "1000", &s).unwrap();
         assert!(patch["metadata"]["annotations"][RESTORE_SHA256_ANNOTATION].is_null());
     }
 
@@ -374,12 +381,14 @@ mod tests {
         assert_eq!(facts.sha256.as_deref(), Some("sha256:ab"));
         let patch = stored_mark(
             "rec",
+            "u1",
             "1000",
             source.location().unwrap(),
             source.sha256.as_deref(),
         );
         let annotations = &patch["metadata"]["annotations"];
         assert_eq!(annotations[RESTORE_IN_PLACE_ANNOTATION], "rec");
+        assert_eq!(annotations[RESTORE_ID_ANNOTATION], "u1");
         assert_eq!(annotations[RESTORE_BUMP_REVISION_ANNOTATION], "1000");
         assert_eq!(annotations[RESTORE_SHA256_ANNOTATION], "sha256:ab");
         let s3 = &patch["spec"]["restore"]["source"]["s3"];
@@ -392,7 +401,7 @@ mod tests {
             .unwrap()
             .contains_key("pvc"));
         // Without a checksum the annotation is removed (null), not left from an earlier mark.
-        let patch = stored_mark("rec", "1", source.location().unwrap(), None);
+        let patch = stored_mark("rec", "u1", "1", source.location().unwrap(), None);
         assert!(patch["metadata"]["annotations"][RESTORE_SHA256_ANNOTATION].is_null());
         let pvc = RecoverySnapshotSource {
             pvc: Some(PvcLocation {

@@ -340,6 +340,43 @@ fn a_member_marked_for_an_in_place_restore_restores_alone_and_sets_its_old_data_
     assert!(pod.spec.unwrap().init_containers.is_none());
 }
 
+/// Two EtcdRecoveries of the same name (the condition messages always suggest
+/// `<cluster>-restore`) are two restores: each sets the data aside in, and marks done, a
+/// directory of its own, keyed by the recovery's UID. Keyed by name, the second found the first's
+/// `restored` marker and restored nothing.
+#[test]
+fn recoveries_of_the_same_name_restore_into_set_aside_dirs_of_their_own() {
+    let set_aside = |uid: Option<&str>| {
+        let mut m = restoring(s3_source());
+        let ann = m.metadata.annotations.get_or_insert_with(Default::default);
+        ann.insert(
+            api::v1alpha2::RESTORE_IN_PLACE_ANNOTATION.into(),
+            "c-restore".into(),
+        );
+        if let Some(uid) = uid {
+            ann.insert("etcd-operator.cozystack.io/restore-id".into(), uid.into());
+        }
+        let pod = member_pod(&m, &params()).unwrap();
+        pod.spec.unwrap().init_containers.unwrap()[1]
+            .args
+            .clone()
+            .unwrap()
+            .into_iter()
+            .find(|a| a.starts_with("--set-aside="))
+            .unwrap()
+    };
+    let first = set_aside(Some("0b6e6c2a-1111-4d7e-9d5c-3f7f6d2a0001"));
+    let second = set_aside(Some("0b6e6c2a-2222-4d7e-9d5c-3f7f6d2a0002"));
+    assert_ne!(first, second);
+    assert_eq!(
+        second,
+        "--set-aside=.pre-restore-0b6e6c2a-2222-4d7e-9d5c-3f7f6d2a0002"
+    );
+    // A mark written before the UID was recorded (an upgrade in the middle of a restore) keeps
+    // the directory it named, so a restore already done is not done again.
+    assert_eq!(set_aside(None), "--set-aside=.pre-restore-c-restore");
+}
+
 #[test]
 fn an_in_place_restore_checks_the_stored_object_against_the_sha256_it_is_given() {
     let mut m = restoring(s3_source());

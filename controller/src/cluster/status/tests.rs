@@ -75,6 +75,16 @@ fn healthy_cluster_reports_quorum_healthy_and_reconciled() {
     assert_eq!(s.ready_members, 3);
 }
 
+/// A formed cluster paused with its data kept on PVC `data-c-x`.
+fn paused_with_data() -> Facts {
+    Facts {
+        formed: true,
+        live_members: 1,
+        dormant_pvc: Some("data-c-x".into()),
+        ..Default::default()
+    }
+}
+
 #[test]
 fn paused_message_names_the_preserved_pvc_or_says_never_bootstrapped() {
     let mut c = cluster();
@@ -82,12 +92,7 @@ fn paused_message_names_the_preserved_pvc_or_says_never_bootstrapped() {
         cluster_id: Some("ab".into()),
         ..Default::default()
     });
-    let facts = Facts {
-        formed: true,
-        live_members: 1,
-        dormant_pvc: Some("data-c-x".into()),
-        ..Default::default()
-    };
+    let facts = paused_with_data();
     let s = render(
         &c,
         &plan(0, Phase::Reconciled, facts, Action::None),
@@ -713,4 +718,107 @@ fn a_cluster_held_by_a_recovery_says_so_and_names_it() {
         assert_eq!(cond.reason, reason::RECOVERING, "{t}");
         assert!(cond.message.contains("EtcdRecovery r1"), "{}", cond.message);
     }
+}
+
+/// A cluster resumed after an hour's pause: the first reconcile sees no member Pod yet (the
+/// woken Pods are being created). Available has been False (Paused) for an hour, but the loss
+/// has not begun: it must read QuorumLost (not AllMembersLost), with the loss starting now.
+#[test]
+fn a_cluster_resumed_after_a_long_pause_is_not_all_members_lost_at_once() {
+    let hour_ago = now()
+        .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(3600))
+        .unwrap();
+    let mut c = cluster();
+    c.status = Some(EtcdClusterStatus {
+        cluster_id: Some("ab".into()),
+        ..Default::default()
+    });
+    let paused = Facts {
+        live_members: 3,
+        ..paused_with_data()
+    };
+    let s = render(
+        &c,
+        &plan(0, Phase::Reconciled, paused, Action::None),
+        None,
+        hour_ago,
+    );
+    assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::PAUSED);
+    c.status = Some(s);
+    let s = render(
+        &c,
+        &plan(3, Phase::Reconciled, members_down(true), Action::None),
+        None,
+        now(),
+    );
+    assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_LOST);
+    // Still within the 30 s that a Pod being created gets, counted from the loss itself.
+    c.status = Some(s);
+    let s = render(
+        &c,
+        &plan(3, Phase::Reconciled, members_down(true), Action::None),
+        None,
+        now()
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(20))
+            .unwrap(),
+    );
+    assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_LOST);
+    assert_eq!(s.quorum_lost_since, Some(Time(now())));
+}
+
+/// `status.quorumLostSince` is the outage's own start: set when the loss is first rendered, kept
+/// while it lasts and while an EtcdRecovery holds the cluster (a recovery that failed and let go
+/// names the same outage), cleared by anything else.
+#[test]
+fn quorum_lost_since_is_the_outage_start_kept_through_a_recovery_and_cleared_after() {
+    let secs = |n: i64| {
+        now()
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(n))
+            .unwrap()
+    };
+    let mut c = cluster();
+    c.status = Some(EtcdClusterStatus {
+        cluster_id: Some("ab".into()),
+        ..Default::default()
+    });
+    let healthy = Facts {
+        ready_members: 3,
+        ready_voters: 3,
+        broken_members: 0,
+        ..members_down(false)
+    };
+    let mut step = |facts: Facts, at: Timestamp| {
+        let s = render(
+            &c,
+            &plan(3, Phase::Reconciled, facts, Action::None),
+            None,
+            at,
+        );
+        c.status = Some(s.clone());
+        s
+    };
+    let s = step(healthy.clone(), now());
+    assert_eq!(s.quorum_lost_since, None);
+    let s = step(members_down(false), secs(10));
+    assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_LOST);
+    assert_eq!(s.quorum_lost_since, Some(Time(secs(10))));
+    // Every Pod gone 20 s into the outage: AllMembersLost once 30 s have passed since its start.
+    let s = step(members_down(true), secs(30));
+    assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::QUORUM_LOST);
+    let s = step(members_down(true), secs(40));
+    assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::ALL_MEMBERS_LOST);
+    assert_eq!(s.quorum_lost_since, Some(Time(secs(10))));
+    // Held by a recovery: the same outage.
+    let held = Facts {
+        recovery: Some("r1".into()),
+        ..members_down(true)
+    };
+    let s = step(held, secs(100));
+    assert_eq!(cond(&s, ctype::AVAILABLE).reason, reason::RECOVERING);
+    assert_eq!(s.quorum_lost_since, Some(Time(secs(10))));
+    let s = step(members_down(false), secs(200));
+    assert_eq!(s.quorum_lost_since, Some(Time(secs(10))));
+    // A majority ready again ends it.
+    let s = step(healthy, secs(300));
+    assert_eq!(s.quorum_lost_since, None);
 }

@@ -291,7 +291,7 @@ fn plan_restore(f: &Facts, snapshot: Restored) -> Next {
             .unwrap_or_default(),
         target.name,
         target.name,
-        api::v1alpha2::set_aside_dir(&f.name),
+        api::v1alpha2::set_aside_dir(&f.uid),
         if others.is_empty() {
             String::new()
         } else {

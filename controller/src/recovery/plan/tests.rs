@@ -45,6 +45,7 @@ pub(super) fn lost(name: &str) -> MemberFacts {
 pub(super) fn facts(members: Vec<MemberFacts>) -> Facts {
     Facts {
         name: "rec".into(),
+        uid: "rec-uid".into(),
         cluster_name: "c".into(),
         phase: RecoveryPhase::Pending,
         step: None,

@@ -78,6 +78,7 @@ fn m(name: &str, created: i64) -> MemberView {
 fn crash_looping_pod(name: &str) -> PodView {
     PodView {
         uid: format!("pod-{name}"),
+        created: Some(ts(0)),
         ready: false,
         restart_count: 6,
         oom_killed: false,
