@@ -202,6 +202,10 @@ pub mod reason {
     pub const SNAPSHOT_NOT_USABLE: &str = "SnapshotNotUsable";
     /// A snapshot recovery waits for its EtcdSnapshot to be Complete and verified.
     pub const WAITING_FOR_SNAPSHOT: &str = "WaitingForSnapshot";
+    /// A recovery stopping the members waits for a member's Pod that outlived its deletion
+    /// deadline (its Node down or unreachable, its kubelet not confirming): the message names
+    /// the member, the Pod's Node and what to do.
+    pub const MEMBER_POD_STUCK: &str = "MemberPodStuck";
     // EtcdDefrag DefragChecked (the reference's; also RUNNING above)
     /// Another run of the same cluster goes first.
     pub const QUEUED: &str = "Queued";

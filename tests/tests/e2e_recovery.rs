@@ -7,6 +7,10 @@
 //! changes nothing. A cluster annotated for automatic recovery gets its EtcdRecovery from the
 //! operator.
 //!
+//! A member deleted with the break-glass annotation while the quorum is lost (Terminating, its
+//! finalizer waiting for a voter) does not hold the recovery up: its Pod is stopped with the
+//! others, and it goes with its PVC once the cluster is rebuilt.
+//!
 //! Every test runs its own operator limited to its namespace (the crash test kills and restarts
 //! it); the control plane and the pod runner are shared by the binary.
 
@@ -14,13 +18,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use api::conditions::{cluster as ctype, reason};
+use api::labels;
 use api::v1alpha2::{
-    EtcdRecovery, RecoveryPhase, RecoverySource, RecoveryStep, SurvivorSource,
+    EtcdMember, EtcdRecovery, RecoveryPhase, RecoverySource, RecoveryStep, SurvivorSource,
     AUTO_RECOVERY_ANNOTATION, RECOVERY_ANNOTATION,
 };
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Service;
-use kube::api::{ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::OnceCell;
@@ -77,11 +82,9 @@ struct Before {
     client_service_uid: String,
 }
 
-/// A 3-member cluster with keys written, then two members lost with their data: their PVCs
-/// deleted (the protection finalizer removed, as a storage admin force-deleting them would) and
-/// their Pods with them. Returns the keys, the survivor, the cluster ID and the client
-/// Service's UID from before the loss.
-async fn lose_two_of_three(s: &Scope, name: &str) -> Before {
+/// A 3-member cluster with keys written. Returns the keys, the first member by name (the
+/// survivor), the cluster ID and the client Service's UID, and the members' names, sorted.
+async fn written(s: &Scope, name: &str) -> (Before, Vec<String>) {
     let env = s.env;
     let ns = &s.ns;
     env.create_cluster(ns, name, spec(3)).await;
@@ -98,22 +101,35 @@ async fn lose_two_of_three(s: &Scope, name: &str) -> Before {
 
     let mut names = env.member_names(ns, name).await;
     names.sort();
-    let survivor = names[0].clone();
-    tests::recovery::lose_members(env, ns, &names[1..]).await;
-    // The cluster says it lost its quorum, and which EtcdRecovery to apply.
-    let message = env
-        .wait_unavailable(ns, name, reason::QUORUM_LOST, "EtcdRecovery", NOTICE)
+    let before = Before {
+        keys,
+        survivor: names[0].clone(),
+        cluster_id,
+        client_service_uid: client_service,
+    };
+    (before, names)
+}
+
+/// The cluster says it lost its quorum, and which EtcdRecovery to apply.
+async fn told_quorum_lost(s: &Scope, name: &str) {
+    let message = s
+        .env
+        .wait_unavailable(&s.ns, name, reason::QUORUM_LOST, "EtcdRecovery", NOTICE)
         .await;
     assert!(
         message.contains(&format!("{name}-recovery")) && message.contains("survivor"),
         "{message}"
     );
-    Before {
-        keys,
-        survivor,
-        cluster_id,
-        client_service_uid: client_service,
-    }
+}
+
+/// A 3-member cluster with keys written ([`written`]), then two members lost with their data:
+/// their PVCs deleted (the protection finalizer removed, as a storage admin force-deleting them
+/// would) and their Pods with them.
+async fn lose_two_of_three(s: &Scope, name: &str) -> Before {
+    let (before, names) = written(s, name).await;
+    tests::recovery::lose_members(s.env, &s.ns, &names[1..]).await;
+    told_quorum_lost(s, name).await;
+    before
 }
 
 /// What a Complete recovery must have left: 3 voters serving the same cluster ID and every key,
@@ -406,4 +422,91 @@ async fn a_cluster_annotated_for_auto_recovery_is_recovered_without_a_human() {
         .filter_map(|e| e.reason)
         .collect();
     assert!(reasons.contains("RecoveryCreated"), "{reasons:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_deleted_while_the_quorum_is_lost_does_not_hold_up_the_recovery() {
+    let s = scope("recover-deleting").await;
+    let (env, ns, name) = (s.env, s.ns.as_str(), "rt");
+    let (before, names) = written(&s, name).await;
+    let (deleted, lost) = (names[1].clone(), names[2].clone());
+    // The quorum goes: one member lost with its data, another cut off from everyone (its Pod
+    // and its etcd keep running, no peer reaches it).
+    let _cut = tests::faults::cut_member(env, ns, &deleted).await;
+    tests::recovery::lose_members(env, ns, std::slice::from_ref(&lost)).await;
+    told_quorum_lost(&s, name).await;
+
+    // The runbook's break-glass delete of the cut-off member: its finalizer waits for a Ready
+    // voter to take its MemberRemove, and no voter is Ready.
+    let members: Api<EtcdMember> = Api::namespaced(env.client(), ns);
+    let pods: Api<Pod> = Api::namespaced(env.client(), ns);
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.client(), ns);
+    members
+        .patch(
+            &deleted,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {
+                labels::ALLOW_DELETION_ANNOTATION: "true"}}})),
+        )
+        .await
+        .or_panic();
+    members
+        .delete(&deleted, &DeleteParams::default())
+        .await
+        .or_panic();
+    let terminating = members.get(&deleted).await.or_panic();
+    assert!(
+        terminating.metadata.deletion_timestamp.is_some(),
+        "{deleted} is Terminating: {:?}",
+        terminating.metadata
+    );
+    let pod = pods.get(&deleted).await.or_panic();
+    assert!(
+        pod.metadata.deletion_timestamp.is_none(),
+        "its Pod still runs: {:?}",
+        pod.metadata
+    );
+
+    let survivor = RecoverySource {
+        survivor: Some(SurvivorSource {
+            member: Some(before.survivor.clone()),
+        }),
+        snapshot: None,
+    };
+    create_recovery(&s, "rt-recovery", name, survivor, false).await;
+    let done = wait_recovery(&s, "rt-recovery", "phase Complete", RECOVER, |r| {
+        phase(r) == Some(RecoveryPhase::Complete)
+    })
+    .await;
+    assert_recovered(&s, name, &done, &before).await;
+    let plan = done
+        .status
+        .clone()
+        .and_then(|st| st.plan)
+        .unwrap_or_default();
+    assert!(plan.discarded_members.contains(&deleted), "{plan:?}");
+    // The recovery stopped its Pod (it was still Terminating then) ...
+    let stopped = env
+        .events(ns, "rt-recovery")
+        .await
+        .into_iter()
+        .filter_map(|e| e.message)
+        .any(|m| m.contains(&deleted) && m.contains("being deleted"));
+    assert!(stopped, "no Event of rt-recovery says it stopped {deleted}");
+    // ... and its finalizer finished once the cluster was rebuilt: the member and its PVC are
+    // gone, as the break-glass delete asked, and etcd does not list it (three voters, above).
+    assert!(members.get_opt(&deleted).await.or_panic().is_none());
+    let claim = labels::pvc_name(&deleted);
+    eventually_every(
+        &format!("PVC {claim} gone"),
+        BOOT,
+        Duration::from_millis(500),
+        || async {
+            match pvcs.get_opt(&claim).await.or_panic() {
+                None => Ok(()),
+                Some(c) => Err(format!("still there: {:?}", c.metadata.deletion_timestamp)),
+            }
+        },
+    )
+    .await;
 }

@@ -1,13 +1,16 @@
 //! The member's cleanup finalizer: for a deletion that is meant (the operator's own, or the
 //! `allow-deletion` break-glass), MemberRemove against the remaining voters and then the PVC,
 //! before the EtcdMember (and with it its Pod) goes; for any other deletion, nothing: the member
-//! keeps its place in etcd and its PVC ([`super::plan::farewell`]). It never creates a Pod or
-//! PVC.
+//! keeps its place in etcd and its PVC ([`super::plan::farewell`]). While an EtcdRecovery holds
+//! the cluster with every voter stopped, a meant deletion waits for the member the recovery
+//! rebuilds the cluster from ([`super::plan::remover`]); the recovery stops its Pod. It never
+//! creates, stops or deletes a Pod, and never creates a PVC.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use api::labels;
-use api::v1alpha2::{EtcdCluster, EtcdMember};
+use api::v1alpha2::{EtcdCluster, EtcdMember, RECOVERY_ANNOTATION};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
@@ -15,7 +18,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::claim::delete_claim;
-use super::plan::{farewell, Farewell};
+use super::plan::{farewell, remover, Farewell, Remover};
 use crate::context::Context;
 use crate::etcd::access::{Access, User};
 use crate::etcd::format_id;
@@ -23,6 +26,10 @@ use crate::events::{Action, Reason};
 use crate::pods::pod_view;
 use crate::topology;
 use crate::Error;
+
+/// How often a member deleted while an EtcdRecovery holds its cluster looks for the member the
+/// recovery rebuilds the cluster from (the recovery sends the member controller no event).
+const AWAIT_RECOVERY: Duration = Duration::from_secs(5);
 
 /// The cleanup finalizer, as [`farewell`] decides: MemberRemove against the remaining voters and
 /// then the PVC for a meant deletion; nothing for a stray one (the member keeps its place in etcd
@@ -53,10 +60,23 @@ pub(super) async fn finalize(
         cluster,
     ) {
         (Farewell::RemoveFromEtcd, Some(cluster)) => {
-            let removal = remove_from_etcd(member, cluster, ctx).await?;
-            if removal == Removal::OutOfEtcd {
-                let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-                delete_claim(member, &pvcs, ctx).await?;
+            match remove_from_etcd(member, cluster, ctx).await? {
+                Removal::OutOfEtcd => {
+                    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+                    delete_claim(member, &pvcs, ctx).await?;
+                }
+                Removal::Unknown => {}
+                Removal::AwaitRecovery(recovery) => {
+                    // Its Pod is the recovery's to stop; its MemberRemove and its PVC wait for the
+                    // member the recovery rebuilds the cluster from.
+                    tracing::info!(
+                        member = %name,
+                        %recovery,
+                        "deleted member waits for EtcdRecovery {recovery} to rebuild the cluster before \
+                         its finalizer removes it from etcd and deletes its PVC"
+                    );
+                    return Ok(Requeue::requeue(AWAIT_RECOVERY));
+                }
             }
         }
         (Farewell::Keep, Some(cluster)) => {
@@ -93,7 +113,7 @@ pub(super) async fn finalize(
 }
 
 /// Where the member stands after [`remove_from_etcd`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Removal {
     /// Removed now, or etcd's member list (read from a voter) no longer has it: its data can
     /// never serve again.
@@ -101,6 +121,9 @@ enum Removal {
     /// No other voter to ask (the last member, or a cluster that never formed): nothing is
     /// known, the PVC is kept.
     Unknown,
+    /// The cluster is held by this EtcdRecovery, which stopped the voters: the finalizer stays
+    /// and looks again.
+    AwaitRecovery(String),
 }
 
 async fn remove_from_etcd(
@@ -129,21 +152,26 @@ async fn remove_from_etcd(
         .filter(|m| m.name_any() != name)
         .filter(|m| m.status.as_ref().is_some_and(|s| s.is_voter))
         .collect();
-    if other_voters.is_empty() {
-        // No other voter: this is the last member (or the cluster never formed); nothing to
-        // remove it from, and nothing says its data is a copy: the PVC stays.
-        return Ok(Removal::Unknown);
-    }
+    let others: Vec<(String, bool)> = other_voters
+        .iter()
+        .map(|m| {
+            let voter = m.name_any();
+            let up = ready.get(&voter).copied().unwrap_or(false);
+            (voter, up)
+        })
+        .collect();
+    let held_by = cluster.annotations().get(RECOVERY_ANNOTATION);
+    let through = match remover(&others, held_by.map(String::as_str)) {
+        Remover::Voters(through) => through,
+        Remover::NoOtherVoter => return Ok(Removal::Unknown),
+        Remover::AwaitRecovery(recovery) => return Ok(Removal::AwaitRecovery(recovery)),
+        Remover::Unavailable => return Err(Error::EtcdUnavailable),
+    };
     let endpoints: Vec<String> = other_voters
         .iter()
-        .filter(|m| ready.get(&m.name_any()).copied().unwrap_or(false))
+        .filter(|m| through.contains(&m.name_any()))
         .map(|m| topology::client_url(m, cluster))
         .collect();
-    if endpoints.is_empty() {
-        // Dropping the finalizer now would leave a ghost member in etcd that still counts
-        // towards quorum; the member stays Terminating until a voter can take the MemberRemove.
-        return Err(Error::EtcdUnavailable);
-    }
     // MemberRemove needs root once auth is on.
     let access = Access::load(&ctx.client, &ctx.metrics, cluster, User::Root).await?;
     let mut etcd = access.dial(&endpoints).await?;

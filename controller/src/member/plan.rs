@@ -196,9 +196,70 @@ pub fn farewell(cluster_going: bool, allowed: bool, memory: bool) -> Farewell {
     }
 }
 
+/// Where the MemberRemove of a meant deletion goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Remover {
+    /// No other voter (the last member, or a cluster that never formed): nothing to remove it
+    /// from, and nothing says its data is a copy: its PVC stays.
+    NoOtherVoter,
+    /// Through these other voters, whose Pods are Ready.
+    Voters(Vec<String>),
+    /// No other voter is Ready and this EtcdRecovery holds the cluster: it stopped them and
+    /// rebuilds the membership from one member, which then takes the MemberRemove (its etcd no
+    /// longer lists this member). The finalizer waits for it, without an error.
+    AwaitRecovery(String),
+    /// No other voter is Ready: the finalizer waits (an error: the cluster is unavailable).
+    /// Dropping it now would leave a ghost member in etcd that still counts towards quorum.
+    Unavailable,
+}
+
+/// From the other voters (name, whether its Pod is Ready) and the EtcdRecovery that holds the
+/// cluster, if one does ([`api::v1alpha2::RECOVERY_ANNOTATION`]).
+pub fn remover(others: &[(String, bool)], held_by: Option<&str>) -> Remover {
+    if others.is_empty() {
+        return Remover::NoOtherVoter;
+    }
+    let ready: Vec<String> = others
+        .iter()
+        .filter(|(_, ready)| *ready)
+        .map(|(name, _)| name.clone())
+        .collect();
+    match (ready.is_empty(), held_by) {
+        (false, _) => Remover::Voters(ready),
+        // The recovery stopped the voters on purpose; it starts the one it rebuilds from, whose
+        // etcd no longer lists this member. Never a MemberRemove without a voter's list, and
+        // never the finalizer dropped while etcd may still list the member: it waits.
+        (true, Some(recovery)) => Remover::AwaitRecovery(recovery.to_string()),
+        (true, None) => Remover::Unavailable,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_member_deleted_during_a_recovery_waits_for_the_rebuilt_member_not_on_an_error() {
+        let stopped = [("c-b".to_string(), false), ("c-c".to_string(), false)];
+        // The recovery stopped every voter: the finalizer waits for the member it rebuilds the
+        // cluster from, without an error.
+        assert_eq!(
+            remover(&stopped, Some("c-recovery")),
+            Remover::AwaitRecovery("c-recovery".into())
+        );
+        // Once that member runs and is Ready, it takes the MemberRemove (its etcd no longer
+        // lists this member: nothing is removed, the PVC goes as for any meant deletion).
+        let rebuilt = [("c-b".to_string(), true), ("c-c".to_string(), false)];
+        assert_eq!(
+            remover(&rebuilt, Some("c-recovery")),
+            Remover::Voters(vec!["c-b".into()])
+        );
+        // Without a recovery, no Ready voter is an unavailable cluster: wait, as an error.
+        assert_eq!(remover(&stopped, None), Remover::Unavailable);
+        // No other voter at all: nothing to remove it from, its PVC stays.
+        assert_eq!(remover(&[], Some("c-recovery")), Remover::NoOtherVoter);
+        assert_eq!(remover(&[], None), Remover::NoOtherVoter);
+    }
 
     #[test]
     fn only_a_meant_deletion_removes_the_member_from_etcd() {

@@ -58,6 +58,35 @@ pub(super) async fn act(
                 ),
             )
         }
+        Work::StopDeleting(stopping) => {
+            // The Pods of members being deleted: by name, only the one observed (a Pod of that
+            // name with another UID is not the one the plan saw).
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+            for (member, uid) in &stopping {
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                };
+                match pods.delete(member, &params).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let names: Vec<&str> = stopping.iter().map(|(m, _)| m.as_str()).collect();
+            (
+                Action::Delete,
+                format!(
+                    "stopping members {} that are being deleted: their Pods are deleted (their \
+                     EtcdMembers only wait for their cleanup finalizer, which goes on once the \
+                     cluster is rebuilt)",
+                    names.join(", ")
+                ),
+            )
+        }
         Work::ForceSurvivor(member) => {
             let patch = json!({
                 "metadata": {"annotations": {FORCE_NEW_CLUSTER_ANNOTATION: name}},

@@ -7,8 +7,10 @@
 //! It touches a cluster only through what the other controllers already honour: the cluster's
 //! [`RECOVERY_ANNOTATION`] (the cluster controller holds), a member's `spec.dormant` (the member
 //! controller deletes its Pod and keeps its PVC), the survivor's [`FORCE_NEW_CLUSTER_ANNOTATION`]
-//! (its Pod is built with `--force-new-cluster`), the deletion of the survivor's one forced Pod
-//! and of the discarded EtcdMembers (their cleanup finalizer finds them gone from etcd). Adding
+//! (its Pod is built with `--force-new-cluster`), the deletion of the survivor's one forced Pod,
+//! of the Pods of members being deleted (their controller only runs their cleanup finalizer,
+//! which waits while the cluster is held) and of the discarded EtcdMembers (their cleanup
+//! finalizer finds them gone from etcd). Adding
 //! the members back is the cluster controller's normal scale-up. Before a survivor is chosen, a
 //! member whose etcd does not run has its raft position read from its data PVC by a position Job
 //! it owns (`disk.rs`).
@@ -29,7 +31,7 @@ use api::v1alpha2::{
     RecoveryStep, FORCE_NEW_CLUSTER_ANNOTATION, RECOVERY_ANNOTATION, RESTORE_ID_ANNOTATION,
     RESTORE_IN_PLACE_ANNOTATION,
 };
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
@@ -43,7 +45,9 @@ use crate::etcd::format_id;
 use crate::events::{Action, Reason};
 use crate::pods::pod_view;
 use crate::{shell, topology, Error};
-use plan::{ClusterFacts, EtcdFacts, Facts, MemberFacts, Next, PodFacts, Source};
+use plan::{
+    ClusterFacts, EtcdFacts, Facts, MemberFacts, Next, NodeState, Overdue, PodFacts, Source,
+};
 
 /// How long one member's etcd may take to answer `Status` and `MemberList`.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(3);
@@ -78,9 +82,22 @@ pub async fn reconcile(recovery: Arc<EtcdRecovery>, ctx: Arc<Context>) -> Result
     match next {
         Next::Wait { reason, message } => {
             let mut new = status.clone();
-            ready(&recovery, &mut new, false, reason, message, now);
+            let was = ready_reason(&status);
+            ready(&recovery, &mut new, false, reason, message.clone(), now);
             if recovery.status.as_ref() != Some(&new) {
                 write(&api, &recovery, &new).await?;
+            }
+            // A wait that needs a human is announced once, where `kubectl describe` shows it.
+            if reason == reason::MEMBER_POD_STUCK && was.as_deref() != Some(reason) {
+                tracing::warn!(recovery = %recovery.name_any(), namespace = %ns, note = %message, "recovery waits for a stuck Pod");
+                ctx.event(
+                    &recovery,
+                    true,
+                    Reason::RecoveryStep,
+                    Action::Recover,
+                    message,
+                )
+                .await;
             }
             Ok(Requeue::requeue(RECHECK))
         }
@@ -246,6 +263,15 @@ async fn record(
     Ok(())
 }
 
+/// The reason of the recovery's Ready condition, if it has one.
+fn ready_reason(status: &EtcdRecoveryStatus) -> Option<String> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ctype::READY)
+        .map(|c| c.reason.clone())
+}
+
 fn ready(
     recovery: &EtcdRecovery,
     status: &mut EtcdRecoveryStatus,
@@ -405,6 +431,7 @@ async fn observe(
             note: None,
             claim: false,
             on_disk: None,
+            pod_overdue: None,
         };
         match &pod {
             None => facts_of.note = Some("no Pod".to_string()),
@@ -430,6 +457,11 @@ async fn observe(
             }
             Some(_) => {}
         }
+        if step == Some(RecoveryStep::StopMembers) {
+            if let Some(p) = pods.get(&name) {
+                facts_of.pod_overdue = overdue(ctx, p).await;
+            }
+        }
         // Before a survivor is chosen, a member whose etcd does not answer may still hold the
         // most data: its position is read from its data dir.
         if !planned && matches!(facts.source, Source::Survivor { .. }) && facts_of.etcd.is_none() {
@@ -450,6 +482,49 @@ fn restore_marked_by(member: &EtcdMember, recovery: &EtcdRecovery) -> bool {
         && annotations
             .get(RESTORE_ID_ANNOTATION)
             .is_none_or(|uid| Some(uid) == recovery.uid().as_ref())
+}
+
+/// A Pod being deleted that still exists past its deletion deadline: by how much, and its Node
+/// (read only once the Pod is late enough for the planner to name it).
+async fn overdue(ctx: &Context, pod: &Pod) -> Option<Overdue> {
+    let deadline = pod.metadata.deletion_timestamp.as_ref()?.0;
+    let secs = u64::try_from(Timestamp::now().as_second() - deadline.as_second()).ok()?;
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    let node_state = match &node {
+        Some(node) if secs >= plan::STUCK_AFTER_SECS => {
+            match Api::<Node>::all(ctx.client.clone()).get_opt(node).await {
+                Ok(None) => Some(NodeState::Gone),
+                Ok(Some(n)) => Some(node_ready(&n)),
+                // Only a hint in a message: a Node that cannot be read is named without it.
+                Err(e) => {
+                    tracing::debug!(%node, error = %e, "cannot read the Node of a stuck Pod");
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    Some(Overdue {
+        secs,
+        deadline: deadline.to_string(),
+        node,
+        node_state,
+    })
+}
+
+fn node_ready(node: &Node) -> NodeState {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    if ready {
+        NodeState::Ready
+    } else {
+        NodeState::NotReady
+    }
 }
 
 /// Whether the Pod's etcd container was started with `--force-new-cluster`.

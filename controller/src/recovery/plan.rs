@@ -80,6 +80,34 @@ pub struct MemberFacts {
     /// Its raft position read from its data dir by a position Job (None: no such Job), for a
     /// survivor recovery still choosing its survivor ([`needs_disk_read`]).
     pub on_disk: Option<PositionRead>,
+    /// Its Pod is being deleted and still exists past its deletion deadline (observed while the
+    /// members are stopped).
+    pub pod_overdue: Option<Overdue>,
+}
+
+/// A Pod that outlived its deletion deadline (its `deletionTimestamp`: the delete request plus
+/// the Pod's grace period): its kubelet has not confirmed that its containers stopped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overdue {
+    /// Seconds past the deadline.
+    pub secs: u64,
+    /// The deadline (RFC 3339): messages name it rather than the time past it, so that a
+    /// waiting recovery's status does not change on every look.
+    pub deadline: String,
+    /// The Node it was scheduled to (None: none).
+    pub node: Option<String>,
+    /// That Node's state (None: not read).
+    pub node_state: Option<NodeState>,
+}
+
+/// The state of the Node a stuck Pod runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeState {
+    Ready,
+    /// Exists, its `Ready` condition is not `True`.
+    NotReady,
+    /// No such Node object.
+    Gone,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -128,6 +156,9 @@ pub enum Work {
     HoldCluster,
     /// Make these members dormant (their Pods go, their PVCs stay).
     StopMembers(Vec<String>),
+    /// Delete the Pods of these members being deleted (member name, Pod UID): their controller
+    /// only runs their cleanup finalizer, which never stops a Pod.
+    StopDeleting(Vec<(String, String)>),
     /// Annotate the survivor for `--force-new-cluster` and wake it.
     ForceSurvivor(String),
     /// Remember the Pod that runs with `--force-new-cluster` (its UID).
@@ -252,6 +283,71 @@ fn plan_first(f: &Facts, cluster: &ClusterFacts) -> Next {
     }
 }
 
+/// How long past its deletion deadline a member's Pod may linger before the recovery says it is
+/// stuck (a Pod's deletion normally completes within its grace period).
+pub const STUCK_AFTER_SECS: u64 = 60;
+
+/// `StopMembers` waits for these members' Pods to go; a Pod past its deletion deadline by
+/// [`STUCK_AFTER_SECS`] is named with its Node and the way out. The recovery never forces it
+/// itself: until its kubelet confirms, the member's etcd may still run on its data, and the
+/// survivor woken beside it would share that data or its old membership.
+fn stopping_wait(with_pods: &[&MemberFacts]) -> Next {
+    let stuck: Vec<String> = with_pods
+        .iter()
+        .filter_map(|m| {
+            let overdue = m.pod_overdue.as_ref()?;
+            (overdue.secs >= STUCK_AFTER_SECS).then(|| stuck_pod(&m.name, overdue))
+        })
+        .collect();
+    if stuck.is_empty() {
+        let names: Vec<&str> = with_pods.iter().map(|m| m.name.as_str()).collect();
+        return wait(
+            reason::RECOVERING,
+            format!(
+                "stopping the members: waiting for the Pods of {} to go",
+                names.join(", ")
+            ),
+        );
+    }
+    wait(
+        reason::MEMBER_POD_STUCK,
+        format!("stopping the members: {}", stuck.join("; ")),
+    )
+}
+
+/// Why the Pod of `member` does not go, and what to do.
+fn stuck_pod(member: &str, overdue: &Overdue) -> String {
+    let on = overdue
+        .node
+        .as_deref()
+        .map(|n| format!(" on Node {n}"))
+        .unwrap_or_default();
+    let past = format!(
+        "the Pod of member {member}{on} is still terminating past its deletion deadline ({})",
+        overdue.deadline
+    );
+    let force = format!(
+        "force the Pod's deletion (kubectl delete pod {member} --force --grace-period=0, in the \
+         recovery's namespace) and the recovery goes on"
+    );
+    match (overdue.node.as_deref(), overdue.node_state) {
+        (Some(node), Some(NodeState::NotReady)) => format!(
+            "{past}. Node {node} is NotReady: its kubelet cannot confirm that etcd stopped, and \
+             the recovery does not go on while it may still run. If Node {node} is down for good \
+             (powered off, removed), {force}; if it comes back, the Pod goes by itself"
+        ),
+        (Some(node), Some(NodeState::Gone)) => {
+            format!("{past}. Node {node} no longer exists, so nothing of it runs: {force}")
+        }
+        (Some(node), Some(NodeState::Ready)) => format!(
+            "{past}. Node {node} is Ready, yet its kubelet has not stopped the Pod: look at why \
+             (kubectl describe pod {member}: a finalizer on the Pod, a volume that does not \
+             detach, a container that ignores SIGTERM)"
+        ),
+        _ => format!("{past}. If its Node is down for good, {force}"),
+    }
+}
+
 /// The survivor's etcd runs alone: it lists itself only and leads.
 pub(super) fn runs_alone(m: &MemberFacts) -> bool {
     m.etcd
@@ -302,6 +398,23 @@ pub fn next(f: &Facts) -> Next {
             ),
         );
     };
+    if survivor.deleting && step < RecoveryStep::RemoveOthers {
+        // A member being deleted never runs a Pod again (its controller only runs its cleanup
+        // finalizer): the cluster cannot be rebuilt from it. Its finalizer takes no MemberRemove
+        // and deletes no data while no other voter is Ready, which holds while the recovery
+        // keeps the others stopped.
+        return fail(
+            reason::RECOVERY_NOT_POSSIBLE,
+            format!(
+                "{survivor_name} is being deleted (its EtcdMember has a deletion timestamp), and \
+                 the cluster was to be rebuilt from it: a member being deleted never runs a Pod \
+                 again. Nothing more is changed: the cluster stays held by this recovery if it \
+                 is, and the member's data stays on PVC {} while no other member runs. See \
+                 docs/disaster-recovery.md, 'A recovery that failed half-way'",
+                api::labels::pvc_name(&survivor_name)
+            ),
+        );
+    }
     match step {
         RecoveryStep::PauseCluster => {
             if cluster.held_by.as_deref() == Some(f.name.as_str()) {
@@ -320,25 +433,32 @@ pub fn next(f: &Facts) -> Next {
             if !running.is_empty() {
                 return Next::Act(Work::StopMembers(running));
             }
-            let with_pods: Vec<&str> = f
+            // A member being deleted runs only its cleanup finalizer, which waits for a Ready
+            // voter to take its MemberRemove — the voters this step stops — and never stops its
+            // Pod: waiting for that Pod would wait for ever. The recovery deletes it (the member
+            // controller never starts a Pod for a member being deleted); the finalizer goes on
+            // once the member the cluster is rebuilt from runs.
+            let deleting: Vec<(String, String)> = f
                 .members
                 .iter()
-                .filter(|m| m.pod.is_some())
-                .map(|m| m.name.as_str())
+                .filter(|m| m.deleting)
+                .filter_map(|m| {
+                    let pod = m.pod.as_ref().filter(|p| !p.deleting)?;
+                    Some((m.name.clone(), pod.uid.clone()))
+                })
                 .collect();
+            if !deleting.is_empty() {
+                return Next::Act(Work::StopDeleting(deleting));
+            }
+            let with_pods: Vec<&MemberFacts> =
+                f.members.iter().filter(|m| m.pod.is_some()).collect();
             if with_pods.is_empty() {
                 Next::Advance(match f.source {
                     Source::Snapshot(_) | Source::Stored(_) => RecoveryStep::RestoreSnapshot,
                     Source::Survivor { .. } => RecoveryStep::ForceNewCluster,
                 })
             } else {
-                wait(
-                    reason::RECOVERING,
-                    format!(
-                        "stopping the members: waiting for the Pods of {} to go",
-                        with_pods.join(", ")
-                    ),
-                )
+                stopping_wait(&with_pods)
             }
         }
         RecoveryStep::RestoreSnapshot => snapshot::restore_step(f, cluster, survivor),

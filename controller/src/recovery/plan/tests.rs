@@ -361,3 +361,145 @@ fn resume_releases_the_cluster_and_completes_once_available() {
     }
     assert_eq!(next(&f), Next::Complete);
 }
+
+/// A member the user deleted (the break-glass annotation) while the quorum was lost: its
+/// finalizer waits for a Ready voter to take its MemberRemove, so its Pod stays.
+fn being_deleted(name: &str) -> MemberFacts {
+    let mut m = running(name, None);
+    m.deleting = true;
+    m
+}
+
+fn stopped(name: &str) -> MemberFacts {
+    let mut m = lost(name);
+    m.dormant = true;
+    m
+}
+
+#[test]
+fn stop_deletes_the_pod_of_a_member_being_deleted_instead_of_waiting_for_it() {
+    let mut f = at(
+        RecoveryStep::StopMembers,
+        vec![stopped("a"), being_deleted("b"), stopped("c")],
+    );
+    // Its controller only runs its finalizer, which waits for the voters the recovery stopped:
+    // the recovery stops its Pod itself (the one observed, by UID).
+    assert_eq!(
+        next(&f),
+        Next::Act(Work::StopDeleting(vec![("b".into(), "b-uid".into())]))
+    );
+    // Its Pod going: waited for, not deleted again.
+    if let Some(p) = f.members[1].pod.as_mut() {
+        p.deleting = true;
+    }
+    assert!(matches!(next(&f), Next::Wait { .. }));
+    // Its Pod gone: the EtcdMember still waits for its finalizer, the recovery goes on.
+    f.members[1].pod = None;
+    assert_eq!(next(&f), Next::Advance(RecoveryStep::ForceNewCluster));
+}
+
+#[test]
+fn members_being_deleted_are_stopped_after_the_others_are_made_dormant() {
+    let f = at(
+        RecoveryStep::StopMembers,
+        vec![running("a", None), being_deleted("b")],
+    );
+    assert_eq!(next(&f), Next::Act(Work::StopMembers(vec!["a".into()])));
+}
+
+#[test]
+fn a_survivor_being_deleted_fails_the_recovery_until_it_runs_alone() {
+    // A member being deleted runs no Pod again: the cluster cannot be rebuilt from it.
+    for step in [
+        RecoveryStep::PauseCluster,
+        RecoveryStep::StopMembers,
+        RecoveryStep::ForceNewCluster,
+        RecoveryStep::RestartSurvivor,
+    ] {
+        let f = at(step, vec![being_deleted("a"), stopped("b")]);
+        match next(&f) {
+            Next::Fail { reason, message } => {
+                assert_eq!(reason, reason::RECOVERY_NOT_POSSIBLE, "{step:?}");
+                assert!(
+                    message.contains("a is being deleted") && message.contains("PVC data-a"),
+                    "{message}"
+                );
+            }
+            other => panic!("{step:?}: {other:?}"),
+        }
+    }
+    // Once the cluster runs from it, its deletion is an ordinary one: the recovery goes on.
+    let mut survivor = survivor_alone("p2");
+    survivor.forced = false;
+    survivor.deleting = true;
+    let f = at(RecoveryStep::RemoveOthers, vec![survivor, stopped("b")]);
+    assert_eq!(next(&f), Next::Act(Work::DeleteMembers(vec!["b".into()])));
+}
+
+fn stuck(name: &str, secs: u64, node_state: Option<NodeState>) -> MemberFacts {
+    let mut m = running(name, None);
+    m.dormant = true;
+    if let Some(p) = m.pod.as_mut() {
+        p.deleting = true;
+    }
+    m.pod_overdue = Some(Overdue {
+        secs,
+        deadline: "2026-01-01T00:00:00Z".into(),
+        node: Some("n1".into()),
+        node_state,
+    });
+    m
+}
+
+fn waiting(next: Next) -> (&'static str, String) {
+    match next {
+        Next::Wait { reason, message } => (reason, message),
+        other => panic!("expected a wait, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_pod_stuck_terminating_is_named_with_its_node_and_the_way_out() {
+    // Just past its deadline: the usual wait.
+    let f = at(
+        RecoveryStep::StopMembers,
+        vec![stopped("a"), stuck("b", 10, Some(NodeState::NotReady))],
+    );
+    assert_eq!(waiting(next(&f)).0, reason::RECOVERING);
+
+    let f = at(
+        RecoveryStep::StopMembers,
+        vec![stopped("a"), stuck("b", 600, Some(NodeState::NotReady))],
+    );
+    let (why, message) = waiting(next(&f));
+    assert_eq!(why, reason::MEMBER_POD_STUCK);
+    for part in [
+        "member b on Node n1",
+        "deadline (2026-01-01T00:00:00Z)",
+        "Node n1 is NotReady",
+        "NotReady",
+        "--force --grace-period=0",
+    ] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+    let f = at(
+        RecoveryStep::StopMembers,
+        vec![stopped("a"), stuck("b", 600, Some(NodeState::Gone))],
+    );
+    let (_, message) = waiting(next(&f));
+    assert!(
+        message.contains("Node n1 no longer exists") && message.contains("--force"),
+        "{message}"
+    );
+    // On a Ready Node the kubelet runs: look at the Pod, forcing it would not stop etcd sooner.
+    let f = at(
+        RecoveryStep::StopMembers,
+        vec![stopped("a"), stuck("b", 600, Some(NodeState::Ready))],
+    );
+    let (why, message) = waiting(next(&f));
+    assert_eq!(why, reason::MEMBER_POD_STUCK);
+    assert!(
+        message.contains("kubectl describe pod b") && !message.contains("--force"),
+        "{message}"
+    );
+}
