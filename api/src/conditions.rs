@@ -189,6 +189,13 @@ pub mod reason {
     /// The recovery waits: another EtcdRecovery of the cluster goes first, or no member holding
     /// data answers yet.
     pub const WAITING_FOR_SURVIVOR: &str = "WaitingForSurvivor";
+    /// A survivor recovery that chooses its survivor itself waits: a member holding data has no
+    /// raft position because its data dir could not be read (its position Job failed), so the
+    /// member with the most data is not known. Unlike `WaitingForSurvivor` it does not clear by
+    /// itself unless the cause goes: the message names the member, the read's error and the
+    /// fix (name a survivor in a new EtcdRecovery, accepting that member's data is discarded).
+    /// Nothing was changed.
+    pub const POSITION_READ_FAILED: &str = "PositionReadFailed";
     /// The cluster still has a working quorum and `spec.confirmHealthyClusterRollback` is not
     /// set: nothing was changed (terminal).
     pub const HEALTHY_CLUSTER_NOT_CONFIRMED: &str = "HealthyClusterNotConfirmed";

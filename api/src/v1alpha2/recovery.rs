@@ -163,8 +163,8 @@ impl EtcdRecoverySpec {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.survivor) != has(self.snapshot)").message(CEL_RECOVERY_ONE_SOURCE))]
 pub struct RecoverySource {
-    /// Rebuild from a member that still holds its data: the one with the highest raft
-    /// (term, index), or the one named.
+    /// Rebuild from a member that still holds its data: the one with the highest commit index
+    /// (then term), or the one named.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub survivor: Option<SurvivorSource>,
     /// Rebuild from a stored snapshot: a Complete EtcdSnapshot of this cluster by name, or an
@@ -244,8 +244,8 @@ impl RecoverySnapshotSource {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SurvivorSource {
-    /// The EtcdMember to rebuild from. Unset: the member whose etcd reports the highest raft
-    /// (term, index), i.e. the most data.
+    /// The EtcdMember to rebuild from. Unset: the member with the highest commit index (then
+    /// term), i.e. the most committed data; never a learner or a member being deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub member: Option<String>,
@@ -333,9 +333,9 @@ impl RecoveryStep {
 pub struct RecoveryCandidate {
     /// The EtcdMember.
     pub name: String,
-    /// Its raft term, index and MVCC revision: from its running etcd, or (term and index only)
-    /// from its data dir's write-ahead log when its etcd does not run; unset when neither could
-    /// be read.
+    /// Its raft term, commit index and MVCC revision: from its running etcd, or (term and
+    /// commit index only) from its data dir's write-ahead log when its etcd does not run; unset
+    /// when neither could be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raft_term: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -372,8 +372,8 @@ pub struct RecoveryPlan {
     /// Its etcd member ID (16 hex digits), kept across the recovery.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub member_id: Option<String>,
-    /// Its raft term and index and its MVCC revision when the plan was made: the recovered
-    /// cluster holds exactly what it held. With a snapshot source, `revision` is the
+    /// Its raft term and commit index and its MVCC revision when the plan was made: the
+    /// recovered cluster holds exactly what it held. With a snapshot source, `revision` is the
     /// snapshot's (the revision its hashKV was recorded at).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raft_term: Option<i64>,

@@ -124,10 +124,10 @@ pub async fn reconcile(recovery: Arc<EtcdRecovery>, ctx: Arc<Context>) -> Result
                     p.bump_revision.unwrap_or_default()
                 ),
                 None => format!(
-                    "{} (raft term {}, index {}, revision {})",
+                    "{} (commit index {}, raft term {}, revision {})",
                     p.member.clone().unwrap_or_default(),
-                    p.raft_term.unwrap_or_default(),
                     p.raft_index.unwrap_or_default(),
+                    p.raft_term.unwrap_or_default(),
                     p.revision
                         .map_or_else(|| "unknown".into(), |r| r.to_string())
                 ),
@@ -558,6 +558,7 @@ async fn ask_member(access: &Access, url: &str) -> Result<EtcdFacts, String> {
             raft_index: s.raft_index,
             revision: s.revision,
             members,
+            is_learner: s.is_learner,
         }),
         Err(e) => Err(format!("its etcd did not answer: {}", e.stable_message())),
     }

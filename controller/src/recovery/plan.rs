@@ -24,7 +24,7 @@ pub use survivor::needs_disk_read;
 /// What the recovery rebuilds from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Source {
-    /// The member with the highest raft (term, index), or the one named.
+    /// The member with the highest commit index (then term), or the one named.
     Survivor { member: Option<String> },
     /// A stored EtcdSnapshot, restored in place.
     Snapshot(String),
@@ -45,6 +45,9 @@ pub struct EtcdFacts {
     pub revision: i64,
     /// How many members its own (serializable) member list holds.
     pub members: usize,
+    /// It is a learner (Status `isLearner`): etcd's `--force-new-cluster` makes no voter of
+    /// it, so it is never the survivor.
+    pub is_learner: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -278,7 +281,9 @@ fn plan_first(f: &Facts, cluster: &ClusterFacts) -> Next {
     }
     let latched_id = crate::etcd::parse_id(latched);
     match survivor::choose(&f.members, member, latched_id) {
-        Ok(survivor) => Next::RecordPlan(Box::new(survivor::plan_of(survivor, &f.members))),
+        Ok(survivor) => Next::RecordPlan(Box::new(survivor::plan_of(
+            survivor, &f.members, latched_id,
+        ))),
         Err(next) => *next,
     }
 }

@@ -2,8 +2,14 @@
 //!
 //! A member's raft position comes from its running etcd (`Status`) or, when its etcd does not
 //! run, from its data dir: a position Job reads its write-ahead log ([`PositionRead`]). The
-//! survivor is chosen only once every member that holds data has a position (or is known not
-//! to have one): never the best of a partial set, and never a guess.
+//! survivor is chosen only once every member that holds data has a position: never the best of
+//! a partial set, and never a guess. A member whose data dir cannot be read stops the choice
+//! until the user names a survivor.
+//!
+//! The survivor is the member with the highest commit index. etcd's `--force-new-cluster` keeps
+//! a member's log up to its commit index and drops what follows, and committed prefixes never
+//! diverge (raft's log matching): whatever its term, the member with the highest commit index
+//! holds every entry any other member has committed. The term only breaks a tie.
 
 use api::conditions::reason;
 use api::v1alpha2::{RecoveryCandidate, RecoveryPlan};
@@ -18,11 +24,15 @@ struct Position {
     member_id: u64,
     cluster_id: u64,
     term: u64,
-    index: u64,
+    /// Its commit index: `raftIndex` of a running etcd's Status, or the commit of the last
+    /// HardState in its write-ahead log.
+    commit: u64,
     /// Known only from a running etcd.
     revision: Option<i64>,
     /// From the running etcd (else from the data dir).
     live: bool,
+    /// Known only from a running etcd (Status `isLearner`); a data dir does not say.
+    learner: bool,
 }
 
 impl Position {
@@ -31,9 +41,10 @@ impl Position {
             member_id: e.member_id,
             cluster_id: e.cluster_id,
             term: e.raft_term,
-            index: e.raft_index,
+            commit: e.raft_index,
             revision: Some(e.revision),
             live: true,
+            learner: e.is_learner,
         }
     }
 
@@ -42,21 +53,67 @@ impl Position {
             member_id: p.member_id,
             cluster_id: p.cluster_id,
             term: p.term,
-            index: p.commit,
+            commit: p.commit,
             revision: None,
             live: false,
+            learner: false,
         }
     }
 
-    /// The order of candidates: (term, index), then a live member before one read from disk
-    /// (its figures are current), then revision.
+    /// The order of candidates: the commit index (the most committed data, see the module
+    /// doc), then the term to break a tie, then a live member before one read from disk (its
+    /// figures are current), then revision.
     fn key(&self) -> (u64, u64, bool, i64) {
         (
+            self.commit,
             self.term,
-            self.index,
             self.live,
             self.revision.unwrap_or(-1),
         )
+    }
+}
+
+/// Why a member with a raft position still cannot be the survivor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unfit {
+    /// Its EtcdMember is being deleted: its finalizer removes it from etcd and its PVC goes with
+    /// it, so a cluster rebuilt from it would lose its only member.
+    Deleting,
+    /// etcd's `--force-new-cluster` makes no voter of a learner: it could not lead the rebuilt
+    /// one-member cluster.
+    Learner,
+    /// Its data is another cluster's (this ID).
+    OtherCluster(u64),
+}
+
+impl Unfit {
+    fn of(m: &MemberFacts, p: &Position, cluster_id: Option<u64>) -> Option<Unfit> {
+        if m.deleting {
+            Some(Unfit::Deleting)
+        } else if p.learner {
+            Some(Unfit::Learner)
+        } else if cluster_id.is_some_and(|id| id != p.cluster_id) {
+            Some(Unfit::OtherCluster(p.cluster_id))
+        } else {
+            None
+        }
+    }
+
+    fn says(self) -> String {
+        match self {
+            Unfit::Deleting => "its EtcdMember is being deleted (its finalizer removes it from \
+                                etcd and its PVC goes with it)"
+                .into(),
+            Unfit::Learner => "it is a learner, and etcd's --force-new-cluster makes no voter \
+                               of a learner: it could not lead the rebuilt cluster"
+                .into(),
+            Unfit::OtherCluster(id) => {
+                format!(
+                    "its data is of cluster ID {}, not this cluster's",
+                    format_id(id)
+                )
+            }
+        }
     }
 }
 
@@ -106,17 +163,17 @@ fn waiting_for_reads(reading: &[String]) -> Next {
     )
 }
 
-/// The member to rebuild from: the named one, or the one with the highest (term, index) from
-/// its running etcd or its data dir ([`Position::key`]), then name (for a stable choice). Only
-/// positions of the cluster's own ID count.
+/// The member to rebuild from: the named one, or the one with the highest commit index, then
+/// term, from its running etcd or its data dir ([`Position::key`]), then name (for a stable
+/// choice). Only a member of the cluster's own ID, not a learner and not being deleted, is
+/// chosen ([`Unfit`]).
 pub(super) fn choose<'a>(
     members: &'a [MemberFacts],
     named: Option<&str>,
     cluster_id: Option<u64>,
 ) -> Result<&'a MemberFacts, Box<Next>> {
-    let same_cluster = |p: &Position| cluster_id.is_none_or(|id| id == p.cluster_id);
     if let Some(named) = named {
-        return choose_named(members, named, &same_cluster);
+        return choose_named(members, named, cluster_id);
     }
     let (start, reading) = pending_reads(members.iter());
     if !start.is_empty() {
@@ -125,22 +182,35 @@ pub(super) fn choose<'a>(
     if !reading.is_empty() {
         return Err(Box::new(waiting_for_reads(&reading)));
     }
+    // A member that holds data but whose position is unknown may hold the most: discarding it
+    // could lose acknowledged writes, so only the user may decide to (by naming a survivor).
+    let unreadable: Vec<&MemberFacts> = members
+        .iter()
+        .filter(|m| m.etcd.is_none() && !m.deleting)
+        .filter(|m| matches!(m.on_disk, Some(PositionRead::Failed(_))))
+        .collect();
+    if !unreadable.is_empty() {
+        return Err(Box::new(unreadable_members(&unreadable)));
+    }
     members
         .iter()
-        .filter_map(|m| Some((m, position_of(m).filter(same_cluster)?)))
+        .filter_map(|m| {
+            let p = position_of(m)?;
+            Unfit::of(m, &p, cluster_id).is_none().then_some((m, p))
+        })
         .max_by(|(a, pa), (b, pb)| pa.key().cmp(&pb.key()).then_with(|| b.name.cmp(&a.name)))
         .map(|(m, _)| m)
         .ok_or_else(|| {
             Box::new(wait(
                 reason::WAITING_FOR_SURVIVOR,
                 format!(
-                    "no member of the cluster has a raft position ({}); a survivor's term and \
-                     index are read from its running etcd or, when its etcd does not run, from \
-                     the write-ahead log on its data PVC, so at least one member must still \
-                     hold its data",
+                    "no member of the cluster can be the survivor ({}); a survivor's commit \
+                     index and term are read from its running etcd or, when its etcd does not \
+                     run, from the write-ahead log on its data PVC, so at least one voter that \
+                     is not being deleted must still hold its data",
                     members
                         .iter()
-                        .map(|m| format!("{}: {}", m.name, why_not(m)))
+                        .map(|m| format!("{}: {}", m.name, why_not(m, cluster_id)))
                         .collect::<Vec<_>>()
                         .join("; ")
                 ),
@@ -148,10 +218,32 @@ pub(super) fn choose<'a>(
         })
 }
 
+/// The wait of an automatic choice while members holding data have no position.
+fn unreadable_members(unreadable: &[&MemberFacts]) -> Next {
+    let names: Vec<&str> = unreadable.iter().map(|m| m.name.as_str()).collect();
+    let names = names.join(", ");
+    wait(
+        reason::POSITION_READ_FAILED,
+        format!(
+            "the raft position of {names} is not known ({}), so it is not known which member \
+             holds the most data: no survivor is chosen and nothing was changed. Fix what the \
+             read reports (a deleted position Job, label \
+             app.kubernetes.io/component=position, is run again), or, if that data may be \
+             discarded, create a new EtcdRecovery naming the survivor in \
+             spec.source.survivor.member: the data of {names} is discarded",
+            unreadable
+                .iter()
+                .map(|m| format!("{}: {}", m.name, why_not(m, None)))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    )
+}
+
 fn choose_named<'a>(
     members: &'a [MemberFacts],
     named: &str,
-    same_cluster: &dyn Fn(&Position) -> bool,
+    cluster_id: Option<u64>,
 ) -> Result<&'a MemberFacts, Box<Next>> {
     let Some(m) = members.iter().find(|m| m.name == named) else {
         return Err(Box::new(fail(
@@ -164,23 +256,32 @@ fn choose_named<'a>(
             ),
         )));
     };
+    let refused = |why: String| {
+        Err(Box::new(fail(
+            reason::RECOVERY_NOT_POSSIBLE,
+            format!(
+                "member {named} (spec.source.survivor.member) cannot be the survivor: {why}; \
+                 create a new EtcdRecovery naming another member, or none to take the one with \
+                 the most data"
+            ),
+        )))
+    };
+    if m.deleting {
+        // Whatever its position: a member being deleted is not read, and never rebuilt from.
+        return refused(Unfit::Deleting.says());
+    }
     if let Some(p) = position_of(m) {
-        return if same_cluster(&p) {
-            Ok(m)
-        } else {
-            Err(Box::new(fail(
-                reason::RECOVERY_NOT_POSSIBLE,
-                format!(
-                    "member {named} {} cluster ID {}, not this cluster's; it cannot be the \
-                     survivor",
-                    if p.live {
-                        "answers with"
-                    } else {
-                        "holds a write-ahead log of"
-                    },
-                    format_id(p.cluster_id)
-                ),
-            )))
+        return match Unfit::of(m, &p, cluster_id) {
+            None => Ok(m),
+            Some(unfit) => refused(format!(
+                "{} ({})",
+                unfit.says(),
+                if p.live {
+                    "its running etcd says so"
+                } else {
+                    "read from its write-ahead log"
+                }
+            )),
         };
     }
     let (start, reading) = pending_reads(std::iter::once(m));
@@ -203,16 +304,22 @@ fn choose_named<'a>(
     Err(Box::new(wait(
         reason::WAITING_FOR_SURVIVOR,
         format!(
-            "member {named} (spec.source.survivor.member) does not answer: {}; its raft term \
-             and index are read from its running etcd, or from its data dir once no etcd runs \
-             for it, before anything is changed",
-            why_not(m)
+            "member {named} (spec.source.survivor.member) does not answer: {}; its commit \
+             index and term are read from its running etcd, or from its data dir once no etcd \
+             runs for it, before anything is changed",
+            why_not(m, cluster_id)
         ),
     )))
 }
 
-/// Why a member has no position.
-fn why_not(m: &MemberFacts) -> String {
+/// Why a member is no candidate: it has no position, or cannot be the survivor.
+fn why_not(m: &MemberFacts, cluster_id: Option<u64>) -> String {
+    if let Some(unfit) = position_of(m).and_then(|p| Unfit::of(m, &p, cluster_id)) {
+        return unfit.says();
+    }
+    if m.deleting {
+        return Unfit::Deleting.says();
+    }
     match &m.on_disk {
         Some(PositionRead::Failed(why)) => format!("its data dir cannot be read: {why}"),
         _ => m.note.clone().unwrap_or_else(|| "no answer".into()),
@@ -228,13 +335,18 @@ fn names(members: &[MemberFacts]) -> String {
     }
 }
 
-/// Where a candidate's figures came from (or why it has none), for its `note`.
-fn note_of(m: &MemberFacts) -> Option<String> {
+/// Where a candidate's figures came from (or why it has none), and why it cannot be the
+/// survivor if it cannot, for its `note`.
+fn note_of(m: &MemberFacts, cluster_id: Option<u64>) -> Option<String> {
+    let unfit = position_of(m)
+        .and_then(|p| Unfit::of(m, &p, cluster_id))
+        .map(|u| format!("; not a candidate: {}", u.says()))
+        .unwrap_or_default();
     match (&m.etcd, &m.on_disk) {
-        (Some(_), _) => Some("from its running etcd (Status)".into()),
+        (Some(_), _) => Some(format!("from its running etcd (Status){unfit}")),
         (None, Some(PositionRead::Read(p))) => Some(format!(
             "from its data dir (write-ahead log {}; its etcd does not run): last entry term {} \
-             index {}; revision unknown{}",
+             index {}; revision unknown; learner or voter unknown{}{unfit}",
             p.files.last().map(String::as_str).unwrap_or("?"),
             p.last_term,
             p.last_index,
@@ -243,19 +355,24 @@ fn note_of(m: &MemberFacts) -> Option<String> {
                 .map(|t| format!("; torn tail: {t}"))
                 .unwrap_or_default()
         )),
-        _ => Some(why_not(m)),
+        _ => Some(why_not(m, cluster_id)),
     }
 }
 
 /// The plan of a recovery from `survivor`: what it holds, and what the others lose.
-pub(super) fn plan_of(survivor: &MemberFacts, members: &[MemberFacts]) -> RecoveryPlan {
+pub(super) fn plan_of(
+    survivor: &MemberFacts,
+    members: &[MemberFacts],
+    cluster_id: Option<u64>,
+) -> RecoveryPlan {
     let e = position_of(survivor).unwrap_or(Position {
         member_id: 0,
         cluster_id: 0,
         term: 0,
-        index: 0,
+        commit: 0,
         revision: None,
         live: false,
+        learner: false,
     });
     let candidates = members
         .iter()
@@ -264,9 +381,9 @@ pub(super) fn plan_of(survivor: &MemberFacts, members: &[MemberFacts]) -> Recove
             RecoveryCandidate {
                 name: m.name.clone(),
                 raft_term: p.as_ref().map(|p| as_i64(p.term)),
-                raft_index: p.as_ref().map(|p| as_i64(p.index)),
+                raft_index: p.as_ref().map(|p| as_i64(p.commit)),
                 revision: p.as_ref().and_then(|p| p.revision),
-                note: note_of(m),
+                note: note_of(m, cluster_id),
             }
         })
         .collect();
@@ -276,20 +393,28 @@ pub(super) fn plan_of(survivor: &MemberFacts, members: &[MemberFacts]) -> Recove
         .map(|m| m.name.clone())
         .collect();
     let revision = |r: Option<i64>| r.map_or_else(|| "unknown".to_string(), |r| r.to_string());
+    // Ahead by the rule the survivor is chosen by: a higher commit index is committed data the
+    // survivor lacks (a higher term alone is none). Only a named survivor, or a member that
+    // cannot be the survivor, is ever ahead.
     let ahead: Vec<String> = members
         .iter()
         .filter(|m| m.name != survivor.name)
         .filter_map(|m| {
             let o = position_of(m)?;
-            ((o.term, o.index) > (e.term, e.index)).then(|| {
-                format!(
-                    "{} is at term {} index {} (revision {}), ahead of the survivor",
-                    m.name,
-                    o.term,
-                    o.index,
-                    revision(o.revision)
-                )
-            })
+            let unfit = Unfit::of(m, &o, cluster_id);
+            if matches!(unfit, Some(Unfit::OtherCluster(_))) || o.commit <= e.commit {
+                return None;
+            }
+            Some(format!(
+                "{} is at commit index {} (term {}, revision {}), ahead of the survivor{}",
+                m.name,
+                o.commit,
+                o.term,
+                revision(o.revision),
+                unfit
+                    .map(|u| format!(" but not a candidate: {}", u.says()))
+                    .unwrap_or_default()
+            ))
         })
         .collect();
     let source = if e.live {
@@ -298,13 +423,13 @@ pub(super) fn plan_of(survivor: &MemberFacts, members: &[MemberFacts]) -> Recove
         "read from its data dir; revision unknown until it runs".to_string()
     };
     let mut lost = format!(
-        "the cluster is rebuilt from {} at raft term {} index {} ({source}): every write it \
-         holds is kept. The data of {} is discarded: those members are deleted with their PVCs \
+        "the cluster is rebuilt from {} at commit index {} (raft term {}; {source}): every \
+         write it holds is kept. The data of {} is discarded: those members are deleted with their PVCs \
          and replaced by new, empty members that copy the survivor's data. A write that no \
          member but a discarded one had stored is lost.",
         survivor.name,
+        e.commit,
         e.term,
-        e.index,
         if discarded.is_empty() {
             "no other member".to_string()
         } else {
@@ -313,7 +438,7 @@ pub(super) fn plan_of(survivor: &MemberFacts, members: &[MemberFacts]) -> Recove
     );
     if !ahead.is_empty() {
         lost.push_str(&format!(
-            " The named survivor is behind: {}; what they hold beyond it is lost.",
+            " The survivor is behind: {}; what they hold beyond it is lost.",
             ahead.join("; ")
         ));
     }
@@ -321,7 +446,7 @@ pub(super) fn plan_of(survivor: &MemberFacts, members: &[MemberFacts]) -> Recove
         member: Some(survivor.name.clone()),
         member_id: Some(format_id(e.member_id)),
         raft_term: Some(as_i64(e.term)),
-        raft_index: Some(as_i64(e.index)),
+        raft_index: Some(as_i64(e.commit)),
         revision: e.revision,
         cluster_id: Some(format_id(e.cluster_id)),
         candidates,

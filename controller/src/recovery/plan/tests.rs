@@ -17,6 +17,7 @@ pub(super) fn etcd(
         raft_index: index,
         revision: (index * 2) as i64,
         members,
+        is_learner: false,
     })
 }
 
@@ -87,15 +88,15 @@ pub(super) fn planned(next: Next) -> RecoveryPlan {
 }
 
 #[test]
-fn survivor_is_the_member_with_the_highest_term_then_index() {
+fn survivor_is_the_member_with_the_highest_commit_index_then_term() {
     let f = facts(vec![
-        running("a", etcd(1, 5, 100, 0, 3)),
-        running("b", etcd(2, 6, 90, 0, 3)),
-        running("c", etcd(3, 6, 80, 0, 3)),
+        running("a", etcd(1, 5, 80, 0, 3)),
+        running("b", etcd(2, 5, 100, 0, 3)),
+        running("c", etcd(3, 6, 90, 0, 3)),
     ]);
     let plan = planned(next(&f));
     assert_eq!(plan.member.as_deref(), Some("b"));
-    assert_eq!((plan.raft_term, plan.raft_index), (Some(6), Some(90)));
+    assert_eq!((plan.raft_term, plan.raft_index), (Some(5), Some(100)));
     assert_eq!(plan.member_id.as_deref(), Some("0000000000000002"));
     assert_eq!(plan.discarded_members, vec!["a", "c"]);
     assert_eq!(plan.candidates.len(), 3);
@@ -173,7 +174,7 @@ fn a_named_survivor_is_taken_even_when_behind_and_the_plan_says_what_is_lost() {
     assert!(plan
         .lost
         .unwrap_or_default()
-        .contains("b is at term 2 index 9"));
+        .contains("b is at commit index 9 (term 2"));
 }
 
 #[test]

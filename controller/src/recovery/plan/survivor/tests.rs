@@ -2,7 +2,7 @@
 
 use super::super::tests::*;
 use super::*;
-use crate::recovery::plan::{next, PodFacts, Source};
+use crate::recovery::plan::{next, Facts, PodFacts, Source};
 
 /// A member whose Pod is gone but whose data PVC stays, its data dir read (`read`).
 fn stopped(name: &str, read: Option<PositionRead>) -> MemberFacts {
@@ -26,14 +26,36 @@ fn disk(id: u64, term: u64, commit: u64) -> Option<PositionRead> {
     }))
 }
 
-fn waited(next: Next) -> String {
+/// The plan's candidate `name`.
+fn candidate(plan: &RecoveryPlan, name: &str) -> RecoveryCandidate {
+    let found = plan.candidates.iter().find(|c| c.name == name);
+    found
+        .cloned()
+        .unwrap_or_else(|| panic!("no candidate {name} in {plan:?}"))
+}
+
+/// The message of a wait with reason `expected`.
+fn waited_with(expected: &str, next: Next) -> String {
     match next {
         Next::Wait { reason, message } => {
-            assert_eq!(reason, reason::WAITING_FOR_SURVIVOR, "{message}");
+            assert_eq!(reason, expected, "{message}");
             message
         }
-        other => panic!("expected a wait, got {other:?}"),
+        other => panic!("expected a wait ({expected}), got {other:?}"),
     }
+}
+
+fn waited(next: Next) -> String {
+    waited_with(reason::WAITING_FOR_SURVIVOR, next)
+}
+
+/// The message of a failure before anything was changed.
+fn refused(next: Next) -> String {
+    let Next::Fail { reason, message } = next else {
+        panic!("expected a failure, got {next:?}")
+    };
+    assert_eq!(reason, reason::RECOVERY_NOT_POSSIBLE, "{message}");
+    message
 }
 
 #[test]
@@ -48,23 +70,13 @@ fn a_stopped_member_ahead_of_the_live_one_is_the_survivor() {
     assert_eq!((plan.raft_term, plan.raft_index), (Some(4), Some(130)));
     assert_eq!(plan.member_id.as_deref(), Some("0000000000000002"));
     assert_eq!(plan.revision, None, "a data dir's revision is not known");
-    let b = plan
-        .candidates
-        .iter()
-        .find(|c| c.name == "b")
-        .cloned()
-        .unwrap();
+    let b = candidate(&plan, "b");
     assert_eq!((b.raft_term, b.raft_index), (Some(4), Some(130)));
     assert!(
         b.note.unwrap_or_default().contains("from its data dir"),
         "the plan says where the figures came from"
     );
-    let a = plan
-        .candidates
-        .iter()
-        .find(|c| c.name == "a")
-        .cloned()
-        .unwrap();
+    let a = candidate(&plan, "a");
     assert!(a.note.unwrap_or_default().contains("running etcd"));
     assert!(plan
         .lost
@@ -79,12 +91,31 @@ fn a_live_member_ahead_of_a_stopped_one_is_the_survivor() {
         running("b", etcd(2, 4, 100, 0, 3)),
     ]);
     assert_eq!(planned(next(&f)).member.as_deref(), Some("b"));
-    // A higher term wins over a higher index.
+    // A higher commit index wins over a higher term: `--force-new-cluster` keeps the entries up
+    // to the commit index, and committed prefixes never diverge, so b holds everything a does.
     let f = facts(vec![
         stopped("a", disk(1, 5, 50)),
         running("b", etcd(2, 4, 100, 0, 3)),
     ]);
-    assert_eq!(planned(next(&f)).member.as_deref(), Some("a"));
+    assert_eq!(planned(next(&f)).member.as_deref(), Some("b"));
+}
+
+#[test]
+fn the_highest_commit_index_wins_then_the_term_then_a_running_member() {
+    let f = facts(vec![
+        running("a", etcd(1, 4, 100, 0, 3)),
+        stopped("b", disk(2, 5, 100)),
+        running("c", etcd(3, 6, 90, 0, 3)),
+    ]);
+    let plan = planned(next(&f));
+    assert_eq!(
+        plan.member.as_deref(),
+        Some("b"),
+        "commit index 100 beats c's 90 at a higher term; on a tie the term beats a running member"
+    );
+    assert_eq!((plan.raft_term, plan.raft_index), (Some(5), Some(100)));
+    let lost = plan.lost.unwrap_or_default();
+    assert!(!lost.contains("ahead"), "nobody holds more than b: {lost}");
 }
 
 #[test]
@@ -159,37 +190,170 @@ fn a_ready_pod_whose_etcd_does_not_answer_is_not_read_from_under_it() {
     assert_eq!(planned(next(&f)).member.as_deref(), Some("a"));
 }
 
+/// A member whose etcd does not run and whose data dir could not be read.
+fn unreadable(name: &str, why: &str) -> MemberFacts {
+    stopped(name, Some(PositionRead::Failed(why.into())))
+}
+
 #[test]
-fn a_failed_read_makes_a_non_candidate_with_its_reason_in_the_plan() {
+fn a_failed_read_stops_the_choice_naming_the_member_its_error_and_the_fix() {
     let f = facts(vec![
         running("a", etcd(1, 4, 100, 0, 3)),
-        stopped(
-            "b",
-            Some(PositionRead::Failed(
-                "no WAL file under /var/lib/etcd/member/wal".into(),
-            )),
-        ),
+        unreadable("b", "no WAL file under /var/lib/etcd/member/wal"),
     ]);
-    let plan = planned(next(&f));
-    assert_eq!(plan.member.as_deref(), Some("a"));
-    let b = plan
-        .candidates
-        .iter()
-        .find(|c| c.name == "b")
-        .cloned()
-        .unwrap();
-    assert_eq!((b.raft_term, b.raft_index), (None, None));
-    assert!(b.note.unwrap_or_default().contains("no WAL file"));
-    // Nobody readable at all: wait, saying why each is not a candidate.
-    let f = facts(vec![stopped(
-        "b",
-        Some(PositionRead::Failed("CRC mismatch".into())),
-    )]);
-    let message = waited(next(&f));
+    // b may hold the most data: no survivor is chosen.
+    let message = waited_with(reason::POSITION_READ_FAILED, next(&f));
+    for part in [
+        "b: its data dir cannot be read: no WAL file under /var/lib/etcd/member/wal",
+        "spec.source.survivor.member",
+        "the data of b is discarded",
+    ] {
+        assert!(message.contains(part), "{part:?} in {message}");
+    }
+    // Nobody readable at all: the same.
+    let f = facts(vec![unreadable("b", "CRC mismatch"), lost("c")]);
+    let message = waited_with(reason::POSITION_READ_FAILED, next(&f));
     assert!(
         message.contains("b: its data dir cannot be read: CRC mismatch"),
         "{message}"
     );
+}
+
+#[test]
+fn with_a_survivor_named_an_unreadable_member_is_discarded_as_the_plan_says() {
+    let mut f = facts(vec![
+        running("a", etcd(1, 4, 100, 0, 3)),
+        unreadable("b", "no WAL file under /var/lib/etcd/member/wal"),
+    ]);
+    f.source = Source::Survivor {
+        member: Some("a".into()),
+    };
+    let plan = planned(next(&f));
+    assert_eq!(plan.member.as_deref(), Some("a"));
+    assert_eq!(plan.discarded_members, vec!["b"]);
+    let b = candidate(&plan, "b");
+    assert_eq!((b.raft_term, b.raft_index), (None, None));
+    assert!(b.note.unwrap_or_default().contains("no WAL file"));
+}
+
+fn learner(e: Option<EtcdFacts>) -> Option<EtcdFacts> {
+    e.map(|e| EtcdFacts {
+        is_learner: true,
+        ..e
+    })
+}
+
+fn being_deleted(m: MemberFacts) -> MemberFacts {
+    MemberFacts {
+        deleting: true,
+        ..m
+    }
+}
+
+fn named(survivor: &str, members: Vec<MemberFacts>) -> Facts {
+    let mut f = facts(members);
+    f.source = Source::Survivor {
+        member: Some(survivor.into()),
+    };
+    f
+}
+
+#[test]
+fn a_learner_is_never_chosen_even_with_the_highest_commit_index() {
+    let f = facts(vec![
+        running("a", etcd(1, 4, 90, 0, 3)),
+        running("b", learner(etcd(2, 4, 100, 0, 3))),
+    ]);
+    let plan = planned(next(&f));
+    assert_eq!(plan.member.as_deref(), Some("a"));
+    let b = candidate(&plan, "b");
+    assert!(b
+        .note
+        .unwrap_or_default()
+        .contains("not a candidate: it is a learner"));
+    let said = plan.lost.unwrap_or_default();
+    assert!(
+        said.contains("b is at commit index 100 (term 4, revision 200), ahead of the survivor"),
+        "{said}"
+    );
+    // The only member with a position is a learner: wait, saying so.
+    let message = waited(next(&facts(vec![
+        running("b", learner(etcd(2, 4, 100, 0, 3))),
+        lost("c"),
+    ])));
+    assert!(message.contains("b: it is a learner"), "{message}");
+}
+
+#[test]
+fn a_named_learner_is_refused() {
+    let message = refused(next(&named(
+        "b",
+        vec![
+            running("a", etcd(1, 4, 90, 0, 3)),
+            running("b", learner(etcd(2, 4, 100, 0, 3))),
+        ],
+    )));
+    for part in ["member b", "learner", "--force-new-cluster"] {
+        assert!(message.contains(part), "{part:?} in {message}");
+    }
+}
+
+#[test]
+fn a_member_being_deleted_is_never_chosen() {
+    let f = facts(vec![
+        running("a", etcd(1, 4, 90, 0, 3)),
+        being_deleted(running("b", etcd(2, 4, 100, 0, 3))),
+        being_deleted(stopped("c", disk(3, 4, 120))),
+    ]);
+    let plan = planned(next(&f));
+    assert_eq!(plan.member.as_deref(), Some("a"));
+    let lost = plan.lost.unwrap_or_default();
+    assert!(
+        lost.contains("c is at commit index 120") && lost.contains("being deleted"),
+        "{lost}"
+    );
+    let message = refused(next(&named(
+        "b",
+        vec![
+            running("a", etcd(1, 4, 90, 0, 3)),
+            being_deleted(running("b", etcd(2, 4, 100, 0, 3))),
+        ],
+    )));
+    for part in ["member b", "being deleted"] {
+        assert!(message.contains(part), "{part:?} in {message}");
+    }
+    // Named while it has no position yet: refused too (a member being deleted is not read).
+    refused(next(&named(
+        "b",
+        vec![
+            running("a", etcd(1, 4, 90, 0, 3)),
+            being_deleted(stopped("b", None)),
+        ],
+    )));
+}
+
+#[test]
+fn a_named_survivor_is_behind_only_when_another_has_a_higher_commit_index() {
+    // (a's term and commit index, b's, whether the plan says b is ahead)
+    for (a, b, ahead) in [((5, 50), (4, 100), true), ((4, 100), (5, 50), false)] {
+        let members = vec![
+            running("a", etcd(1, a.0, a.1, 0, 3)),
+            running("b", etcd(2, b.0, b.1, 0, 3)),
+        ];
+        let lost = planned(next(&named("a", members))).lost.unwrap_or_default();
+        let says = format!(
+            "b is at commit index {} (term {}, revision {}), ahead of the survivor",
+            b.1,
+            b.0,
+            b.1 * 2
+        );
+        assert_eq!(lost.contains(&says), ahead, "{lost}");
+        assert_eq!(
+            lost.contains("ahead"),
+            ahead,
+            "a higher term is no more data: {lost}"
+        );
+    }
 }
 
 #[test]
@@ -224,15 +388,7 @@ fn a_named_stopped_member_is_read_then_taken_or_refused() {
     assert!(plan
         .lost
         .unwrap_or_default()
-        .contains("a is at term 4 index 100 (revision 200), ahead of the survivor"));
-    match next(&named(stopped(
-        "b",
-        Some(PositionRead::Failed("bad".into())),
-    ))) {
-        Next::Fail { reason, message } => {
-            assert_eq!(reason, reason::RECOVERY_NOT_POSSIBLE);
-            assert!(message.contains("cannot be read: bad"), "{message}");
-        }
-        other => panic!("{other:?}"),
-    }
+        .contains("a is at commit index 100 (term 4, revision 200), ahead of the survivor"));
+    let message = refused(next(&named(unreadable("b", "bad"))));
+    assert!(message.contains("cannot be read: bad"), "{message}");
 }
