@@ -159,6 +159,12 @@ pub mod reason {
     pub const VERIFYING: &str = "Verifying";
     /// True: sha256, restore and hashkv all agree with what was recorded at save time.
     pub const SNAPSHOT_VERIFIED: &str = "SnapshotVerified";
+    /// True, but the content was not compared: the save recorded no hashkv (the member did not
+    /// answer `HashKV`, or the snapshot streamed from another member than the one that did), so
+    /// the stored object matched its sha256 and size and the restored copy opens and hashes,
+    /// but that hash was compared with nothing. Still True: the snapshot is sound as a file,
+    /// and recoveries and auto-recovery take it like a compared one.
+    pub const HASH_KV_NOT_COMPARED: &str = "HashKVNotCompared";
     /// False: the stored object's sha256 or size is not what the save recorded.
     pub const CHECKSUM_MISMATCH: &str = "ChecksumMismatch";
     /// False: etcdutl could not restore the stored snapshot (etcd's own trailing hash, a
@@ -203,8 +209,8 @@ pub mod reason {
     /// that never formed or is paused, a named member that does not exist): nothing was changed
     /// (terminal).
     pub const RECOVERY_NOT_POSSIBLE: &str = "RecoveryNotPossible";
-    /// A snapshot recovery's EtcdSnapshot cannot be restored: missing, of another cluster,
-    /// Failed, without a stored artifact, or not `Verified=True` without
+    /// A snapshot recovery's EtcdSnapshot cannot be restored: missing, of another cluster (or of
+    /// a deleted cluster of the same name), Failed, without a stored artifact, or not `Verified=True` without
     /// `spec.allowUnverifiedSnapshot`. Nothing was changed (terminal).
     pub const SNAPSHOT_NOT_USABLE: &str = "SnapshotNotUsable";
     /// A snapshot recovery waits for its EtcdSnapshot to be Complete and verified.

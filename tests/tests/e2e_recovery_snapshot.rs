@@ -8,7 +8,8 @@
 //! as a rollback ([`tests::workload::rollback`]). A cluster annotated `auto-recovery: snapshot`
 //! that loses every member gets that recovery from the operator, from its newest verified
 //! snapshot, with no human action. A snapshot recovery of a healthy cluster without the
-//! confirmation changes nothing.
+//! confirmation changes nothing. A snapshot of a cluster deleted and created again under the
+//! same name is refused by name, naming both incarnations.
 //!
 //! Every test runs its own operator limited to its namespace; the control plane and the pod
 //! runner are shared by the binary.
@@ -557,4 +558,108 @@ async fn two_recoveries_of_the_same_name_each_restore_their_own_snapshot() {
         })
         .await;
     }
+
+/// docs/snapshots.md, "Which cluster a snapshot belongs to": the snapshot records the UID and
+/// etcd cluster ID of the cluster it saved; once that cluster is deleted and created again under
+/// the same name, an EtcdRecovery naming the old snapshot fails `SnapshotNotUsable` before
+/// anything is changed, naming the snapshot, both UIDs and the way out (its location).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_of_a_deleted_cluster_of_the_same_name_is_not_restored_by_name() {
+    let s = scope("snaprec-reborn").await;
+    let env = s.env;
+    let ns = s.ns.clone();
+    let (minio, _minio_root, endpoint) = env.minio(&ns).await;
+    let name = "rb";
+    env.create_cluster(&ns, name, spec(1)).await;
+    let first = env.wait_healthy(&ns, name, 1, BOOT).await;
+    verified_snapshot(&s, name, "rb-old", &endpoint, &minio.bucket).await;
+    let old = Api::<EtcdSnapshot>::namespaced(env.client(), &ns)
+        .get("rb-old")
+        .await
+        .or_panic()
+        .status
+        .unwrap_or_default();
+    let (old_uid, old_id) = (
+        first.uid().unwrap_or_default(),
+        first.status.clone().and_then(|st| st.cluster_id),
+    );
+    assert_eq!(old.cluster_uid.as_deref(), Some(old_uid.as_str()));
+    assert_eq!(old.cluster_id, old_id);
+
+    // Deleted and created again under the same name, as the docs say to change an immutable
+    // field.
+    env.cp
+        .kubectl_ok(&["delete", "etcdcluster", name, "-n", &ns, "--wait=false"])
+        .await
+        .or_panic();
+    eventually_every(
+        &format!(
+            "{name}: its members, PVCs and object gone; operator logs: {}",
+            s.logs()
+        ),
+        BOOT,
+        Duration::from_millis(500),
+        || async {
+            let (members, pvcs) = (env.members(&ns, name).await, env.pvcs(&ns, name).await);
+            let cluster = env.clusters(&ns).get_opt(name).await.or_panic();
+            if members.is_empty() && pvcs.is_empty() && cluster.is_none() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} members, {} PVCs, cluster {}",
+                    members.len(),
+                    pvcs.len(),
+                    if cluster.is_some() {
+                        "still there"
+                    } else {
+                        "gone"
+                    }
+                ))
+            }
+        },
+    )
+    .await;
+    env.create_cluster(&ns, name, spec(1)).await;
+    let second = env.wait_healthy(&ns, name, 1, BOOT).await;
+    let new_uid = second.uid().unwrap_or_default();
+    assert_ne!(new_uid, old_uid);
+    let pods_before: BTreeSet<String> = env
+        .pods(&ns, name)
+        .await
+        .iter()
+        .filter_map(|p| p.uid())
+        .collect();
+
+    // Confirmed, so only the incarnation can stop it.
+    create_recovery(&s, "rb-restore", name, from_snapshot("rb-old"), true).await;
+    let failed = wait_recovery(&s, "rb-restore", "phase Failed", BOOT, |r| {
+        phase(r) == Some(RecoveryPhase::Failed)
+    })
+    .await;
+    let ready = ready_condition(&failed);
+    assert_eq!(
+        ready.reason,
+        reason::SNAPSHOT_NOT_USABLE,
+        "{}",
+        ready.message
+    );
+    for part in [
+        "EtcdSnapshot rb-old",
+        old_uid.as_str(),
+        new_uid.as_str(),
+        "nothing was changed",
+        "spec.source.snapshot.s3",
+    ] {
+        assert!(ready.message.contains(part), "{part}: {}", ready.message);
+    }
+    assert!(failed.status.and_then(|st| st.plan).is_none());
+    let c = env.wait_healthy(&ns, name, 1, BOOT).await;
+    assert!(!c.annotations().contains_key(RECOVERY_ANNOTATION));
+    let pods_after: BTreeSet<String> = env
+        .pods(&ns, name)
+        .await
+        .iter()
+        .filter_map(|p| p.uid())
+        .collect();
+    assert_eq!(pods_before, pods_after);
 }

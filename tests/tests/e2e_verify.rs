@@ -4,7 +4,8 @@
 //! it with the cluster's etcdutl and compares its hashkv with the one the save recorded: a good
 //! snapshot reads `Verified=True` with the revision; one byte flipped in the stored object
 //! (rewritten through the S3 API) reads `Verified=False/ChecksumMismatch` naming both sums; a
-//! recorded hashkv that the data does not match reads `Verified=False/HashKVMismatch`; a 3.5
+//! recorded hashkv that the data does not match reads `Verified=False/HashKVMismatch`; one with no
+//! recorded hashkv reads `Verified=True/HashKVNotCompared`, saying it was not compared; a 3.5
 //! cluster (whose etcdutl has no `hashkv`) is verified by running its own etcd on the copy.
 //!
 //! To change the stored object (or the record) after the save and before the verification,
@@ -136,7 +137,8 @@ async fn a_good_snapshot_is_verified_and_a_flipped_byte_or_a_wrong_hashkv_is_cau
     // Held verifications first, so nothing can verify them before the test changes them.
     hold_verification(env, &ns, "vc-flipped").await;
     hold_verification(env, &ns, "vc-wrong-kv").await;
-    for s in ["vc-good", "vc-flipped", "vc-wrong-kv"] {
+    hold_verification(env, &ns, "vc-no-kv").await;
+    for s in ["vc-good", "vc-flipped", "vc-wrong-kv", "vc-no-kv"] {
         create_snapshot(env, &ns, s, name, s3_dest(&endpoint, &minio.bucket)).await;
     }
 
@@ -261,6 +263,30 @@ async fn a_good_snapshot_is_verified_and_a_flipped_byte_or_a_wrong_hashkv_is_cau
     ] {
         assert!(message.contains(&part), "{part}: {message}");
     }
+
+    // No hashkv recorded (as when the member did not answer HashKV): still Verified=True, with
+    // its own reason and a message that says the content was not compared.
+    complete_and_waiting(env, &ns, "vc-no-kv").await;
+    Api::<EtcdSnapshot>::namespaced(env.client(), &ns)
+        .patch_status(
+            "vc-no-kv",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"hashKV": null}})),
+        )
+        .await
+        .or_panic();
+    release_verification(env, &ns, "vc-no-kv").await;
+    let uncompared = decided(env, &ns, "vc-no-kv").await;
+    let (st, reason, message) = verified(&uncompared).unwrap_or_default();
+    assert_eq!(
+        (st.as_str(), reason.as_str()),
+        ("True", "HashKVNotCompared"),
+        "{message}"
+    );
+    assert!(
+        message.contains("not compared") && message.contains("no hashkv"),
+        "{message}"
+    );
 
     // Verification reads the store only: the cluster kept every key.
     env.check_keys(&ns, name, &keys).await;

@@ -51,6 +51,11 @@ const PRUNED_ON_ROLLBACK: &[(&str, &str)] = &[
     ("EtcdSnapshot", "spec.verify"),
     ("EtcdSnapshot", "status.hashKV"),
     ("EtcdSnapshot", "status.verification"),
+    // Which incarnation of the cluster a snapshot was taken of (docs/snapshots.md). The
+    // reference does not read them; back on this operator a snapshot without them is matched
+    // to its cluster by its creationTimestamp, which is never pruned.
+    ("EtcdSnapshot", "status.clusterUID"),
+    ("EtcdSnapshot", "status.clusterID"),
     // EtcdDefragPolicy (the reference's v0.5.5 kind): our extensions. Without them the
     // reference reads the schedule in UTC, runs no condition-driven checks and falls back to its
     // historyLimit (or the runs' TTL); the status fields are informational.

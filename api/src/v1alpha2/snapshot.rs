@@ -51,6 +51,18 @@ pub struct EtcdSnapshotSpec {
     pub verify: Option<bool>,
 }
 
+impl EtcdSnapshot {
+    /// The incarnation of its cluster the snapshot records it was taken of.
+    pub fn origin(&self) -> SnapshotOrigin {
+        let status = self.status.as_ref();
+        SnapshotOrigin {
+            cluster_uid: status.and_then(|s| s.cluster_uid.clone()),
+            cluster_id: status.and_then(|s| s.cluster_id.clone()),
+            created: self.metadata.creation_timestamp.clone(),
+        }
+    }
+}
+
 impl EtcdSnapshotSpec {
     /// Whether the snapshot is verified once Complete (`spec.verify`, default true).
     pub fn verify(&self) -> bool {
@@ -133,6 +145,22 @@ pub struct EtcdSnapshotStatus {
     /// The last successful verification (the `Verified` condition says whether one ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verification: Option<SnapshotVerification>,
+    /// The UID of the EtcdCluster the snapshot was taken of, recorded when its Job was created
+    /// (not in the reference API). A cluster deleted and created again under the same name is
+    /// another object with another UID: an EtcdRecovery by name and auto-recovery restore only a
+    /// snapshot of the cluster's own incarnation. Absent on snapshots saved before the operator
+    /// recorded it: those count as the cluster's only if created after it.
+    #[serde(
+        default,
+        rename = "clusterUID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cluster_uid: Option<String>,
+    /// The etcd cluster ID (16 lowercase hex digits, the cluster's `status.clusterID`) of the
+    /// cluster the snapshot was taken of, as latched when its Job was created or, for a cluster
+    /// that had not formed yet, when the snapshot completed (not in the reference API).
+    #[serde(default, rename = "clusterID", skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
 }
 
 impl EtcdSnapshotStatus {
@@ -155,5 +183,75 @@ impl EtcdSnapshotStatus {
         self.conditions
             .iter()
             .any(|c| c.type_ == crate::conditions::snapshot::VERIFIED && c.status == "Unknown")
+    }
+}
+
+/// Which incarnation of its EtcdCluster a snapshot was taken of, as the snapshot records it: an
+/// EtcdCluster deleted and created again under the same name (the way to change an immutable
+/// field) is another object, with another UID and another etcd cluster ID, and must never be
+/// rolled back to its predecessor's data by an EtcdRecovery that names the snapshot or by
+/// auto-recovery.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotOrigin {
+    /// `status.clusterUID`.
+    pub cluster_uid: Option<String>,
+    /// `status.clusterID`.
+    pub cluster_id: Option<String>,
+    /// The EtcdSnapshot's `metadata.creationTimestamp` (its Job starts after it). Not
+    /// `status.startTime`: a rollback to the reference operator prunes that, never this.
+    pub created: Option<Time>,
+}
+
+impl SnapshotOrigin {
+    /// Whether the snapshot was taken of the EtcdCluster whose UID is `uid`, created at
+    /// `created`: it records that UID; or it records none (taken before the operator recorded
+    /// it, or the record was pruned by a rollback to the reference operator) and the EtcdSnapshot
+    /// was created strictly after that cluster — two EtcdClusters of one name never exist at
+    /// once, so a Job started since this one's creation saved this one. Anything else, a missing
+    /// timestamp included, is not known to be this cluster's.
+    pub fn is_of(&self, uid: &str, created: Option<&Time>) -> bool {
+        if uid.is_empty() {
+            return false;
+        }
+        match (&self.cluster_uid, &self.created, created) {
+            (Some(recorded), _, _) => recorded == uid,
+            (None, Some(snapshot), Some(cluster)) => snapshot > cluster,
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn at(s: i64) -> Option<Time> {
+        Timestamp::from_second(1_700_000_000 + s).ok().map(Time)
+    }
+
+    #[test]
+    fn a_snapshot_is_a_clusters_by_its_recorded_uid_else_only_if_created_after_the_cluster() {
+        let recorded = |uid: &str| SnapshotOrigin {
+            cluster_uid: Some(uid.into()),
+            created: at(-100),
+            ..Default::default()
+        };
+        // The record decides, whatever the times.
+        assert!(recorded("u1").is_of("u1", at(0).as_ref()));
+        assert!(!recorded("u0").is_of("u1", at(-200).as_ref()));
+        // Taken before the operator recorded it: only a snapshot created after the cluster
+        // (strictly: timestamps are whole seconds) saved this cluster.
+        let unrecorded = |created| SnapshotOrigin {
+            created,
+            ..Default::default()
+        };
+        assert!(unrecorded(at(1)).is_of("u1", at(0).as_ref()));
+        assert!(!unrecorded(at(0)).is_of("u1", at(0).as_ref()));
+        assert!(!unrecorded(at(-1)).is_of("u1", at(0).as_ref()));
+        // Not known: refused.
+        assert!(!unrecorded(None).is_of("u1", at(0).as_ref()));
+        assert!(!unrecorded(at(1)).is_of("u1", None));
+        assert!(!recorded("").is_of("", None));
     }
 }

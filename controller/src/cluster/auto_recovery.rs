@@ -137,15 +137,21 @@ pub fn wanted(
     }
 }
 
-/// The newest (by completion, then name) Complete, `Verified=True` EtcdSnapshot of `cluster`.
-pub fn newest_verified(snapshots: &[EtcdSnapshot], cluster: &str) -> Option<String> {
+/// The newest (by completion, then name) Complete, `Verified=True` EtcdSnapshot of `cluster`,
+/// taken of this incarnation of it (never one of a deleted cluster of the same name: see
+/// [`api::v1alpha2::SnapshotOrigin::is_of`]).
+pub fn newest_verified(snapshots: &[EtcdSnapshot], cluster: &EtcdCluster) -> Option<String> {
+    let (name, uid) = (cluster.name_any(), cluster.uid().unwrap_or_default());
+    let created = cluster.metadata.creation_timestamp.as_ref();
     snapshots
         .iter()
-        .filter(|s| s.spec.cluster_ref.name == cluster)
+        .filter(|s| s.spec.cluster_ref.name == name)
         .filter_map(|s| {
             let st = s.status.as_ref()?;
-            (st.phase == Some(SnapshotPhase::Complete) && st.verified() == Some(true))
-                .then(|| (st.completion_time.as_ref().map(|t| t.0), s.name_any()))
+            (st.phase == Some(SnapshotPhase::Complete)
+                && st.verified() == Some(true)
+                && s.origin().is_of(&uid, created))
+            .then(|| (st.completion_time.as_ref().map(|t| t.0), s.name_any()))
         })
         .max()
         .map(|(_, name)| name)
@@ -208,7 +214,7 @@ pub(super) async fn start(
                 .list(&Default::default())
                 .await?
                 .items;
-            match newest_verified(&all, &cluster.name_any()) {
+            match newest_verified(&all, cluster) {
                 Some(s) => Some(s),
                 None => {
                     ctx.event(
@@ -220,8 +226,10 @@ pub(super) async fn start(
                             "the cluster has been unavailable for over \
                              {AUTO_RECOVERY_GRACE_SECONDS}s and asks for a recovery from a \
                              snapshot ({AUTO_RECOVERY_ANNOTATION}=snapshot), but it has no \
-                             Complete EtcdSnapshot with Verified=True; nothing was done. Recover \
-                             by hand (docs/disaster-recovery.md)"
+                             Complete EtcdSnapshot with Verified=True taken since it was created \
+                             (status.clusterUID {}); nothing was done. Recover by hand \
+                             (docs/disaster-recovery.md)",
+                            cluster.uid().unwrap_or_default()
                         ),
                     )
                     .await;
@@ -526,6 +534,7 @@ mod tests {
                     SnapshotPhase::Failed
                 }),
                 completion_time: Some(Time(at(done))),
+                cluster_uid: Some(format!("{cluster}-uid")),
                 conditions: vec![Condition {
                     type_: api::conditions::snapshot::VERIFIED.into(),
                     status: verified.into(),
@@ -545,7 +554,66 @@ mod tests {
             snap("other-cluster", "d", 50, true, "True"),
             snap("good", "c", 20, true, "True"),
         ];
-        assert_eq!(newest_verified(&all, "c").as_deref(), Some("good"));
-        assert_eq!(newest_verified(&all[1..4], "c"), None);
+        let c = cluster_c();
+        assert_eq!(newest_verified(&all, &c).as_deref(), Some("good"));
+        assert_eq!(newest_verified(&all[1..4], &c), None);
+    }
+
+    /// Cluster c, UID c-uid, created at -3600 (after a previous c was deleted).
+    fn cluster_c() -> EtcdCluster {
+        let (mut c, _) = lost_cluster(Some("snapshot"));
+        c.metadata.uid = Some("c-uid".into());
+        c.metadata.creation_timestamp = Some(Time(at(-3600)));
+        c
+    }
+
+    /// A Complete, Verified=True snapshot of cluster `c` created at `created`, completed at
+    /// `done`, recording the cluster UID `uid` (None: taken before the operator recorded it).
+    fn verified_of(name: &str, uid: Option<&str>, created: i64, done: i64) -> EtcdSnapshot {
+        use api::v1alpha2::{EtcdSnapshotSpec, EtcdSnapshotStatus};
+        let mut s = EtcdSnapshot::new(
+            name,
+            EtcdSnapshotSpec {
+                cluster_ref: LocalReference { name: "c".into() },
+                ..Default::default()
+            },
+        );
+        s.metadata.creation_timestamp = Some(Time(at(created)));
+        s.status = Some(EtcdSnapshotStatus {
+            phase: Some(SnapshotPhase::Complete),
+            completion_time: Some(Time(at(done))),
+            cluster_uid: uid.map(str::to_string),
+            conditions: vec![Condition {
+                type_: api::conditions::snapshot::VERIFIED.into(),
+                status: "True".into(),
+                reason: "R".into(),
+                message: String::new(),
+                observed_generation: None,
+                last_transition_time: Time(at(done)),
+            }],
+            ..Default::default()
+        });
+        s
+    }
+
+    #[test]
+    fn auto_recovery_never_takes_a_snapshot_of_a_previous_cluster_of_the_same_name() {
+        let c = cluster_c();
+        let previous = vec![
+            verified_of("previous", Some("old-uid"), -7300, -7200),
+            // Taken before the operator recorded UIDs, and before this c existed.
+            verified_of("previous-unrecorded", None, -4000, -3900),
+        ];
+        assert_eq!(newest_verified(&previous, &c), None);
+        // Its own snapshots are taken, the newest first; one that records no UID counts as its
+        // own only when it was created after the cluster.
+        let mut all = previous.clone();
+        all.push(verified_of("mine", Some("c-uid"), -600, -590));
+        assert_eq!(newest_verified(&all, &c).as_deref(), Some("mine"));
+        all.push(verified_of("mine-unrecorded", None, -300, -290));
+        assert_eq!(
+            newest_verified(&all, &c).as_deref(),
+            Some("mine-unrecorded")
+        );
     }
 }

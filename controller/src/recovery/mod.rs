@@ -354,6 +354,8 @@ async fn observe(
         held_by: cluster.annotations().get(RECOVERY_ANNOTATION).cloned(),
         replicas: cluster.spec.replicas,
         cluster_id: cluster_status.cluster_id.clone(),
+        uid: cluster.uid().unwrap_or_default(),
+        created: cluster.metadata.creation_timestamp.clone(),
         available,
     });
     if facts.plan.is_none() {

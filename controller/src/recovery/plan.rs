@@ -12,6 +12,7 @@
 
 use api::conditions::reason;
 use api::v1alpha2::{RecoveryPhase, RecoveryPlan, RecoveryStep};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::agent_job::position::PositionRead;
 use crate::etcd::format_id;
@@ -120,6 +121,10 @@ pub struct ClusterFacts {
     pub replicas: i32,
     /// `status.clusterID`.
     pub cluster_id: Option<String>,
+    /// `metadata.uid` and `metadata.creationTimestamp`: the incarnation a snapshot restored by
+    /// name must be of ([`api::v1alpha2::SnapshotOrigin::is_of`]).
+    pub uid: String,
+    pub created: Option<Time>,
     /// `Available=True` with `readyMembers` at `spec.replicas`.
     pub available: bool,
 }

@@ -169,6 +169,7 @@ pub async fn observe(
             revision: revision_of(s),
             uri: status.artifact.as_ref().map(|a| a.uri.clone()),
             unrestorable: restore_spec(s).err(),
+            origin: s.origin(),
         }
     });
     Ok((facts, highest))

@@ -273,6 +273,33 @@ pub fn render(snapshot: &EtcdSnapshot, step: &Step, now: Timestamp) -> EtcdSnaps
     status
 }
 
+/// Record in `status` which incarnation of its cluster the snapshot is taken of: the cluster's
+/// UID and latched etcd cluster ID when its Job is created (the Job saves from that cluster's
+/// members); the ID later, up to completion, for a cluster that had not formed then and is still
+/// that incarnation. Nothing else ever changes the record, so a snapshot whose Job an older
+/// operator created records nothing (then its start time decides, see
+/// [`api::v1alpha2::SnapshotOrigin::is_of`]).
+pub fn record_origin(status: &mut EtcdSnapshotStatus, step: &Step, cluster: Option<&EtcdCluster>) {
+    let Some(cluster) = cluster else {
+        return;
+    };
+    let id = cluster.status.as_ref().and_then(|s| s.cluster_id.clone());
+    match step {
+        Step::CreateJob => {
+            status.cluster_uid = cluster.uid();
+            status.cluster_id = id;
+        }
+        Step::Running { .. } | Step::Complete(_)
+            if status.cluster_id.is_none()
+                && status.cluster_uid.is_some()
+                && status.cluster_uid == cluster.uid() =>
+        {
+            status.cluster_id = id;
+        }
+        _ => {}
+    }
+}
+
 pub async fn reconcile(snapshot: Arc<EtcdSnapshot>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let ns = snapshot.namespace().ok_or(Error::NoNamespace)?;
     let name = snapshot.name_any();
@@ -372,7 +399,8 @@ pub async fn reconcile(snapshot: Arc<EtcdSnapshot>, ctx: Arc<Context>) -> Result
         }
         Step::Running { .. } | Step::Done => {}
     }
-    let status = render(&snapshot, &step, now);
+    let mut status = render(&snapshot, &step, now);
+    record_origin(&mut status, &step, cluster.as_ref());
     shell::write_status_if_changed(&snapshots, &snapshot, snapshot.status.as_ref(), &status)
         .await?;
     count_terminal(&ctx, &snapshot, &status);
@@ -443,7 +471,11 @@ async fn verification(
                 false,
                 Reason::SnapshotVerified,
                 Action::Verify,
-                format!("verified at revision {} (hashkv {})", v.revision, v.hash),
+                if v.compared {
+                    format!("verified at revision {} (hashkv {})", v.revision, v.hash)
+                } else {
+                    verify::not_compared(v)
+                },
             )
             .await;
         }

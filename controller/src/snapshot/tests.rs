@@ -192,3 +192,81 @@ fn reports_are_parsed_and_anything_else_is_not_a_report() {
     assert_eq!(AgentReport::parse("panicked at main.rs"), None);
     assert_eq!(AgentReport::parse("{}"), None);
 }
+
+/// EtcdCluster demo, this incarnation's UID, with `status.clusterID` once it formed.
+fn demo(uid: &str, cluster_id: Option<&str>) -> EtcdCluster {
+    let mut c = EtcdCluster::new("demo", Default::default());
+    c.metadata.uid = Some(uid.into());
+    c.status = Some(api::v1alpha2::EtcdClusterStatus {
+        cluster_id: cluster_id.map(str::to_string),
+        ..Default::default()
+    });
+    c
+}
+
+#[test]
+fn the_snapshot_records_the_uid_and_etcd_cluster_id_of_the_cluster_its_job_saves() {
+    let s = snap(None);
+    let step = decide(&s, None, Some("op:1"), &ClusterState::Ready, ts(1));
+    assert_eq!(step, Step::CreateJob);
+    let mut status = render(&s, &step, ts(1));
+    record_origin(
+        &mut status,
+        &step,
+        Some(&demo("uid-1", Some("00000000000000ab"))),
+    );
+    assert_eq!(status.cluster_uid.as_deref(), Some("uid-1"));
+    assert_eq!(status.cluster_id.as_deref(), Some("00000000000000ab"));
+    let mut saved = s.clone();
+    saved.status = Some(status);
+    assert!(saved.origin().is_of("uid-1", None));
+    assert!(!saved.origin().is_of("uid-2", None));
+}
+
+#[test]
+fn a_cluster_not_formed_when_the_job_started_gets_its_id_recorded_at_completion_if_still_the_same()
+{
+    let mut s = snap(None);
+    let step = Step::CreateJob;
+    let mut status = render(&s, &step, ts(1));
+    record_origin(&mut status, &step, Some(&demo("uid-1", None)));
+    assert_eq!(
+        (status.cluster_uid.as_deref(), status.cluster_id.as_deref()),
+        (Some("uid-1"), None)
+    );
+    s.status = Some(status);
+    let done = decide(
+        &s,
+        Some(&job(false, true, None, Some(REPORT))),
+        Some("op:1"),
+        &ClusterState::Ready,
+        ts(5),
+    );
+    // Another incarnation by now: nothing of it is recorded.
+    let mut other = render(&s, &done, ts(5));
+    record_origin(
+        &mut other,
+        &done,
+        Some(&demo("uid-2", Some("00000000000000cd"))),
+    );
+    assert_eq!(
+        (other.cluster_uid.as_deref(), other.cluster_id.as_deref()),
+        (Some("uid-1"), None)
+    );
+    let mut same = render(&s, &done, ts(5));
+    record_origin(
+        &mut same,
+        &done,
+        Some(&demo("uid-1", Some("00000000000000ab"))),
+    );
+    assert_eq!(same.cluster_id.as_deref(), Some("00000000000000ab"));
+    // A terminal snapshot's record never changes.
+    s.status = Some(same.clone());
+    let mut after = render(&s, &Step::Done, ts(9));
+    record_origin(
+        &mut after,
+        &Step::Done,
+        Some(&demo("uid-3", Some("00000000000000ef"))),
+    );
+    assert_eq!(after, same);
+}

@@ -122,6 +122,18 @@ fn bad_reason(agent: &str) -> &'static str {
     .unwrap_or(reason::VERIFICATION_ERROR)
 }
 
+/// The message of a verification whose content was not compared.
+pub fn not_compared(v: &VerifiedReport) -> String {
+    format!(
+        "sha256 and size match the save and the restored copy opens and hashes (hashkv {} at \
+         revision {}), but its content was not compared: the save recorded no hashkv (the \
+         member did not answer HashKV, or the snapshot streamed from another member than the \
+         one that did; status.hashKV is unset), so nothing says the data equals the cluster's. \
+         Take a new snapshot for one that is compared",
+        v.hash, v.revision
+    )
+}
+
 /// The status after `step`.
 pub fn render(snapshot: &EtcdSnapshot, step: &Verify, now: Timestamp) -> EtcdSnapshotStatus {
     let mut status = snapshot.status.clone().unwrap_or_default();
@@ -149,29 +161,19 @@ pub fn render(snapshot: &EtcdSnapshot, step: &Verify, now: Timestamp) -> EtcdSna
             now,
         ),
         Verify::Verified(v) => {
-            let message = if v.compared {
-                format!(
-                    "sha256 and size match the save, the snapshot restores, and its hashkv at \
-                     revision {} is {}, as the cluster reported at save time",
-                    v.revision, v.hash
+            let (why, message) = if v.compared {
+                (
+                    reason::SNAPSHOT_VERIFIED,
+                    format!(
+                        "sha256 and size match the save, the snapshot restores, and its hashkv \
+                         at revision {} is {}, as the cluster reported at save time",
+                        v.revision, v.hash
+                    ),
                 )
             } else {
-                format!(
-                    "sha256 and size match the save and the snapshot restores (hashkv {} at \
-                     revision {}); the cluster's hashkv was not recorded at save time, so the \
-                     content was not compared",
-                    v.hash, v.revision
-                )
+                (reason::HASH_KV_NOT_COMPARED, not_compared(v))
             };
-            set_condition(
-                conditions,
-                VERIFIED,
-                true,
-                reason::SNAPSHOT_VERIFIED,
-                message,
-                generation,
-                now,
-            );
+            set_condition(conditions, VERIFIED, true, why, message, generation, now);
             status.verification = Some(SnapshotVerification {
                 verified_at: Time(now),
                 revision: v.revision,
@@ -282,6 +284,22 @@ mod tests {
         let mut done = s.clone();
         done.status = Some(render(&s, &step, ts(9)));
         assert_eq!(decide(&done, None), Verify::Idle);
+    }
+
+    #[test]
+    fn a_verification_without_a_recorded_hashkv_says_the_content_was_not_compared() {
+        let s = complete(None);
+        let report = r#"{"verified":{"revision":42,"hash":7,"compared":false}}"#;
+        let step = decide(&s, Some(&job(true, None, Some(report))));
+        let status = render(&s, &step, ts(9));
+        let (st, r, m) = verified_condition(&status);
+        // Still usable (auto-recovery and recoveries by name rely on Verified=True), but not
+        // the reason that claims the data equals the cluster's.
+        assert_eq!((st.as_str(), r.as_str()), ("True", "HashKVNotCompared"));
+        assert_eq!(status.verified(), Some(true));
+        for part in ["not compared", "no hashkv", "revision 42", "opens"] {
+            assert!(m.contains(part), "{part}: {m}");
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! their PVCs) deleted, and the cluster controller adds new ones back as learners.
 
 use api::conditions::reason;
-use api::v1alpha2::{RecoveryCandidate, RecoveryPlan, RecoveryStep, SnapshotPhase};
+use api::v1alpha2::{RecoveryCandidate, RecoveryPlan, RecoveryStep, SnapshotOrigin, SnapshotPhase};
 
 use super::{
     as_i64, fail, has_quorum, runs_alone, wait, ClusterFacts, Facts, MemberFacts, Next, Work,
@@ -41,6 +41,8 @@ pub struct SnapshotFacts {
     pub uri: Option<String>,
     /// Why the stored location cannot be turned into a restore source, if it cannot.
     pub unrestorable: Option<String>,
+    /// The cluster incarnation it records it was taken of.
+    pub origin: SnapshotOrigin,
 }
 
 /// What the recovery knows of a snapshot given by its location (`spec.source.snapshot.s3` or
@@ -116,6 +118,7 @@ fn usable(f: &Facts, s: Option<&SnapshotFacts>, name: &str) -> Result<(), Next> 
             ))
         }
     }
+    incarnation(f, s, name)?;
     if s.uri.is_none() {
         return Err(fail(
             reason::SNAPSHOT_NOT_USABLE,
@@ -156,6 +159,58 @@ fn usable(f: &Facts, s: Option<&SnapshotFacts>, name: &str) -> Result<(), Next> 
             ),
         )),
     }
+}
+
+/// Whether the snapshot was taken of this incarnation of the cluster: one of a deleted
+/// EtcdCluster of the same name would roll the new cluster back to its predecessor's data. By
+/// its location (`spec.source.snapshot.s3`/`.pvc`) it stays restorable on the user's word.
+fn incarnation(f: &Facts, s: &SnapshotFacts, name: &str) -> Result<(), Next> {
+    let Some(cluster) = &f.cluster else {
+        return Ok(());
+    };
+    if s.origin.is_of(&cluster.uid, cluster.created.as_ref()) {
+        return Ok(());
+    }
+    let c = &f.cluster_name;
+    let this = format!(
+        "EtcdCluster {c} (UID {}, etcd cluster ID {})",
+        cluster.uid,
+        cluster.cluster_id.as_deref().unwrap_or("not latched")
+    );
+    let why = match &s.origin.cluster_uid {
+        Some(uid) => format!(
+            "was taken of another EtcdCluster named {c}: it records cluster UID {uid} (etcd \
+             cluster ID {}), not that of {this}: a cluster of that name was deleted and created \
+             again since",
+            s.origin.cluster_id.as_deref().unwrap_or("not recorded")
+        ),
+        None => format!(
+            "records no cluster UID (taken before the operator recorded one) and was created \
+             at {}, not after {this} was created at {}: it may be of a previous cluster of that \
+             name",
+            s.origin
+                .created
+                .as_ref()
+                .map_or("an unrecorded time".to_string(), |t| t.0.to_string()),
+            cluster
+                .created
+                .as_ref()
+                .map_or("an unrecorded time".to_string(), |t| t.0.to_string())
+        ),
+    };
+    Err(fail(
+        reason::SNAPSHOT_NOT_USABLE,
+        format!(
+            "EtcdSnapshot {name} {why}; nothing was changed. Restoring it by name would roll {c} \
+             back to data that may not be its own. Name a snapshot taken since {c} was created \
+             (status.clusterUID {}); if restoring that data is what you mean, create a new \
+             EtcdRecovery that gives the snapshot by its location, {}: spec.source.snapshot.s3 \
+             (bucket and key) or spec.source.snapshot.pvc (claim and path), with sha256 set to \
+             its status.artifact.checksum",
+            cluster.uid,
+            s.uri.as_deref().unwrap_or("its status.artifact.uri")
+        ),
+    ))
 }
 
 /// Before the plan: whether and into which member the EtcdSnapshot may be restored.

@@ -1,6 +1,12 @@
 use super::*;
 
 pub(super) const CLUSTER_ID: u64 = 0xabc;
+pub(super) const CLUSTER_UID: &str = "c-uid";
+
+/// When the EtcdCluster of the fixtures was created.
+pub(super) fn created() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap_or_default())
+}
 
 pub(super) fn etcd(
     id: u64,
@@ -61,6 +67,8 @@ pub(super) fn facts(members: Vec<MemberFacts>) -> Facts {
             held_by: None,
             replicas: 3,
             cluster_id: Some(format_id(CLUSTER_ID)),
+            uid: CLUSTER_UID.into(),
+            created: Some(created()),
             available: false,
         }),
         other_recovery: None,

@@ -3,6 +3,7 @@
 use super::super::tests::*;
 use super::*;
 use crate::recovery::plan::{next, PodFacts, Source};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 fn snap(revision: i64) -> SnapshotFacts {
     SnapshotFacts {
@@ -14,6 +15,13 @@ fn snap(revision: i64) -> SnapshotFacts {
         revision: Some(revision),
         uri: Some("s3://b/nightly.db".into()),
         unrestorable: None,
+        origin: SnapshotOrigin {
+            cluster_uid: Some(CLUSTER_UID.into()),
+            cluster_id: Some(format_id(CLUSTER_ID)),
+            created: Some(Time(
+                created().0 + k8s_openapi::jiff::SignedDuration::from_secs(60),
+            )),
+        },
     }
 }
 
@@ -343,4 +351,51 @@ fn a_stored_snapshot_is_restored_through_the_same_steps() {
         Next::Wait { message, .. } => assert!(message.contains(STORED_URI), "{message}"),
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_snapshot_of_a_previous_cluster_of_the_same_name_is_refused_by_name_with_the_way_out() {
+    // Recorded another UID: the cluster was deleted and created again since.
+    let mut f = lost_all();
+    let origin = &mut f.snapshot.as_mut().unwrap().origin;
+    origin.cluster_uid = Some("old-uid".into());
+    origin.cluster_id = Some("00000000000000ff".into());
+    let (reason, message) = failed(next(&f));
+    assert_eq!(reason, reason::SNAPSHOT_NOT_USABLE);
+    for part in [
+        "EtcdSnapshot nightly",
+        "old-uid",
+        "00000000000000ff",
+        CLUSTER_UID,
+        &format_id(CLUSTER_ID),
+        "nothing was changed",
+        "spec.source.snapshot.s3",
+    ] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+
+    // Recorded nothing (taken before the operator recorded it) and created before the cluster:
+    // it may be the previous cluster's, so it is refused too.
+    let mut f = lost_all();
+    let origin = &mut f.snapshot.as_mut().unwrap().origin;
+    *origin = SnapshotOrigin {
+        created: Some(Time(
+            created().0 - k8s_openapi::jiff::SignedDuration::from_secs(60),
+        )),
+        ..Default::default()
+    };
+    let (reason, message) = failed(next(&f));
+    assert_eq!(reason, reason::SNAPSHOT_NOT_USABLE);
+    assert!(message.contains("records no cluster UID"), "{message}");
+    assert!(message.contains("spec.source.snapshot.s3"), "{message}");
+
+    // Recorded nothing but created after the cluster: this cluster's.
+    let mut f = lost_all();
+    f.snapshot.as_mut().unwrap().origin = SnapshotOrigin {
+        created: Some(Time(
+            created().0 + k8s_openapi::jiff::SignedDuration::from_secs(60),
+        )),
+        ..Default::default()
+    };
+    assert_eq!(planned(next(&f)).snapshot.as_deref(), Some("nightly"));
 }
