@@ -558,6 +558,7 @@ async fn two_recoveries_of_the_same_name_each_restore_their_own_snapshot() {
         })
         .await;
     }
+}
 
 /// docs/snapshots.md, "Which cluster a snapshot belongs to": the snapshot records the UID and
 /// etcd cluster ID of the cluster it saved; once that cluster is deleted and created again under

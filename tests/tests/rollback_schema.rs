@@ -30,6 +30,10 @@ const PRUNED_ON_ROLLBACK: &[(&str, &str)] = &[
     ("EtcdMember", "status.observedGeneration"),
     ("EtcdSnapshot", "status.observedGeneration"),
     ("EtcdDefrag", "status.observedGeneration"),
+    // When the current outage began (docs/disaster-recovery.md, automatic recovery); the
+    // reference has no automatic recovery, and back on this operator a missing one is set at
+    // the next reconcile of a cluster still without quorum (its grace starts again).
+    ("EtcdCluster", "status.quorumLostSince"),
     // The issuer's API group; the reference always emits `cert-manager.io`, which is also our
     // default, so only an issuer of another group (an external issuer) is affected.
     (

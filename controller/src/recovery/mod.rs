@@ -17,6 +17,7 @@
 
 mod act;
 mod disk;
+mod overdue;
 pub mod plan;
 mod snapshot;
 
@@ -31,7 +32,7 @@ use api::v1alpha2::{
     RecoveryStep, FORCE_NEW_CLUSTER_ANNOTATION, RECOVERY_ANNOTATION, RESTORE_ID_ANNOTATION,
     RESTORE_IN_PLACE_ANNOTATION,
 };
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
@@ -45,9 +46,7 @@ use crate::etcd::format_id;
 use crate::events::{Action, Reason};
 use crate::pods::pod_view;
 use crate::{shell, topology, Error};
-use plan::{
-    ClusterFacts, EtcdFacts, Facts, MemberFacts, Next, NodeState, Overdue, PodFacts, Source,
-};
+use plan::{ClusterFacts, EtcdFacts, Facts, MemberFacts, Next, PodFacts, Source};
 
 /// How long one member's etcd may take to answer `Status` and `MemberList`.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(3);
@@ -461,7 +460,7 @@ async fn observe(
         }
         if step == Some(RecoveryStep::StopMembers) {
             if let Some(p) = pods.get(&name) {
-                facts_of.pod_overdue = overdue(ctx, p).await;
+                facts_of.pod_overdue = overdue::overdue(ctx, p).await;
             }
         }
         // Before a survivor is chosen, a member whose etcd does not answer may still hold the
@@ -484,49 +483,6 @@ fn restore_marked_by(member: &EtcdMember, recovery: &EtcdRecovery) -> bool {
         && annotations
             .get(RESTORE_ID_ANNOTATION)
             .is_none_or(|uid| Some(uid) == recovery.uid().as_ref())
-}
-
-/// A Pod being deleted that still exists past its deletion deadline: by how much, and its Node
-/// (read only once the Pod is late enough for the planner to name it).
-async fn overdue(ctx: &Context, pod: &Pod) -> Option<Overdue> {
-    let deadline = pod.metadata.deletion_timestamp.as_ref()?.0;
-    let secs = u64::try_from(Timestamp::now().as_second() - deadline.as_second()).ok()?;
-    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-    let node_state = match &node {
-        Some(node) if secs >= plan::STUCK_AFTER_SECS => {
-            match Api::<Node>::all(ctx.client.clone()).get_opt(node).await {
-                Ok(None) => Some(NodeState::Gone),
-                Ok(Some(n)) => Some(node_ready(&n)),
-                // Only a hint in a message: a Node that cannot be read is named without it.
-                Err(e) => {
-                    tracing::debug!(%node, error = %e, "cannot read the Node of a stuck Pod");
-                    None
-                }
-            }
-        }
-        _ => None,
-    };
-    Some(Overdue {
-        secs,
-        deadline: deadline.to_string(),
-        node,
-        node_state,
-    })
-}
-
-fn node_ready(node: &Node) -> NodeState {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
-    if ready {
-        NodeState::Ready
-    } else {
-        NodeState::NotReady
-    }
 }
 
 /// Whether the Pod's etcd container was started with `--force-new-cluster`.
