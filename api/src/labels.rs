@@ -32,12 +32,50 @@ pub const ALLOW_DELETION_ANNOTATION: &str = "etcd-operator.cozystack.io/allow-de
 /// [`ALLOW_DELETION_ANNOTATION`] (still in etcd, its PVC kept): the [`MEMBER_UID_ANNOTATION`]
 /// of that PVC, which the new member adopts (and no other).
 pub const REATTACH_ANNOTATION: &str = "etcd-operator.cozystack.io/reattach-claim-of";
+/// On a data PVC, next to [`MEMBER_UID_ANNOTATION`]: the UID of the EtcdCluster its member
+/// belonged to when the claim was created (or adopted). A cluster deleted with `--cascade=orphan`
+/// leaves its PVCs labelled with its name; a later cluster of the same name deletes, with
+/// itself, only the claims marked with its own UID (see the cluster's cleanup finalizer).
+pub const CLUSTER_UID_ANNOTATION: &str = "etcd-operator.cozystack.io/cluster-uid";
+
+/// On an EtcdMember, next to [`ALLOW_DELETION_ANNOTATION`]: the operator's own mark of a
+/// deletion it planned, `<member UID>/<reason>` (`<uid>/ScaleDown`, `<uid>/Recovery`). It tells
+/// the operator's mark from a user's break-glass (which carries `allow-deletion` alone): the
+/// cluster controller removes both annotations from a member that carries this one while no
+/// current plan deletes it (the deletion was refused, or the operator died between the mark and
+/// the delete), so a later stray delete meets the protection again; and a member's finalizer
+/// does not take `allow-deletion` as meant when this names another UID than the member's own
+/// (the annotations copied onto a re-created member).
+pub const DELETION_PLANNED_ANNOTATION: &str = "etcd-operator.cozystack.io/deletion-planned";
 
 /// Whether an object's annotations say [`ALLOW_DELETION_ANNOTATION`]`: "true"`.
 pub fn deletion_allowed(annotations: &BTreeMap<String, String>) -> bool {
     annotations
         .get(ALLOW_DELETION_ANNOTATION)
         .is_some_and(|v| v == "true")
+}
+
+/// The value of [`DELETION_PLANNED_ANNOTATION`] for the member `uid` deleted for `reason`.
+pub fn deletion_planned(uid: &str, reason: &str) -> String {
+    format!("{uid}/{reason}")
+}
+
+/// The member UID [`DELETION_PLANNED_ANNOTATION`] names, when the operator's mark is there (an
+/// empty string for a value without one).
+pub fn deletion_planned_uid(annotations: &BTreeMap<String, String>) -> Option<&str> {
+    annotations
+        .get(DELETION_PLANNED_ANNOTATION)
+        .map(|v| v.split_once('/').map_or(v.as_str(), |(uid, _)| uid))
+}
+
+/// Whether the deletion of the member `uid` with these annotations is meant: it carries
+/// [`ALLOW_DELETION_ANNOTATION`]`: "true"` (a user's break-glass, or the operator's mark), and
+/// no operator mark ([`DELETION_PLANNED_ANNOTATION`]) for another member: annotations copied
+/// onto a re-created member (a GitOps tool or a backup restoring the old object) say nothing
+/// about the new one.
+pub fn deletion_meant(annotations: &BTreeMap<String, String>, uid: &str) -> bool {
+    deletion_allowed(annotations)
+        && deletion_planned_uid(annotations).is_none_or(|planned| planned == uid)
 }
 
 /// On the EtcdSnapshots an EtcdSnapshotSchedule creates: the schedule's name.
@@ -253,6 +291,47 @@ mod tests {
             let m = BTreeMap::from([(HEADLESS_SERVICE_ANNOTATION.to_string(), bad.to_string())]);
             assert_eq!(member_service_name(&m, "c"), "c", "{bad:?}");
         }
+    }
+
+    #[test]
+    fn only_the_operators_mark_for_this_very_member_or_a_break_glass_means_a_deletion() {
+        let of = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let planned = deletion_planned("u1", "ScaleDown");
+        assert_eq!(planned, "u1/ScaleDown");
+        // The user's break-glass alone.
+        assert!(deletion_meant(
+            &of(&[(ALLOW_DELETION_ANNOTATION, "true")]),
+            "u1"
+        ));
+        // The operator's mark for this member.
+        let mark = of(&[
+            (ALLOW_DELETION_ANNOTATION, "true"),
+            (DELETION_PLANNED_ANNOTATION, &planned),
+        ]);
+        assert_eq!(deletion_planned_uid(&mark), Some("u1"));
+        assert!(deletion_meant(&mark, "u1"));
+        // The same annotations copied onto a member re-created under the name: not meant.
+        assert!(!deletion_meant(&mark, "u2"));
+        // No allow-deletion, or not "true": never meant.
+        assert!(!deletion_meant(
+            &of(&[(DELETION_PLANNED_ANNOTATION, &planned)]),
+            "u1"
+        ));
+        assert!(!deletion_meant(
+            &of(&[(ALLOW_DELETION_ANNOTATION, "yes")]),
+            "u1"
+        ));
+        assert!(!deletion_meant(&BTreeMap::new(), "u1"));
+        // A mark without a reason still names its member.
+        assert_eq!(
+            deletion_planned_uid(&of(&[(DELETION_PLANNED_ANNOTATION, "u1")])),
+            Some("u1")
+        );
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub enum Reason {
     Paused,
     Resumed,
     GhostMemberRemoved,
+    /// The operator's deletion mark was removed from a member no plan deletes any longer.
+    DeletionMarkRemoved,
     RollingRestart,
     LeaderMoved,
     // EtcdCluster: TLS, auth, volumes, alarms
@@ -114,6 +116,7 @@ impl Reason {
         Reason::Paused,
         Reason::Resumed,
         Reason::GhostMemberRemoved,
+        Reason::DeletionMarkRemoved,
         Reason::RollingRestart,
         Reason::LeaderMoved,
         Reason::PeerAutoTlsRestored,
@@ -186,6 +189,7 @@ impl Reason {
             Reason::Paused => "Paused",
             Reason::Resumed => "Resumed",
             Reason::GhostMemberRemoved => "GhostMemberRemoved",
+            Reason::DeletionMarkRemoved => "DeletionMarkRemoved",
             Reason::RollingRestart => "RollingRestart",
             Reason::LeaderMoved => "LeaderMoved",
             Reason::PeerAutoTlsRestored => "PeerAutoTLSRestored",

@@ -76,6 +76,7 @@ const PURE: &[&str] = &[
     "cluster/auth/decide/tests.rs",
     "cluster/view.rs",
     "cluster/ca_set.rs",
+    "cluster/marks.rs",
     "member/plan.rs",
     "schedule/plan.rs",
     "volume.rs",

@@ -5,7 +5,7 @@
 //! EtcdRecovery stopped it and restored a snapshot into it while the plan's etcd call timed
 //! out).
 
-use api::labels::ALLOW_DELETION_ANNOTATION;
+use api::labels::{ALLOW_DELETION_ANNOTATION, DELETION_PLANNED_ANNOTATION};
 use api::v1alpha2::{EtcdCluster, EtcdClusterStatus, EtcdMember, RESTORE_IN_PLACE_ANNOTATION};
 use controller::deletion::delete_member_as_observed;
 use controller::shell::write_status;
@@ -81,20 +81,7 @@ async fn status_write_from_a_stale_read_never_reverts_a_concurrent_status_edit()
 
 #[tokio::test]
 async fn a_member_deletion_planned_from_a_stale_read_never_deletes_a_member_changed_since() {
-    let cp = ControlPlane::builder()
-        .with_crds()
-        .shared()
-        .await
-        .or_panic();
-    let ns = cp.namespace("memberdel").await.or_panic();
-    let api: Api<EtcdMember> = Api::namespaced(cp.client().or_panic(), &ns);
-    let member: EtcdMember = serde_json::from_value(json!({
-        "apiVersion": "etcd-operator.cozystack.io/v1alpha2", "kind": "EtcdMember",
-        "metadata": {"name": "c-m1"},
-        "spec": {"clusterName": "c", "version": "3.6.11"},
-    }))
-    .or_panic();
-    api.create(&PostParams::default(), &member).await.or_panic();
+    let api = one_member("memberdel", "c-m1").await;
     // The cluster controller reads the member and plans its deletion; before it acts, an
     // EtcdRecovery wakes the member to restore a snapshot into it.
     let read = api.get("c-m1").await.or_panic();
@@ -109,7 +96,7 @@ async fn a_member_deletion_planned_from_a_stale_read_never_deletes_a_member_chan
     .await
     .or_panic();
 
-    let result = delete_member_as_observed(&api, &read).await;
+    let result = delete_member_as_observed(&api, &read, "ScaleDown").await;
     assert!(
         matches!(&result, Err(kube::Error::Api(e)) if e.code == 409),
         "a deletion planned from a stale read must be refused as a conflict, got {result:?}"
@@ -120,13 +107,85 @@ async fn a_member_deletion_planned_from_a_stale_read_never_deletes_a_member_chan
         "the member changed since the read was deleted"
     );
     assert!(
-        !now.annotations().contains_key(ALLOW_DELETION_ANNOTATION),
+        !now.annotations().contains_key(ALLOW_DELETION_ANNOTATION)
+            && !now.annotations().contains_key(DELETION_PLANNED_ANNOTATION),
         "the refused deletion left its mark: {:?}",
         now.annotations()
     );
 
     // From a fresh read the same deletion goes through.
     let fresh = api.get("c-m1").await.or_panic();
-    assert!(delete_member_as_observed(&api, &fresh).await.or_panic());
+    assert!(delete_member_as_observed(&api, &fresh, "ScaleDown")
+        .await
+        .or_panic());
     assert!(api.get_opt("c-m1").await.or_panic().is_none());
+}
+
+#[tokio::test]
+async fn a_member_deletion_refused_with_a_conflict_after_its_mark_leaves_no_mark_behind() {
+    let api = one_member("markdel", "c-m2").await;
+    let now = refused_after_the_mark(&api, "c-m2").await;
+    assert!(now.metadata.deletion_timestamp.is_none());
+    // A mark left behind would let a later stray `kubectl delete` through the member deletion
+    // protection, and the finalizer would take the member out of etcd with its PVC.
+    assert!(
+        !now.annotations().contains_key(ALLOW_DELETION_ANNOTATION)
+            && !now.annotations().contains_key(DELETION_PLANNED_ANNOTATION),
+        "the refused deletion left its mark: {:?}",
+        now.annotations()
+    );
+
+    // A user's own break-glass set before is theirs: only the operator's annotation goes.
+    api.patch(
+        "c-m2",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"annotations": {ALLOW_DELETION_ANNOTATION: "true"}}})),
+    )
+    .await
+    .or_panic();
+    let now = refused_after_the_mark(&api, "c-m2").await;
+    assert_eq!(
+        now.annotations()
+            .get(ALLOW_DELETION_ANNOTATION)
+            .map(String::as_str),
+        Some("true"),
+        "the user's break-glass was removed"
+    );
+    assert!(!now.annotations().contains_key(DELETION_PLANNED_ANNOTATION));
+}
+
+/// The operator's deletion of member `name` marked, then refused with a 409; the member as it
+/// is afterwards. The window between the mark and the delete (another writer, or the operator
+/// dying) cannot be hit on purpose from here; a read whose UID the delete's precondition refuses
+/// stands for it: the mark goes through (the read's resourceVersion is current) and the delete
+/// is refused.
+async fn refused_after_the_mark(api: &Api<EtcdMember>, name: &str) -> EtcdMember {
+    let mut read = api.get(name).await.or_panic();
+    read.metadata.uid = Some("00000000-0000-0000-0000-000000000000".into());
+    let result = delete_member_as_observed(api, &read, "ScaleDown").await;
+    assert!(
+        matches!(&result, Err(kube::Error::Api(e)) if e.code == 409),
+        "the delete must be refused as a conflict, got {result:?}"
+    );
+    api.get(name).await.or_panic()
+}
+
+/// A namespace of its own on the shared apiserver (no operator runs) holding one EtcdMember,
+/// `name`, of cluster `c`.
+async fn one_member(namespace: &str, name: &str) -> Api<EtcdMember> {
+    let cp = ControlPlane::builder()
+        .with_crds()
+        .shared()
+        .await
+        .or_panic();
+    let ns = cp.namespace(namespace).await.or_panic();
+    let api: Api<EtcdMember> = Api::namespaced(cp.client().or_panic(), &ns);
+    let member: EtcdMember = serde_json::from_value(json!({
+        "apiVersion": "etcd-operator.cozystack.io/v1alpha2", "kind": "EtcdMember",
+        "metadata": {"name": name},
+        "spec": {"clusterName": "c", "version": "3.6.11"},
+    }))
+    .or_panic();
+    api.create(&PostParams::default(), &member).await.or_panic();
+    api
 }

@@ -1,5 +1,7 @@
 //! The member's data PVC, `data-<member>`: labelled with its cluster and member, marked with the
-//! member's UID ([`labels::MEMBER_UID_ANNOTATION`]) and owned by nothing, so neither a Pod's
+//! member's UID ([`labels::MEMBER_UID_ANNOTATION`]) and its cluster's
+//! ([`labels::CLUSTER_UID_ANNOTATION`]: which incarnation of a cluster name it belongs to) and
+//! owned by nothing, so neither a Pod's
 //! deletion, a pause, nor the deletion of the EtcdMember object takes the data. The operator
 //! deletes it itself once its member is out of etcd, or with the cluster. Also whose a claim is
 //! ([`claim_of`]), for the member that adopts it and the cluster that judges its data.
@@ -28,9 +30,11 @@ pub fn member_pvc(member: &EtcdMember) -> Result<Option<PersistentVolumeClaim>, 
     let mut meta = member_metadata(member, owner);
     meta.name = Some(labels::pvc_name(&name));
     meta.owner_references = None;
-    meta.annotations
-        .get_or_insert_with(BTreeMap::new)
-        .insert(labels::MEMBER_UID_ANNOTATION.to_string(), uid);
+    let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(labels::MEMBER_UID_ANNOTATION.to_string(), uid);
+    if let Some(cluster) = cluster_uid(member) {
+        annotations.insert(labels::CLUSTER_UID_ANNOTATION.to_string(), cluster);
+    }
     Ok(Some(PersistentVolumeClaim {
         metadata: meta,
         spec: Some(PersistentVolumeClaimSpec {
@@ -48,6 +52,17 @@ pub fn member_pvc(member: &EtcdMember) -> Result<Option<PersistentVolumeClaim>, 
         }),
         status: None,
     }))
+}
+
+/// The UID of the EtcdCluster a member belongs to (its EtcdCluster owner reference), recorded on
+/// its claim as [`labels::CLUSTER_UID_ANNOTATION`]: the cluster's cleanup finalizer deletes only
+/// the claims of its own incarnation.
+pub fn cluster_uid(member: &EtcdMember) -> Option<String> {
+    member
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "EtcdCluster" && o.controller == Some(true))
+        .map(|o| o.uid.clone())
 }
 
 /// Whose a data claim is, as far as one member is concerned.
@@ -109,6 +124,8 @@ mod tests {
     #[test]
     fn pvc_is_named_after_the_member_and_requests_the_storage_size() {
         let mut m = member("c-abcde", "c", "n");
+        let cluster = crate::builders::tests::cluster("c", "n");
+        m.metadata.owner_references = cluster.controller_owner_ref(&()).map(|o| vec![o]);
         m.spec.storage.size = Quantity("5Gi".into());
         m.spec.storage.storage_class_name = Some(String::new());
         let pvc = member_pvc(&m).unwrap().unwrap();
@@ -129,6 +146,11 @@ mod tests {
         assert_eq!(
             annotations[labels::MEMBER_UID_ANNOTATION],
             m.metadata.uid.clone().unwrap()
+        );
+        // The incarnation of the cluster it belongs to, for the cluster's cleanup finalizer.
+        assert_eq!(
+            annotations.get(labels::CLUSTER_UID_ANNOTATION),
+            cluster.metadata.uid.as_ref()
         );
         assert_eq!(
             claim_of(&member_pvc(&m).unwrap().unwrap(), &m),

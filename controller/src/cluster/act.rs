@@ -229,7 +229,7 @@ pub(super) async fn act(
                 // Planned from views of these very members: not reached; plan again.
                 return Ok(Acted::Stop(Requeue::requeue(Duration::from_millis(200))));
             };
-            crate::deletion::delete_member_as_observed(&members_api, observed).await?;
+            crate::deletion::delete_member_as_observed(&members_api, observed, why.name()).await?;
             if matches!(
                 why,
                 DeleteReason::Unschedulable | DeleteReason::NodeNotReady

@@ -1,6 +1,7 @@
 //! The cluster's owned children, kept in shape every reconcile: the headless and client
 //! Services, the voter PodDisruptionBudget, cert-manager Certificates, the members' volume size,
-//! and each member's etcd ID and voter flag. None of these is a membership change; an object in
+//! each member's etcd ID and voter flag, and the operator's deletion marks no plan stands behind
+//! (removed, as [`super::marks`] decides). None of these is a membership change; an object in
 //! the way that the cluster does not own is never adopted or changed (a conflict is reported).
 //!
 //! The Services and the PDB are compared with the watch caches first: a cached copy that is in
@@ -9,6 +10,7 @@
 
 use std::time::Duration;
 
+use api::labels;
 use api::v1alpha2::{EtcdCluster, EtcdMember, EtcdMemberStatus, TlsSecrets};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -21,7 +23,7 @@ use serde_json::json;
 use super::observe::Seen;
 use super::plan::{self, EtcdView, Plan};
 use super::reconcile::caches::Caches;
-use super::volumes;
+use super::{marks, volumes};
 use crate::builders::{pdb, service};
 use crate::context::{Context, FIELD_MANAGER};
 use crate::etcd::format_id;
@@ -77,6 +79,8 @@ pub(super) async fn keep_in_shape(
         kept.members_written |=
             sync_member_status(&members_api, cluster, members, etcd_members).await?;
     }
+    let stale = marks::stale_marks(members, &plan.action, plan.hold.as_ref());
+    kept.members_written |= remove_stale_marks(cluster, ctx, &members_api, &stale).await?;
     if let Some(size) = plan.observed.storage.as_ref().map(|s| &s.size) {
         kept.members_written |=
             grow_member_volumes(cluster, ctx, &members_api, members, size).await?;
@@ -104,6 +108,60 @@ pub(super) async fn keep_in_shape(
         kept.retry = Some(Requeue::requeue(Duration::from_secs(5)));
     }
     Ok(kept)
+}
+
+/// Remove the operator's deletion mark (both annotations) from the members [`marks::stale_marks`]
+/// found, each only as read (the patch carries its `resourceVersion`: a member marked again
+/// since, by an EtcdRecovery or this controller's next plan, is left to the next reconcile).
+/// `true` when a member was patched.
+async fn remove_stale_marks(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    members_api: &Api<EtcdMember>,
+    stale: &[&EtcdMember],
+) -> Result<bool, Error> {
+    let mut patched = false;
+    for m in stale {
+        let name = m.name_any();
+        let planned = m
+            .annotations()
+            .get(labels::DELETION_PLANNED_ANNOTATION)
+            .cloned()
+            .unwrap_or_default();
+        let patch = json!({"metadata": {
+            "annotations": {
+                labels::ALLOW_DELETION_ANNOTATION: null,
+                labels::DELETION_PLANNED_ANNOTATION: null,
+            },
+            "resourceVersion": m.resource_version(),
+        }});
+        match members_api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => patched = true,
+            // Changed or gone since the read: judged again from the next one.
+            Err(kube::Error::Api(e)) if matches!(e.code, 404 | 409) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        let note = format!(
+            "removed the deletion mark ({}, {}={planned}) from EtcdMember {name}: no plan \
+             deletes it any longer (its deletion was refused, or the operator stopped before \
+             it), so the member deletion protection guards it again",
+            labels::ALLOW_DELETION_ANNOTATION,
+            labels::DELETION_PLANNED_ANNOTATION
+        );
+        tracing::info!(cluster = %cluster.name_any(), member = %name, "{note}");
+        ctx.event(
+            cluster,
+            true,
+            Reason::DeletionMarkRemoved,
+            Action::Annotate,
+            note,
+        )
+        .await;
+    }
+    Ok(patched)
 }
 
 /// Give every PVC member whose `spec.storage.size` is below the latched target the target size;

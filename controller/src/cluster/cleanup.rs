@@ -2,8 +2,10 @@
 //! carry no owner reference (deleting an EtcdMember object must not take its data), so the
 //! garbage collector no longer deletes them with the cluster; this finalizer does, before the
 //! cluster goes. Deleting an EtcdCluster deletes its data, as it always has; a deletion with
-//! `--cascade=orphan` keeps them, as it keeps every other dependent. It touches PVCs and the
-//! cluster's finalizers only.
+//! `--cascade=orphan` keeps them, as it keeps every other dependent. Only this incarnation's
+//! claims go: those a previous cluster of the same name left (deleted with `--cascade=orphan`)
+//! carry its UID, or predate this cluster, and are kept. It touches PVCs and the cluster's
+//! finalizers only.
 
 use api::labels;
 use api::v1alpha2::EtcdCluster;
@@ -50,17 +52,48 @@ pub(super) async fn ensure_finalizer(
     Ok(Some(updated))
 }
 
-/// The data claims among the PVCs labelled with the cluster: `data-<member>` marked with a
-/// member's UID, or under an EtcdMember owner reference (written before the mark, or by the
-/// reference operator). Anything else a user labelled so is not the operator's to delete.
-pub(super) fn data_claims(pvcs: &[PersistentVolumeClaim]) -> Vec<&PersistentVolumeClaim> {
+/// The data claims of this incarnation of the cluster among the PVCs labelled with its name:
+/// `data-<member>` marked with a member's UID, or under an EtcdMember owner reference (written
+/// before the mark, or by the reference operator); anything else a user labelled so is not the
+/// operator's to delete. Of those, only the claims [`of_this_incarnation`]: a cluster of the same
+/// name deleted before with `--cascade=orphan` left its claims under the same label, and they
+/// are not this cluster's to delete.
+pub(super) fn data_claims<'a>(
+    pvcs: &'a [PersistentVolumeClaim],
+    cluster: &EtcdCluster,
+) -> Vec<&'a PersistentVolumeClaim> {
     pvcs.iter()
-        .filter(|c| c.name_any().starts_with("data-"))
-        .filter(|c| {
-            c.annotations().contains_key(labels::MEMBER_UID_ANNOTATION)
-                || c.owner_references().iter().any(|o| o.kind == "EtcdMember")
-        })
+        .filter(|c| is_data_claim(c) && of_this_incarnation(c, cluster))
         .collect()
+}
+
+fn is_data_claim(claim: &PersistentVolumeClaim) -> bool {
+    claim.name_any().starts_with("data-")
+        && (claim
+            .annotations()
+            .contains_key(labels::MEMBER_UID_ANNOTATION)
+            || claim
+                .owner_references()
+                .iter()
+                .any(|o| o.kind == "EtcdMember"))
+}
+
+/// Whether a data claim belongs to this incarnation of the cluster: marked with its UID
+/// ([`labels::CLUSTER_UID_ANNOTATION`], which every claim the operator creates or adopts
+/// carries); a claim without the mark (created by an operator before it) when it was created
+/// with or after the cluster (the claims of an earlier cluster of the same name were all created
+/// before this one was; an unknown time keeps the claim).
+fn of_this_incarnation(claim: &PersistentVolumeClaim, cluster: &EtcdCluster) -> bool {
+    match claim.annotations().get(labels::CLUSTER_UID_ANNOTATION) {
+        Some(uid) => cluster.uid().as_deref() == Some(uid.as_str()),
+        None => match (
+            &claim.metadata.creation_timestamp,
+            &cluster.metadata.creation_timestamp,
+        ) {
+            (Some(claimed), Some(created)) => claimed.0 >= created.0,
+            _ => false,
+        },
+    }
 }
 
 /// Whether the cluster's deletion asks to keep its dependents (`--cascade=orphan`).
@@ -87,7 +120,13 @@ pub(super) async fn finalize(cluster: &EtcdCluster, ctx: &Context) -> Result<Req
             .list(&ListParams::default().labels(&labels::cluster_selector(&name)))
             .await?
             .items;
-        for claim in data_claims(&listed) {
+        for claim in listed
+            .iter()
+            .filter(|c| is_data_claim(c) && !of_this_incarnation(c, cluster))
+        {
+            tracing::info!(cluster = %name, pvc = %claim.name_any(), "kept a data PVC an earlier EtcdCluster of the same name left (deleted with --cascade=orphan): not this cluster's to delete");
+        }
+        for claim in data_claims(&listed, cluster) {
             if claim.metadata.deletion_timestamp.is_some() {
                 continue;
             }
@@ -126,7 +165,8 @@ pub(super) async fn finalize(cluster: &EtcdCluster, ctx: &Context) -> Result<Req
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+    use k8s_openapi::jiff::Timestamp;
     use std::collections::BTreeMap;
 
     fn claim(name: &str, mark: bool, owner: Option<&str>) -> PersistentVolumeClaim {
@@ -145,6 +185,7 @@ mod tests {
                         ..Default::default()
                     }]
                 }),
+                creation_timestamp: Some(Time(ts(0))),
                 ..Default::default()
             },
             ..Default::default()
@@ -161,8 +202,71 @@ mod tests {
             claim("data-c-ccccc", false, None),
             claim("data-c-ddddd", false, Some("StatefulSet")),
         ];
-        let names: Vec<String> = data_claims(&pvcs).iter().map(|c| c.name_any()).collect();
+        let names: Vec<String> = data_claims(&pvcs, &cluster("cluster-uid", 0))
+            .iter()
+            .map(|c| c.name_any())
+            .collect();
         assert_eq!(names, ["data-c-aaaaa", "data-c-bbbbb"]);
+    }
+
+    fn cluster(uid: &str, created: i64) -> EtcdCluster {
+        let mut c = EtcdCluster::new("c", api::v1alpha2::EtcdClusterSpec::default());
+        c.metadata.uid = Some(uid.into());
+        c.metadata.creation_timestamp = Some(Time(ts(created)));
+        c
+    }
+
+    fn ts(second: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + second).expect("a timestamp")
+    }
+
+    fn of_incarnation(
+        name: &str,
+        cluster_uid: Option<&str>,
+        created: i64,
+    ) -> PersistentVolumeClaim {
+        let mut c = claim(name, true, None);
+        if let Some(uid) = cluster_uid {
+            c.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(labels::CLUSTER_UID_ANNOTATION.into(), uid.into());
+        }
+        c.metadata.creation_timestamp = Some(Time(ts(created)));
+        c
+    }
+
+    #[test]
+    fn a_cluster_deletes_only_its_own_incarnations_claims_never_those_a_previous_one_left() {
+        // `kubectl delete etcdcluster c --cascade=orphan` left the first incarnation's claims
+        // (created at 0..10, marked with its UID, or unmarked from an operator before the
+        // mark); the second incarnation, created at 100, is now deleted.
+        let now = cluster("second", 100);
+        let pvcs = vec![
+            of_incarnation("data-c-old01", Some("first"), 5),
+            of_incarnation("data-c-old02", None, 10),
+            of_incarnation("data-c-new01", Some("second"), 100),
+            of_incarnation("data-c-new02", Some("second"), 160),
+            // An unmarked claim (an operator before the mark) created with or after this
+            // cluster is this incarnation's: the previous one's were all created before it.
+            of_incarnation("data-c-new03", None, 100),
+            of_incarnation("data-c-new04", None, 130),
+            // Marked with another UID although created later: never this cluster's.
+            of_incarnation("data-c-other", Some("third"), 140),
+        ];
+        let names: Vec<String> = data_claims(&pvcs, &now)
+            .iter()
+            .map(|c| c.name_any())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "data-c-new01",
+                "data-c-new02",
+                "data-c-new03",
+                "data-c-new04"
+            ]
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ fn every_event_reason_keeps_its_string() {
         (Reason::Paused, "Paused"),
         (Reason::Resumed, "Resumed"),
         (Reason::GhostMemberRemoved, "GhostMemberRemoved"),
+        (Reason::DeletionMarkRemoved, "DeletionMarkRemoved"),
         (Reason::RollingRestart, "RollingRestart"),
         (Reason::LeaderMoved, "LeaderMoved"),
         (Reason::PeerAutoTlsRestored, "PeerAutoTLSRestored"),

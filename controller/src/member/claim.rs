@@ -18,7 +18,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::builders::pvc::{claim_of, member_pvc, ClaimOwner};
+use crate::builders::pvc::{claim_of, cluster_uid, member_pvc, ClaimOwner};
 use crate::conditions::set_condition;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::events::{Action, Reason};
@@ -185,8 +185,8 @@ pub(super) async fn create_pvc(
     Ok(())
 }
 
-/// Make `claim` the member's as this operator keeps them: its UID mark, no EtcdMember owner
-/// reference (whose garbage collection would take the data with the member object). For a claim
+/// Make `claim` the member's as this operator keeps them: its UID mark and its cluster's, no
+/// EtcdMember owner reference (whose garbage collection would take the data with the member object). For a claim
 /// under an owner reference (an older version of this operator's, the reference operator's) or
 /// one a re-created member re-attaches to; a claim of another member is an error and is left
 /// alone. Returns the claim as it now is.
@@ -199,8 +199,9 @@ pub(super) async fn adopt_claim(
     let owner = claim_of(&claim, member);
     let pvc = claim.name_any();
     let uid = member.uid().unwrap_or_default();
+    let cluster_uid = cluster_uid(member);
     let why = match owner {
-        ClaimOwner::Member => return Ok(claim),
+        ClaimOwner::Member => return record_cluster(member, claim, cluster_uid, pvcs).await,
         ClaimOwner::Foreign => {
             return Err(Error::Conflict(format!(
                 "PVC {pvc} exists but is not this EtcdMember's (another member's UID or none \
@@ -226,7 +227,10 @@ pub(super) async fn adopt_claim(
         .collect();
     let patch = json!({"metadata": {
         "ownerReferences": if kept.is_empty() { serde_json::Value::Null } else { json!(kept) },
-        "annotations": {labels::MEMBER_UID_ANNOTATION: uid},
+        "annotations": {
+            labels::MEMBER_UID_ANNOTATION: uid,
+            labels::CLUSTER_UID_ANNOTATION: cluster_uid,
+        },
         "resourceVersion": claim.resource_version(),
     }});
     let adopted = pvcs
@@ -236,6 +240,38 @@ pub(super) async fn adopt_claim(
     ctx.event(member, false, Reason::PvcAdopted, Action::Adopt, why)
         .await;
     Ok(adopted)
+}
+
+/// A claim of the member's without [`labels::CLUSTER_UID_ANNOTATION`] (created or adopted by an
+/// operator before the mark): the mark of the member's cluster, recorded once, so that the
+/// cluster's cleanup finalizer knows the claim for its own incarnation's (see
+/// `cluster::cleanup`). Returns the claim as it now is.
+async fn record_cluster(
+    member: &EtcdMember,
+    claim: PersistentVolumeClaim,
+    cluster_uid: Option<String>,
+    pvcs: &Api<PersistentVolumeClaim>,
+) -> Result<PersistentVolumeClaim, Error> {
+    let Some(cluster_uid) = cluster_uid else {
+        return Ok(claim);
+    };
+    if claim
+        .annotations()
+        .contains_key(labels::CLUSTER_UID_ANNOTATION)
+        || claim.metadata.deletion_timestamp.is_some()
+    {
+        return Ok(claim);
+    }
+    let patch = json!({"metadata": {
+        "annotations": {labels::CLUSTER_UID_ANNOTATION: cluster_uid},
+        "resourceVersion": claim.resource_version(),
+    }});
+    let pvc = claim.name_any();
+    let marked = pvcs
+        .patch(&pvc, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    tracing::info!(member = %member.name_any(), pvc = %pvc, cluster_uid = %cluster_uid, "recorded the cluster's UID on the member's PVC");
+    Ok(marked)
 }
 
 /// Delete the member's PVC, the member being out of etcd (its data can never serve again):

@@ -1,5 +1,6 @@
 //! The member's cleanup finalizer: for a deletion that is meant (the operator's own, or the
-//! `allow-deletion` break-glass), MemberRemove against the remaining voters and then the PVC,
+//! `allow-deletion` break-glass; never an operator mark written for another UID, see
+//! [`labels::deletion_meant`]), MemberRemove against the remaining voters and then the PVC,
 //! before the EtcdMember (and with it its Pod) goes; for any other deletion, nothing: the member
 //! keeps its place in etcd and its PVC ([`super::plan::farewell`]). While an EtcdRecovery holds
 //! the cluster with every voter stopped, a meant deletion waits for the member the recovery
@@ -54,7 +55,10 @@ pub(super) async fn finalize(
         None => true,
         Some(c) => c.metadata.deletion_timestamp.is_some(),
     };
-    let allowed = labels::deletion_allowed(member.annotations());
+    // The operator's mark names the member it was written for: copied onto a member re-created
+    // under the name (a GitOps tool, a restored backup) it means nothing for this one.
+    let uid = member.uid().unwrap_or_default();
+    let allowed = labels::deletion_meant(member.annotations(), &uid);
     match (
         farewell(cluster_going, allowed, member.spec.storage.is_memory()),
         cluster,
@@ -80,11 +84,21 @@ pub(super) async fn finalize(
             }
         }
         (Farewell::Keep, Some(cluster)) => {
+            let without = match labels::deletion_planned_uid(member.annotations()) {
+                Some(other) if labels::deletion_allowed(member.annotations()) => format!(
+                    "with an {} annotation the operator wrote for another member (UID {other:?}, \
+                     not {uid:?}: copied onto this one), which does not count",
+                    labels::DELETION_PLANNED_ANNOTATION
+                ),
+                _ => format!(
+                    "without the {} annotation",
+                    labels::ALLOW_DELETION_ANNOTATION
+                ),
+            };
             let note = format!(
-                "EtcdMember {name} was deleted without the {} annotation: it stays a member of \
-                 etcd and its PVC {} is kept; while etcd lists it, the operator re-creates the \
-                 EtcdMember on that data",
-                labels::ALLOW_DELETION_ANNOTATION,
+                "EtcdMember {name} was deleted {without}: it stays a member of etcd and its PVC \
+                 {} is kept; while etcd lists it, the operator re-creates the EtcdMember on that \
+                 data",
                 labels::pvc_name(&name)
             );
             tracing::info!(member = %name, "{note}");

@@ -185,7 +185,8 @@ pub enum Farewell {
 }
 
 /// The finalizer's decision from who asked: `cluster_going` (the EtcdCluster is gone or being
-/// deleted), `allowed` (the member carries `allow-deletion: "true"`), `memory` (its data lives
+/// deleted), `allowed` (the member carries `allow-deletion: "true"` and no operator mark for
+/// another UID: [`api::labels::deletion_meant`]), `memory` (its data lives
 /// in the Pod's tmpfs and goes with it whatever is decided: keeping its place in etcd keeps
 /// nothing).
 pub fn farewell(cluster_going: bool, allowed: bool, memory: bool) -> Farewell {

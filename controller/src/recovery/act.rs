@@ -140,7 +140,7 @@ pub(super) async fn act(
             // removes the member from etcd (the rebuilt cluster no longer lists it) and deletes
             // its PVC; without the mark it would keep the discarded data.
             for member in &names {
-                crate::deletion::delete_member_as_meant(&members, member).await?;
+                crate::deletion::delete_member_as_meant(&members, member, "Recovery").await?;
             }
             (
                 Action::DeleteMember,

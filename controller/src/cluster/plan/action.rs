@@ -118,3 +118,21 @@ pub enum DeleteReason {
     /// its Pod is stuck Terminating there.
     NodeNotReady,
 }
+
+impl DeleteReason {
+    /// The reason as the operator's deletion mark names it
+    /// ([`api::labels::DELETION_PLANNED_ANNOTATION`]: `<uid>/<reason>`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            DeleteReason::ScaleDown => "ScaleDown",
+            DeleteReason::Pause => "Pause",
+            DeleteReason::MemoryPodLost => "MemoryPodLost",
+            DeleteReason::CrashLooping => "CrashLooping",
+            DeleteReason::DataLost => "DataLost",
+            DeleteReason::ReplaceAdopted => "ReplaceAdopted",
+            DeleteReason::Rollout => "Rollout",
+            DeleteReason::Unschedulable => "Unschedulable",
+            DeleteReason::NodeNotReady => "NodeNotReady",
+        }
+    }
+}
