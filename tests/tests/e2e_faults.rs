@@ -486,6 +486,9 @@ async fn one_members_full_volume_stops_only_that_member_and_it_recovers_once_fre
 
     let victim = faults::followers(env, ns, name).await.remove(0);
     let restarts = faults::restart_counts(env, ns, name).await;
+    // What "kept, not replaced" is checked against afterwards: the members and their claims.
+    let members_before = sorted(env.member_names(ns, name).await);
+    let claims_before = claim_uids(env, ns, name).await;
     workload.fault_started();
     let filled = faults::fill_volume(env, ns, &victim).await;
     eprintln!("filled {victim}'s volume with {} bytes", filled.bytes);
@@ -535,16 +538,52 @@ async fn one_members_full_volume_stops_only_that_member_and_it_recovers_once_fre
     let report = workload.finish().await;
     print(&report);
     assert!(report.acknowledged_during > 0, "{report:?}");
-    let members = env.member_names(ns, name).await;
-    eprintln!(
-        "after the full volume: members {members:?} ({victim} {})",
-        if members.contains(&victim) {
-            "kept"
-        } else {
-            "replaced"
-        }
+    // A full disk is not lost data: the member is kept with its claim, never replaced.
+    assert_eq!(
+        sorted(env.member_names(ns, name).await),
+        members_before,
+        "the members changed after {victim}'s full volume"
+    );
+    assert_eq!(
+        claim_uids(env, ns, name).await,
+        claims_before,
+        "a claim was replaced after {victim}'s full volume"
+    );
+    let replaced: Vec<String> = env
+        .all_events(ns)
+        .await
+        .into_iter()
+        .filter(|e| {
+            matches!(
+                e.reason.as_deref(),
+                Some("MemberRemoved" | "MemberReplaced")
+            )
+        })
+        .filter_map(|e| e.message)
+        .collect();
+    assert!(
+        replaced.is_empty(),
+        "members removed or replaced: {replaced:?}"
     );
     s.finish(name).await;
+}
+
+fn sorted(mut names: Vec<String>) -> Vec<String> {
+    names.sort();
+    names
+}
+
+/// The cluster's data claims, by name, with their UIDs (a claim deleted and created again under
+/// the same name has another UID).
+async fn claim_uids(env: &Env, ns: &str, name: &str) -> Vec<(String, String)> {
+    let mut claims: Vec<(String, String)> = env
+        .pvcs(ns, name)
+        .await
+        .iter()
+        .map(|c| (c.name_any(), c.uid().unwrap_or_default()))
+        .collect();
+    claims.sort();
+    claims
 }
 
 // ---------------------------------------------------------------------------------------------
