@@ -9,7 +9,7 @@ use api::v1alpha2::EtcdClusterSpec;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::{Api, ResourceExt};
 use tests::e2e::{condition, env, pod_ready, read_member_keys, spec, Env};
-use tests::harness::{eventually, eventually_every, seen};
+use tests::harness::{eventually, eventually_every, seen, throughout};
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(180);
@@ -481,12 +481,35 @@ async fn restore_from_a_missing_claim_is_held_with_a_condition_naming_the_claim(
             && message.contains(&ns),
         "{message}"
     );
-    let members = env.members(&ns, "restore").await;
-    assert_eq!(
-        members.len(),
-        1,
-        "only the seed exists while it cannot restore: {members:?}"
-    );
+    // The cluster writes its locked target (with this condition) just before it creates the
+    // seed: the seed comes, and no other member follows it while it cannot restore.
+    eventually_every(
+        &format!("{ns}/restore: the seed EtcdMember"),
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || async {
+            let n = env.members(&ns, "restore").await.len();
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(format!("{n} members"))
+            }
+        },
+    )
+    .await;
+    throughout(
+        Duration::from_secs(5),
+        Duration::from_millis(500),
+        || async {
+            let members = env.members(&ns, "restore").await;
+            assert_eq!(
+                members.len(),
+                1,
+                "only the seed exists while it cannot restore: {members:?}"
+            );
+        },
+    )
+    .await;
 }
 
 /// The Services are the operator's: an edit that would cut members or clients off is put back,
