@@ -20,7 +20,7 @@ use tokio::sync::{Mutex, MutexGuard, OnceCell};
 
 use crate::e2e::{condition, healthy, pod_ready};
 use crate::env::cert_manager::CertManager;
-use crate::env::ControlPlane;
+use crate::env::{ControlPlane, ControlPlaneBuilder};
 use crate::harness::{eventually_every, poll};
 use crate::helm::{chart_dir, Error, Helm};
 use crate::podrunner::PodRunner;
@@ -63,7 +63,15 @@ pub async fn installed() -> &'static Installed {
 
 impl Installed {
     pub async fn start() -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
-        let cp = ControlPlane::builder()
+        Self::start_with(ControlPlane::builder()).await
+    }
+
+    /// [`Installed::start`] on a control plane of `builder`'s shape (kube-controller-manager and
+    /// kube-scheduler added): e.g. one whose controllers act under another identity.
+    pub async fn start_with(
+        builder: ControlPlaneBuilder,
+    ) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        let cp = builder
             .with_controller_manager()
             .with_scheduler()
             .start()

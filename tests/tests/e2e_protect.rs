@@ -10,12 +10,15 @@
 //!   same object throughout) and its place in etcd: the operator re-creates the member on that
 //!   data under its etcd member ID, and the member's own data holds every key.
 //!
-//! The test control plane runs kube-controller-manager with the admin kubeconfig (user `admin`,
-//! `--use-service-account-credentials=false`), so its garbage collector deletes as `admin`, not
-//! as `system:serviceaccount:kube-system:generic-garbage-collector`: the protected install lists
-//! `admin` in `memberDeletionProtection.additionalAllowedUsers` (what a cluster whose controllers
-//! run under another identity does), and the user refused is `alice` of `system:masters`
-//! (impersonated): a cluster admin is refused like anyone.
+//! - On a control plane whose kube-controller-manager acts under an identity the chart does not
+//!   name (a distribution other than kubeadm's), deleting a protected EtcdCluster, with the
+//!   webhook on, still deletes every member and PVC: the cluster's cleanup finalizer deletes its
+//!   members as the operator, whatever the garbage collector's identity.
+//!
+//! The test control plane runs kube-controller-manager as kubeadm does (its own user, each
+//! controller under its own ServiceAccount), so its garbage collector deletes as
+//! `system:serviceaccount:kube-system:generic-garbage-collector`. The user refused is `alice` of
+//! `system:masters` (impersonated): a cluster admin is refused like anyone.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -30,9 +33,11 @@ use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tests::e2e::{member_view, read_member_keys};
+use tests::env::{ControlPlane, ControllerIdentity};
 use tests::harness::eventually_every;
 use tests::install::{installed, Installed, RELEASE, WEBHOOK};
 use tests::OrPanic;
+use tokio::sync::OnceCell;
 
 /// The etcd release the testbins build (the pod runner maps its image).
 const VERSION: &str = "3.6.16";
@@ -87,6 +92,21 @@ fn assert_names_break_glass(what: &str, output: &str, ns: &str, member: &str) {
         output.contains(&command),
         "{what}: the refusal does not name the break-glass command {command:?}:\n{output}"
     );
+}
+
+/// The chart with the webhook (helm-issued certificate) and the default protection, no user
+/// added; the policy rendered.
+async fn install_protected(env: &Installed) {
+    env.install(&["webhook.enabled=true", "webhook.certificate.mode=helm"])
+        .await
+        .or_panic();
+    env.wait_rolled_out(WEBHOOK, 2).await;
+    Api::<ValidatingAdmissionPolicy>::all(env.client())
+        .get(POLICY)
+        .await
+        .unwrap_or_else(|e| {
+            panic!("the chart rendered no ValidatingAdmissionPolicy {POLICY}: {e}")
+        });
 }
 
 /// Data PVCs carry no owner reference and their member's UID; the cluster its cleanup finalizer.
@@ -174,21 +194,7 @@ async fn a_user_cannot_delete_a_member_without_the_break_glass_and_the_cluster_s
     let env = installed().await;
     let _turn = env.turn().await;
     let client = env.client();
-    env.install(&[
-        "webhook.enabled=true",
-        "webhook.certificate.mode=helm",
-        // The test control plane's garbage collector (see the module doc).
-        "memberDeletionProtection.additionalAllowedUsers={admin}",
-    ])
-    .await
-    .or_panic();
-    env.wait_rolled_out(WEBHOOK, 2).await;
-    Api::<ValidatingAdmissionPolicy>::all(client.clone())
-        .get(POLICY)
-        .await
-        .unwrap_or_else(|e| {
-            panic!("the chart rendered no ValidatingAdmissionPolicy {POLICY}: {e}")
-        });
+    install_protected(env).await;
 
     let ns = env.namespace("protect").await;
     let keys = cluster_with_keys(env, &ns, "guarded").await;
@@ -387,5 +393,76 @@ async fn with_protection_off_a_deleted_member_keeps_its_pvc_and_comes_back_on_it
     env.check_keys(&ns, "open", &keys).await;
 
     delete_cluster_and_its_data(env, &ns, "open").await;
+    env.uninstall().await.or_panic();
+}
+
+/// A distribution's kube-controller-manager acting as one user the chart's protection does not
+/// name (not kubeadm's `system:kube-controller-manager` nor its per-controller ServiceAccounts).
+const OTHER_CONTROLLERS: &str = "distribution:kube-controller-manager";
+
+/// The chart installed on a control plane whose controllers act as [`OTHER_CONTROLLERS`]: its
+/// own environment, apart from [`installed`].
+async fn installed_elsewhere() -> &'static Installed {
+    static ENV: OnceCell<Installed> = OnceCell::const_new();
+    ENV.get_or_init(|| async {
+        Installed::start_with(
+            ControlPlane::builder()
+                .controller_identity(ControllerIdentity::User(OTHER_CONTROLLERS)),
+        )
+        .await
+        .or_panic()
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_protected_cluster_deletes_its_members_whatever_identity_the_garbage_collector_has(
+) {
+    let env = installed_elsewhere().await;
+    let _turn = env.turn().await;
+    // Protection on (the default) and no user added: the garbage collector, acting as
+    // OTHER_CONTROLLERS, is refused every EtcdMember deletion.
+    install_protected(env).await;
+    let client = env.client();
+
+    let ns = env.namespace("collected").await;
+    cluster_with_keys(env, &ns, "elsewhere").await;
+    assert_eq!(members(env, &ns, "elsewhere").await.len(), 3);
+    assert_eq!(claims(env, &ns, "elsewhere").await.len(), 3);
+
+    // The garbage collector's own attempt is refused (the policy names the user): the cluster
+    // still goes with its members, their Pods and their PVCs.
+    let (deleted, output) = {
+        let victim = members(env, &ns, "elsewhere").await[0].name_any();
+        let args = [
+            "delete",
+            "etcdmember",
+            victim.as_str(),
+            "-n",
+            ns.as_str(),
+            "--wait=false",
+            "--dry-run=server",
+            "--as",
+            OTHER_CONTROLLERS,
+            "--as-group=system:masters",
+        ];
+        let out = env.cp.kubectl(&args).await.or_panic();
+        (out.success, format!("{}{}", out.stdout, out.stderr))
+    };
+    assert!(
+        !deleted && output.contains(OTHER_CONTROLLERS),
+        "the protection let {OTHER_CONTROLLERS} delete a member, so this test shows nothing:\n{output}"
+    );
+    delete_cluster_and_its_data(env, &ns, "elsewhere").await;
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns)
+        .list(&selector("elsewhere"))
+        .await
+        .or_panic()
+        .items;
+    assert!(
+        pods.is_empty(),
+        "member Pods left after the cluster went: {:?}",
+        pods.iter().map(|p| p.name_any()).collect::<Vec<_>>()
+    );
     env.uninstall().await.or_panic();
 }

@@ -4,11 +4,17 @@
 //! cluster goes. Deleting an EtcdCluster deletes its data, as it always has; a deletion with
 //! `--cascade=orphan` keeps them, as it keeps every other dependent. Only this incarnation's
 //! claims go: those a previous cluster of the same name left (deleted with `--cascade=orphan`)
-//! carry its UID, or predate this cluster, and are kept. It touches PVCs and the cluster's
-//! finalizers only.
+//! carry its UID, or predate this cluster, and are kept.
+//!
+//! It also deletes the cluster's EtcdMembers itself, as the operator, instead of leaving them to
+//! the garbage collector alone: the member deletion protection lets the operator through on
+//! every distribution, while the garbage collector's identity differs from one to the next
+//! (kubeadm's is trusted by name; one the chart does not name would be refused, and the members
+//! with their Pods would stay forever). It touches PVCs, the cluster's own members and the
+//! cluster's finalizers only.
 
 use api::labels;
-use api::v1alpha2::EtcdCluster;
+use api::v1alpha2::{EtcdCluster, EtcdMember};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action as Requeue;
@@ -96,14 +102,50 @@ fn of_this_incarnation(claim: &PersistentVolumeClaim, cluster: &EtcdCluster) -> 
     }
 }
 
+/// The members this incarnation of the cluster controls (its UID in their controller owner
+/// reference: whom the garbage collector would delete with it) and not yet being deleted.
+pub(super) fn members_to_delete<'a>(
+    members: &'a [EtcdMember],
+    cluster: &EtcdCluster,
+) -> Vec<&'a EtcdMember> {
+    members
+        .iter()
+        .filter(|m| {
+            m.metadata.deletion_timestamp.is_none()
+                && cluster.uid().is_some()
+                && crate::controller_uid(*m) == cluster.uid()
+        })
+        .collect()
+}
+
 /// Whether the cluster's deletion asks to keep its dependents (`--cascade=orphan`).
 pub(super) fn orphaning(finalizers: &[String]) -> bool {
     finalizers.iter().any(|f| f == ORPHAN_FINALIZER)
 }
 
-/// The cluster is being deleted: delete its data PVCs (unless orphaning), then let it go. Its
-/// members' finalizers skip MemberRemove meanwhile (nothing is left to remove them from), and
-/// the member controller creates no claim for a cluster being deleted.
+/// Delete `object`, this one (preconditioned on its UID): `false` when it is gone already or its
+/// name now holds another object.
+async fn delete_this_one<K>(api: &Api<K>, object: &K) -> Result<bool, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: object.uid(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&object.name_any(), &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if matches!(e.code, 404 | 409) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The cluster is being deleted: delete its members and its data PVCs (unless orphaning), then
+/// let it go. Its members' finalizers skip MemberRemove meanwhile (nothing is left to remove
+/// them from), and the member controller creates no claim for a cluster being deleted.
 pub(super) async fn finalize(cluster: &EtcdCluster, ctx: &Context) -> Result<Requeue, Error> {
     if !cluster
         .finalizers()
@@ -115,6 +157,13 @@ pub(super) async fn finalize(cluster: &EtcdCluster, ctx: &Context) -> Result<Req
     let ns = cluster.namespace().ok_or(Error::NoNamespace)?;
     let name = cluster.name_any();
     if !orphaning(cluster.finalizers()) {
+        let members: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
+        let listed = members.list(&ListParams::default()).await?.items;
+        for member in members_to_delete(&listed, cluster) {
+            if delete_this_one(&members, member).await? {
+                tracing::info!(cluster = %name, member = %member.name_any(), "deleted a member with its cluster");
+            }
+        }
         let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
         let listed = pvcs
             .list(&ListParams::default().labels(&labels::cluster_selector(&name)))
@@ -130,19 +179,8 @@ pub(super) async fn finalize(cluster: &EtcdCluster, ctx: &Context) -> Result<Req
             if claim.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: claim.uid(),
-                    resource_version: None,
-                }),
-                ..Default::default()
-            };
-            match pvcs.delete(&claim.name_any(), &params).await {
-                Ok(_) => {
-                    tracing::info!(cluster = %name, pvc = %claim.name_any(), "deleted a data PVC with its cluster");
-                }
-                Err(kube::Error::Api(e)) if matches!(e.code, 404 | 409) => {}
-                Err(e) => return Err(e.into()),
+            if delete_this_one(&pvcs, claim).await? {
+                tracing::info!(cluster = %name, pvc = %claim.name_any(), "deleted a data PVC with its cluster");
             }
         }
     }
@@ -267,6 +305,43 @@ mod tests {
                 "data-c-new04"
             ]
         );
+    }
+
+    fn member(name: &str, owner: Option<&str>, deleting: bool) -> EtcdMember {
+        let mut m = EtcdMember::new(name, Default::default());
+        m.metadata.owner_references = owner.map(|uid| {
+            vec![OwnerReference {
+                kind: "EtcdCluster".into(),
+                name: "c".into(),
+                uid: uid.into(),
+                api_version: "etcd-operator.cozystack.io/v1alpha2".into(),
+                controller: Some(true),
+                ..Default::default()
+            }]
+        });
+        m.metadata.deletion_timestamp = deleting.then(|| Time(ts(200)));
+        m
+    }
+
+    #[test]
+    fn a_cluster_deletes_the_members_it_controls_and_no_other() {
+        let listed = vec![
+            member("c-aaaaa", Some("second"), false),
+            // Being deleted already: its finalizer is at work.
+            member("c-bbbbb", Some("second"), true),
+            // A member an earlier cluster of the same name left (deleted with --cascade=orphan):
+            // its owner reference is gone; or one a cluster of another UID controls.
+            member("c-ccccc", None, false),
+            member("c-ddddd", Some("first"), false),
+        ];
+        let names: Vec<String> = members_to_delete(&listed, &cluster("second", 100))
+            .iter()
+            .map(|m| m.name_any())
+            .collect();
+        assert_eq!(names, ["c-aaaaa"]);
+        let mut no_uid = cluster("second", 100);
+        no_uid.metadata.uid = None;
+        assert!(members_to_delete(&listed, &no_uid).is_empty());
     }
 
     #[test]

@@ -25,11 +25,12 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use rcgen::ExtendedKeyUsagePurpose;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::OnceCell;
 
 use super::logs;
-use super::pki::{Pki, FRONT_PROXY_CLIENT};
+use super::pki::{Leaf, Pki, FRONT_PROXY_CLIENT};
 pub(crate) use super::ports::free_port;
 use super::ports::listens;
 use super::process::{self, Process};
@@ -84,6 +85,22 @@ pub struct ControlPlaneBuilder {
     /// Run the node lifecycle and taint eviction controllers (see
     /// [`ControlPlaneBuilder::with_node_lifecycle`]).
     node_lifecycle: Option<NodeLifecycle>,
+    /// Who kube-controller-manager acts as (see [`ControlPlaneBuilder::controller_identity`]).
+    controller_identity: ControllerIdentity,
+}
+
+/// Who kube-controller-manager acts as.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ControllerIdentity {
+    /// As kubeadm runs it: the user `system:kube-controller-manager`, and each controller under
+    /// its own ServiceAccount in `kube-system` (`--use-service-account-credentials`): the garbage
+    /// collector deletes as `system:serviceaccount:kube-system:generic-garbage-collector`.
+    #[default]
+    Kubeadm,
+    /// Every controller as this one user of `system:masters`
+    /// (`--use-service-account-credentials=false`): a distribution whose controllers act under
+    /// an identity the operator's chart does not name.
+    User(&'static str),
 }
 
 impl ControlPlaneBuilder {
@@ -118,6 +135,12 @@ impl ControlPlaneBuilder {
     /// heartbeat keeping up on a loaded machine.
     pub fn with_node_lifecycle(mut self, lifecycle: NodeLifecycle) -> Self {
         self.node_lifecycle = Some(lifecycle);
+        self
+    }
+
+    /// Run kube-controller-manager as `identity` (default [`ControllerIdentity::Kubeadm`]).
+    pub fn controller_identity(mut self, identity: ControllerIdentity) -> Self {
+        self.controller_identity = identity;
         self
     }
 
@@ -293,7 +316,7 @@ impl ControlPlane {
         }
         if let Some(bin) = kcm_bin {
             let kcm = cp
-                .start_controller_manager(&bin, want.node_lifecycle)
+                .start_controller_manager(&bin, want.node_lifecycle, want.controller_identity)
                 .await?;
             cp.processes.push(kcm);
         }
@@ -516,12 +539,17 @@ impl ControlPlane {
         &self,
         bin: &Path,
         lifecycle: Option<NodeLifecycle>,
+        identity: ControllerIdentity,
     ) -> Result<Process, Error> {
         let service_account_key = self.pki.service_account_key_file.display();
         let mut controllers = CONTROLLERS.to_vec();
+        let (user, groups, own_accounts): (&str, &[&str], bool) = match identity {
+            ControllerIdentity::Kubeadm => ("system:kube-controller-manager", &[], true),
+            ControllerIdentity::User(user) => (user, &["system:masters"], false),
+        };
         let mut args = vec![
             "--leader-elect=false".into(),
-            "--use-service-account-credentials=false".into(),
+            format!("--use-service-account-credentials={own_accounts}"),
             format!("--service-account-private-key-file={service_account_key}"),
             format!("--root-ca-file={}", self.pki.serving_ca_file.display()),
         ];
@@ -531,7 +559,7 @@ impl ControlPlane {
         }
         args.push(format!("--controllers={}", controllers.join(",")));
         let kcm = self
-            .start_component(bin, "kube-controller-manager", "kcm-certs", &args)
+            .start_component(bin, "kube-controller-manager", (user, groups), &args)
             .await?;
         // Controllers are running once the serviceaccount controller has filled `default`.
         let api = Api::<ServiceAccount>::namespaced(self.client()?, "default");
@@ -557,24 +585,28 @@ impl ControlPlane {
         self.start_component(
             bin,
             "kube-scheduler",
-            "scheduler-certs",
+            ("system:kube-scheduler", &[]),
             &["--leader-elect=false".into()],
         )
         .await
     }
 
-    /// Start kube-controller-manager or kube-scheduler (`name`, logging to `<name>.log`) with the
-    /// admin kubeconfig, serving on a free port of 127.0.0.1 with its certificates in `cert_dir`
-    /// under the root, then `args`; wait until its `/healthz` answers, on another port if that
-    /// one was taken meanwhile.
+    /// Start kube-controller-manager or kube-scheduler (`name`, logging to `<name>.log`) as
+    /// kubeadm does: with a kubeconfig of its own (`<name>.kubeconfig` under the root, a client
+    /// certificate for `user` in `groups`) for the API, authentication and authorization,
+    /// serving on a free port of 127.0.0.1 with its certificates in `<name>-certs` under the
+    /// root, then `args`; wait until its `/healthz` answers, on another port if that one was
+    /// taken meanwhile.
     async fn start_component(
         &self,
         bin: &Path,
         name: &str,
-        cert_dir: &str,
+        (user, groups): (&str, &[&str]),
         args: &[String],
     ) -> Result<Process, Error> {
-        let kubeconfig = self.kubeconfig.display();
+        let kubeconfig = self.component_kubeconfig(name, user, groups)?;
+        let kubeconfig = kubeconfig.display();
+        let cert_dir = format!("{name}-certs");
         let mut last = None;
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port()?;
@@ -586,7 +618,7 @@ impl ControlPlane {
                 .arg(format!("--secure-port={port}"))
                 .arg(format!(
                     "--cert-dir={}",
-                    self.root.path().join(cert_dir).display()
+                    self.root.path().join(&cert_dir).display()
                 ))
                 .args(args);
             let log = self.log_dir.join(format!("{name}.log"));
@@ -598,6 +630,35 @@ impl ControlPlane {
             }
         }
         Err(last.unwrap_or_else(|| Error::Unsupported("no free port".into())))
+    }
+
+    /// A kubeconfig for `user` in `groups` (a client certificate the client CA signs), written
+    /// to `<name>.kubeconfig` under the root.
+    fn component_kubeconfig(
+        &self,
+        name: &str,
+        user: &str,
+        groups: &[&str],
+    ) -> Result<PathBuf, Error> {
+        let dir = self.root.path().join("pki");
+        let (cert, key) = self.pki.client_ca.sign(Leaf {
+            common_name: user,
+            organizations: groups,
+            sans: &[],
+            usages: &[ExtendedKeyUsagePurpose::ClientAuth],
+        })?;
+        let write = |file: String, pem: &str| -> Result<PathBuf, Error> {
+            let path = dir.join(file);
+            fs::write(&path, pem).map_err(Error::io(format!("writing {}", path.display())))?;
+            Ok(path)
+        };
+        let identity = serde_json::json!({
+            "client-certificate": write(format!("{name}.crt"), &cert)?,
+            "client-key": write(format!("{name}.key"), &key)?,
+        });
+        let path = self.root.path().join(format!("{name}.kubeconfig"));
+        write_kubeconfig_for(&path, &self.server_url, &self.pki, (user, identity), None)?;
+        Ok(path)
     }
 
     /// Wait until a component's own HTTPS `/healthz` on 127.0.0.1 answers `ok` (its serving

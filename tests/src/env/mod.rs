@@ -20,7 +20,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use cert_manager::CertManager;
-pub use control_plane::{ControlPlane, ControlPlaneBuilder, KubectlOutput, NodeLifecycle};
+pub use control_plane::{
+    ControlPlane, ControlPlaneBuilder, ControllerIdentity, KubectlOutput, NodeLifecycle,
+};
 pub use testbins::{
     Kubernetes, PartState, Testbins, CERT_MANAGER, CERT_MANAGER_CRDS, TESTBINS_ENV,
 };

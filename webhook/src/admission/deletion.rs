@@ -44,7 +44,9 @@ pub fn refusal(name: &str, namespace: &str, user: &str, policy: &Policy) -> Stri
          cluster. To remove members, lower the EtcdCluster's spec.replicas. To replace this \
          member on purpose (it is removed from etcd, its PVC deleted, a new member added), set \
          the break-glass annotation first: kubectl annotate etcdmember {name} -n {namespace} \
-         {ALLOW_DELETION_ANNOTATION}=true",
+         {ALLOW_DELETION_ANNOTATION}=true. If {user:?} is your distribution's garbage collector \
+         or namespace controller, add it to the chart's \
+         memberDeletionProtection.additionalAllowedUsers",
         controller = policy.controller_username,
     )
 }

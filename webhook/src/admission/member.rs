@@ -64,9 +64,12 @@ pub(super) const GARBAGE_COLLECTORS: [&str; 2] = [
 ];
 
 /// The garbage collector orphaning a member (`kubectl delete etcdcluster --cascade=orphan`)
-/// removes its owner reference and nothing else; denying it would hang that deletion.
-fn garbage_collector_orphans(req: &Request, user: &str) -> bool {
-    GARBAGE_COLLECTORS.contains(&user)
+/// removes its owner reference and nothing else; denying it would hang that deletion. A
+/// distribution whose garbage collector acts under another identity lists it in
+/// `memberDeletionProtection.additionalAllowedUsers` (`policy.deletion_allowed_users`), the same
+/// list that lets it delete members.
+fn garbage_collector_orphans(req: &Request, user: &str, policy: &Policy) -> bool {
+    (GARBAGE_COLLECTORS.contains(&user) || policy.deletion_allowed_users.iter().any(|u| u == user))
         && only_removes_from(req, "ownerReferences", |o| {
             o.metadata.owner_references.as_deref().unwrap_or_default()
         })
@@ -122,7 +125,7 @@ pub(super) fn guard_member(
     if user == policy.controller_username
         || only_releases_a_deleting_member(req)
         || super::deletion::only_touches_break_glass(req)
-        || garbage_collector_orphans(req, user)
+        || garbage_collector_orphans(req, user, policy)
         || migration_adoption(req, policy)
     {
         return response;

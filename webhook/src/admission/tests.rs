@@ -488,6 +488,21 @@ fn garbage_collector_may_orphan_a_member_and_nobody_else_may() {
         );
     }
     assert!(!member_update_by("alice", orphaned.clone(), owned.clone()).allowed);
+    // A distribution's garbage collector under another name, listed in
+    // memberDeletionProtection.additionalAllowedUsers.
+    let listed = Policy {
+        deletion_allowed_users: vec!["distribution:gc".into()],
+        ..Policy::default()
+    };
+    let by_listed = review(
+        "UPDATE",
+        "EtcdMember",
+        orphaned.clone(),
+        Some(owned.clone()),
+        "distribution:gc",
+    );
+    assert!(validate(&by_listed, &listed).allowed);
+    assert!(!validate(&by_listed, &Policy::default()).allowed);
     let mut orphaned_and_relabelled = orphaned;
     orphaned_and_relabelled["metadata"]["labels"] = json!({"team": "db"});
     assert!(
