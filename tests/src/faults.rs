@@ -95,6 +95,87 @@ fn named_leader(
         })
 }
 
+/// Wait until the members other than `old` (its etcd member ID `old_id`) agree on a leader that
+/// is not it, each asked on its own endpoint: the evidence that a fault on the old leader took
+/// effect. Returns the new leader's member ID; panics after `within`.
+pub async fn new_leader_among_the_others(
+    env: &Env,
+    ns: &str,
+    cluster: &str,
+    old: &str,
+    old_id: u64,
+    within: Duration,
+) -> u64 {
+    let others: Vec<Pod> = env
+        .pods(ns, cluster)
+        .await
+        .into_iter()
+        .filter(|p| p.name_any() != old)
+        .collect();
+    crate::harness::eventually_every(
+        &format!("{ns}/{cluster}: the members other than {old} to elect a new leader"),
+        within,
+        Duration::from_millis(250),
+        || async {
+            let mut leaders = Vec::new();
+            for p in &others {
+                leaders.push(crate::e2e::member_view(p).await.map(|v| v.leader));
+            }
+            match leaders.first() {
+                Some(Ok(first))
+                    if *first != 0
+                        && *first != old_id
+                        && leaders.iter().all(|l| l.as_ref() == Ok(first)) =>
+                {
+                    Ok(*first)
+                }
+                _ => Err(format!("leaders seen: {leaders:?}")),
+            }
+        },
+    )
+    .await
+}
+
+/// How long a member cut off from its peers gets to answer a probe of [`refuses_alone`].
+const ALONE_PROBE: Duration = Duration::from_secs(3);
+
+/// A member cut off from its peers (but not its clients) must serve nothing alone: on its own
+/// client endpoint, a linearizable read and a put with etcd's require-leader metadata (what
+/// `etcdctl` and Kubernetes send) each get an error or no answer within [`ALONE_PROBE`]. `Err`
+/// names what it served.
+pub async fn refuses_alone(pod: &Pod) -> Result<(), String> {
+    let name = pod.name_any();
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .ok_or_else(|| format!("Pod {name} has no IP"))?;
+    let options = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(ALONE_PROBE)
+        .with_timeout(ALONE_PROBE)
+        .with_require_leader(true);
+    let mut etcd = etcd_client::Client::connect([format!("http://{ip}:2379")], Some(options))
+        .await
+        .map_err(|e| {
+            format!("{name}: its client endpoint is unreachable, so the probe shows nothing: {e}")
+        })?;
+    let read = tokio::time::timeout(ALONE_PROBE, etcd.get("faults/alone-probe", None)).await;
+    if let Ok(Ok(r)) = read {
+        return Err(format!(
+            "{name} served a linearizable read alone (revision {:?})",
+            r.header().map(|h| h.revision())
+        ));
+    }
+    let put = tokio::time::timeout(ALONE_PROBE, etcd.put("faults/alone-probe", "x", None)).await;
+    if let Ok(Ok(r)) = put {
+        return Err(format!(
+            "{name} acknowledged a put alone (revision {:?})",
+            r.header().map(|h| h.revision())
+        ));
+    }
+    Ok(())
+}
+
 /// The current members that are not the leader, by name.
 pub async fn followers(env: &Env, ns: &str, cluster: &str) -> Vec<String> {
     let leader = leader(env, ns, cluster).await;

@@ -19,6 +19,7 @@ pub mod install;
 pub mod monitoring;
 pub mod operator;
 pub mod podrunner;
+pub mod quorum;
 pub mod recovery;
 pub mod rollout;
 pub mod tls;

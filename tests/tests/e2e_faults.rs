@@ -8,8 +8,7 @@
 //! `e2e_lifecycle`: the operator-crash tests kill and restart theirs. The control plane and the
 //! pod runner are shared by the binary.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use api::v1alpha2::{
@@ -29,6 +28,7 @@ use tests::faults;
 use tests::harness::{eventually_every, throughout};
 use tests::operator::{shared_env, Scope};
 use tests::podrunner::PodRunner;
+use tests::quorum;
 use tests::workload::{Report, Workload};
 use tests::OrPanic;
 
@@ -153,6 +153,19 @@ async fn sorted_members(env: &Env, ns: &str, name: &str) -> Vec<String> {
 // ---------------------------------------------------------------------------------------------
 // 4, 5, 6: a member cut off or frozen past the election timeout.
 
+/// How long the members left get to elect a leader once the old one is cut off or frozen: a few
+/// election timeouts on the loaded machine.
+const ELECTED: Duration = Duration::from_secs(30);
+
+/// The Pod of member `member` (named like its EtcdMember).
+async fn member_pod(env: &Env, ns: &str, cluster: &str, member: &str) -> Pod {
+    env.pods(ns, cluster)
+        .await
+        .into_iter()
+        .find(|p| p.name_any() == member)
+        .unwrap_or_else(|| panic!("{ns}/{member}: its Pod is gone"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follower_cut_off_past_the_election_timeout_rejoins_keeping_every_acknowledged_write() {
     let s = scope("cut-follower").await;
@@ -166,8 +179,15 @@ async fn follower_cut_off_past_the_election_timeout_rejoins_keeping_every_acknow
     tokio::time::sleep(BASELINE).await;
 
     let victim = faults::followers(env, ns, name).await.remove(0);
+    let victim_pod = member_pod(env, ns, name, &victim).await;
     workload.fault_started();
     let cut = faults::cut_member(env, ns, &victim).await;
+    // The cut took effect: the follower's own endpoint no longer answers.
+    let reached = tokio::time::timeout(Duration::from_secs(6), member_view(&victim_pod)).await;
+    assert!(
+        !matches!(reached, Ok(Ok(_))),
+        "{victim} still answers on its client endpoint after the cut: {reached:?}"
+    );
     // Two of three keep the quorum: writes go on while the follower is away.
     let during = workload.newest_revision();
     writes_flow(&workload, during, HOLD, "with a follower cut off").await;
@@ -199,42 +219,12 @@ async fn leader_cut_off_is_replaced_as_leader_and_the_operator_removes_nothing()
     tokio::time::sleep(BASELINE).await;
 
     let old = faults::leader(env, ns, name).await;
-    let old_pod = env
-        .pods(ns, name)
-        .await
-        .into_iter()
-        .find(|p| p.name_any() == old)
-        .unwrap_or_else(|| panic!("{ns}/{old}: the leader's Pod is gone"));
+    let old_pod = member_pod(env, ns, name, &old).await;
     let old_id = member_view(&old_pod).await.or_panic().member_id;
     workload.fault_started();
     let cut = faults::cut_member(env, ns, &old).await;
     // The two others elect a leader among themselves.
-    let others: Vec<Pod> = env
-        .pods(ns, name)
-        .await
-        .into_iter()
-        .filter(|p| p.name_any() != old)
-        .collect();
-    eventually_every(
-        "the two reachable members to elect a new leader",
-        Duration::from_secs(30),
-        Duration::from_millis(250),
-        || async {
-            let mut leaders = Vec::new();
-            for p in &others {
-                leaders.push(member_view(p).await.map(|v| v.leader));
-            }
-            let agreed = leaders
-                .iter()
-                .all(|l| l.as_ref().is_ok_and(|l| *l != 0 && *l != old_id));
-            if agreed {
-                Ok(())
-            } else {
-                Err(format!("leaders seen: {leaders:?}"))
-            }
-        },
-    )
-    .await;
+    faults::new_leader_among_the_others(env, ns, name, &old, old_id, ELECTED).await;
     let during = workload.newest_revision();
     writes_flow(
         &workload,
@@ -279,8 +269,13 @@ async fn leader_cut_off_from_its_peers_but_not_its_clients_serves_no_stale_read(
     // The old leader keeps answering clients: without its peers it must step down (check
     // quorum) and refuse, never serve a linearizable read or acknowledge a write alone.
     let old = faults::leader(env, ns, name).await;
+    let old_pod = member_pod(env, ns, name, &old).await;
+    let old_id = member_view(&old_pod).await.or_panic().member_id;
     workload.fault_started();
     let partition = faults::isolate_from_peers(env, ns, name, &old).await;
+    // The partition took effect: the majority elects a leader of its own, and the old one, which
+    // its clients still reach, refuses a linearizable read and a require-leader put.
+    faults::new_leader_among_the_others(env, ns, name, &old, old_id, ELECTED).await;
     let during = workload.newest_revision();
     writes_flow(
         &workload,
@@ -289,6 +284,9 @@ async fn leader_cut_off_from_its_peers_but_not_its_clients_serves_no_stale_read(
         "by the majority side",
     )
     .await;
+    faults::refuses_alone(&old_pod)
+        .await
+        .unwrap_or_else(|e| panic!("{old}, cut off from its peers: {e}"));
     tokio::time::sleep(HOLD).await;
     nothing_removed(env, ns, name, &members, &uids, "during the partition").await;
     partition.heal().await;
@@ -316,8 +314,14 @@ async fn leader_frozen_past_the_election_timeout_steps_down_and_catches_up_after
     tokio::time::sleep(BASELINE).await;
 
     let victim = faults::leader(env, ns, name).await;
+    let victim_id = member_view(&member_pod(env, ns, name, &victim).await)
+        .await
+        .or_panic()
+        .member_id;
     workload.fault_started();
     let frozen = faults::freeze_member(env, ns, &victim);
+    // The freeze took effect: the two others elect a leader of their own.
+    faults::new_leader_among_the_others(env, ns, name, &victim, victim_id, ELECTED).await;
     let during = workload.newest_revision();
     writes_flow(
         &workload,
@@ -346,9 +350,6 @@ async fn leader_frozen_past_the_election_timeout_steps_down_and_catches_up_after
 
 // ---------------------------------------------------------------------------------------------
 // 9: two members of five lost at once.
-
-/// etcd's member list as one member answered it: `(name, is_learner)` each.
-type MemberList = Vec<(String, bool)>;
 
 /// Delete a member's claim for good (its protection finalizer removed, as a storage admin
 /// force-deleting it would) and its Pod: the member's disk is gone.
@@ -395,23 +396,8 @@ async fn two_of_five_members_lost_at_once_are_replaced_while_the_quorum_serves()
         .named("9. two of five members' disks lost at once");
     tokio::time::sleep(BASELINE).await;
 
-    // etcd's member list through the healing, every change recorded.
-    let timeline: Arc<Mutex<Vec<MemberList>>> = Arc::default();
-    let sampler = {
-        let timeline = timeline.clone();
-        let ns = ns.to_string();
-        tokio::spawn(async move {
-            loop {
-                if let Ok(list) = faults::etcd_member_list(env, &ns, "l2").await {
-                    let mut t = timeline.lock().or_panic();
-                    if t.last() != Some(&list) {
-                        t.push(list);
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-        })
-    };
+    // etcd's member list and the Pods' readiness through the healing, every change recorded.
+    let sampler = quorum::watch(env.client(), ns, name);
 
     workload.fault_started();
     for v in &victims {
@@ -437,25 +423,26 @@ async fn two_of_five_members_lost_at_once_are_replaced_while_the_quorum_serves()
     s.wait_healthy(name, 5, HEAL).await;
     workload.fault_ended();
     tokio::time::sleep(BASELINE).await;
-    sampler.abort();
+    let (timeline, unanswered) = sampler.stop();
     let report = workload.finish().await;
     print(&report);
-    let timeline = timeline.lock().or_panic().clone();
-    for (i, list) in timeline.iter().enumerate() {
-        eprintln!("etcd members {i}: {list:?}");
+    for (i, sample) in timeline.iter().enumerate() {
+        eprintln!("quorum sample {i}: {sample:?}");
     }
     assert!(report.acknowledged_during > 0, "{report:?}");
+    assert!(
+        !timeline.is_empty(),
+        "no member list answered through the fault ({unanswered} samples unanswered)"
+    );
     // Only the lost members were removed: the three survivors are voters in every list etcd
-    // gave, and it never listed more than five voters.
-    for list in &timeline {
-        let voters: Vec<&str> = list
-            .iter()
-            .filter(|(_, learner)| !learner)
-            .map(|(n, _)| n.as_str())
-            .collect();
+    // gave, it never listed more than five voters, and a majority of them was Ready throughout.
+    for sample in &timeline {
         assert!(
-            survivors.iter().all(|s| voters.contains(&s.as_str())) && voters.len() <= 5,
-            "a survivor lost its vote, or too many voters: {list:?} (timeline {timeline:?})"
+            survivors.iter().all(|s| sample.voters.contains(s))
+                && sample.voters.len() <= 5
+                && sample.has_majority_ready(),
+            "a survivor lost its vote, too many voters, or no Ready majority: {sample:?} \
+             (timeline {timeline:?})"
         );
     }
     let listed = faults::etcd_member_list(env, ns, name).await.or_panic();
@@ -839,6 +826,61 @@ async fn operator_killed_mid_defrag_and_mid_snapshot_finishes_both() {
 // ---------------------------------------------------------------------------------------------
 // 13: a minor upgrade with a member killed in the middle.
 
+/// The rollout went one member at a time, from its Events: one `PodRestarted` per member, and
+/// each member's new Pod Ready (its Ready condition's transition) before the operator restarted
+/// the next (1 s of slack: Event times may be whole seconds).
+async fn one_at_a_time(env: &Env, ns: &str, cluster: &str) {
+    let mut restarts: Vec<(k8s_openapi::jiff::Timestamp, String)> = env
+        .all_events(ns)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("PodRestarted"))
+        .filter(|e| e.involved_object.kind.as_deref() == Some("EtcdMember"))
+        .filter_map(|e| {
+            let at = e
+                .event_time
+                .as_ref()
+                .map(|t| t.0)
+                .or(e.first_timestamp.as_ref().map(|t| t.0))?;
+            Some((at, e.involved_object.name.clone()?))
+        })
+        .collect();
+    restarts.sort();
+    let members: BTreeSet<String> = env.member_names(ns, cluster).await.into_iter().collect();
+    let restarted: Vec<&String> = restarts.iter().map(|(_, m)| m).collect();
+    assert_eq!(
+        restarted.len(),
+        members.len(),
+        "not one PodRestarted per member: {restarts:?}"
+    );
+    assert_eq!(
+        restarted.iter().cloned().cloned().collect::<BTreeSet<_>>(),
+        members,
+        "{restarts:?}"
+    );
+    let pods = env.pods(ns, cluster).await;
+    let ready_at = |member: &str| {
+        pods.iter()
+            .find(|p| p.name_any() == member)
+            .and_then(|p| p.status.as_ref()?.conditions.clone())
+            .and_then(|cs| {
+                cs.into_iter()
+                    .find(|c| c.type_ == "Ready" && c.status == "True")
+            })
+            .and_then(|c| c.last_transition_time)
+            .map(|t| t.0)
+            .unwrap_or_else(|| panic!("{member}'s Pod is not Ready"))
+    };
+    for pair in restarts.windows(2) {
+        let ((_, first), (next_at, next)) = (&pair[0], &pair[1]);
+        let ready = ready_at(first);
+        assert!(
+            ready <= *next_at + k8s_openapi::jiff::SignedDuration::from_secs(1),
+            "{next} was restarted at {next_at} before {first}'s new Pod was Ready ({ready}): {restarts:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minor_upgrade_with_a_member_killed_midway_completes_keeping_every_write() {
     let s = scope("upgrade-kill").await;
@@ -888,8 +930,32 @@ async fn minor_upgrade_with_a_member_killed_midway_completes_keeping_every_write
         },
     )
     .await;
+    let restarts_before = faults::restart_counts(env, ns, name).await;
+    let victim_uid = before.get(&victim).cloned();
     faults::kill_member(env, ns, &victim);
     eprintln!("killed {victim}'s etcd midway through the rollout");
+    // The SIGKILL took effect: the kubelet (the pod runner) restarted the victim's etcd in the
+    // same Pod, before the rollout replaced it.
+    eventually_every(
+        &format!("{victim}'s etcd restarted after the SIGKILL"),
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || async {
+            let pod = member_pod(env, ns, name, &victim).await;
+            let restarts = faults::restart_counts(env, ns, name).await;
+            match (pod.uid() == victim_uid, restarts.get(&victim)) {
+                (true, Some(n)) if Some(n) > restarts_before.get(&victim) => Ok(()),
+                (true, _) => Err(format!(
+                    "restart counts {restarts:?}, before {restarts_before:?}"
+                )),
+                (false, _) => panic!(
+                    "{victim}'s Pod was replaced before its killed etcd was seen restarted: \
+                     restart counts {restarts:?}"
+                ),
+            }
+        },
+    )
+    .await;
     let (fewest_ready, reasons) =
         tests::rollout::wait_rolled(env, ns, name, 3, &before, HEAL).await;
     workload.fault_ended();
@@ -897,6 +963,20 @@ async fn minor_upgrade_with_a_member_killed_midway_completes_keeping_every_write
     let report = workload.finish().await;
     print(&report);
     eprintln!("upgrade: fewest Ready {fewest_ready}, Progressing reasons {reasons:?}");
+    assert!(report.acknowledged_during > 0, "{report:?}");
+    // Every member runs 3.6.16, by etcd's own word.
+    for pod in env.pods(ns, name).await {
+        let mut etcd = tests::e2e::member_client(&pod).await.or_panic();
+        let status = etcd.status().await.or_panic();
+        assert_eq!(
+            status.version(),
+            "3.6.16",
+            "{} runs etcd {} after the upgrade",
+            pod.name_any(),
+            status.version()
+        );
+    }
+    one_at_a_time(env, ns, name).await;
     s.finish(name).await;
 }
 

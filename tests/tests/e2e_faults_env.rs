@@ -43,9 +43,10 @@ use tests::faults_env::{self, Stop};
 use tests::harness::{eventually, eventually_every, poll};
 use tests::operator::{shared_env, Operator, Scope};
 use tests::podrunner::PodRunner;
+use tests::quorum;
 use tests::rollout::{uids, wait_rolled};
 use tests::tls::{cm_create, renew};
-use tests::workload::{Report, Workload};
+use tests::workload::{Report, Workload, AVAILABLE_WRITE_GAP};
 use tests::OrPanic;
 use tokio::sync::OnceCell;
 
@@ -234,6 +235,7 @@ async fn apiserver_restarted_in_a_scale_step_and_in_a_rollout() {
     let (fewest_ready, reasons) = wait_rolled(&env, &ns, name, 5, &before, ROLL).await;
     workload.fault_ended();
     let report = workload.finish().await;
+    report.assert_available(AVAILABLE_WRITE_GAP);
     assert!(
         fewest_ready >= 4,
         "only {fewest_ready} of 5 Ready in the rollout"
@@ -275,6 +277,7 @@ async fn control_plane_etcd_restarted_in_a_scale_step() {
     env.wait_healthy(&ns, name, 5, HEAL).await;
     workload.fault_ended();
     let report = workload.finish().await;
+    report.assert_available(AVAILABLE_WRITE_GAP);
     voters(&env, &ns, name, 5).await;
     let after = env.member_ids(&ns, name).await;
     for (member, id) in &ids {
@@ -364,6 +367,8 @@ async fn a_member_on_a_node_gone_not_ready_is_replaced_without_losing_quorum() {
         .named("8 Node NotReady");
     tokio::time::sleep(Duration::from_secs(5)).await;
 
+    // etcd's member list and the member Pods' readiness through the fault, every change kept.
+    let sampler = quorum::watch(env.client(), &ns, name);
     workload.fault_started();
     let began = Instant::now();
     let not_ready = faults_env::node_not_ready(env.cp, &env.runner, &node)
@@ -391,8 +396,32 @@ async fn a_member_on_a_node_gone_not_ready_is_replaced_without_losing_quorum() {
     env.wait_healthy(&ns, name, 3, HEAL).await;
     workload.fault_ended();
     let healed = began.elapsed();
+    let (timeline, unanswered) = sampler.stop();
     let report = workload.finish().await;
+    report.assert_available(AVAILABLE_WRITE_GAP);
     voters(&env, &ns, name, 3).await;
+    // The quorum, measured: never more than the 3 voters asked for (the operator removes the
+    // unreachable member before it adds its replacement, docs/reliability.md), and a majority
+    // of the voters Ready in every sample; the timeline shows the victim's vote gone.
+    for (i, s) in timeline.iter().enumerate() {
+        eprintln!("quorum sample {i}: {s:?}");
+    }
+    assert!(
+        !timeline.is_empty(),
+        "no member list answered through the fault ({unanswered} samples unanswered)"
+    );
+    for s in &timeline {
+        assert!(
+            s.voters.len() <= 3 && s.has_majority_ready(),
+            "more than 3 voters, or no Ready majority of them: {s:?} (timeline {timeline:?})"
+        );
+    }
+    assert!(
+        timeline
+            .iter()
+            .any(|s| !s.voters.contains(&victim_member) && !s.learners.contains(&victim_member)),
+        "no sample shows {victim_member} out of etcd: {timeline:?}"
+    );
     let after = env.member_ids(&ns, name).await;
     assert!(
         after
@@ -557,6 +586,7 @@ async fn the_webhook_down_while_users_edit() {
     );
     workload.fault_ended();
     let report = workload.finish().await;
+    report.assert_available(AVAILABLE_WRITE_GAP);
     voters(env, &ns, name, 5).await;
     record(
         &format!(
@@ -701,6 +731,7 @@ async fn s3_down_in_the_middle_of_a_multipart_upload() {
         }
     };
     let report = workload.finish().await;
+    report.assert_available(AVAILABLE_WRITE_GAP);
     env.wait_healthy(&ns, name, 3, HEAL).await;
     record(
         &format!(
@@ -854,6 +885,7 @@ async fn cert_manager_down_while_a_certificate_renews() {
     serving(env, &ns, name, &pods, &new, Duration::from_secs(120)).await;
     workload.fault_ended();
     let report = workload.finish().await;
+    report.assert_available(AVAILABLE_WRITE_GAP);
     assert_eq!(
         uids(&env.pods(&ns, name).await),
         before,
@@ -923,6 +955,7 @@ async fn operator_restarted_with_another_image_repository_mid_rollout() {
     .await;
     workload.fault_ended();
     let report = workload.finish().await;
+    report.assert_available(AVAILABLE_WRITE_GAP);
     assert!(
         fewest_ready >= 2,
         "quorum lost: only {fewest_ready} of 3 Ready"

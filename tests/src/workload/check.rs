@@ -167,6 +167,8 @@ pub struct Figures {
     pub acknowledged: u64,
     /// Of `acknowledged`, the puts sent while the fault lasted (the cluster kept serving).
     pub acknowledged_during: u64,
+    /// Of `acknowledged`, the puts sent during each fault window of the history, in order.
+    pub acknowledged_per_fault: Vec<u64>,
     /// Unacknowledged puts by class.
     pub failed: BTreeMap<ErrorClass, u64>,
     /// Acknowledged writes missing or changed at the end.
@@ -401,6 +403,16 @@ fn figures(h: &History, acked: &[(&Attempt, i64)], lost: u64) -> Figures {
         .iter()
         .filter(|(a, _)| a.sent >= fault_start && a.sent < fault_end)
         .count() as u64;
+    let acknowledged_per_fault = h
+        .fault_windows
+        .iter()
+        .map(|(from, to)| {
+            acked
+                .iter()
+                .filter(|(a, _)| a.sent >= *from && a.sent < *to)
+                .count() as u64
+        })
+        .collect();
     let failed_reads = h
         .reads
         .iter()
@@ -420,6 +432,7 @@ fn figures(h: &History, acked: &[(&Attempt, i64)], lost: u64) -> Figures {
         attempted: h.attempts.len() as u64,
         acknowledged: acked.len() as u64,
         acknowledged_during,
+        acknowledged_per_fault,
         failed,
         lost,
         longest_write_gap,

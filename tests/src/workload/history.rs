@@ -20,9 +20,12 @@ pub struct History {
     /// The keys under the prefix as a linearizable read found them after the writer stopped:
     /// key → (value, mod revision).
     pub kept: BTreeMap<String, (String, i64)>,
-    /// When the fault started and ended (see `Workload::fault_started`).
+    /// When the (last) fault started and ended (see `Workload::fault_started`).
     pub fault_started: Option<Duration>,
     pub fault_ended: Option<Duration>,
+    /// Every fault's window, in order (a test may mark several); one still open when the writer
+    /// stopped ends at `ended`.
+    pub fault_windows: Vec<(Duration, Duration)>,
     /// When the writer stopped.
     pub ended: Duration,
 }

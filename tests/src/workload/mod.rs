@@ -40,7 +40,7 @@ pub use access::Access;
 pub use check::{Figures, Violation};
 use history::{Attempt, Read, Watched};
 pub use history::{ErrorClass, History, WatchOutcome};
-pub use report::Report;
+pub use report::{Report, AVAILABLE_WRITE_GAP};
 pub use rollback::{Rollback, RollbackFigures};
 use run::Shared;
 
@@ -55,7 +55,8 @@ pub struct Workload {
     label: String,
     target: Target,
     shared: Arc<Shared>,
-    fault: Mutex<(Option<Duration>, Option<Duration>)>,
+    /// Every fault's (start, end) as marked, in order.
+    fault: Mutex<Vec<(Duration, Option<Duration>)>>,
     stop_clients: watch::Sender<bool>,
     stop_watcher: watch::Sender<bool>,
     writer: JoinHandle<Vec<Attempt>>,
@@ -151,7 +152,7 @@ impl Workload {
                 wall_start: Timestamp::now(),
             },
             shared,
-            fault: Mutex::new((None, None)),
+            fault: Mutex::new(Vec::new()),
             stop_clients,
             stop_watcher,
             writer,
@@ -167,16 +168,22 @@ impl Workload {
         self
     }
 
-    /// Marks the fault's start and end, for the before/during latency figures.
+    /// Marks a fault's start and end: the before/during latency figures are of the last fault;
+    /// the writes acknowledged during each fault are counted apart
+    /// ([`Report::acknowledged_per_fault`]). A start while a fault is open is ignored.
     pub fn fault_started(&self) {
         if let Ok(mut f) = self.fault.lock() {
-            f.0 = Some(self.shared.started.elapsed());
+            if f.last().is_none_or(|(_, end)| end.is_some()) {
+                f.push((self.shared.started.elapsed(), None));
+            }
         }
     }
 
     pub fn fault_ended(&self) {
         if let Ok(mut f) = self.fault.lock() {
-            f.1 = Some(self.shared.started.elapsed());
+            if let Some((_, end @ None)) = f.last_mut() {
+                *end = Some(self.shared.started.elapsed());
+            }
         }
     }
 
@@ -260,7 +267,15 @@ impl Workload {
         sync.abort();
 
         let kept = target.read_back().await;
-        let (fault_started, fault_ended) = fault.lock().map(|f| *f).unwrap_or_default();
+        let marked = fault.lock().map(|f| f.clone()).unwrap_or_default();
+        let (fault_started, fault_ended) = marked
+            .last()
+            .map(|(start, end)| (Some(*start), *end))
+            .unwrap_or_default();
+        let fault_windows = marked
+            .iter()
+            .map(|(start, end)| (*start, end.unwrap_or(ended)))
+            .collect();
         let history = History {
             prefix: target.prefix.clone(),
             attempts,
@@ -269,6 +284,7 @@ impl Workload {
             kept,
             fault_started,
             fault_ended,
+            fault_windows,
             ended,
         };
         (label, target, history)

@@ -68,6 +68,7 @@ fn clean(n: u64) -> History {
         kept,
         fault_started: None,
         fault_ended: None,
+        fault_windows: Vec::new(),
         ended: ms(20 * n),
     }
 }
@@ -358,6 +359,16 @@ fn latency_before_and_during_the_fault_are_apart() {
     assert_eq!(f.p99_before, ms(5));
     assert_eq!(f.p99_during, ms(300));
     assert_eq!(f.acknowledged_during, 3);
+}
+
+#[test]
+fn writes_acknowledged_in_each_fault_window_are_counted_apart() {
+    // Puts sent every 20 ms from 0 to 180 ms; two faults, the second with no put in it.
+    let mut h = clean(10);
+    h.fault_windows = vec![(ms(30), ms(90)), (ms(182), ms(200))];
+    assert_eq!(check(&h).figures.acknowledged_per_fault, vec![3, 0]);
+    h.fault_windows.clear();
+    assert!(check(&h).figures.acknowledged_per_fault.is_empty());
 }
 
 #[test]

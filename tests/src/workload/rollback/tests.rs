@@ -73,6 +73,7 @@ fn rolled_back() -> (History, Rollback) {
         kept: Default::default(),
         fault_started: Some(ms(200)),
         fault_ended: Some(ms(300)),
+        fault_windows: vec![(ms(200), ms(300))],
         ended: ms(400),
     };
     for i in (0..5).chain(15..20) {
