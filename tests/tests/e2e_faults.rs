@@ -476,6 +476,12 @@ async fn one_members_full_volume_stops_only_that_member_and_it_recovers_once_fre
     // What "kept, not replaced" is checked against afterwards: the members and their claims.
     let members_before = sorted(env.member_names(ns, name).await);
     let claims_before = claim_uids(env, ns, name).await;
+    let others: Vec<String> = members_before
+        .iter()
+        .filter(|m| **m != victim)
+        .cloned()
+        .collect();
+    let sampler = quorum::watch(env.client(), ns, name);
     workload.fault_started();
     let filled = faults::fill_volume(env, ns, &victim).await;
     eprintln!("filled {victim}'s volume with {} bytes", filled.bytes);
@@ -521,10 +527,24 @@ async fn one_members_full_volume_stops_only_that_member_and_it_recovers_once_fre
     workload.fault_ended();
 
     s.wait_healthy(name, 3, HEAL).await;
+    let (timeline, unanswered) = sampler.stop();
     tokio::time::sleep(BASELINE).await;
     let report = workload.finish().await;
     print(&report);
     assert!(report.acknowledged_during > 0, "{report:?}");
+    // Only the full member stopped: the two others were voters and Ready in every sample.
+    assert!(
+        !timeline.is_empty(),
+        "no member list answered through the fault ({unanswered} samples unanswered)"
+    );
+    for sample in &timeline {
+        assert!(
+            others
+                .iter()
+                .all(|o| sample.voters.contains(o) && sample.ready.contains(o)),
+            "{others:?} not both Ready voters: {sample:?} (timeline {timeline:?})"
+        );
+    }
     // A full disk is not lost data: the member is kept with its claim, never replaced.
     assert_eq!(
         sorted(env.member_names(ns, name).await),
