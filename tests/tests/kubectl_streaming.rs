@@ -1,9 +1,11 @@
-//! `kubectl exec`, `kubectl cp` and `kubectl port-forward` against etcd member Pods run by the pod
-//! runner, through a real kube-apiserver, with the real kubectl: the runbook's commands as
-//! written (`kubectl exec -n <ns> "$POD" -- etcdctl --endpoints=http://localhost:2379 ...`, the
-//! leader recipe through jq ending in `kubectl logs`, `mount | grep /var/lib/etcd` on a Memory
-//! member, `kubectl cp ./dir <ns>/<pod>:/tmp/cli`), exit codes, stdin, port-forward for the host's
-//! etcdctl, and exec'd processes ending with their Pod or runner.
+//! `kubectl exec` and `kubectl port-forward` against etcd member Pods run by the pod runner,
+//! through a real kube-apiserver, with the real kubectl: the runbook's commands as written
+//! (`kubectl exec -n <ns> "$POD" -- etcdctl --endpoints=http://localhost:2379 ...`, the leader
+//! recipe through jq ending in `kubectl logs`, a Memory member's medium read from its Pod), exit
+//! codes, stdin, port-forward for the host's etcdctl, and exec'd processes ending with their Pod
+//! or runner. A member holds what the official etcd image holds (`etcd`, `etcdctl`, `etcdutl`):
+//! a shell, `mount`, `cat`, `ls` or `tar` (so `kubectl cp`) inside it fails as on a real node;
+//! shell-level checks (exit codes, a terminal) run in a tools Pod.
 //!
 //! Each path the streams can take to the kubelet is exercised and checked in the runner's record
 //! of what arrived: kubectl's WebSocket passed through by a 1.37 apiserver to a Node declaring
@@ -479,91 +481,86 @@ async fn runbook_etcdctl_commands_run_inside_a_member_over_websocket_and_spdy() 
     );
 }
 
+/// What a member Pod holds: only `etcd`, `etcdctl` and `etcdutl`, as the official images. The
+/// commands the runbooks of other operators run inside a member fail with the runtime's message,
+/// and `kubectl cp` (which runs `tar` in the container) fails too.
 #[tokio::test]
-async fn memory_member_data_dir_is_a_tmpfs_inside_the_member() {
+async fn a_member_holds_only_the_etcd_binaries_as_the_official_image() {
     let s = suite().await;
     let ns = &s.ns;
     for env in [&[][..], &[SPDY_EXEC][..]] {
-        let out = s
+        for command in [
+            "sh -c true",
+            "mount",
+            "cat /etc/hostname",
+            "ls /",
+            "tar --version",
+        ] {
+            let ran = s
+                .shell
+                .run(&format!("kubectl exec -n {ns} etcd-0 -- {command}"), env)
+                .await;
+            let program = command.split(' ').next().unwrap_or_default();
+            assert!(
+                ran.code != Some(0)
+                    && ran
+                        .stderr
+                        .contains(&format!("\"{program}\": executable file not found")),
+                "{env:?}: `{command}` ran inside a member: {ran:?}"
+            );
+        }
+        let version = s
             .shell
             .ok(
-                &format!("kubectl exec -n {ns} etcd-1 -- mount | grep /var/lib/etcd"),
+                &format!("kubectl exec -n {ns} etcd-0 -- etcdutl version"),
                 env,
             )
             .await;
-        let line = out.lines().next().unwrap_or_default();
-        assert!(
-            line.starts_with("tmpfs on /var/lib/etcd type tmpfs"),
-            "{out}"
-        );
+        assert!(version.contains("etcdutl version:"), "{version}");
     }
-}
-
-#[tokio::test]
-async fn kubectl_cp_stages_a_directory_in_the_member_and_it_reads_back() {
-    let s = suite().await;
-    let ns = &s.ns;
-    let source = s.cp.root().join("cp-source");
-    let dir = source.join("client-cert-dir");
-    std::fs::create_dir_all(&dir).or_panic();
-    let cert = format!("-----BEGIN CERTIFICATE-----\n{}\n", ns.repeat(40));
-    std::fs::write(dir.join("tls.crt"), &cert).or_panic();
-    std::fs::write(dir.join("tls.key"), "key material\n").or_panic();
-    let source = source.display().to_string();
-    for (env, target) in [(&[][..], "/tmp/cli"), (&[SPDY_EXEC][..], "/tmp/cli-spdy")] {
-        s.shell
-            .ok(
-                &format!("cd {source} && kubectl cp ./client-cert-dir \"{ns}/etcd-0:{target}\""),
-                env,
-            )
-            .await;
-        let back = s
-            .shell
-            .ok(
-                &format!("kubectl exec -n {ns} etcd-0 -- cat {target}/tls.crt"),
-                env,
-            )
-            .await;
-        assert_eq!(back, cert);
-        let listing = s
-            .shell
-            .ok(&format!("kubectl exec -n {ns} etcd-0 -- ls {target}"), env)
-            .await;
-        assert_eq!(listing, "tls.crt\ntls.key\n");
-    }
-    // The staged files are the member's own (its /tmp), not the host's or another member's.
-    let other = s
+    let source = s.cp.root().join("cp-refused");
+    std::fs::create_dir_all(source.join("client-cert-dir")).or_panic();
+    let copied = s
         .shell
-        .run(&format!("kubectl exec -n {ns} etcd-2 -- ls /tmp/cli"), &[])
-        .await;
-    assert_ne!(other.code, Some(0), "{other:?}");
-    assert!(
-        std::fs::read_to_string("/tmp/cli/tls.crt").map_or(true, |t| t != cert),
-        "kubectl cp wrote into the host's /tmp"
-    );
-    // And the way back: tar out of the member.
-    let back = s.cp.root().join("cp-back");
-    s.shell
-        .ok(
-            &format!("kubectl cp \"{ns}/etcd-0:/tmp/cli\" {}", back.display()),
+        .run(
+            &format!(
+                "cd {} && kubectl cp ./client-cert-dir \"{ns}/etcd-0:/tmp/cli\"",
+                source.display()
+            ),
             &[],
         )
         .await;
-    assert_eq!(
-        std::fs::read_to_string(back.join("tls.crt")).or_panic(),
-        cert
-    );
+    assert_ne!(copied.code, Some(0), "kubectl cp into a member: {copied:?}");
+}
+
+/// Whether a member keeps its data in memory: its Pod says so (`medium: Memory` on the `data`
+/// volume), the way that works with the official image (no `mount` inside it).
+#[tokio::test]
+async fn a_memory_members_medium_shows_in_its_pod() {
+    let s = suite().await;
+    let ns = &s.ns;
+    let medium = s
+        .shell
+        .ok(
+            &format!(
+                "kubectl get pod etcd-1 -n {ns} -o jsonpath='{{.spec.volumes[?(@.name==\"data\")].emptyDir.medium}}'"
+            ),
+            &[],
+        )
+        .await;
+    assert_eq!(medium, "Memory");
 }
 
 #[tokio::test]
 async fn exit_codes_stderr_and_stdin_reach_kubectl() {
     let s = suite().await;
     let ns = &s.ns;
+    let tools = tools_pod(s.cp, "exit", "shell", "sleep 3600").await;
     for env in [&[][..], &[SPDY_EXEC][..]] {
         let ran = s
             .shell
             .run(
-                &format!("kubectl exec -n {ns} etcd-0 -- sh -c 'echo out; echo err >&2; exit 3'"),
+                &format!("kubectl exec -n {tools} shell -- sh -c 'echo out; echo err >&2; exit 3'"),
                 env,
             )
             .await;
@@ -575,14 +572,24 @@ async fn exit_codes_stderr_and_stdin_reach_kubectl() {
             "{ran:?}"
         );
 
-        let echoed = s
+        // stdin into a member: `etcdctl put <key>` without a value reads it from stdin.
+        put_through_stdin(&s.shell, ns, "etcd-0", env).await;
+
+        // etcdctl's own failure: its exit code and message come through.
+        let refused = s
             .shell
-            .ok(
-                &format!("printf 'line one\\nline two\\n' | kubectl exec -i -n {ns} etcd-0 -- cat"),
+            .run(
+                &format!("kubectl exec -n {ns} etcd-0 -- {UNREACHABLE}"),
                 env,
             )
             .await;
-        assert_eq!(echoed, "line one\nline two\n");
+        assert_eq!(refused.code, Some(1), "{refused:?}");
+        assert!(
+            refused
+                .stderr
+                .contains("command terminated with exit code 1"),
+            "{refused:?}"
+        );
 
         let missing = s
             .shell
@@ -599,6 +606,32 @@ async fn exit_codes_stderr_and_stdin_reach_kubectl() {
             "{missing:?}"
         );
     }
+}
+
+/// An etcdctl call that fails (nothing listens on port 1): exit code 1.
+const UNREACHABLE: &str =
+    "etcdctl --endpoints=http://localhost:1 --dial-timeout=1s --command-timeout=2s get x";
+
+/// `printf ... | kubectl exec -i <pod> -- etcdctl put <key>` (the value from stdin) and read back.
+async fn put_through_stdin(shell: &Shell, ns: &str, pod: &str, env: &[(&str, &str)]) {
+    let key = format!("stdin-{}", env.len());
+    shell
+        .ok(
+            &format!(
+                "printf 'line one\\nline two\\n' | kubectl exec -i -n {ns} {pod} -- etcdctl --endpoints=http://localhost:2379 put {key}"
+            ),
+            env,
+        )
+        .await;
+    let back = shell
+        .ok(
+            &format!(
+                "kubectl exec -n {ns} {pod} -- etcdctl --endpoints=http://localhost:2379 get {key} --print-value-only"
+            ),
+            env,
+        )
+        .await;
+    assert_eq!(back, "line one\nline two\n\n");
 }
 
 #[tokio::test]
@@ -763,24 +796,32 @@ async fn apiserver_translates_websocket_to_spdy_for_a_node_without_websocket_str
     );
 }
 
-/// `kubectl exec -i <pod> -- sh -c 'read line # <marker>'`: a command that waits on its stdin
-/// (held open here), started and seen running; returns kubectl and the command's argv.
+/// `kubectl exec <pod> -- etcdctl ... watch <marker>`: a command that runs until stopped (a
+/// member has no shell), started and seen running; returns kubectl and the command's argv.
 async fn waiting_exec(shell: &Shell, ns: &str, pod: &str) -> (tokio::process::Child, Vec<String>) {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let marker = format!(
-        "read line # {}-{}",
+        "waiting-{}-{}",
         std::process::id(),
         N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
     );
+    let argv: Vec<String> = [
+        "etcdctl",
+        "--endpoints=http://localhost:2379",
+        "watch",
+        &marker,
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
     let kubectl = shell
         .command(
-            &format!("exec kubectl exec -i -n {ns} {pod} -- sh -c '{marker}'"),
+            &format!("exec kubectl exec -n {ns} {pod} -- {}", argv.join(" ")),
             &[],
         )
         .stdin(Stdio::piped())
         .spawn()
         .or_panic();
-    let argv = vec!["sh".to_string(), "-c".to_string(), marker];
     eventually(
         "the exec'd command running",
         Duration::from_secs(30),
@@ -828,7 +869,7 @@ async fn exec_processes_end_with_their_pod() {
 /// built, so this runs without kube-controller-manager and kube-scheduler: one member pinned to
 /// the runner's Node, on localhost, the `default` ServiceAccount made by hand.
 #[tokio::test]
-async fn kubectl_exec_cp_and_port_forward_against_kubernetes_1_29() {
+async fn kubectl_exec_and_port_forward_against_kubernetes_1_29() {
     // The 1.29 apiserver must be built: missing or recorded as unbuildable fails with the reason.
     let bins = Testbins::from_env().or_panic();
     bins.part_dir(Kubernetes::V1_29.part()).or_panic();
@@ -857,35 +898,12 @@ async fn kubectl_exec_cp_and_port_forward_against_kubernetes_1_29() {
             health.contains("http://127.0.0.1:2379 is healthy"),
             "{health}"
         );
-        let mount = shell
-            .ok(
-                &format!("kubectl exec -n {ns} solo -- mount | grep /var/lib/etcd"),
-                env,
-            )
-            .await;
-        assert!(
-            mount.starts_with("tmpfs on /var/lib/etcd type tmpfs"),
-            "{mount}"
-        );
         let ran = shell
-            .run(&format!("kubectl exec -n {ns} solo -- sh -c 'exit 7'"), env)
+            .run(&format!("kubectl exec -n {ns} solo -- {UNREACHABLE}"), env)
             .await;
-        assert_eq!(ran.code, Some(7), "{ran:?}");
+        assert_eq!(ran.code, Some(1), "{ran:?}");
+        put_through_stdin(&shell, &ns, "solo", env).await;
     }
-    let source = cp.root().join("cp-source");
-    let dir = source.join("client-cert-dir");
-    std::fs::create_dir_all(&dir).or_panic();
-    std::fs::write(dir.join("tls.crt"), "old apiserver\n").or_panic();
-    let back = shell
-        .ok(
-            &format!(
-                "cd {} && kubectl cp ./client-cert-dir \"{ns}/solo:/tmp/cli\" && kubectl exec -n {ns} solo -- cat /tmp/cli/tls.crt",
-                source.display()
-            ),
-            &[],
-        )
-        .await;
-    assert_eq!(back, "old apiserver\n");
     for env in [&[][..], &[SPDY_PORT_FORWARD][..]] {
         let local = free_port();
         let mut forward = port_forward(&shell, &ns, "solo", local, env).await;

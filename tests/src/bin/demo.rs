@@ -445,7 +445,7 @@ fn print_banner(
         "  LEADER=$({k} exec -n {ns} \"$POD\" -- etcdctl --endpoints=http://localhost:2379 endpoint status --cluster -w json \\\n      | jq -r '.[] | select(.Status.leader == .Status.header.member_id) | .Endpoint' | sed 's|http://||;s|:.*||;s|\\..*||')"
     );
     println!("  {k} logs -n {ns} \"$LEADER\" --tail=200");
-    println!("  {k} exec -n {ns} \"$POD\" -- mount | grep /var/lib/etcd");
+    println!("  {k} get pod -n {ns} \"$POD\" -o jsonpath='{{.spec.volumes[?(@.name==\"data\")]}}'");
     println!(
         "  {k} exec -n {ns} \"$POD\" -- etcdctl --endpoints=http://localhost:2379 put hello world"
     );

@@ -5,7 +5,9 @@
 //! own image, built by `make test-image`; unpacked by [`super::unpack`] and run with its
 //! entrypoint, command, environment, user and working directory) or to a directory of executables
 //! (the etcd builds in the testbins cache, the host's `/bin` tools), which becomes the container's
-//! `PATH`. Anything else fails the way a missing image or binary fails on a real node, loudly and
+//! `PATH`. An etcd image holds what the official one holds (`etcd`, `etcdctl`, `etcdutl`) and
+//! nothing else: no shell, `tar`, `mount`, `cat` or `ls`, so a command that would fail inside a
+//! real member fails here too. Anything else fails the way a missing image or binary fails on a real node, loudly and
 //! with the known mappings in the message.
 
 use std::os::unix::fs::PermissionsExt;
@@ -22,13 +24,6 @@ pub const DEFAULT_ETCD_REPOSITORIES: &[&str] = &[
 
 /// Where image directories appear inside containers.
 pub const IMAGE_BIN: &str = "/usr/local/bin";
-
-/// Where the etcd images' tools ([`ETCD_IMAGE_TOOLS`]) appear inside containers.
-pub const IMAGE_TOOLS: &str = "/usr/local/sbin";
-
-/// What the runbook runs inside an etcd member besides `etcdctl`: a shell, `mount` (is the data
-/// directory a tmpfs?), `tar` (`kubectl cp`), `cat` and `ls`. The host's own, mapped in.
-pub const ETCD_IMAGE_TOOLS: &[&str] = &["sh", "mount", "tar", "cat", "ls"];
 
 /// Image names (last path segment, any registry, any tag) served by the host's own tools.
 pub const DEFAULT_TOOLS_IMAGES: &[&str] = &["busybox", "test-tools"];
@@ -51,8 +46,6 @@ pub enum ImageRule {
         repositories: Vec<String>,
         minor: String,
         dir: PathBuf,
-        /// A directory of links to the host's [`ETCD_IMAGE_TOOLS`], mounted at [`IMAGE_TOOLS`].
-        tools: Option<PathBuf>,
     },
     /// One image, by full reference; a reference without a tag matches every tag of that repository.
     Exact {
@@ -213,27 +206,20 @@ impl ImageMap {
                     repositories,
                     minor,
                     dir,
-                    tools,
                 } => {
                     if repositories
                         .iter()
                         .any(|r| normalize_repository(r) == repository)
                         && tag_is_minor(tag, minor)
                     {
-                        let mut path = vec![dir.clone()];
-                        let mut mount_at = vec![PathBuf::from(IMAGE_BIN)];
-                        if let Some(tools) = tools {
-                            path.push(tools.clone());
-                            mount_at.push(PathBuf::from(IMAGE_TOOLS));
-                        }
                         return Ok(ResolvedImage {
                             image: image.to_string(),
-                            path,
+                            path: vec![dir.clone()],
                             entrypoint: Vec::new(),
                             // The published etcd images: `CMD ["/usr/local/bin/etcd"]`.
                             cmd: vec!["/usr/local/bin/etcd".to_string()],
                             host_paths: false,
-                            mount_at,
+                            mount_at: vec![PathBuf::from(IMAGE_BIN)],
                             image_id: format!("local://{}", dir.display()),
                             ..ResolvedImage::default()
                         });
@@ -306,16 +292,10 @@ impl ImageMap {
                     repositories,
                     minor,
                     dir,
-                    tools,
                 } => format!(
-                    "{{{}}}:v{minor}.* -> {}{}",
+                    "{{{}}}:v{minor}.* -> {} (etcd, etcdctl, etcdutl only)",
                     repositories.join(","),
                     dir.display(),
-                    if tools.is_some() {
-                        format!(" (+ host {})", ETCD_IMAGE_TOOLS.join(", "))
-                    } else {
-                        String::new()
-                    }
                 ),
                 ImageRule::Exact { image, dir, .. } => {
                     format!("{image} -> {}", dir.display())
@@ -330,26 +310,6 @@ impl ImageMap {
             .collect::<Vec<_>>()
             .join("; ")
     }
-}
-
-/// Make `dir` a directory of links to the host's [`ETCD_IMAGE_TOOLS`] (those it has).
-pub fn link_etcd_image_tools(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
-    for tool in ETCD_IMAGE_TOOLS {
-        let link = dir.join(tool);
-        if std::fs::symlink_metadata(&link).is_ok() {
-            continue;
-        }
-        if let Some(host) = TOOLS_PATH
-            .iter()
-            .map(|d| Path::new(d).join(tool))
-            .find(|p| is_executable(p))
-        {
-            std::os::unix::fs::symlink(host, link)?;
-        }
-    }
-    Ok(())
 }
 
 pub(super) fn is_executable(path: &Path) -> bool {
@@ -458,7 +418,6 @@ mod tests {
                     .collect(),
                 minor: "3.6".into(),
                 dir: dir.join("etcd-3.6"),
-                tools: None,
             },
             ImageRule::Etcd {
                 repositories: DEFAULT_ETCD_REPOSITORIES
@@ -467,7 +426,6 @@ mod tests {
                     .collect(),
                 minor: "3.5".into(),
                 dir: dir.join("etcd-3.5"),
-                tools: None,
             },
             ImageRule::Exact {
                 image: "etcd-operator:test".into(),
@@ -550,31 +508,13 @@ mod tests {
         assert!(err.contains("\"/bin/sh\""), "{err}");
         assert!(resolve_command(&image, "sh").is_err());
 
-        let linked = dir.path().join("tools");
-        link_etcd_image_tools(&linked).unwrap();
-        let with_tools = ImageMap::new(vec![ImageRule::Etcd {
-            repositories: vec!["quay.io/coreos/etcd".into()],
-            minor: "3.6".into(),
-            dir: bin.clone(),
-            tools: Some(linked.clone()),
-        }])
-        .resolve("quay.io/coreos/etcd:v3.6.0")
-        .unwrap();
-        assert_eq!(with_tools.path_env(), "/usr/local/bin:/usr/local/sbin");
-        for tool in ["sh", "/bin/sh", "tar", "mount"] {
-            let found = resolve_command(&with_tools, tool).unwrap();
-            assert_eq!(found.parent(), Some(linked.as_path()), "{tool}");
-            let name = found.file_name().unwrap();
-            assert_eq!(
-                with_tools.in_container(&found),
-                Path::new("/usr/local/sbin").join(name)
-            );
+        // The official images hold no shell or tools: what a runbook runs inside a real member
+        // fails here as there.
+        for tool in ["sh", "/bin/sh", "tar", "mount", "cat", "ls"] {
+            let err = resolve_command(&image, tool).unwrap_err();
+            assert!(err.contains("executable file not found"), "{tool}: {err}");
         }
-        assert_eq!(
-            with_tools.in_container(&resolve_command(&with_tools, "etcdctl").unwrap()),
-            Path::new("/usr/local/bin/etcdctl")
-        );
-        assert!(resolve_command(&with_tools, "curl").is_err());
+        assert_eq!(image.path_env(), "/usr/local/bin");
 
         let tools = map(dir.path()).resolve("busybox").unwrap();
         assert!(resolve_command(&tools, "sh").is_ok());

@@ -343,8 +343,6 @@ impl PodRunnerBuilder {
 
     fn image_map(&self, cp: &ControlPlane) -> ImageMap {
         let mut rules = Vec::new();
-        let tools = cp.root().join("pod-runner-image-tools");
-        let tools = images::link_etcd_image_tools(&tools).ok().map(|()| tools);
         for (part, minor) in [("etcd-3.6", "3.6"), ("etcd-3.5", "3.5")] {
             if let Ok(etcd) = cp.testbins().binary(part, "etcd") {
                 if let Some(dir) = etcd.parent() {
@@ -352,7 +350,6 @@ impl PodRunnerBuilder {
                         repositories: self.etcd_repositories.clone(),
                         minor: minor.to_string(),
                         dir: dir.to_path_buf(),
-                        tools: tools.clone(),
                     });
                 }
             }
