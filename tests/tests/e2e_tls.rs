@@ -597,6 +597,7 @@ async fn cert_manager_mtls_cluster_gets_its_certificates_serves_only_tls_clients
         "renew/",
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let renewal_started = Instant::now();
     for certificate in ["cm-server", "cm-peer"] {
         renew(env, &ns, certificate).await;
     }
@@ -631,6 +632,7 @@ async fn cert_manager_mtls_cluster_gets_its_certificates_serves_only_tls_clients
         )
         .await;
     }
+    let renewed = Instant::now();
     let report = writer.finish().await;
     assert_eq!(
         uids(&env.pods(&ns, name).await),
@@ -641,15 +643,23 @@ async fn cert_manager_mtls_cluster_gets_its_certificates_serves_only_tls_clients
         report.failed, 0,
         "requests failed during the renewal: {report:?}"
     );
-    assert!(!report.written.is_empty());
-    check_keys(
-        &mut dial(env, &ns, name, Some((&ca, op))).await,
-        "tls",
-        "tls/",
-        &keys,
-        Keys::Exactly,
-    )
-    .await;
+    let during = report.acknowledged_between(renewal_started, renewed);
+    assert!(
+        during > 0,
+        "no write acknowledged while the leaves were renewed ({:?}, {} writes in all)",
+        renewed - renewal_started,
+        report.written.len()
+    );
+    let mut etcd = dial(env, &ns, name, Some((&ca, op))).await;
+    report.assert_kept(
+        "the writer during the renewal",
+        &tests::e2e::read_keys(&mut etcd, "renew/").await,
+    );
+    eprintln!(
+        "writer during the renewal: {} writes, {during} of them while the leaves were renewed",
+        report.written.len()
+    );
+    check_keys(&mut etcd, "tls", "tls/", &keys, Keys::Exactly).await;
 }
 
 /// A control plane without cert-manager: the cluster is held with `CertManagerNotInstalled` and
