@@ -373,8 +373,36 @@ async fn s3_retention_deletes_pruned_objects_and_failed_runs_never_prune_the_goo
         },
     )
     .await;
-    // A reconcile after the second failure has had its chance to prune.
-    tokio::time::sleep(Duration::from_secs(20)).await;
+    // Wait for a reconcile that saw both failures finished: a run stays in the schedule's
+    // `status.active` from the reconcile that created it until the first reconcile that finds
+    // it finished, and that reconcile applies retention before it writes the status. Once no
+    // Failed run is listed there, retention has had its chance to prune with them counted.
+    let failed_runs = failed_seen.into_inner().or_panic();
+    let waited = std::time::Instant::now();
+    tests::harness::eventually(
+        "a schedule reconcile after the Failed runs (none left in status.active)",
+        Duration::from_secs(120),
+        || async {
+            let schedule = schedules.get("to-s3").await.map_err(|e| e.to_string())?;
+            let active: Vec<String> = schedule
+                .status
+                .iter()
+                .flat_map(|st| st.active.iter().map(|r| r.name.clone()))
+                .collect();
+            if failed_runs.iter().any(|f| active.contains(f)) {
+                Err(format!(
+                    "status.active {active:?}, Failed runs {failed_runs:?}"
+                ))
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "the schedule reconciled after the Failed runs {failed_runs:?} within {:?}",
+        waited.elapsed()
+    );
     let items = snapshots
         .list(&ListParams::default().labels(&selector))
         .await
