@@ -9,8 +9,10 @@ export ETCD_OPERATOR_TESTBINS := $(TESTBINS_DIR)
 # promtool (tools/promtool), which checks and unit-tests the chart's alert rules (the chart suite).
 PROMTOOL_DIR := $(shell bash tools/promtool/build.sh --print-dir)
 export ETCD_OPERATOR_PROMTOOL := $(PROMTOOL_DIR)/promtool
+# The real node's images (tools/node-images: pause, etcd 3.6 and 3.5 built like etcd's own).
+export ETCD_OPERATOR_NODE_IMAGES := $(shell bash tools/node-images/build.sh --print-dir)
 
-.PHONY: help deps test fmt-check clippy unit testbins promtool image test-image api e2e suites build-tests crds bench demo
+.PHONY: help deps test fmt-check clippy unit testbins promtool image test-image api e2e suites build-tests crds bench demo node-images test-node
 
 help:
 	@echo "make demo      helm install of the operator (controller + webhook Pods, cert-manager certs) and a 3-member EtcdCluster on real etcd members; until Ctrl-C (needs root)"
@@ -22,6 +24,7 @@ help:
 	@echo "make promtool  build (once, cached) Prometheus' promtool from the Go module proxy (the chart's alert rule tests)"
 	@echo "make image     the operator image without a daemon: static (musl) release binaries, an OCI image layout and archive in target/image/release (root)"
 	@echo "make test-image  the image the end-to-end suites run (dev profile), in target/image/test; cached (root)"
+	@echo "make test-node the real-node lane: kubelet + containerd + runc run an etcd member from the distroless image (root)"
 	@echo "make bench     measure (not test): webhook latency/RSS; controller apply→Ready, step overhead, idle writes, RSS (root); rollout steps; snapshot agent throughput and peak RSS vs etcdctl"
 	@echo "make crds      regenerate the CRDs in charts/etcd-operator/files/crds from api/"
 
@@ -47,6 +50,17 @@ unit: deps
 ## testbins: the Go-built binaries, in a cache outside the repo (idempotent; prints timings).
 testbins: deps
 	bash tools/testbins/build.sh >/dev/null
+
+## node-images: the real node's container images (tools/node-images/build.sh): the pause image and
+## etcd images built like etcd's own (distroless), as OCI archives in a cache outside the repo.
+node-images: testbins
+	bash tools/image/deps.sh
+	bash tools/node-images/build.sh >/dev/null
+
+## test-node: the real-node lane alone: kubelet, containerd and runc run the suites' Pods
+## (tests/tests/real_node.rs). `make test` runs it among the suites.
+test-node: testbins node-images
+	$(CARGO) test --locked -p tests --test real_node
 
 ## promtool: Prometheus' promtool, in its own cache outside the repo (idempotent; see
 ## tools/promtool/build.sh). The chart suite runs `promtool check rules` and `promtool test rules`.
@@ -90,13 +104,13 @@ export SUITE_JOBS SUITE_TEST_THREADS
 E2E_SUITES := e2e_recovery_snapshot e2e_faults e2e_faults_env e2e_replace e2e_schedule e2e_recovery e2e_auth e2e_defrag e2e_lifecycle e2e_recovery_inline e2e_cluster e2e_safety e2e_protect \
 	e2e_restore e2e_tls_rotation e2e_tls e2e_install e2e_migrate_aenix e2e_upgrade e2e_takeover \
 	e2e_selfheal snapshot_agent e2e_volume e2e_snapshot e2e_verify pod_runner kubectl_streaming e2e_decode \
-	e2e_metrics image
-e2e: testbins test-image
+	e2e_metrics image real_node
+e2e: testbins test-image node-images
 	$(CARGO) build --locked -p controller -p webhook --bins
 	bash tools/run-suites.sh $(E2E_SUITES)
 
 ## suites: the end-to-end and then the API-layer suites in one set of lanes (what `make test` runs).
-suites: testbins promtool test-image
+suites: testbins promtool test-image node-images
 	$(CARGO) build --locked -p controller -p webhook --bins
 	bash tools/run-suites.sh $(E2E_SUITES) $(API_SUITES)
 

@@ -17,6 +17,7 @@ pub mod harness;
 pub mod helm;
 pub mod install;
 pub mod monitoring;
+pub mod node;
 pub mod operator;
 pub mod podrunner;
 pub mod quorum;

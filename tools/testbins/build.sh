@@ -4,7 +4,7 @@
 # through the Go module proxy, into a cache outside the repository:
 #
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/etcd-operator/testbins/<hash>/
-#     k8s/               kube-apiserver kube-controller-manager kube-scheduler kubectl
+#     k8s/               kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet
 #     k8s-1.NN/          kube-apiserver of an older minor (best effort, see README.md)
 #     etcd-3.6/          etcd etcdctl etcdutl
 #     etcd-3.5/          etcd etcdctl etcdutl
@@ -301,7 +301,7 @@ fi
 for name in "${want[@]}"; do
 	case $name in
 	k8s)
-		part k8s required build_k8s "$here/k8s" kube-apiserver kube-controller-manager kube-scheduler kubectl
+		part k8s required build_k8s "$here/k8s" kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet
 		;;
 	k8s-1.*)
 		[[ -f $here/$name/go.mod ]] || die "unknown part '$name' (no $here/$name/go.mod)"

@@ -87,6 +87,8 @@ pub struct ControlPlaneBuilder {
     node_lifecycle: Option<NodeLifecycle>,
     /// Who kube-controller-manager acts as (see [`ControlPlaneBuilder::controller_identity`]).
     controller_identity: ControllerIdentity,
+    /// Ready for real kubelets (see [`ControlPlaneBuilder::with_real_nodes`]).
+    real_nodes: bool,
 }
 
 /// Who kube-controller-manager acts as.
@@ -135,6 +137,14 @@ impl ControlPlaneBuilder {
     /// heartbeat keeping up on a loaded machine.
     pub fn with_node_lifecycle(mut self, lifecycle: NodeLifecycle) -> Self {
         self.node_lifecycle = Some(lifecycle);
+        self
+    }
+
+    /// Ready the apiserver for real kubelets ([`crate::node::RealNode`]) as kubeadm does: the
+    /// Node authorizer before RBAC, the NodeRestriction admission plugin, and a client certificate
+    /// towards kubelets (`system:masters`), which authenticate and authorize their callers.
+    pub fn with_real_nodes(mut self) -> Self {
+        self.real_nodes = true;
         self
     }
 
@@ -277,10 +287,27 @@ impl ControlPlane {
         processes.push(etcd);
 
         let kubeconfig = root.path().join("admin.kubeconfig");
-        let apiserver_extra = want
+        let mut apiserver_extra = want
             .node_lifecycle
             .map(|l| l.apiserver_args())
             .unwrap_or_default();
+        let authorization = if want.real_nodes {
+            apiserver_extra.extend([
+                "--enable-admission-plugins=NodeRestriction".to_string(),
+                format!(
+                    "--kubelet-client-certificate={}",
+                    pki.kubelet_client_cert_file.display()
+                ),
+                format!(
+                    "--kubelet-client-key={}",
+                    pki.kubelet_client_key_file.display()
+                ),
+            ]);
+            "Node,RBAC"
+        } else {
+            "RBAC"
+        };
+        apiserver_extra.push(format!("--authorization-mode={authorization}"));
         let (apiserver, server_url, config) = start_apiserver(
             &apiserver_bin,
             &etcd_url,
@@ -855,7 +882,6 @@ async fn start_apiserver(
             .arg(format!(
                 "--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}"
             ))
-            .arg("--authorization-mode=RBAC")
             .arg("--allow-privileged=true")
             // Webhook calls through a Service then go to the endpoint's pod IP, never a ClusterIP.
             .arg("--enable-aggregator-routing=true")

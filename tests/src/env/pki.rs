@@ -107,6 +107,11 @@ pub struct Pki {
     pub front_proxy_ca_file: PathBuf,
     pub front_proxy_client_cert_file: PathBuf,
     pub front_proxy_client_key_file: PathBuf,
+    /// The apiserver's client certificate towards kubelets (`--kubelet-client-certificate`,
+    /// `system:masters` as kubeadm's `apiserver-kubelet-client`): what a real kubelet, which
+    /// authenticates and authorizes its callers, lets through for exec, logs and port-forward.
+    pub kubelet_client_cert_file: PathBuf,
+    pub kubelet_client_key_file: PathBuf,
 }
 
 /// The proxy client's name, `--requestheader-allowed-names`.
@@ -145,6 +150,13 @@ impl Pki {
             usages: &[ExtendedKeyUsagePurpose::ClientAuth],
         })?;
 
+        let (kubelet_client_cert, kubelet_client_key) = client_ca.sign(Leaf {
+            common_name: "kube-apiserver-kubelet-client",
+            organizations: &["system:masters"],
+            sans: &[],
+            usages: &[ExtendedKeyUsagePurpose::ClientAuth],
+        })?;
+
         Ok(Self {
             serving_ca_file: write("serving-ca.crt", &serving_ca.cert_pem)?,
             apiserver_cert_file: write("apiserver.crt", &apiserver_cert)?,
@@ -157,6 +169,8 @@ impl Pki {
             front_proxy_ca_file: write("front-proxy-ca.crt", &front_proxy_ca.cert_pem)?,
             front_proxy_client_cert_file: write("front-proxy-client.crt", &proxy_cert)?,
             front_proxy_client_key_file: write("front-proxy-client.key", &proxy_key)?,
+            kubelet_client_cert_file: write("apiserver-kubelet-client.crt", &kubelet_client_cert)?,
+            kubelet_client_key_file: write("apiserver-kubelet-client.key", &kubelet_client_key)?,
             serving_ca,
             client_ca,
         })
