@@ -347,6 +347,19 @@ pub async fn event_messages(env: &Env, ns: &str, cluster: &str, reason: &str) ->
 /// The members whose Pods were restarted for a new CA bundle, by time of their `PodRestarted`
 /// Event.
 pub async fn restarts_in_order(env: &Env, ns: &str, cluster: &str) -> Vec<String> {
+    restart_events(env, ns, cluster)
+        .await
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect()
+}
+
+/// The current members' `PodRestarted` Events: (when, member), oldest first.
+pub async fn restart_events(
+    env: &Env,
+    ns: &str,
+    cluster: &str,
+) -> Vec<(k8s_openapi::jiff::Timestamp, String)> {
     let members: Vec<String> = env
         .members(ns, cluster)
         .await
@@ -369,7 +382,7 @@ pub async fn restarts_in_order(env: &Env, ns: &str, cluster: &str) -> Vec<String
         })
         .collect();
     events.sort();
-    events.into_iter().map(|(_, m)| m).collect()
+    events
 }
 
 /// Waits until every member Pod was replaced (none of `before`'s UIDs left), the cluster is

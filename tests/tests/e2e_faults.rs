@@ -850,22 +850,7 @@ async fn operator_killed_mid_defrag_and_mid_snapshot_finishes_both() {
 /// each member's new Pod Ready (its Ready condition's transition) before the operator restarted
 /// the next (1 s of slack: Event times may be whole seconds).
 async fn one_at_a_time(env: &Env, ns: &str, cluster: &str) {
-    let mut restarts: Vec<(k8s_openapi::jiff::Timestamp, String)> = env
-        .all_events(ns)
-        .await
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("PodRestarted"))
-        .filter(|e| e.involved_object.kind.as_deref() == Some("EtcdMember"))
-        .filter_map(|e| {
-            let at = e
-                .event_time
-                .as_ref()
-                .map(|t| t.0)
-                .or(e.first_timestamp.as_ref().map(|t| t.0))?;
-            Some((at, e.involved_object.name.clone()?))
-        })
-        .collect();
-    restarts.sort();
+    let restarts = tests::rollout::restart_events(env, ns, cluster).await;
     let members: BTreeSet<String> = env.member_names(ns, cluster).await.into_iter().collect();
     let restarted: Vec<&String> = restarts.iter().map(|(_, m)| m).collect();
     assert_eq!(

@@ -326,25 +326,11 @@ mod tests {
     /// A PVC member whose claim is gone and which has no Pod: nothing of it is left.
     fn gone(name: &str) -> MemberView {
         MemberView {
-            name: name.into(),
-            created: at(-10_000),
-            deleting: false,
-            bootstrap: false,
-            dormant: false,
-            pending: false,
-            memory: false,
-            voter: true,
-            version: "3.6.11".into(),
             recorded_pod_uid: None,
-            service: None,
             pod: None,
             data_lost: true,
-            trust_bundle: None,
-            trusted_cas: None,
             template_hash: String::new(),
-            data_home: DataHome::Unknown,
-            image_repository: None,
-            max_learners: 1,
+            ..crate::cluster::plan::tests::m(name, -10_000)
         }
     }
 

@@ -633,4 +633,4 @@ pub fn plan(o: &Observed<'_>) -> Plan {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

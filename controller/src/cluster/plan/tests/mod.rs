@@ -45,7 +45,9 @@ fn template() -> String {
     crate::template::target_hash(&ObservedSpec::of(&cluster(1, None).spec, None))
 }
 
-fn m(name: &str, created: i64) -> MemberView {
+/// A voter created at `ts(created)` whose Pod is Ready on the current template (also the
+/// fixture of `cluster::auto_recovery`'s tests).
+pub(crate) fn m(name: &str, created: i64) -> MemberView {
     MemberView {
         name: name.into(),
         created: ts(created),
