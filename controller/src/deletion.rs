@@ -7,6 +7,9 @@
 //! operator meant). A mark whose delete fails is removed at once ([`unmark`]); one left by an
 //! operator that died in between is removed by the cluster controller once no plan stands
 //! behind it.
+//!
+//! Also [`delete_exactly`], the delete of one object by name and UID that the cluster's cleanup
+//! and the recovery's Pod deletions share.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +18,26 @@ use api::v1alpha2::EtcdMember;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, ResourceExt};
 use serde_json::{json, Value};
+
+/// Delete `name` only while it is the object with `uid` (a UID precondition): `Ok(false)` when
+/// it is gone already or the name now holds another object (404, 409).
+pub async fn delete_exactly<K>(api: &Api<K>, name: &str, uid: &str) -> Result<bool, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if matches!(e.code, 404 | 409) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
 
 /// Delete EtcdMember `name` as meant, for `reason` (the mark's
 /// [`labels::DELETION_PLANNED_ANNOTATION`]): first mark it (the member deletion protection lets

@@ -16,12 +16,13 @@
 use api::labels;
 use api::v1alpha2::{EtcdCluster, EtcdMember};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::context::Context;
+use crate::deletion::delete_exactly;
 use crate::Error;
 
 /// The finalizer the apiserver adds for `kubectl delete --cascade=orphan`.
@@ -123,24 +124,12 @@ pub(super) fn orphaning(finalizers: &[String]) -> bool {
     finalizers.iter().any(|f| f == ORPHAN_FINALIZER)
 }
 
-/// Delete `object`, this one (preconditioned on its UID): `false` when it is gone already or its
-/// name now holds another object.
+/// [`delete_exactly`] of an object as read.
 async fn delete_this_one<K>(api: &Api<K>, object: &K) -> Result<bool, kube::Error>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: object.uid(),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    match api.delete(&object.name_any(), &params).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if matches!(e.code, 404 | 409) => Ok(false),
-        Err(e) => Err(e),
-    }
+    delete_exactly(api, &object.name_any(), &object.uid().unwrap_or_default()).await
 }
 
 /// The cluster is being deleted: delete its members and its data PVCs (unless orphaning), then

@@ -6,13 +6,14 @@ use api::v1alpha2::{
     RECOVERY_ANNOTATION, RESTORE_IN_PLACE_ANNOTATION,
 };
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::plan::Work;
 use super::{snapshot, write};
 use crate::context::Context;
+use crate::deletion::delete_exactly;
 use crate::events::{Action, Reason};
 use crate::Error;
 
@@ -63,18 +64,7 @@ pub(super) async fn act(
             // name with another UID is not the one the plan saw).
             let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
             for (member, uid) in &stopping {
-                let params = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: Some(uid.clone()),
-                        resource_version: None,
-                    }),
-                    ..Default::default()
-                };
-                match pods.delete(member, &params).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-                    Err(e) => return Err(e.into()),
-                }
+                delete_exactly(&pods, member, uid).await?;
             }
             let names: Vec<&str> = stopping.iter().map(|(m, _)| m.as_str()).collect();
             (
@@ -117,19 +107,8 @@ pub(super) async fn act(
         }
         Work::RestartPod { member, uid } => {
             let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..Default::default()
-            };
-            match pods.delete(&member, &params).await {
-                Ok(_) => {}
-                // Gone already, or another Pod by now: the forced one is not running.
-                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
+            // Gone already, or another Pod by now: the forced one is not running.
+            delete_exactly(&pods, &member, &uid).await?;
             (
                 Action::RestartMember,
                 format!("restarting {member} without --force-new-cluster"),
