@@ -9,7 +9,7 @@
 # The same image is built without a daemon by `make image` (tools/image/build.sh: the same
 # rootfs.sh, packed by umoci); the end-to-end tests run that one (`make test-image`), and
 # tests/tests/image.rs checks this file's USER, WORKDIR, ENV and ENTRYPOINT against it. Build with
-#   docker build -t ghcr.io/cozystack/etcd-operator:<tag> .
+#   docker build -t ghcr.io/cozystack/etcd-operator-rs:<tag> .
 
 ARG RUST_VERSION=1.95
 FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build

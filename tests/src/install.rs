@@ -29,8 +29,9 @@ use crate::OrPanic;
 /// The release name and namespace the installation runbook uses.
 pub const RELEASE: &str = "etcd-operator";
 pub const NAMESPACE: &str = "etcd-operator-system";
-/// The chart's default image repository; the pod runner maps every tag of it to the test image.
-pub const IMAGE_REPOSITORY: &str = "ghcr.io/cozystack/etcd-operator";
+/// The chart's default image repository (this project's image, named after its repository
+/// github.com/cozystack/etcd-operator-rs); the pod runner maps every tag of it to the test image.
+pub const IMAGE_REPOSITORY: &str = "ghcr.io/cozystack/etcd-operator-rs";
 /// The controller Deployment (named after the release) and the webhook's.
 pub const CONTROLLER: &str = "etcd-operator";
 

@@ -27,6 +27,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tests::env::{ControlPlane, Testbins};
 use tests::helm::{self, Helm};
+use tests::install::IMAGE_REPOSITORY;
 use tests::OrPanic;
 use tokio::sync::OnceCell;
 
@@ -463,7 +464,8 @@ async fn every_variant_runs_one_image_as_manager_and_operator_image_under_restri
                 assert_eq!(template_labels["control-plane"], "controller-manager");
                 let spec = pod_spec(&controller);
                 let manager = container(spec, "manager");
-                let image = "ghcr.io/cozystack/etcd-operator:v9.8.7";
+                let image = format!("{IMAGE_REPOSITORY}:v9.8.7");
+                let image = image.as_str();
                 assert_eq!(manager.image.as_deref(), Some(image), "{what}");
                 assert_eq!(env_value(manager, "OPERATOR_IMAGE").as_deref(), Some(image));
                 assert_eq!(
@@ -622,17 +624,81 @@ fn assert_registrations_match_the_tested_ones(r: &Rendered) {
     }
 }
 
+/// The image of the reference Go operator: another program, never this chart's default.
+const REFERENCE_IMAGE_REPOSITORY: &str = "ghcr.io/cozystack/etcd-operator";
+
+/// `key = "value"` of the root Cargo.toml's `[workspace.package]`.
+fn workspace_package(key: &str) -> String {
+    let path = helm::chart_dir().join("../../Cargo.toml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    text.lines()
+        .skip_while(|l| l.trim() != "[workspace.package]")
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == key).then(|| v.trim().trim_matches('"').to_string())
+        })
+        .unwrap_or_else(|| panic!("no {key} in [workspace.package] of {}", path.display()))
+}
+
+fn chart_yaml() -> Value {
+    let path = helm::chart_dir().join("Chart.yaml");
+    serde_yaml::from_str(&std::fs::read_to_string(&path).or_panic()).or_panic()
+}
+
+#[tokio::test]
+async fn default_image_is_this_projects_own_tagged_with_the_crates_version() {
+    let version = workspace_package("version");
+    let repository = workspace_package("repository");
+    let chart = chart_yaml();
+    let app_version = chart["appVersion"].as_str().unwrap_or_default();
+    assert_eq!(
+        app_version,
+        format!("v{version}"),
+        "Chart.yaml's appVersion (the image tag `make image` gives) follows the crates' version"
+    );
+    assert_eq!(env!("CARGO_PKG_VERSION"), version);
+    assert_eq!(chart["home"], repository.as_str());
+    assert_eq!(chart["sources"][0], repository.as_str());
+
+    // GitHub's container registry names a repository's image ghcr.io/<owner>/<repository>.
+    let path = repository
+        .strip_prefix("https://github.com/")
+        .unwrap_or_else(|| panic!("the workspace repository {repository} is not on GitHub"));
+    let ours = format!("ghcr.io/{}", path.to_lowercase());
+    assert_eq!(
+        IMAGE_REPOSITORY, ours,
+        "the pod runner maps the chart's image"
+    );
+    assert_ne!(ours, REFERENCE_IMAGE_REPOSITORY);
+
+    let r = render(&["--set", "webhook.enabled=true"]).await;
+    assert_runs_one_image(&r, &format!("{ours}:{app_version}"));
+}
+
+/// Both Deployments run `image`, and the controller names it as the image of its Jobs.
+fn assert_runs_one_image(r: &Rendered, image: &str) {
+    let manager = r.manager();
+    assert_eq!(manager.image.as_deref(), Some(image));
+    assert_eq!(
+        env_value(&manager, "OPERATOR_IMAGE").as_deref(),
+        Some(image)
+    );
+    assert_eq!(
+        arg_value(&manager, "--operator-image").as_deref(),
+        Some(image)
+    );
+    assert_eq!(r.webhook_container().image.as_deref(), Some(image));
+}
+
 #[tokio::test]
 async fn image_digest_replaces_the_tag_everywhere() {
     let digest = format!("sha256:{}", "ab".repeat(32));
     let set = format!("image.digest={digest}");
     let r = render_values(&[set.as_str(), "webhook.enabled=true"]).await;
-    let image = format!("ghcr.io/cozystack/etcd-operator@{digest}");
-    let manager = r.manager();
-    assert_eq!(manager.image.as_deref(), Some(image.as_str()));
-    assert_eq!(env_value(&manager, "OPERATOR_IMAGE"), Some(image.clone()));
-    assert_eq!(arg_value(&manager, "--operator-image"), Some(image.clone()));
-    assert_eq!(r.webhook_container().image, Some(image));
+    assert_runs_one_image(&r, &format!("{IMAGE_REPOSITORY}@{digest}"));
 }
 
 #[tokio::test]
@@ -1662,7 +1728,8 @@ async fn helm_upgrade_keeps_the_webhook_certificate_and_ca_bundle() {
     .or_panic();
     let after = snapshot(&client).await;
     assert_eq!(
-        after.3, "ghcr.io/cozystack/etcd-operator:v0.0.2-upgrade",
+        after.3,
+        format!("{IMAGE_REPOSITORY}:v0.0.2-upgrade"),
         "the upgrade applied"
     );
     assert_eq!(

@@ -13,6 +13,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use tests::install::IMAGE_REPOSITORY;
 use tests::podrunner::images::{resolve_command, ImageMap, ImageRule};
 use tests::podrunner::test_image_layout;
 use tests::podrunner::unpack::{self, Unpacked};
@@ -255,13 +256,13 @@ fn both_binaries_run_from_the_image() {
 fn the_pod_runner_resolves_the_chart_commands_in_the_image() {
     let (cache, _image) = unpacked();
     let map = ImageMap::new(vec![ImageRule::Oci {
-        image: "ghcr.io/cozystack/etcd-operator".into(),
+        image: IMAGE_REPOSITORY.into(),
         layout: test_image_layout(),
         tag: None,
         cache,
     }]);
     let resolved = map
-        .resolve("ghcr.io/cozystack/etcd-operator:v0.1.0")
+        .resolve(&format!("{IMAGE_REPOSITORY}:v0.1.0"))
         .expect("the chart's image resolves");
     assert_eq!(resolved.user, Some((NONROOT, NONROOT)));
     assert_eq!(resolved.working_dir.as_deref(), Some("/home/nonroot"));
