@@ -97,16 +97,33 @@ impl Helm {
         namespace: &str,
         sets: &[&str],
     ) -> Result<String, Error> {
+        self.install_with(release, namespace, sets, "--create-namespace")
+            .await
+    }
+
+    /// `helm install --dry-run=client` of the chart with a `--set` for each of `sets`: what an
+    /// install would print (the rendered objects, then `NOTES:`), nothing created. helm still
+    /// asks the cluster for its version and for objects the release would take over.
+    pub async fn install_dry_run(
+        &self,
+        release: &str,
+        namespace: &str,
+        sets: &[&str],
+    ) -> Result<String, Error> {
+        self.install_with(release, namespace, sets, "--dry-run=client")
+            .await
+    }
+
+    async fn install_with(
+        &self,
+        release: &str,
+        namespace: &str,
+        sets: &[&str],
+        flag: &str,
+    ) -> Result<String, Error> {
         let chart = chart_dir();
         let chart = chart.to_string_lossy();
-        let mut args = vec![
-            "install",
-            release,
-            &chart,
-            "--namespace",
-            namespace,
-            "--create-namespace",
-        ];
+        let mut args = vec!["install", release, &chart, "--namespace", namespace, flag];
         for set in sets {
             args.extend(["--set", set]);
         }

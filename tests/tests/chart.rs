@@ -25,7 +25,7 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::{ServerName, UnixTime};
 use serde::Deserialize;
 use serde_json::Value;
-use tests::env::{ControlPlane, Testbins};
+use tests::env::{ControlPlane, Kubernetes, Testbins};
 use tests::helm::{self, Helm};
 use tests::install::IMAGE_REPOSITORY;
 use tests::OrPanic;
@@ -1427,10 +1427,129 @@ async fn install_notes_print_the_runbook_commands() {
         "kubectl -n etcd-operator-system get deploy etcd-operator",
         "kubectl logs -n etcd-operator-system deploy/etcd-operator -c manager",
         "kubectl get validatingwebhookconfiguration,mutatingwebhookconfiguration etcd-operator-webhook",
-        "kind: EtcdCluster",
     ] {
         assert!(out.contains(command), "NOTES lack {command:?}:\n{out}");
     }
+}
+
+/// What `helm install --dry-run=client` prints after `NOTES:` for `sets`, with `cp` answering
+/// helm's discovery (helm renders NOTES only for an install; `helm template` prints none).
+async fn install_notes(cp: &ControlPlane, sets: &[&str]) -> String {
+    let helm = Helm::new(Some(cp.kubeconfig())).or_panic();
+    // The plane has the CRDs already, not installed by helm (the NOTES do not depend on them).
+    let sets: Vec<&str> = sets.iter().copied().chain(["crds.enabled=false"]).collect();
+    let out = helm
+        .install_dry_run(RELEASE, NAMESPACE, &sets)
+        .await
+        .or_panic();
+    match out.split_once("\nNOTES:\n") {
+        Some((_, notes)) => notes.to_string(),
+        None => panic!("helm install --dry-run printed no NOTES:\n{out}"),
+    }
+}
+
+/// The lines of `notes` a user pastes to create the sample EtcdCluster, as printed: from the
+/// `kubectl apply` that opens the here-document to the line that should close it.
+fn sample_cluster_command(notes: &str) -> String {
+    let lines: Vec<&str> = notes.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.contains("kubectl apply") && l.contains("<<'YAML'"))
+        .unwrap_or_else(|| panic!("the NOTES print no `kubectl apply` of a manifest:\n{notes}"));
+    let end = lines[start..]
+        .iter()
+        .position(|l| l.trim() == "YAML")
+        .unwrap_or_else(|| panic!("the NOTES' here-document has no end:\n{notes}"));
+    let mut command = lines[start..=start + end].join("\n");
+    command.push('\n');
+    command
+}
+
+/// Run `command` with bash as a user pasting it would, its `kubectl` the plane's made a
+/// server-side dry run: `(exit status, stdout, stderr)`.
+async fn run_pasted(cp: &ControlPlane, command: &str) -> (bool, String, String) {
+    let script = format!(
+        "kubectl() {{ \"$KUBECTL\" --kubeconfig \"$KUBECONFIG_FILE\" \"$@\" --server-side --dry-run=server; }}\n{command}"
+    );
+    let mut cmd = std::process::Command::new("bash");
+    cmd.arg("-c")
+        .arg(script)
+        .env("KUBECTL", cp.kubectl_bin())
+        .env("KUBECONFIG_FILE", cp.kubeconfig())
+        .env("HOME", cp.root())
+        .stdin(std::process::Stdio::null());
+    tests::env::process::contain(&mut cmd);
+    let out = tokio::process::Command::from(cmd)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .or_panic();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The NOTES' sample EtcdCluster, pasted as printed, is accepted by `cp`'s CRDs in `namespace`.
+async fn assert_notes_sample_is_accepted(cp: &ControlPlane, sets: &[&str], namespace: &str) {
+    let notes = install_notes(cp, sets).await;
+    let command = sample_cluster_command(&notes);
+    let (ok, stdout, stderr) = run_pasted(cp, &command).await;
+    let what = format!(
+        "the NOTES' sample ({sets:?}) on Kubernetes {:?}:\n{command}\nstdout: {stdout}\nstderr: {stderr}",
+        cp.kubernetes_version()
+    );
+    assert!(ok, "rejected: {what}");
+    assert!(
+        !stderr.contains("here-document"),
+        "the here-document does not end where printed: {what}"
+    );
+    assert_eq!(
+        stdout.trim(),
+        "etcdcluster.etcd-operator.cozystack.io/my-etcd serverside-applied (server dry run)",
+        "{what}"
+    );
+    let manifest: Value = serde_yaml::from_str(
+        command
+            .lines()
+            .skip(1)
+            .take_while(|l| l.trim() != "YAML")
+            .collect::<Vec<_>>()
+            .join("\n")
+            .as_str(),
+    )
+    .or_panic();
+    assert_eq!(manifest["metadata"]["namespace"], namespace, "{what}");
+}
+
+/// A kube-apiserver of `kubernetes` with the project's CRDs and nothing that admits or defaults
+/// beyond them (no webhook). A missing build fails with its reason.
+async fn crds_only_plane(kubernetes: Kubernetes) -> ControlPlane {
+    ControlPlane::builder()
+        .kubernetes(kubernetes)
+        .with_crds()
+        .start()
+        .await
+        .or_panic()
+}
+
+#[tokio::test]
+async fn install_notes_sample_cluster_is_accepted_as_pasted() {
+    let cp = crds_only_plane(Kubernetes::Current).await;
+    assert_notes_sample_is_accepted(&cp, &[], "default").await;
+    cp.kubectl_ok(&["create", "namespace", "team-a"])
+        .await
+        .or_panic();
+    assert_notes_sample_is_accepted(&cp, &["watchNamespace=team-a"], "team-a").await;
+}
+
+/// Kubernetes 1.29, the oldest the CRDs support, validates with their CEL rules alone: the
+/// sample needs no webhook default to be accepted.
+#[tokio::test]
+async fn install_notes_sample_cluster_is_accepted_on_kubernetes_1_29() {
+    let cp = crds_only_plane(Kubernetes::V1_29).await;
+    assert_notes_sample_is_accepted(&cp, &[], "default").await;
 }
 
 /// Whether ServiceAccount `account` (namespace, name) may `verb` the resource, per the apiserver's
