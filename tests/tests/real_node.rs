@@ -5,22 +5,48 @@
 //! `RuntimeDefault`. The documented `kubectl exec ... -- etcdctl` recipe works through the real
 //! streaming path, a shell does not exist in the member, and `kubectl logs` reads etcd's log.
 //!
+//! And an EtcdCluster of three members, reconciled by the operator, on the same node: their Pods
+//! under the kubelet with PVCs bound to local volumes, peers finding each other through CoreDNS,
+//! a member's etcd killed inside its container restarted by the kubelet as the same member, with
+//! every key kept, then scaled 3 → 5 → 3.
+//!
 //! Needs root, `ETCD_OPERATOR_TESTBINS` (with kubelet) and the node images
 //! (`ETCD_OPERATOR_NODE_IMAGES`, `bash tools/node-images/build.sh`); `make test-node` provides
 //! both.
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{DeleteParams, PostParams};
-use kube::Api;
+use api::v1alpha2::EtcdCluster;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use tests::env::{ControlPlane, NodeLifecycle};
 use tests::harness::eventually;
 use tests::node::RealNode;
+use tests::operator::Operator;
 use tests::OrPanic;
 
 const NODE: &str = "node-1";
+
+/// One real node per host: the tests of this binary take turns.
+static ONE_NODE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The pids of the processes whose command line contains `needle`.
+fn pids_naming(needle: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmdline)
+                .contains(needle)
+                .then_some(pid)
+        })
+        .collect()
+}
 
 /// The uid a process whose command line contains `needle` runs as (its real uid).
 fn uid_of_process_naming(needle: &str) -> Option<u32> {
@@ -43,9 +69,14 @@ fn uid_of_process_naming(needle: &str) -> Option<u32> {
         })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_etcd_member_runs_distroless_and_restricted_under_a_real_kubelet() {
-    let cp = ControlPlane::builder()
+/// A control plane with the real node `NODE` Ready (and the CRDs when `crds`), and a namespace
+/// enforcing the restricted Pod Security profile, as a production namespace would have it.
+async fn real_node(crds: bool, prefix: &str) -> (ControlPlane, RealNode, String) {
+    let mut builder = ControlPlane::builder();
+    if crds {
+        builder = builder.with_crds();
+    }
+    let cp = builder
         .with_controller_manager()
         .with_scheduler()
         // Removes the not-ready taint the apiserver puts on a new Node once it is Ready, as on
@@ -55,7 +86,56 @@ async fn an_etcd_member_runs_distroless_and_restricted_under_a_real_kubelet() {
         .start()
         .await
         .or_panic();
-    let mut node = RealNode::start(&cp, NODE).await.or_panic();
+    let node = RealNode::start(&cp, NODE).await.or_panic();
+    let ns = cp.namespace(prefix).await.or_panic();
+    cp.kubectl_ok(&[
+        "label",
+        "namespace",
+        &ns,
+        "pod-security.kubernetes.io/enforce=restricted",
+    ])
+    .await
+    .or_panic();
+    (cp, node, ns)
+}
+
+/// The runbook's recipe in member `pod`, through the apiserver and the kubelet's streaming
+/// server: `etcdctl endpoint health --cluster`'s output.
+async fn endpoint_health(cp: &ControlPlane, ns: &str, pod: &str) -> String {
+    cp.kubectl_ok(&[
+        "exec",
+        "-n",
+        ns,
+        pod,
+        "-c",
+        "etcd",
+        "--",
+        "etcdctl",
+        "endpoint",
+        "health",
+        "--cluster",
+    ])
+    .await
+    .or_panic()
+}
+
+/// Wait until EtcdCluster `name` serves `replicas` Ready members, nothing in progress.
+async fn wait_healthy(clusters: &Api<EtcdCluster>, name: &str, replicas: i32, what: &str) {
+    eventually(what, Duration::from_secs(180), || async {
+        let c = clusters.get(name).await.map_err(|e| e.to_string())?;
+        if tests::e2e::healthy(&c, replicas) {
+            Ok(())
+        } else {
+            Err(format!("{:?}", c.status))
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_member_runs_distroless_and_restricted_under_a_real_kubelet() {
+    let _turn = ONE_NODE.lock().await;
+    let (cp, mut node, ns) = real_node(false, "real-node").await;
     let client = cp.client().or_panic();
 
     let registered = Api::<Node>::all(client.clone()).get(NODE).await.or_panic();
@@ -69,16 +149,6 @@ async fn an_etcd_member_runs_distroless_and_restricted_under_a_real_kubelet() {
         "{info:?}"
     );
 
-    // The restricted profile enforced, as a production namespace would have it.
-    let ns = cp.namespace("real-node").await.or_panic();
-    cp.kubectl_ok(&[
-        "label",
-        "namespace",
-        &ns,
-        "pod-security.kubernetes.io/enforce=restricted",
-    ])
-    .await
-    .or_panic();
     let version = std::fs::read_to_string(cp.testbins().dir().join("etcd-3.6/VERSION"))
         .or_panic()
         .trim()
@@ -132,22 +202,7 @@ async fn an_etcd_member_runs_distroless_and_restricted_under_a_real_kubelet() {
     .await;
 
     // The runbook's recipe, through the apiserver and the kubelet's real streaming server.
-    let health = cp
-        .kubectl_ok(&[
-            "exec",
-            "-n",
-            &ns,
-            "etcd-0",
-            "-c",
-            "etcd",
-            "--",
-            "etcdctl",
-            "endpoint",
-            "health",
-            "--cluster",
-        ])
-        .await
-        .or_panic();
+    let health = endpoint_health(&cp, &ns, "etcd-0").await;
     assert!(
         health.contains("is healthy: successfully committed proposal"),
         "{health}"
@@ -186,5 +241,182 @@ async fn an_etcd_member_runs_distroless_and_restricted_under_a_real_kubelet() {
     })
     .await;
     assert_eq!(uid_of_process_naming(&format!("--name={marker}")), None);
+    node.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_runs_a_three_member_cluster_on_the_real_node_and_the_kubelet_restarts_a_killed_member(
+) {
+    let _turn = ONE_NODE.lock().await;
+    let (cp, mut node, ns) = real_node(true, "real-cluster").await;
+    let client = cp.client().or_panic();
+    let lease_ns = cp.namespace("operator").await.or_panic();
+    let operator = Operator::start(&cp, &lease_ns, None).await.or_panic();
+
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    let cluster: EtcdCluster = serde_json::from_value(json!({
+        "apiVersion": "etcd-operator.cozystack.io/v1alpha2",
+        "kind": "EtcdCluster",
+        "metadata": {"name": "real", "namespace": ns},
+        "spec": {"replicas": 3, "version": "3.6.16"},
+    }))
+    .or_panic();
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .or_panic();
+    wait_healthy(&clusters, "real", 3, "3 members Ready on the real node").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let selector = ListParams::default().labels(&api::labels::cluster_selector("real"));
+    let members = pods.list(&selector).await.or_panic().items;
+    assert_eq!(members.len(), 3, "{members:?}");
+    for pod in &members {
+        assert_eq!(
+            pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some(NODE),
+            "{} is not on the real node",
+            pod.name_any()
+        );
+        // Each one's etcd runs as the image's non-root user, under runc.
+        let name = pod.name_any();
+        assert_eq!(
+            uid_of_process_naming(&format!("--name={name}")),
+            Some(65532),
+            "{name}'s etcd"
+        );
+    }
+    // The claims are bound to local volumes on the node, which the kubelet gave the Pods' fsGroup.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    for claim in claims.list(&selector).await.or_panic() {
+        let volume = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .expect("a bound claim");
+        let pv = volumes.get(&volume).await.or_panic();
+        let spec = pv.spec.expect("a PV spec");
+        let path = spec.local.expect("a local volume").path;
+        let meta = std::fs::metadata(&path).or_panic();
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::gid(&meta),
+            65532,
+            "{path} is not the Pod's fsGroup's"
+        );
+    }
+
+    let keys = tests::e2e::write_keys(&client, &ns, "real", 100).await;
+    // The runbook's recipe, through the kubelet's streaming server, in the distroless image: the
+    // peers' names resolve through CoreDNS inside the Pod.
+    let first = members[0].name_any();
+    let health = endpoint_health(&cp, &ns, &first).await;
+    assert_eq!(
+        health
+            .matches("is healthy: successfully committed proposal")
+            .count(),
+        3,
+        "{health}"
+    );
+
+    // A member's etcd killed inside its container: the kubelet restarts it, the same Pod and
+    // the same etcd member, with its data.
+    let victim = members[1].clone();
+    let victim_name = victim.name_any();
+    let before = tests::e2e::member_view(&victim).await.or_panic();
+    let pids = pids_naming(&format!("--name={victim_name}"));
+    assert_eq!(pids.len(), 1, "{victim_name}'s etcd processes: {pids:?}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pids[0]),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .or_panic();
+    eventually(
+        "the killed member restarted in place and Ready",
+        Duration::from_secs(120),
+        || async {
+            let p = pods.get(&victim_name).await.map_err(|e| e.to_string())?;
+            let restarts = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.name == "etcd"))
+                .map(|c| c.restart_count)
+                .unwrap_or(0);
+            if p.uid() == victim.uid() && restarts >= 1 && tests::e2e::pod_ready(&p) {
+                Ok(p)
+            } else {
+                Err(format!("uid {:?}, restarts {restarts}", p.uid()))
+            }
+        },
+    )
+    .await;
+    let restarted = pods.get(&victim_name).await.or_panic();
+    let after = tests::e2e::member_view(&restarted).await.or_panic();
+    assert_eq!(
+        (after.cluster_id, after.member_id),
+        (before.cluster_id, before.member_id)
+    );
+    assert_ne!(pids_naming(&format!("--name={victim_name}")), pids);
+    let own = tests::e2e::read_member_keys(&restarted, "e2e/").await;
+    assert_eq!(own, keys, "{victim_name}'s own data after the restart");
+    wait_healthy(&clusters, "real", 3, "3 members Ready again").await;
+    let mut etcd = tests::e2e::etcd_client(&client, &ns, "real").await;
+    tests::e2e::check_keys(
+        &mut etcd,
+        "after the kubelet restarted a member",
+        "e2e/",
+        &keys,
+        tests::e2e::Keys::Exactly,
+    )
+    .await;
+
+    // Scaled 3 → 5 → 3 on the real node: learners join through CoreDNS names, their claims bind
+    // to new local volumes, and every key stays.
+    for replicas in [5, 3] {
+        clusters
+            .patch(
+                "real",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await
+            .or_panic();
+        let what = format!("{replicas} members Ready on the real node");
+        wait_healthy(&clusters, "real", replicas, &what).await;
+        // The removed members' Pods end as the kubelet finishes their graceful termination.
+        eventually(
+            &format!("exactly {replicas} member Pods, all on the real node"),
+            Duration::from_secs(60),
+            || async {
+                let running = pods.list(&selector).await.map_err(|e| e.to_string())?.items;
+                let on_node: Vec<String> = running
+                    .iter()
+                    .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE))
+                    .map(|p| p.name_any())
+                    .collect();
+                if running.len() == replicas as usize && on_node.len() == running.len() {
+                    Ok(())
+                } else {
+                    Err(format!("{} Pods, on {NODE}: {on_node:?}", running.len()))
+                }
+            },
+        )
+        .await;
+        let mut etcd = tests::e2e::etcd_client(&client, &ns, "real").await;
+        tests::e2e::check_keys(
+            &mut etcd,
+            &format!("scaled to {replicas}"),
+            "e2e/",
+            &keys,
+            tests::e2e::Keys::Exactly,
+        )
+        .await;
+    }
+
+    operator.stop(Duration::from_secs(5)).await;
+    clusters
+        .delete("real", &DeleteParams::default())
+        .await
+        .or_panic();
     node.stop();
 }

@@ -213,6 +213,43 @@ pub fn replace_block(hosts: &str, n: u8, block: Option<&str>) -> String {
     out
 }
 
+/// Keep `hosts` (the host's block and every Pod's file) up to date with the cluster's
+/// EndpointSlices until dropped; what goes wrong goes to `report` and is retried.
+pub async fn serve(client: kube::Client, hosts: std::sync::Arc<HostsFiles>, report: impl Fn(&str)) {
+    use futures::StreamExt;
+    use kube_runtime::WatchStreamExt;
+    let (reader, writer) = kube_runtime::reflector::store::<EndpointSlice>();
+    let api = kube::Api::<EndpointSlice>::all(client);
+    let stream = kube_runtime::reflector(
+        writer,
+        kube_runtime::watcher(api, kube_runtime::watcher::Config::default()),
+    )
+    .default_backoff();
+    futures::pin_mut!(stream);
+    let mut dirty = false;
+    loop {
+        tokio::select! {
+            event = stream.next() => {
+                match event {
+                    None => return,
+                    Some(Ok(_)) => dirty = true,
+                    Some(Err(e)) => report(&format!("endpointslice watch: {e}")),
+                }
+            }
+            _ = tokio::time::sleep(std::time::Duration::from_millis(50)), if dirty => {
+                dirty = false;
+                let slices = reader.state();
+                let records = records(slices.iter().map(|s| s.as_ref()));
+                let hosts = hosts.clone();
+                let written = tokio::task::spawn_blocking(move || hosts.set_records(records)).await;
+                if let Ok(Err(e)) = written {
+                    report(&format!("writing hosts files: {e}"));
+                }
+            }
+        }
+    }
+}
+
 /// Slots that have a block in `hosts`.
 pub fn block_slots(hosts: &str) -> Vec<u8> {
     hosts

@@ -58,7 +58,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::Client;
@@ -779,37 +778,15 @@ async fn run_dispatcher(ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>) {
 
 /// Keep the hosts files in step with the EndpointSlices.
 async fn run_dns(ctx: Arc<Ctx>) {
-    let (reader, writer) = kube_runtime::reflector::store::<EndpointSlice>();
-    let api = Api::<EndpointSlice>::all(ctx.client.clone());
-    let stream = kube_runtime::reflector(writer, watcher::watcher(api, watcher::Config::default()))
-        .default_backoff();
-    futures::pin_mut!(stream);
-    let mut dirty = false;
-    loop {
-        tokio::select! {
-            event = stream.next() => {
-                match event {
-                    None => return,
-                    Some(Ok(_)) => dirty = true,
-                    Some(Err(e)) => ctx.journal(&format!("endpointslice watch: {e}")),
-                }
-            }
-            _ = tokio::time::sleep(Duration::from_millis(50)), if dirty => {
-                dirty = false;
-                let slices = reader.state();
-                let records = dns::records(slices.iter().map(|s| s.as_ref()));
-                let hosts = ctx.dns.clone();
-                let written = tokio::task::spawn_blocking(move || hosts.set_records(records)).await;
-                if let Ok(Err(e)) = written {
-                    ctx.journal(&format!("writing hosts files: {e}"));
-                }
-            }
-        }
-    }
+    let report = ctx.clone();
+    dns::serve(ctx.client.clone(), ctx.dns.clone(), move |problem| {
+        report.journal(problem)
+    })
+    .await
 }
 
 /// Every change to a `K` in the cluster, kept in `writer`'s store (each one as `()`).
-fn reflected<K>(
+pub(crate) fn reflected<K>(
     client: &kube::Client,
     writer: kube_runtime::reflector::store::Writer<K>,
 ) -> impl futures::Stream<Item = Result<(), String>>
@@ -832,34 +809,11 @@ where
 
 /// Provision and reclaim PVs whenever claims or volumes change (and every few seconds).
 async fn run_storage(ctx: Arc<Ctx>, provisioners: Vec<storage::Provisioner>) {
-    let (claims, claims_writer) = kube_runtime::reflector::store::<PersistentVolumeClaim>();
-    let (volumes, volumes_writer) = kube_runtime::reflector::store::<PersistentVolume>();
-    let events = futures::stream::select(
-        reflected(&ctx.client, claims_writer),
-        reflected(&ctx.client, volumes_writer),
-    );
-    futures::pin_mut!(events);
-    let mut dirty = false;
-    loop {
-        tokio::select! {
-            event = events.next() => {
-                match event {
-                    None => return,
-                    Some(Ok(())) => dirty = true,
-                    Some(Err(e)) => ctx.journal(&format!("pv/pvc watch: {e}")),
-                }
-            }
-            _ = tokio::time::sleep(Duration::from_millis(100)), if dirty => {
-                dirty = false;
-                for provisioner in &provisioners {
-                    for problem in provisioner.reconcile(&ctx.client, &claims, &volumes).await {
-                        ctx.journal(&format!("storage: {problem}"));
-                    }
-                }
-            }
-            _ = tokio::time::sleep(Duration::from_secs(5)) => dirty = true,
-        }
-    }
+    let report = ctx.clone();
+    storage::serve(ctx.client.clone(), provisioners, move |problem| {
+        report.journal(&format!("storage: {problem}"))
+    })
+    .await
 }
 
 struct Control {

@@ -1,6 +1,7 @@
 //! Dynamic provisioning for the runner's StorageClasses, the way an external provisioner does it:
-//! a pending PVC of a class gets a PV (a `hostPath` directory) pre-bound to it through
-//! `claimRef`; kube-controller-manager's PV binder completes the binding. A Released PV is
+//! a pending PVC of a class gets a PV (a `hostPath` directory, or a `local` one for a local class)
+//! pre-bound to it through `claimRef`; kube-controller-manager's PV binder completes the binding.
+//! [`serve`] runs the classes' provisioners (the pod runner's and the real node's). A Released PV is
 //! deleted with its directory (reclaim policy Delete). A bound claim whose request grows past its
 //! capacity is expanded online, as external-resizer and the kubelet do it together: a sized
 //! volume's tmpfs is remounted with the new size (the running Pod's bind mount sees it at once),
@@ -16,6 +17,9 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -116,12 +120,12 @@ impl Provisioner {
             let Some(name) = pv.metadata.name.clone() else {
                 continue;
             };
-            if let Some(path) = pv
-                .spec
-                .as_ref()
-                .and_then(|s| s.host_path.as_ref())
-                .map(|h| PathBuf::from(&h.path))
-            {
+            if let Some(path) = pv.spec.as_ref().and_then(|s| {
+                s.host_path
+                    .as_ref()
+                    .map(|h| PathBuf::from(&h.path))
+                    .or_else(|| s.local.as_ref().map(|l| PathBuf::from(&l.path)))
+            }) {
                 if path.starts_with(&self.root) {
                     if self.sized {
                         let _ = umount2(&path, MntFlags::MNT_DETACH);
@@ -261,7 +265,6 @@ impl Provisioner {
                 "persistentVolumeReclaimPolicy": "Delete",
                 "storageClassName": self.class,
                 "volumeMode": spec.volume_mode.clone().unwrap_or_else(|| "Filesystem".into()),
-                "hostPath": {"path": dir, "type": "DirectoryOrCreate"},
                 "claimRef": {
                     "apiVersion": "v1",
                     "kind": "PersistentVolumeClaim",
@@ -271,6 +274,13 @@ impl Provisioner {
                 },
             },
         });
+        // A local class makes `local` volumes, whose Pods a kubelet gives their fsGroup, as a
+        // local-PV provisioner does; the others `hostPath` ones.
+        if self.local {
+            pv["spec"]["local"] = json!({"path": dir});
+        } else {
+            pv["spec"]["hostPath"] = json!({"path": dir, "type": "DirectoryOrCreate"});
+        }
         if let Some(affinity) = node_affinity {
             pv["spec"]["nodeAffinity"] = affinity;
         }
@@ -280,6 +290,39 @@ impl Provisioner {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
             Err(e) => Err(Error::kube(format!("creating PV {name}"))(e)),
+        }
+    }
+}
+
+/// Provision for `provisioners` until dropped: every change of a claim or a volume, and every 5 s,
+/// runs each one's [`Provisioner::reconcile`]; what goes wrong goes to `report` and is retried.
+pub async fn serve(client: Client, provisioners: Vec<Provisioner>, report: impl Fn(&str)) {
+    let (claims, claims_writer) = kube_runtime::reflector::store::<PersistentVolumeClaim>();
+    let (volumes, volumes_writer) = kube_runtime::reflector::store::<PersistentVolume>();
+    let events = futures::stream::select(
+        super::reflected(&client, claims_writer),
+        super::reflected(&client, volumes_writer),
+    );
+    futures::pin_mut!(events);
+    let mut dirty = false;
+    loop {
+        tokio::select! {
+            event = events.next() => {
+                match event {
+                    None => return,
+                    Some(Ok(())) => dirty = true,
+                    Some(Err(e)) => report(&format!("pv/pvc watch: {e}")),
+                }
+            }
+            _ = tokio::time::sleep(Duration::from_millis(100)), if dirty => {
+                dirty = false;
+                for provisioner in &provisioners {
+                    for problem in provisioner.reconcile(&client, &claims, &volumes).await {
+                        report(&problem);
+                    }
+                }
+            }
+            _ = tokio::time::sleep(Duration::from_secs(5)) => dirty = true,
         }
     }
 }

@@ -22,11 +22,22 @@
 //! stops), and the paths `/var/log/containers`, `/var/lib/kubelet/device-plugins`, containerd's
 //! shim sockets under `/run/containerd/s` (removed when the node stops, if the node made them).
 //! One real node per host at a time: [`RealNode::start`] takes a lock.
+//!
+//! Beside the node, what a cluster provides and the tests need: CoreDNS ([`coredns`]) on the
+//! node's address for the Pods (the kubelet's `clusterDNS`); a local-volume provisioner for the
+//! default StorageClass [`STORAGE_CLASS`] (`WaitForFirstConsumer`, `local` PVs pinned to the node,
+//! root-owned directories the kubelet gives a Pod's `fsGroup`, as on a freshly formatted disk),
+//! the pod runner's [`crate::podrunner::storage`] provisioner; and, for processes on the host
+//! (the operator under test, the tests' own etcd clients), the cluster's Service and member names
+//! in a marked block of the host's `/etc/hosts` ([`crate::podrunner::dns`]).
+
+pub mod coredns;
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -37,6 +48,7 @@ use rcgen::ExtendedKeyUsagePurpose;
 use crate::env::pki::Leaf;
 use crate::env::process::Process;
 use crate::env::{ControlPlane, Error};
+use crate::podrunner::{dns, storage};
 
 /// The environment variable naming the node images' directory (what `bash
 /// tools/node-images/build.sh` prints); unset, the script is asked with `--print-dir`.
@@ -45,6 +57,12 @@ pub const NODE_IMAGES_ENV: &str = "ETCD_OPERATOR_NODE_IMAGES";
 pub const IMAGE_ARCHIVES: &[&str] = &["pause.tar", "etcd-3.6.tar", "etcd-3.5.tar"];
 /// The pause image the archives hold, the CRI's sandbox image.
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
+
+/// The default StorageClass of a control plane with a real node: local volumes on the node.
+pub const STORAGE_CLASS: &str = "real-node-local";
+/// The real node's block in the host's `/etc/hosts`: a number above the pod runners' slots,
+/// which they never sweep; the host lock makes it the only one.
+const HOSTS_SLOT: u8 = 250;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 const SYSCTLS: &[&str] = &[
@@ -70,6 +88,10 @@ pub struct RealNode {
     socket: PathBuf,
     kubelet: Option<Process>,
     containerd: Option<Process>,
+    coredns: Option<Process>,
+    /// The provisioner and the host's DNS block, on the runtime that started the node.
+    services: Vec<tokio::task::JoinHandle<()>>,
+    hosts: Arc<dns::HostsFiles>,
     sysctls: BTreeMap<String, String>,
     made_paths: Vec<PathBuf>,
     cgroups_before: Vec<PathBuf>,
@@ -169,7 +191,12 @@ impl RealNode {
         let images = images_dir()?;
         check_prerequisites(&images)?;
         let kubelet_bin = cp.testbins().binary("k8s", "kubelet")?;
+        coredns::binary()?;
         let lock = lock_host()?;
+        // A block left by a node that crashed (the lock is ours now).
+        dns::write_host_block(HOSTS_SLOT, None).map_err(Error::io(
+            "removing a stale real-node block from /etc/hosts",
+        ))?;
 
         let slot = std::process::id() % 200 + 20;
         let bridge = format!("rn{slot}");
@@ -185,6 +212,9 @@ impl RealNode {
             socket: socket.clone(),
             kubelet: None,
             containerd: None,
+            coredns: None,
+            services: Vec::new(),
+            hosts: Arc::new(dns::HostsFiles::new(HOSTS_SLOT)),
             sysctls: BTreeMap::new(),
             made_paths: HOST_PATHS
                 .iter()
@@ -210,6 +240,15 @@ impl RealNode {
             &["addr", "add", &format!("{address}/24"), "dev", &bridge],
         )?;
         run("ip", &["link", "set", &bridge, "up"])?;
+        node.coredns = Some(
+            coredns::start(
+                cp,
+                &address,
+                &root.join("coredns"),
+                &logs.join("coredns.log"),
+            )
+            .await?,
+        );
         let cni_conf = root.join("cni/net.d");
         write(
             &cni_conf.join("10-node.conflist"),
@@ -364,6 +403,7 @@ oom_score = 0
             "resolvConf": "",
             "makeIPTablesUtilChains": false,
             "clusterDomain": "cluster.local",
+            "clusterDNS": [address],
             "serializeImagePulls": false,
             "registerNode": true,
         });
@@ -408,6 +448,35 @@ oom_score = 0
                 logs.join("kubelet.log").display()
             )));
         }
+
+        let client = cp.client()?;
+        let provisioner = storage::Provisioner {
+            class: STORAGE_CLASS.into(),
+            provisioner: "real-node.etcd-operator.test/local".into(),
+            root: root.join("volumes"),
+            sized: false,
+            default: true,
+            local: true,
+        };
+        fs::create_dir_all(&provisioner.root)
+            .map_err(Error::io("creating the volumes' directory"))?;
+        provisioner.install_class(&client).await.map_err(|e| {
+            Error::Unsupported(format!("installing StorageClass {STORAGE_CLASS}: {e}"))
+        })?;
+        let report = |what: &'static str| {
+            let name = name.to_string();
+            move |problem: &str| eprintln!("real node {name}: {what}: {problem}")
+        };
+        node.services.push(tokio::spawn(storage::serve(
+            client.clone(),
+            vec![provisioner],
+            report("storage"),
+        )));
+        node.services.push(tokio::spawn(dns::serve(
+            client,
+            node.hosts.clone(),
+            report("hosts"),
+        )));
         Ok(node)
     }
 
@@ -423,6 +492,13 @@ oom_score = 0
     /// Stop the kubelet, every container and containerd, and give the host back: see the module
     /// docs. Also what dropping the node does.
     pub fn stop(&mut self) {
+        for service in self.services.drain(..) {
+            service.abort();
+        }
+        let _ = self.hosts.remove_host_block();
+        if let Some(coredns) = self.coredns.take() {
+            coredns.kill();
+        }
         if let Some(kubelet) = self.kubelet.take() {
             kubelet.kill();
         }
