@@ -627,9 +627,14 @@ fn assert_registrations_match_the_tested_ones(r: &Rendered) {
 /// The image of the reference Go operator: another program, never this chart's default.
 const REFERENCE_IMAGE_REPOSITORY: &str = "ghcr.io/cozystack/etcd-operator";
 
+/// This repository's root.
+fn repo_root() -> std::path::PathBuf {
+    helm::chart_dir().join("../..")
+}
+
 /// `key = "value"` of the root Cargo.toml's `[workspace.package]`.
 fn workspace_package(key: &str) -> String {
-    let path = helm::chart_dir().join("../../Cargo.toml");
+    let path = repo_root().join("Cargo.toml");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     text.lines()

@@ -9,6 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use api::conditions::cluster::ALARM;
 use api::conditions::reason::{CORRUPT, NO_ALARM, NO_SPACE};
+use api::labels::ALLOW_DELETION_ANNOTATION;
 
 use crate::conditions::set_condition;
 use crate::etcd::{format_id, Alarm};
@@ -39,10 +40,14 @@ pub fn set_alarm_condition(
         (
             true,
             CORRUPT,
+            // Member deletion protection refuses a plain delete, and while the alarm is raised
+            // no member is Ready, so the finalizer's MemberRemove waits for the disarm.
             format!(
                 "etcd raised a CORRUPT alarm for {}: that member's data diverged from the others. \
-                 Delete the EtcdMember so the operator replaces it with a fresh copy, then disarm \
-                 the alarm (etcdctl alarm disarm); do not defragment or snapshot it",
+                 Replace it: annotate its EtcdMember {ALLOW_DELETION_ANNOTATION}=true and delete \
+                 it, then disarm the alarm (etcdctl alarm disarm) so the members turn Ready and \
+                 the operator removes it and adds a fresh copy; do not defragment or snapshot it \
+                 (docs/observability.md, EtcdCorruptAlarm)",
                 corrupt.join(", ")
             ),
         )
@@ -111,5 +116,11 @@ mod tests {
         let (_, reason, message) = alarm(&c).unwrap();
         assert_eq!(reason, CORRUPT);
         assert!(message.contains("member 00000000000000ab"), "{message}");
+        // The way past member deletion protection, and the disarm the removal waits for.
+        assert!(
+            message.contains("etcd-operator.cozystack.io/allow-deletion=true"),
+            "{message}"
+        );
+        assert!(message.contains("etcdctl alarm disarm"), "{message}");
     }
 }

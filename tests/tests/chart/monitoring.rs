@@ -366,13 +366,20 @@ async fn alert_rules_select_the_jobs_and_labels_the_monitors_produce() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-/// The anchors of docs/observability.md (GitHub's: lowercase, punctuation dropped, spaces to
-/// dashes).
-fn doc_anchors() -> BTreeSet<String> {
-    let doc = helm::chart_dir().join("../../docs/observability.md");
+/// The heading anchors of a Markdown file, as GitHub makes them: lowercase, punctuation dropped,
+/// spaces to dashes. Lines in fenced code blocks (shell comments) are no headings.
+fn doc_anchors(doc: &Path) -> BTreeSet<String> {
     let text =
-        std::fs::read_to_string(&doc).unwrap_or_else(|e| panic!("reading {}: {e}", doc.display()));
+        std::fs::read_to_string(doc).unwrap_or_else(|e| panic!("reading {}: {e}", doc.display()));
+    let mut in_fence = false;
     text.lines()
+        .filter(|l| {
+            if l.trim_start().starts_with("```") {
+                in_fence = !in_fence;
+                return false;
+            }
+            !in_fence
+        })
         .filter_map(|l| l.strip_prefix('#'))
         .map(|h| {
             h.trim_start_matches('#')
@@ -393,7 +400,7 @@ async fn every_alert_links_to_its_runbook_section_and_says_what_happened() {
         "metrics.prometheusRule.runbookBaseURL=https://docs.example.test/observability.md",
     ])
     .await;
-    let anchors = doc_anchors();
+    let anchors = doc_anchors(&repo_root().join("docs/observability.md"));
     for (alert, _, annotations) in rules(&r) {
         let url = annotations["runbook_url"].as_str().unwrap_or_default();
         let anchor = alert.to_lowercase();
@@ -425,6 +432,38 @@ async fn every_alert_links_to_its_runbook_section_and_says_what_happened() {
             "{alert}: severity {severity}"
         );
     }
+}
+
+/// With the defaults every runbook_url is a page of this repository's docs on GitHub (the
+/// repository of the workspace Cargo.toml, branch main), and names a heading of that file.
+#[tokio::test]
+async fn every_default_runbook_url_is_a_heading_in_this_repositorys_docs() {
+    let r = render_values(&["metrics.prometheusRule.enabled=true"]).await;
+    let blob = format!("{}/blob/main/", workspace_package("repository"));
+    let mut problems = Vec::new();
+    let rules = rules(&r);
+    for (alert, _, annotations) in &rules {
+        let url = annotations["runbook_url"].as_str().unwrap_or_default();
+        let Some((path, anchor)) = url
+            .strip_prefix(blob.as_str())
+            .and_then(|rest| rest.split_once('#'))
+        else {
+            problems.push(format!(
+                "{alert}: {url} is no page of {blob} with an anchor"
+            ));
+            continue;
+        };
+        let file = repo_root().join(path);
+        if !path.starts_with("docs/") || !path.ends_with(".md") || !file.is_file() {
+            problems.push(format!(
+                "{alert}: {url} names {path}, no Markdown file in docs/"
+            ));
+        } else if !doc_anchors(&file).contains(anchor) {
+            problems.push(format!("{alert}: {path} has no heading #{anchor}"));
+        }
+    }
+    assert!(rules.len() >= 15, "{} rules", rules.len());
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// The promtool binary (tools/promtool/build.sh, `ETCD_OPERATOR_PROMTOOL`).
