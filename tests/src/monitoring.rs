@@ -34,6 +34,7 @@ pub const OPERATOR_METRICS: &[&str] = &[
     "etcd_operator_cluster_voters",
     "etcd_operator_defrag_runs_total",
     "etcd_operator_etcd_call_duration_seconds_count",
+    "etcd_operator_newest_verified_snapshot_age_seconds",
     "etcd_operator_reconcile_errors_total",
     "etcd_operator_reconciles_total",
     "etcd_operator_snapshot_schedule_last_schedule_timestamp_seconds",

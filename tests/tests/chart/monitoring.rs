@@ -466,6 +466,29 @@ async fn every_default_runbook_url_is_a_heading_in_this_repositorys_docs() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+#[tokio::test]
+async fn verified_snapshot_max_age_is_the_alerts_threshold_in_seconds() {
+    for (value, seconds) in [
+        (None, 172_800),
+        (Some("36h"), 129_600),
+        (Some("90m"), 5_400),
+    ] {
+        let mut values = vec!["metrics.prometheusRule.enabled=true".to_string()];
+        values.extend(value.map(|v| format!("metrics.prometheusRule.verifiedSnapshotMaxAge={v}")));
+        let r = render_values(&values).await;
+        let (_, expr, annotations) = rules(&r)
+            .into_iter()
+            .find(|(alert, _, _)| alert == "EtcdNoRecentVerifiedSnapshot")
+            .unwrap_or_else(|| panic!("no EtcdNoRecentVerifiedSnapshot rule"));
+        assert!(
+            expr.trim_end().ends_with(&format!("> {seconds}")),
+            "{value:?}: {expr}"
+        );
+        let summary = annotations["summary"].as_str().unwrap_or_default();
+        assert!(summary.contains(value.unwrap_or("2d")), "{summary}");
+    }
+}
+
 /// The promtool binary (tools/promtool/build.sh, `ETCD_OPERATOR_PROMTOOL`).
 fn promtool() -> PathBuf {
     let path = std::env::var_os("ETCD_OPERATOR_PROMTOOL").unwrap_or_else(|| {
@@ -715,6 +738,10 @@ async fn monitoring_objects_render_only_on_request_and_lint_clean() {
     for (set, expect) in [
         ("metrics.etcd.podMonitor.enabeld=true", "enabeld"),
         ("metrics.prometheusRule.runbookBaseURL=", "runbookBaseURL"),
+        (
+            "metrics.prometheusRule.verifiedSnapshotMaxAge=2 days",
+            "verifiedSnapshotMaxAge",
+        ),
         ("metrics.dashboard.labels=x", "labels"),
     ] {
         let err = render_error(&["--set", set]).await;
