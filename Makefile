@@ -11,10 +11,10 @@ PROMTOOL_DIR := $(shell bash tools/promtool/build.sh --print-dir)
 export ETCD_OPERATOR_PROMTOOL := $(PROMTOOL_DIR)/promtool
 # The real node's images (tools/node-images: pause, etcd 3.6 and 3.5 built like etcd's own).
 export ETCD_OPERATOR_NODE_IMAGES := $(shell bash tools/node-images/build.sh --print-dir)
-# The real node's cluster DNS (tools/coredns: CoreDNS with the kubernetes plugin, no forwarder).
-export ETCD_OPERATOR_COREDNS := $(shell bash tools/coredns/build.sh --print-dir)
+# The real node's own binaries (tools/nodebins: CoreDNS without a forwarder, kube-proxy).
+export ETCD_OPERATOR_NODEBINS := $(shell bash tools/nodebins/build.sh --print-dir)
 
-.PHONY: help deps test fmt-check clippy unit testbins promtool image test-image api e2e suites build-tests crds bench demo node-images coredns test-node
+.PHONY: help deps test fmt-check clippy unit testbins promtool image test-image api e2e suites build-tests crds bench demo node-images nodebins test-node
 
 help:
 	@echo "make demo      helm install of the operator (controller + webhook Pods, cert-manager certs) and a 3-member EtcdCluster on real etcd members; until Ctrl-C (needs root)"
@@ -61,13 +61,13 @@ node-images: testbins
 
 ## test-node: the real-node lane alone: kubelet, containerd and runc run the suites' Pods
 ## (tests/tests/real_node.rs). `make test` runs it among the suites.
-test-node: testbins node-images coredns
+test-node: testbins node-images nodebins
 	$(CARGO) test --locked -p tests --test real_node
 
-## coredns: the real node's cluster DNS, in its own cache outside the repo (idempotent; see
-## tools/coredns/build.sh).
-coredns: deps
-	bash tools/coredns/build.sh >/dev/null
+## nodebins: the real node's CoreDNS and kube-proxy, in their own cache outside the repo
+## (idempotent; see tools/nodebins/build.sh).
+nodebins: deps
+	bash tools/nodebins/build.sh >/dev/null
 
 ## promtool: Prometheus' promtool, in its own cache outside the repo (idempotent; see
 ## tools/promtool/build.sh). The chart suite runs `promtool check rules` and `promtool test rules`.
@@ -112,12 +112,12 @@ E2E_SUITES := e2e_recovery_snapshot e2e_faults e2e_faults_env e2e_replace e2e_sc
 	e2e_restore e2e_tls_rotation e2e_tls e2e_install e2e_migrate_aenix e2e_upgrade e2e_takeover \
 	e2e_selfheal snapshot_agent e2e_volume e2e_snapshot e2e_verify pod_runner kubectl_streaming e2e_decode \
 	e2e_metrics image real_node
-e2e: testbins test-image node-images coredns
+e2e: testbins test-image node-images nodebins
 	$(CARGO) build --locked -p controller -p webhook --bins
 	bash tools/run-suites.sh $(E2E_SUITES)
 
 ## suites: the end-to-end and then the API-layer suites in one set of lanes (what `make test` runs).
-suites: testbins promtool test-image node-images coredns
+suites: testbins promtool test-image node-images nodebins
 	$(CARGO) build --locked -p controller -p webhook --bins
 	bash tools/run-suites.sh $(E2E_SUITES) $(API_SUITES)
 

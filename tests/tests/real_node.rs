@@ -10,6 +10,13 @@
 //! a member's etcd killed inside its container restarted by the kubelet as the same member, with
 //! every key kept, then scaled 3 → 5 → 3.
 //!
+//! And the chart as users install it: `helm install` with the webhook and cert-manager-issued
+//! webhook certificates into a namespace enforcing the restricted profile, the controller and the
+//! webhook running from the project's image (imported under the chart's reference) under runc as
+//! UID 65532, reaching the apiserver through the `kubernetes` Service (kube-proxy), the webhook
+//! called by the apiserver, the controller reconciling a cluster whose members find each other
+//! through CoreDNS.
+//!
 //! Needs root, `ETCD_OPERATOR_TESTBINS` (with kubelet) and the node images
 //! (`ETCD_OPERATOR_NODE_IMAGES`, `bash tools/node-images/build.sh`); `make test-node` provides
 //! both.
@@ -416,6 +423,150 @@ async fn the_operator_runs_a_three_member_cluster_on_the_real_node_and_the_kubel
     operator.stop(Duration::from_secs(5)).await;
     clusters
         .delete("real", &DeleteParams::default())
+        .await
+        .or_panic();
+    node.stop();
+}
+
+/// The chart's default image reference: its repository and appVersion.
+fn chart_image() -> String {
+    let chart = std::fs::read_to_string(tests::helm::chart_dir().join("Chart.yaml")).or_panic();
+    let app_version = chart
+        .lines()
+        .find_map(|l| l.strip_prefix("appVersion:"))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .expect("Chart.yaml has an appVersion");
+    format!("{}:{app_version}", tests::install::IMAGE_REPOSITORY)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node() {
+    let _turn = ONE_NODE.lock().await;
+    let (cp, mut node, ns) = real_node(false, "real-chart").await;
+    let client = cp.client().or_panic();
+    let archive = tests::podrunner::test_image_layout()
+        .parent()
+        .expect("the layout's directory")
+        .join("etcd-operator.tar");
+    node.import_image(&archive, &chart_image()).or_panic();
+    let _cert_manager = tests::env::CertManager::start(&cp).await.or_panic();
+
+    // The release's namespace enforces the restricted profile before the chart goes in.
+    let release_ns = tests::install::NAMESPACE;
+    cp.kubectl_ok(&["create", "namespace", release_ns])
+        .await
+        .or_panic();
+    cp.kubectl_ok(&[
+        "label",
+        "namespace",
+        release_ns,
+        "pod-security.kubernetes.io/enforce=restricted",
+    ])
+    .await
+    .or_panic();
+    let helm = tests::helm::Helm::new(Some(cp.kubeconfig())).or_panic();
+    let chart = tests::helm::chart_dir();
+    helm.run([
+        "install",
+        tests::install::RELEASE,
+        &chart.to_string_lossy(),
+        "--namespace",
+        release_ns,
+        "--set",
+        "webhook.enabled=true",
+        "--set",
+        "webhook.certificate.mode=certManager",
+        "--wait",
+        "--timeout",
+        tests::install::HELM_TIMEOUT,
+    ])
+    .await
+    .or_panic();
+
+    // Both Deployments' Pods run on the node, as the image's user, from the chart's image.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), release_ns);
+    let running = pods.list(&ListParams::default()).await.or_panic().items;
+    for deployment in [tests::install::CONTROLLER, tests::install::WEBHOOK] {
+        let pod = running
+            .iter()
+            .find(|p| {
+                p.name_any().starts_with(&format!("{deployment}-")) && tests::e2e::pod_ready(p)
+            })
+            .unwrap_or_else(|| panic!("no Ready Pod of {deployment}: {running:?}"));
+        assert_eq!(
+            pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some(NODE)
+        );
+        let images: Vec<&str> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .filter_map(|c| c.image.as_deref())
+            .collect();
+        assert_eq!(images, [chart_image().as_str()], "{deployment}");
+        for status in pod
+            .status
+            .iter()
+            .flat_map(|s| s.container_statuses.iter().flatten())
+        {
+            let id = status.container_id.as_deref().expect("a started container");
+            assert_eq!(
+                node.container_uid(id).or_panic(),
+                65532,
+                "{deployment}/{}",
+                status.name
+            );
+        }
+    }
+
+    // The apiserver calls the webhook (its Service, the Pod's address), and the controller in its
+    // Pod reconciles: the members find each other through CoreDNS.
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    let cluster: EtcdCluster = serde_json::from_value(json!({
+        "apiVersion": "etcd-operator.cozystack.io/v1alpha2",
+        "kind": "EtcdCluster",
+        "metadata": {"name": "charted", "namespace": ns},
+        "spec": {"replicas": 3, "version": "3.6.16"},
+    }))
+    .or_panic();
+    let created = clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .or_panic();
+    // The webhook's defaulting (preferred anti-affinity) is on the stored object.
+    assert!(
+        created
+            .spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.pod_anti_affinity.as_ref())
+            .is_some(),
+        "the webhook did not default the anti-affinity: {:?}",
+        created.spec.affinity
+    );
+    wait_healthy(
+        &clusters,
+        "charted",
+        3,
+        "3 members Ready, reconciled from a Pod",
+    )
+    .await;
+    let members = Api::<Pod>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&api::labels::cluster_selector("charted")))
+        .await
+        .or_panic()
+        .items;
+    let health = endpoint_health(&cp, &ns, &members[0].name_any()).await;
+    assert_eq!(
+        health
+            .matches("is healthy: successfully committed proposal")
+            .count(),
+        3,
+        "{health}"
+    );
+
+    clusters
+        .delete("charted", &DeleteParams::default())
         .await
         .or_panic();
     node.stop();

@@ -32,6 +32,7 @@
 //! in a marked block of the host's `/etc/hosts` ([`crate::podrunner::dns`]).
 
 pub mod coredns;
+pub mod service_network;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -53,6 +54,10 @@ use crate::podrunner::{dns, storage};
 /// The environment variable naming the node images' directory (what `bash
 /// tools/node-images/build.sh` prints); unset, the script is asked with `--print-dir`.
 pub const NODE_IMAGES_ENV: &str = "ETCD_OPERATOR_NODE_IMAGES";
+/// The environment variable naming the directory of the node's own binaries, CoreDNS and
+/// kube-proxy (what `bash tools/nodebins/build.sh` prints); unset, the script is asked with
+/// `--print-dir`.
+pub const NODEBINS_ENV: &str = "ETCD_OPERATOR_NODEBINS";
 /// The image archives a node imports.
 pub const IMAGE_ARCHIVES: &[&str] = &["pause.tar", "etcd-3.6.tar", "etcd-3.5.tar"];
 /// The pause image the archives hold, the CRI's sandbox image.
@@ -89,6 +94,9 @@ pub struct RealNode {
     kubelet: Option<Process>,
     containerd: Option<Process>,
     coredns: Option<Process>,
+    kube_proxy: Option<Process>,
+    /// The Service range is routed to a blackhole (by this node).
+    blackholed: bool,
     /// The provisioner and the host's DNS block, on the runtime that started the node.
     services: Vec<tokio::task::JoinHandle<()>>,
     hosts: Arc<dns::HostsFiles>,
@@ -146,6 +154,92 @@ pub fn images_dir() -> Result<PathBuf, Error> {
     Ok(PathBuf::from(printed.trim()))
 }
 
+/// The node's binary `name` (`coredns`, `kube-proxy`): under [`NODEBINS_ENV`], else where the
+/// build script puts it.
+pub fn nodebin(name: &str) -> Result<PathBuf, Error> {
+    let dir = match std::env::var_os(NODEBINS_ENV).filter(|d| !d.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/nodebins/build.sh");
+            PathBuf::from(run("bash", &[&script.to_string_lossy(), "--print-dir"])?.trim())
+        }
+    };
+    let binary = dir.join(name);
+    if binary.is_file() {
+        Ok(binary)
+    } else {
+        Err(Error::Unsupported(format!(
+            "{} is missing: build it with `bash tools/nodebins/build.sh` and point {NODEBINS_ENV} \
+             at the directory it prints (make test does both)",
+            binary.display()
+        )))
+    }
+}
+
+/// A kubeconfig under `dir` for a component of the node acting as `user` (a client certificate
+/// from the control plane's client CA, no groups), as kubeadm writes one for each component.
+fn component_kubeconfig(cp: &ControlPlane, user: &str, dir: &Path) -> Result<PathBuf, Error> {
+    let (cert, key) = cp.pki().client_ca.sign(Leaf {
+        common_name: user,
+        organizations: &[],
+        sans: &[],
+        usages: &[ExtendedKeyUsagePurpose::ClientAuth],
+    })?;
+    let file = user.replace(':', "-");
+    let (cert_file, key_file) = (
+        dir.join(format!("{file}.crt")),
+        dir.join(format!("{file}.key")),
+    );
+    write(&cert_file, &cert)?;
+    write(&key_file, &key)?;
+    let kubeconfig = dir.join(format!("{file}.kubeconfig"));
+    crate::env::control_plane::write_kubeconfig_for(
+        &kubeconfig,
+        cp.server_url(),
+        cp.pki(),
+        (
+            user,
+            serde_json::json!({"client-certificate": cert_file, "client-key": key_file}),
+        ),
+        None,
+    )?;
+    Ok(kubeconfig)
+}
+
+/// Create `object`, or leave the one already there (a second node of the same control plane).
+async fn create_or_keep<K>(api: &Api<K>, object: &K, what: &str) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    match api.create(&kube::api::PostParams::default(), object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(Error::kube(format!("creating {what}"))(e)),
+    }
+}
+
+/// Wait until `http://127.0.0.1:<port><path>` answers 200: a component of the node is ready.
+async fn wait_ok(component: &str, port: u16, path: &str, log: &Path) -> Result<(), Error> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    crate::harness::poll(
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || async {
+            match crate::webhook::http_get(addr, path).await {
+                Ok((200, _)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+    .map_err(|e| {
+        Error::Unsupported(format!(
+            "{component} never answered 200 on http://{addr}{path} ({e:?}); log {}",
+            log.display()
+        ))
+    })
+}
+
 /// What the node needs from the host, checked before anything starts: a clear message instead of
 /// a kubelet that fails a minute later.
 fn check_prerequisites(images: &Path) -> Result<(), Error> {
@@ -191,7 +285,7 @@ impl RealNode {
         let images = images_dir()?;
         check_prerequisites(&images)?;
         let kubelet_bin = cp.testbins().binary("k8s", "kubelet")?;
-        coredns::binary()?;
+        nodebin("coredns")?;
         let lock = lock_host()?;
         // A block left by a node that crashed (the lock is ours now).
         dns::write_host_block(HOSTS_SLOT, None).map_err(Error::io(
@@ -213,6 +307,8 @@ impl RealNode {
             kubelet: None,
             containerd: None,
             coredns: None,
+            kube_proxy: None,
+            blackholed: false,
             services: Vec::new(),
             hosts: Arc::new(dns::HostsFiles::new(HOSTS_SLOT)),
             sysctls: BTreeMap::new(),
@@ -249,6 +345,10 @@ impl RealNode {
             )
             .await?,
         );
+        node.services
+            .push(service_network::relay_apiserver(cp, &address).await?);
+        service_network::blackhole_services()?;
+        node.blackholed = true;
         let cni_conf = root.join("cni/net.d");
         write(
             &cni_conf.join("10-node.conflist"),
@@ -449,6 +549,19 @@ oom_score = 0
             )));
         }
 
+        service_network::publish_apiserver(cp, &address).await?;
+        node.kube_proxy = Some(
+            service_network::start_kube_proxy(
+                cp,
+                name,
+                &address,
+                &format!("10.216.{slot}.0/24"),
+                &root.join("kube-proxy"),
+                &logs.join("kube-proxy.log"),
+            )
+            .await?,
+        );
+
         let client = cp.client()?;
         let provisioner = storage::Provisioner {
             class: STORAGE_CLASS.into(),
@@ -489,6 +602,79 @@ oom_score = 0
         &self.address
     }
 
+    /// The real uid the main process of container `container_id` (a Pod status's `containerID`,
+    /// `containerd://<id>`) runs as, read on the host from the task containerd started.
+    pub fn container_uid(&self, container_id: &str) -> Result<u32, Error> {
+        let id = container_id.trim_start_matches("containerd://");
+        let address = format!("--address={}", self.socket.display());
+        let tasks = run("ctr", &[&address, "-n", "k8s.io", "tasks", "ls"])?;
+        let pid = tasks
+            .lines()
+            .find_map(|l| {
+                let mut fields = l.split_whitespace();
+                (fields.next() == Some(id)).then(|| fields.next())?
+            })
+            .ok_or_else(|| {
+                Error::Unsupported(format!("no task {id} in the node's containerd: {tasks}"))
+            })?;
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).map_err(Error::io(
+            format!("reading the status of task {id}'s pid {pid}"),
+        ))?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|u| u.split_whitespace().next()?.parse().ok())
+            .ok_or_else(|| Error::Unsupported(format!("no Uid in /proc/{pid}/status")))
+    }
+
+    /// Import the OCI image archive `archive` into the node's containerd (namespace `k8s.io`)
+    /// under `reference`, as a registry-less node gets an image: its Pods run it, nothing is
+    /// pulled.
+    pub fn import_image(&self, archive: &Path, reference: &str) -> Result<(), Error> {
+        let address = format!("--address={}", self.socket.display());
+        let listed = |what: &str| {
+            run("ctr", &[&address, "-n", "k8s.io", "images", "ls", "-q"]).map_err(|e| {
+                Error::Unsupported(format!("listing the node's images {what} an import: {e}"))
+            })
+        };
+        let before = listed("before")?;
+        let repository = reference.rsplit_once(':').map_or(reference, |(r, _)| r);
+        run(
+            "ctr",
+            &[
+                &address,
+                "-n",
+                "k8s.io",
+                "images",
+                "import",
+                "--base-name",
+                repository,
+                &archive.to_string_lossy(),
+            ],
+        )?;
+        let after = listed("after")?;
+        let imported: Vec<&str> = after
+            .lines()
+            .filter(|l| {
+                !l.is_empty() && !l.starts_with("sha256:") && !before.lines().any(|b| b == *l)
+            })
+            .collect();
+        if after.lines().any(|l| l == reference) {
+            return Ok(());
+        }
+        let [source] = imported[..] else {
+            return Err(Error::Unsupported(format!(
+                "importing {} named {imported:?}, not one image to tag {reference}",
+                archive.display()
+            )));
+        };
+        run(
+            "ctr",
+            &[&address, "-n", "k8s.io", "images", "tag", source, reference],
+        )
+        .map(|_| ())
+    }
+
     /// Stop the kubelet, every container and containerd, and give the host back: see the module
     /// docs. Also what dropping the node does.
     pub fn stop(&mut self) {
@@ -498,6 +684,13 @@ oom_score = 0
         let _ = self.hosts.remove_host_block();
         if let Some(coredns) = self.coredns.take() {
             coredns.kill();
+        }
+        if let Some(kube_proxy) = self.kube_proxy.take() {
+            kube_proxy.kill();
+            service_network::clean_up_kube_proxy();
+        }
+        if std::mem::take(&mut self.blackholed) {
+            service_network::unroute_services();
         }
         if let Some(kubelet) = self.kubelet.take() {
             kubelet.kill();

@@ -1,4 +1,4 @@
-module etcd-operator.local/tools/coredns
+module etcd-operator.local/nodebins/coredns
 
 go 1.26.0
 
