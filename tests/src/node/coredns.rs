@@ -2,8 +2,10 @@
 //! plugin and no forwarder), serving `cluster.local` from the test apiserver on the node's address,
 //! port 53, the address the kubelet writes into every Pod's `resolv.conf` (`clusterDNS`). It
 //! answers Service names and the `<hostname>.<subdomain>.<ns>.svc` names of Pods behind headless
-//! Services (an etcd member's peer and client URLs), and refuses every other zone: nothing is asked
-//! upstream. It reads the API as `system:coredns`, with the rights CoreDNS's own manifests grant.
+//! Services (an etcd member's peer and client URLs) and, as kubeadm's default Corefile does, the
+//! reverse names of those Pods' addresses (etcd's peer TLS depends on them); it refuses every other
+//! zone: nothing is asked upstream. It reads the API as `system:coredns`, with the rights CoreDNS's
+//! own manifests grant.
 
 use std::path::Path;
 use std::process::Command;
@@ -65,11 +67,17 @@ pub async fn start(
     let ready_port = super::free_port()?;
     let health_port = super::free_port()?;
     let corefile = root.join("Corefile");
+    // kubeadm's default Corefile without its forwarder and cache: the kubernetes plugin also
+    // answers the reverse zones, so a Pod IP behind a headless Service resolves back to
+    // `<hostname>.<subdomain>.<ns>.svc.cluster.local` (etcd's peer TLS checks a connecting peer's
+    // certificate against that name); an address it does not know gets NXDOMAIN.
     super::write(
         &corefile,
         &format!(
-            "cluster.local:53 {{\n    bind {address}\n    errors\n    health 127.0.0.1:{health_port}\n    \
-             ready 127.0.0.1:{ready_port}\n    kubernetes cluster.local {{\n        kubeconfig {kubeconfig}\n    }}\n}}\n",
+            "cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {{\n    bind {address}\n    errors\n    \
+             health 127.0.0.1:{health_port}\n    ready 127.0.0.1:{ready_port}\n    \
+             kubernetes cluster.local in-addr.arpa ip6.arpa {{\n        kubeconfig {kubeconfig}\n        \
+             pods insecure\n    }}\n}}\n",
             kubeconfig = kubeconfig.display(),
         ),
     )?;

@@ -498,7 +498,8 @@ oom_score = 0
                 "x509": {"clientCAFile": cp.pki().client_ca_file},
             },
             "authorization": {"mode": "Webhook"},
-            "podLogsDir": root.join("pod-logs"),
+            // Kept with the test's other logs (the root goes with the control plane).
+            "podLogsDir": logs.join("pod-logs"),
             "volumePluginDir": root.join("volume-plugins"),
             "resolvConf": "",
             "makeIPTablesUtilChains": false,
