@@ -184,7 +184,18 @@ impl S3 {
                     .with_native_roots(false)
                     .with_pem_certificate(pem)
             }
-            None => TrustStore::default(),
+            // Plain HTTP verifies nothing: no roots needed, and none asked of the image.
+            None if args
+                .s3_endpoint
+                .as_deref()
+                .is_some_and(|ep| ep.starts_with("http://")) =>
+            {
+                TrustStore::empty().with_native_roots(false)
+            }
+            None => {
+                system_roots_present(args.s3_endpoint.as_deref())?;
+                TrustStore::default()
+            }
         };
         let tls_context = TlsContext::builder()
             .with_trust_store(trust)
@@ -500,6 +511,23 @@ fn env_nonempty(name: &str) -> Result<String, Failure> {
              credentials Secret (credentialsSecretRef)"
         ))),
     }
+}
+
+/// The system CA store (`/etc/ssl/certs`, or `SSL_CERT_FILE`/`SSL_CERT_DIR`) holds a certificate
+/// to verify the https `endpoint` (AWS's when `None`) with. The agent runs in the cluster's own
+/// etcd image for a restore: an image without a CA bundle would otherwise fail every TLS
+/// handshake with an unknown-issuer error (or, in a debug build, abort).
+fn system_roots_present(endpoint: Option<&str>) -> Result<(), Failure> {
+    let found = rustls_native_certs::load_native_certs();
+    if !found.certs.is_empty() {
+        return Ok(());
+    }
+    let endpoint = endpoint.unwrap_or("the AWS S3 endpoint");
+    Err(Failure::permanent(format!(
+        "no CA certificates in this container's system store (/etc/ssl/certs; \
+         SSL_CERT_FILE/SSL_CERT_DIR) to verify {endpoint} with; run it from an image that has \
+         them (the official etcd images do), or give the endpoint's CA with --s3-ca-file"
+    )))
 }
 
 fn read_ca(path: &Path) -> Result<Vec<u8>, Failure> {

@@ -113,10 +113,17 @@ impl Agent {
     }
 
     fn creds(mut self, user: &S3User) -> Self {
-        self.env = vec![
+        self.env.retain(|(k, _)| !k.starts_with("AWS_"));
+        self.env.extend([
             ("AWS_ACCESS_KEY_ID".into(), user.access_key.clone()),
             ("AWS_SECRET_ACCESS_KEY".into(), user.secret_key.clone()),
-        ];
+        ]);
+        self
+    }
+
+    /// One more environment variable of the agent's.
+    fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
         self
     }
 
@@ -780,6 +787,52 @@ async fn pvc_snapshot_is_written_durably_guarded_and_restores() {
         restore.output
     );
     etcd.stop();
+}
+
+/// The agent in an image without CA certificates (no `/etc/ssl/certs`; an etcd image built
+/// `FROM scratch`, or a distroless one without its CA bundle; here the system roots pointed at an
+/// empty file and directory): a plain-http endpoint needs none and works; an https one without
+/// `--s3-ca-file` fails at once, naming what is missing and the fix, never a panic or a TLS
+/// error later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_system_ca_certificates_plain_http_works_and_https_names_the_missing_roots() {
+    let (bins, tmp, minio) = with_minio(false).await;
+    let root = tmp.path();
+    let (etcd, _, _) = etcd_with_keys(&bins, "etcd-3.6", root, 10).await;
+    let no_roots = root.join("no-roots");
+    std::fs::create_dir_all(&no_roots).or_panic();
+    std::fs::write(no_roots.join("empty.pem"), "").or_panic();
+    let without_roots = |agent: Agent| {
+        agent
+            .env(
+                "SSL_CERT_FILE",
+                &no_roots.join("empty.pem").to_string_lossy(),
+            )
+            .env("SSL_CERT_DIR", &no_roots.to_string_lossy())
+    };
+
+    let plain = without_roots(s3_save(
+        root,
+        &etcd,
+        "plain",
+        "uid-p",
+        &minio,
+        &minio.writer,
+    ))
+    .run("save-plain-no-roots")
+    .await;
+    plain.assert_code(0, "a plain-http save without system CA certificates");
+
+    let mut https = save_args(&etcd, "tls", "uid-t");
+    https.push("--s3-endpoint=https://127.0.0.1:1".into());
+    https.push(format!("--s3-bucket={}", minio.bucket));
+    let refused = without_roots(agent_with(root, &https).creds(&minio.writer))
+        .run("save-https-no-roots")
+        .await;
+    refused.assert_code(2, "an https save without system CA certificates");
+    for needle in ["no CA certificates", "--s3-ca-file"] {
+        assert!(refused.error().contains(needle), "{}", refused.error());
+    }
 }
 
 #[tokio::test]
