@@ -23,7 +23,7 @@
 
 use std::time::Duration;
 
-use api::v1alpha2::EtcdCluster;
+use api::v1alpha2::{EtcdCluster, EtcdSnapshot, SnapshotPhase};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -565,10 +565,104 @@ async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node
         "{health}"
     );
 
-    clusters
-        .delete("charted", &DeleteParams::default())
+    // A snapshot to S3 (MinIO on the host, a Service of the namespace: CoreDNS, then
+    // kube-proxy's rewrite) taken by the operator's agent Job under the restricted profile, and a
+    // new cluster restored from it: its seed's init containers run the operator binary inside the
+    // distroless etcd image.
+    let keys = tests::e2e::write_keys(&client, &ns, "charted", 100).await;
+    let minio = tests::env::minio::Minio::start_on(
+        cp.testbins(),
+        &cp.root().join("minio"),
+        false,
+        node.address().parse().or_panic(),
+    )
+    .await
+    .or_panic();
+    let endpoint = minio.expose(&client, &ns, "s3").await;
+    let location = |key: &str| {
+        json!({
+            "endpoint": endpoint, "bucket": minio.bucket, "key": key,
+            "forcePathStyle": true, "credentialsSecretRef": {"name": "s3-creds"},
+        })
+    };
+    let manifest = cp.root().join("snapshot.json");
+    std::fs::write(
+        &manifest,
+        json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "Secret",
+             "metadata": {"name": "s3-creds", "namespace": ns},
+             "stringData": {"AWS_ACCESS_KEY_ID": minio.writer.access_key,
+                            "AWS_SECRET_ACCESS_KEY": minio.writer.secret_key}},
+            {"apiVersion": "etcd-operator.cozystack.io/v1alpha2", "kind": "EtcdSnapshot",
+             "metadata": {"name": "charted-s3", "namespace": ns},
+             "spec": {"clusterRef": {"name": "charted"}, "destination": {"s3": location("real/")}}},
+        ]})
+        .to_string(),
+    )
+    .or_panic();
+    cp.kubectl_ok(&["apply", "-f", &manifest.to_string_lossy()])
         .await
         .or_panic();
+    let snapshots: Api<EtcdSnapshot> = Api::namespaced(client.clone(), &ns);
+    let snapshot = eventually(
+        "snapshot charted-s3 Complete",
+        Duration::from_secs(180),
+        || async {
+            let s = snapshots
+                .get("charted-s3")
+                .await
+                .map_err(|e| e.to_string())?;
+            match s.status.as_ref().and_then(|st| st.phase) {
+                Some(SnapshotPhase::Complete) => Ok(s),
+                other => Err(format!("{other:?}: {:?}", s.status)),
+            }
+        },
+    )
+    .await;
+    let artifact = snapshot
+        .status
+        .and_then(|s| s.artifact)
+        .expect("status.artifact");
+    let object = artifact
+        .uri
+        .strip_prefix(&format!("s3://{}/", minio.bucket))
+        .unwrap_or_else(|| panic!("artifact {} is not in the bucket", artifact.uri));
+    let (size, _, _) = minio.object(object).await;
+    assert_eq!(size, artifact.size_bytes);
+    let restored: EtcdCluster = serde_json::from_value(json!({
+        "apiVersion": "etcd-operator.cozystack.io/v1alpha2",
+        "kind": "EtcdCluster",
+        "metadata": {"name": "restored", "namespace": ns},
+        "spec": {"replicas": 3, "version": "3.6.16",
+                 "bootstrap": {"restore": {"source": {"s3": location(object)}}}},
+    }))
+    .or_panic();
+    clusters
+        .create(&PostParams::default(), &restored)
+        .await
+        .or_panic();
+    wait_healthy(&clusters, "restored", 3, "3 members restored from S3").await;
+    let ids = |c: EtcdCluster| c.status.and_then(|s| s.cluster_id);
+    assert_ne!(
+        ids(clusters.get("restored").await.or_panic()),
+        ids(clusters.get("charted").await.or_panic()),
+        "a restore makes a new cluster"
+    );
+    let mut etcd = tests::e2e::etcd_client(&client, &ns, "restored").await;
+    tests::e2e::check_keys(
+        &mut etcd,
+        "restored from the real node's snapshot",
+        "e2e/",
+        &keys,
+        tests::e2e::Keys::Exactly,
+    )
+    .await;
+    for name in ["charted", "restored"] {
+        clusters
+            .delete(name, &DeleteParams::default())
+            .await
+            .or_panic();
+    }
 
     // TLS from cert-manager Certificates (client mTLS, peers) and root auth, applied as a user
     // would: the kubelet mounts the Secrets cert-manager wrote, etcd reads them as 65532.

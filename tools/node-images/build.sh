@@ -10,7 +10,8 @@
 #     etcd-3.5.tar   quay.io/coreos/etcd:v<3.5 testbins version>
 #
 # The etcd images are built the way etcd's own Dockerfile builds them: a distroless-like static
-# root (`/etc/passwd` and `/etc/group` with nonroot 65532, `/tmp`, `/home/nonroot`) with only
+# root (`/etc/passwd` and `/etc/group` with nonroot 65532, `/tmp`, `/home/nonroot`, Debian's CA
+# bundle in `/etc/ssl/certs`, `nsswitch.conf`, `os-release`) with only
 # `etcd`, `etcdctl` and `etcdutl` in /usr/local/bin (the testbins builds), `WORKDIR
 # /var/lib/etcd`, `CMD ["/usr/local/bin/etcd"]`: no shell, no tar, nothing else. Each archive
 # has its index.json at the root and names its image (org.opencontainers.image.ref.name), so
@@ -44,6 +45,7 @@ if [[ -f $out/.done ]]; then
 	exit 0
 fi
 
+[[ -s /etc/ssl/certs/ca-certificates.crt ]] || die "no /etc/ssl/certs/ca-certificates.crt: bash tools/install-deps.sh installs Debian's ca-certificates"
 [[ $(id -u) -eq 0 ]] || die "run as root (the images' files belong to 65532 and 65535; umoci writes owners as they are on disk)"
 command -v umoci >/dev/null || die "umoci not found: bash tools/image/deps.sh installs it"
 command -v gcc >/dev/null || die "gcc not found"
@@ -99,7 +101,13 @@ etcd_root() { # <rootfs> <etcd build dir>: gcr.io/distroless/static's layout plu
 	printf '%s\n' 'root:x:0:0:root:/root:/sbin/nologin' 'nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin' \
 		'nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin' >"$r/etc/passwd"
 	printf '%s\n' 'root:x:0:' 'nobody:x:65534:' 'tty:x:5:' 'staff:x:50:' 'nonroot:x:65532:' >"$r/etc/group"
-	chmod 0644 "$r/etc/passwd" "$r/etc/group"
+	# distroless/static-debian12 carries Debian's CA bundle, nsswitch.conf and os-release too.
+	mkdir -p "$r/etc/ssl/certs"
+	install -m 0644 /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/ca-certificates.crt"
+	printf '%s\n' 'passwd: files' 'group: files' 'shadow: files' 'hosts: files dns' >"$r/etc/nsswitch.conf"
+	printf '%s\n' 'PRETTY_NAME="Distroless"' 'NAME="Debian GNU/Linux"' 'ID="debian"' 'VERSION_ID="12"' \
+		'HOME_URL="https://github.com/GoogleContainerTools/distroless"' >"$r/etc/os-release"
+	chmod 0644 "$r/etc/passwd" "$r/etc/group" "$r/etc/nsswitch.conf" "$r/etc/os-release"
 }
 etcd_36() { etcd_root "$1" "$testbins/etcd-3.6"; }
 etcd_35() { etcd_root "$1" "$testbins/etcd-3.5"; }

@@ -8,8 +8,10 @@
 //! [`crate::env::ControlPlaneBuilder::with_real_nodes`] (the Node authorizer, NodeRestriction, the
 //! apiserver's kubelet client certificate) under its own identity, `system:node:<name>` in
 //! `system:nodes`, and waits until the Node is Ready. Its Pods get addresses on a bridge of their
-//! own (`rn<slot>`, `10.216.<slot>.0/24`, no masquerade, no route off it), which is also the
-//! node's InternalIP, where its kubelet serves exec, logs and port-forward to the apiserver.
+//! own (`rn<slot>`, `10.216.<slot>.0/24`, no masquerade; the Pods' routes lead to the Pod and
+//! Service ranges only, and the host forwards what arrives on the bridge, so that a ClusterIP
+//! rewritten to another Pod reaches it), which is also the node's InternalIP, where its kubelet
+//! serves exec, logs and port-forward to the apiserver.
 //!
 //! This machine's cgroups are v1 (hybrid): the kubelet runs with `failCgroupV1: false` and
 //! `cgroupDriver: cgroupfs`; the sandbox lacks `CAP_SYS_RESOURCE`, so containerd's CRI plugin runs
@@ -336,6 +338,14 @@ impl RealNode {
             &["addr", "add", &format!("{address}/24"), "dev", &bridge],
         )?;
         run("ip", &["link", "set", &bridge, "up"])?;
+        // A Pod dialing a ClusterIP whose endpoint is another Pod of the node: kube-proxy's
+        // rewrite turns the packet back onto the bridge, which the host forwards. Only packets
+        // that arrive on this bridge; the Pods' routes lead to the Pod and Service ranges alone,
+        // so nothing goes off the machine.
+        write(
+            Path::new(&format!("/proc/sys/net/ipv4/conf/{bridge}/forwarding")),
+            "1",
+        )?;
         node.coredns = Some(
             coredns::start(
                 cp,
@@ -360,7 +370,8 @@ impl RealNode {
                      "hairpinMode": true,
                      "ipam": {"type": "host-local", "dataDir": root.join("cni/networks"),
                               "ranges": [[{"subnet": format!("10.216.{slot}.0/24"), "gateway": address}]],
-                              "routes": [{"dst": "0.0.0.0/0", "gw": address}]}},
+                              "routes": [{"dst": "10.216.0.0/16", "gw": address},
+                                         {"dst": crate::env::control_plane::SERVICE_CLUSTER_IP_RANGE, "gw": address}]}},
                     {"type": "portmap", "capabilities": {"portMappings": true}},
                 ],
             })
