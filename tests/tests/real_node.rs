@@ -768,3 +768,123 @@ fn secured_cluster(ns: &str) -> serde_json::Value {
          }},
     ]})
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_3_5_cluster_upgrades_to_3_6_on_the_real_node_with_no_acknowledged_write_lost() {
+    let _turn = ONE_NODE.lock().await;
+    let (cp, mut node, ns) = real_node(true, "real-upgrade").await;
+    let client = cp.client().or_panic();
+    let lease_ns = cp.namespace("operator").await.or_panic();
+    let operator = Operator::start(&cp, &lease_ns, None).await.or_panic();
+    let old = std::fs::read_to_string(cp.testbins().dir().join("etcd-3.5/VERSION"))
+        .or_panic()
+        .trim()
+        .trim_start_matches('v')
+        .to_string();
+
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    let cluster: EtcdCluster = serde_json::from_value(json!({
+        "apiVersion": "etcd-operator.cozystack.io/v1alpha2",
+        "kind": "EtcdCluster",
+        "metadata": {"name": "up", "namespace": ns},
+        "spec": {"replicas": 3, "version": old},
+    }))
+    .or_panic();
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .or_panic();
+    wait_healthy(&clusters, "up", 3, &format!("3 members of {old} Ready")).await;
+    let keys = tests::e2e::write_keys(&client, &ns, "up", 100).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let selector = ListParams::default().labels(&api::labels::cluster_selector("up"));
+    let before = pods.list(&selector).await.or_panic().items;
+    let endpoints: Vec<String> = before
+        .iter()
+        .map(|p| format!("http://{}.up.{ns}.svc:2379", p.name_any()))
+        .collect();
+    let mut views = Vec::new();
+    for pod in &before {
+        views.push(tests::e2e::member_view(pod).await.or_panic());
+    }
+
+    // 3.5 → 3.6 with a writer running: the kubelet replaces each member's container image, the
+    // member keeps its volume.
+    let writer = tests::rollout::Writer::start(endpoints, None, "w/");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    clusters
+        .patch(
+            "up",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"version": "3.6.16"}})),
+        )
+        .await
+        .or_panic();
+    let old_uids: Vec<String> = before.iter().map(|p| p.uid().unwrap_or_default()).collect();
+    eventually(
+        "every member restarted on 3.6.16 and the cluster healthy",
+        Duration::from_secs(300),
+        || async {
+            let c = clusters.get("up").await.map_err(|e| e.to_string())?;
+            let now = pods.list(&selector).await.map_err(|e| e.to_string())?.items;
+            let upgraded = now.iter().all(|p| {
+                let image = p.spec.as_ref().and_then(|s| s.containers[0].image.clone());
+                image.is_some_and(|i| i.ends_with(":v3.6.16"))
+                    && !old_uids.contains(&p.uid().unwrap_or_default())
+            });
+            if upgraded && now.len() == 3 && tests::e2e::healthy(&c, 3) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} Pods, upgraded {upgraded}: {:?}",
+                    now.len(),
+                    c.status
+                ))
+            }
+        },
+    )
+    .await;
+    let report = writer.finish().await;
+    let after = pods.list(&selector).await.or_panic().items;
+    let mut etcd = tests::e2e::etcd_client(&client, &ns, "up").await;
+    let stored = tests::e2e::read_keys(&mut etcd, "w/").await;
+    report.assert_kept("3.5 → 3.6 on the real node", &stored);
+    report.assert_failures_explained("3.5 → 3.6 on the real node", 3);
+    assert!(!report.written.is_empty(), "the writer wrote nothing");
+    tests::e2e::check_keys(
+        &mut etcd,
+        "upgraded on the real node",
+        "e2e/",
+        &keys,
+        tests::e2e::Keys::Exactly,
+    )
+    .await;
+    // The same members, by name and etcd ID, in the same cluster, each its own data.
+    let mut after_views = Vec::new();
+    for pod in &before {
+        let now = after
+            .iter()
+            .find(|p| p.name_any() == pod.name_any())
+            .unwrap_or_else(|| panic!("{} is gone", pod.name_any()));
+        after_views.push(tests::e2e::member_view(now).await.or_panic());
+        assert_eq!(
+            tests::e2e::read_member_keys(now, "e2e/").await,
+            keys,
+            "{}'s own data",
+            now.name_any()
+        );
+    }
+    let ids = |v: &[tests::e2e::MemberView]| -> Vec<(u64, u64)> {
+        v.iter().map(|v| (v.cluster_id, v.member_id)).collect()
+    };
+    assert_eq!(ids(&after_views), ids(&views));
+    eprintln!(
+        "3.5 → 3.6 on the real node: {} writes acknowledged, {} failed, longest gap {:?}",
+        report.written.len(),
+        report.failed,
+        report.longest_gap
+    );
+
+    operator.stop(Duration::from_secs(5)).await;
+    node.stop();
+}
