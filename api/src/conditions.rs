@@ -202,6 +202,10 @@ pub mod reason {
     /// fix (name a survivor in a new EtcdRecovery, accepting that member's data is discarded).
     /// Nothing was changed.
     pub const POSITION_READ_FAILED: &str = "PositionReadFailed";
+    /// A member still follows a leader in the recovery's first seconds: the recovery looks
+    /// again before it calls the cluster healthy, as a member keeps reporting a leader that lost
+    /// its quorum for up to an election timeout. Nothing was changed.
+    pub const CONFIRMING_QUORUM_LOST: &str = "ConfirmingQuorumLost";
     /// The cluster still has a working quorum and `spec.confirmHealthyClusterRollback` is not
     /// set: nothing was changed (terminal).
     pub const HEALTHY_CLUSTER_NOT_CONFIRMED: &str = "HealthyClusterNotConfirmed";

@@ -109,13 +109,13 @@ pub async fn revision(env: &Env, ns: &str, cluster: &str) -> i64 {
 /// storage admin would) and Pods deleted at once.
 pub async fn lose_all(env: &Env, ns: &str, cluster: &str) {
     let members = env.member_names(ns, cluster).await;
-    lose_members(env, ns, &members).await;
+    lose_members(&env.client(), ns, &members).await;
 }
 
 /// The members `victims` lost with their data, as [`lose_all`] loses every member.
-pub async fn lose_members(env: &Env, ns: &str, victims: &[String]) {
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.client(), ns);
-    let pods: Api<Pod> = Api::namespaced(env.client(), ns);
+pub async fn lose_members(client: &kube::Client, ns: &str, victims: &[String]) {
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     for victim in victims {
         let pvc = format!("data-{victim}");
         pvcs.delete(&pvc, &DeleteParams::default()).await.or_panic();

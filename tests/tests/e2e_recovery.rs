@@ -127,7 +127,7 @@ async fn told_quorum_lost(s: &Scope, name: &str) {
 /// would) and their Pods with them.
 async fn lose_two_of_three(s: &Scope, name: &str) -> Before {
     let (before, names) = written(s, name).await;
-    tests::recovery::lose_members(s.env, &s.ns, &names[1..]).await;
+    tests::recovery::lose_members(&s.env.client(), &s.ns, &names[1..]).await;
     told_quorum_lost(s, name).await;
     before
 }
@@ -433,7 +433,7 @@ async fn a_member_deleted_while_the_quorum_is_lost_does_not_hold_up_the_recovery
     // The quorum goes: one member lost with its data, another cut off from everyone (its Pod
     // and its etcd keep running, no peer reaches it).
     let _cut = tests::faults::cut_member(env, ns, &deleted).await;
-    tests::recovery::lose_members(env, ns, std::slice::from_ref(&lost)).await;
+    tests::recovery::lose_members(&env.client(), ns, std::slice::from_ref(&lost)).await;
     told_quorum_lost(&s, name).await;
 
     // The runbook's break-glass delete of the cut-off member: its finalizer waits for a Ready

@@ -23,7 +23,7 @@
 
 use std::time::Duration;
 
-use api::v1alpha2::{EtcdCluster, EtcdSnapshot, SnapshotPhase};
+use api::v1alpha2::{EtcdCluster, EtcdRecovery, EtcdSnapshot, RecoveryPhase, SnapshotPhase};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -124,6 +124,105 @@ async fn endpoint_health(cp: &ControlPlane, ns: &str, pod: &str) -> String {
     ])
     .await
     .or_panic()
+}
+
+/// `kubectl apply -f` of `manifest` (a JSON object, or a `List`), written under the control
+/// plane's root as `<stem>.json`: the objects go in as a user's file does.
+async fn kubectl_apply(cp: &ControlPlane, stem: &str, manifest: serde_json::Value) {
+    let file = cp.root().join(format!("{stem}.json"));
+    std::fs::write(&file, manifest.to_string()).or_panic();
+    cp.kubectl_ok(&["apply", "-f", &file.to_string_lossy()])
+        .await
+        .or_panic();
+}
+
+/// Create EtcdCluster `name` in `ns` with `spec` (JSON, as a user writes it); the stored object.
+async fn create_cluster(
+    clusters: &Api<EtcdCluster>,
+    ns: &str,
+    name: &str,
+    spec: serde_json::Value,
+) -> EtcdCluster {
+    let cluster: EtcdCluster = serde_json::from_value(json!({
+        "apiVersion": "etcd-operator.cozystack.io/v1alpha2",
+        "kind": "EtcdCluster",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }))
+    .or_panic();
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .or_panic()
+}
+
+/// Wait until object `name` of `api` satisfies `done`; returns it (the timeout names `what` and
+/// the object's last state).
+async fn wait_for<K>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(&K) -> bool,
+) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    eventually(what, timeout, || async {
+        let object = api.get(name).await.map_err(|e| e.to_string())?;
+        if done(&object) {
+            Ok(object)
+        } else {
+            Err(format!("{object:?}"))
+        }
+    })
+    .await
+}
+
+/// A real node, the operator on the host, and a 3-member EtcdCluster `name` of etcd `version`
+/// Ready in a restricted namespace: the start of the operator-on-host scenarios.
+struct Scene {
+    cp: ControlPlane,
+    node: RealNode,
+    ns: String,
+    client: kube::Client,
+    operator: Operator,
+    clusters: Api<EtcdCluster>,
+    pods: Api<Pod>,
+    selector: ListParams,
+}
+
+async fn scene(prefix: &str, name: &str, version: &str) -> Scene {
+    let (cp, node, ns) = real_node(true, prefix).await;
+    let client = cp.client().or_panic();
+    let operator = host_operator(&cp).await;
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    create_cluster(
+        &clusters,
+        &ns,
+        name,
+        json!({"replicas": 3, "version": version}),
+    )
+    .await;
+    let what = format!("3 members of {name} ({version}) Ready on the real node");
+    wait_healthy(&clusters, name, 3, &what).await;
+    Scene {
+        pods: Api::namespaced(client.clone(), &ns),
+        selector: ListParams::default().labels(&api::labels::cluster_selector(name)),
+        cp,
+        node,
+        ns,
+        client,
+        operator,
+        clusters,
+    }
+}
+
+/// The operator on the host, cluster-wide, with the chart's RBAC and its Lease in a namespace
+/// of its own.
+async fn host_operator(cp: &ControlPlane) -> Operator {
+    let lease_ns = cp.namespace("operator").await.or_panic();
+    Operator::start(cp, &lease_ns, None).await.or_panic()
 }
 
 /// Wait until EtcdCluster `name` serves `replicas` Ready members, nothing in progress.
@@ -255,26 +354,16 @@ async fn an_etcd_member_runs_distroless_and_restricted_under_a_real_kubelet() {
 async fn the_operator_runs_a_three_member_cluster_on_the_real_node_and_the_kubelet_restarts_a_killed_member(
 ) {
     let _turn = ONE_NODE.lock().await;
-    let (cp, mut node, ns) = real_node(true, "real-cluster").await;
-    let client = cp.client().or_panic();
-    let lease_ns = cp.namespace("operator").await.or_panic();
-    let operator = Operator::start(&cp, &lease_ns, None).await.or_panic();
-
-    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
-    let cluster: EtcdCluster = serde_json::from_value(json!({
-        "apiVersion": "etcd-operator.cozystack.io/v1alpha2",
-        "kind": "EtcdCluster",
-        "metadata": {"name": "real", "namespace": ns},
-        "spec": {"replicas": 3, "version": "3.6.16"},
-    }))
-    .or_panic();
-    clusters
-        .create(&PostParams::default(), &cluster)
-        .await
-        .or_panic();
-    wait_healthy(&clusters, "real", 3, "3 members Ready on the real node").await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let selector = ListParams::default().labels(&api::labels::cluster_selector("real"));
+    let Scene {
+        cp,
+        mut node,
+        ns,
+        client,
+        operator,
+        clusters,
+        pods,
+        selector,
+    } = scene("real-cluster", "real", "3.6.16").await;
     let members = pods.list(&selector).await.or_panic().items;
     assert_eq!(members.len(), 3, "{members:?}");
     for pod in &members {
@@ -522,17 +611,13 @@ async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node
     // The apiserver calls the webhook (its Service, the Pod's address), and the controller in its
     // Pod reconciles: the members find each other through CoreDNS.
     let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
-    let cluster: EtcdCluster = serde_json::from_value(json!({
-        "apiVersion": "etcd-operator.cozystack.io/v1alpha2",
-        "kind": "EtcdCluster",
-        "metadata": {"name": "charted", "namespace": ns},
-        "spec": {"replicas": 3, "version": "3.6.16"},
-    }))
-    .or_panic();
-    let created = clusters
-        .create(&PostParams::default(), &cluster)
-        .await
-        .or_panic();
+    let created = create_cluster(
+        &clusters,
+        &ns,
+        "charted",
+        json!({"replicas": 3, "version": "3.6.16"}),
+    )
+    .await;
     // The webhook's defaulting (preferred anti-affinity) is on the stored object.
     assert!(
         created
@@ -585,9 +670,9 @@ async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node
             "forcePathStyle": true, "credentialsSecretRef": {"name": "s3-creds"},
         })
     };
-    let manifest = cp.root().join("snapshot.json");
-    std::fs::write(
-        &manifest,
+    kubectl_apply(
+        &cp,
+        "snapshot",
         json!({"apiVersion": "v1", "kind": "List", "items": [
             {"apiVersion": "v1", "kind": "Secret",
              "metadata": {"name": "s3-creds", "namespace": ns},
@@ -596,27 +681,16 @@ async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node
             {"apiVersion": "etcd-operator.cozystack.io/v1alpha2", "kind": "EtcdSnapshot",
              "metadata": {"name": "charted-s3", "namespace": ns},
              "spec": {"clusterRef": {"name": "charted"}, "destination": {"s3": location("real/")}}},
-        ]})
-        .to_string(),
+        ]}),
     )
-    .or_panic();
-    cp.kubectl_ok(&["apply", "-f", &manifest.to_string_lossy()])
-        .await
-        .or_panic();
+    .await;
     let snapshots: Api<EtcdSnapshot> = Api::namespaced(client.clone(), &ns);
-    let snapshot = eventually(
+    let snapshot = wait_for(
+        &snapshots,
+        "charted-s3",
         "snapshot charted-s3 Complete",
         Duration::from_secs(180),
-        || async {
-            let s = snapshots
-                .get("charted-s3")
-                .await
-                .map_err(|e| e.to_string())?;
-            match s.status.as_ref().and_then(|st| st.phase) {
-                Some(SnapshotPhase::Complete) => Ok(s),
-                other => Err(format!("{other:?}: {:?}", s.status)),
-            }
-        },
+        |s| s.status.as_ref().and_then(|st| st.phase) == Some(SnapshotPhase::Complete),
     )
     .await;
     let artifact = snapshot
@@ -629,18 +703,14 @@ async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node
         .unwrap_or_else(|| panic!("artifact {} is not in the bucket", artifact.uri));
     let (size, _, _) = minio.object(object).await;
     assert_eq!(size, artifact.size_bytes);
-    let restored: EtcdCluster = serde_json::from_value(json!({
-        "apiVersion": "etcd-operator.cozystack.io/v1alpha2",
-        "kind": "EtcdCluster",
-        "metadata": {"name": "restored", "namespace": ns},
-        "spec": {"replicas": 3, "version": "3.6.16",
-                 "bootstrap": {"restore": {"source": {"s3": location(object)}}}},
-    }))
-    .or_panic();
-    clusters
-        .create(&PostParams::default(), &restored)
-        .await
-        .or_panic();
+    create_cluster(
+        &clusters,
+        &ns,
+        "restored",
+        json!({"replicas": 3, "version": "3.6.16",
+               "bootstrap": {"restore": {"source": {"s3": location(object)}}}}),
+    )
+    .await;
     wait_healthy(&clusters, "restored", 3, "3 members restored from S3").await;
     let ids = |c: EtcdCluster| c.status.and_then(|s| s.cluster_id);
     assert_ne!(
@@ -666,19 +736,15 @@ async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node
 
     // TLS from cert-manager Certificates (client mTLS, peers) and root auth, applied as a user
     // would: the kubelet mounts the Secrets cert-manager wrote, etcd reads them as 65532.
-    let manifest = cp.root().join("secured.json");
-    std::fs::write(&manifest, secured_cluster(&ns).to_string()).or_panic();
-    cp.kubectl_ok(&["apply", "-f", &manifest.to_string_lossy()])
-        .await
-        .or_panic();
+    kubectl_apply(&cp, "secured", secured_cluster(&ns)).await;
     wait_healthy(&clusters, "secured", 3, "3 TLS members with auth Ready").await;
-    eventually("status.authEnabled", Duration::from_secs(60), || async {
-        let c = clusters.get("secured").await.map_err(|e| e.to_string())?;
-        match c.status.as_ref().and_then(|s| s.auth_enabled) {
-            Some(true) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
+    wait_for(
+        &clusters,
+        "secured",
+        "status.authEnabled",
+        Duration::from_secs(60),
+        |c| c.status.as_ref().and_then(|s| s.auth_enabled) == Some(true),
+    )
     .await;
     let member = Api::<Pod>::namespaced(client.clone(), &ns)
         .list(&ListParams::default().labels(&api::labels::cluster_selector("secured")))
@@ -772,32 +838,28 @@ fn secured_cluster(ns: &str) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_3_5_cluster_upgrades_to_3_6_on_the_real_node_with_no_acknowledged_write_lost() {
     let _turn = ONE_NODE.lock().await;
-    let (cp, mut node, ns) = real_node(true, "real-upgrade").await;
-    let client = cp.client().or_panic();
-    let lease_ns = cp.namespace("operator").await.or_panic();
-    let operator = Operator::start(&cp, &lease_ns, None).await.or_panic();
-    let old = std::fs::read_to_string(cp.testbins().dir().join("etcd-3.5/VERSION"))
-        .or_panic()
-        .trim()
-        .trim_start_matches('v')
-        .to_string();
-
-    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
-    let cluster: EtcdCluster = serde_json::from_value(json!({
-        "apiVersion": "etcd-operator.cozystack.io/v1alpha2",
-        "kind": "EtcdCluster",
-        "metadata": {"name": "up", "namespace": ns},
-        "spec": {"replicas": 3, "version": old},
-    }))
-    .or_panic();
-    clusters
-        .create(&PostParams::default(), &cluster)
-        .await
-        .or_panic();
-    wait_healthy(&clusters, "up", 3, &format!("3 members of {old} Ready")).await;
+    let old = std::fs::read_to_string(
+        tests::env::Testbins::from_env()
+            .or_panic()
+            .dir()
+            .join("etcd-3.5/VERSION"),
+    )
+    .or_panic()
+    .trim()
+    .trim_start_matches('v')
+    .to_string();
+    let Scene {
+        // Kept to the end: dropping it stops the control plane.
+        cp: _cp,
+        mut node,
+        ns,
+        client,
+        operator,
+        clusters,
+        pods,
+        selector,
+    } = scene("real-upgrade", "up", &old).await;
     let keys = tests::e2e::write_keys(&client, &ns, "up", 100).await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let selector = ListParams::default().labels(&api::labels::cluster_selector("up"));
     let before = pods.list(&selector).await.or_panic().items;
     let endpoints: Vec<String> = before
         .iter()
@@ -884,6 +946,113 @@ async fn a_3_5_cluster_upgrades_to_3_6_on_the_real_node_with_no_acknowledged_wri
         report.failed,
         report.longest_gap
     );
+
+    operator.stop(Duration::from_secs(5)).await;
+    node.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_members_lost_with_their_volumes_are_rebuilt_from_the_survivor_on_the_real_node() {
+    let _turn = ONE_NODE.lock().await;
+    let Scene {
+        cp,
+        mut node,
+        ns,
+        client,
+        operator,
+        clusters,
+        pods,
+        selector,
+    } = scene("real-recovery", "rv", "3.6.16").await;
+    let keys = tests::e2e::write_keys(&client, &ns, "rv", 100).await;
+    let members = pods.list(&selector).await.or_panic().items;
+    let survivor = members[0].name_any();
+    let cluster_id = tests::e2e::member_view(&members[0])
+        .await
+        .or_panic()
+        .cluster_id;
+
+    // Two members lost with their volumes (claims force-deleted, Pods gone): quorum is lost, and
+    // the cluster says what to apply.
+    let lost: Vec<String> = members[1..].iter().map(|p| p.name_any()).collect();
+    tests::recovery::lose_members(&client, &ns, &lost).await;
+    eventually(
+        "Available=False/QuorumLost naming EtcdRecovery",
+        Duration::from_secs(120),
+        || async {
+            let c = clusters.get("rv").await.map_err(|e| e.to_string())?;
+            match tests::e2e::condition(&c, "Available") {
+                Some((st, reason, msg))
+                    if st == "False" && reason == "QuorumLost" && msg.contains("EtcdRecovery") =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+
+    // Lost means gone: the kubelet stops a force-deleted Pod's containers moments after the API
+    // forgets it, and until then the survivor still follows a leader (a recovery then refuses,
+    // rightly: HealthyClusterNotConfirmed).
+    eventually(
+        "the lost members' etcd processes ended",
+        Duration::from_secs(60),
+        || async {
+            let running: Vec<&String> = lost
+                .iter()
+                .filter(|m| !pids_naming(&format!("--name={m}")).is_empty())
+                .collect();
+            if running.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("still running: {running:?}"))
+            }
+        },
+    )
+    .await;
+
+    // docs/disaster-recovery.md: the survivor recovery, applied as written there.
+    kubectl_apply(
+        &cp,
+        "recovery",
+        json!({"apiVersion": "etcd-operator.cozystack.io/v1alpha2", "kind": "EtcdRecovery",
+               "metadata": {"name": "rv-recovery", "namespace": ns},
+               "spec": {"clusterRef": {"name": "rv"}, "source": {"survivor": {}}}}),
+    )
+    .await;
+    let recoveries: Api<EtcdRecovery> = Api::namespaced(client.clone(), &ns);
+    let done = wait_for(
+        &recoveries,
+        "rv-recovery",
+        "the recovery Complete",
+        Duration::from_secs(300),
+        |r| r.status.as_ref().and_then(|s| s.phase) == Some(RecoveryPhase::Complete),
+    )
+    .await;
+    let plan = done.status.and_then(|s| s.plan).unwrap_or_default();
+    assert_eq!(plan.member.as_deref(), Some(survivor.as_str()), "{plan:?}");
+    wait_healthy(&clusters, "rv", 3, "3 members Ready after the recovery").await;
+    let now = pods.list(&selector).await.or_panic().items;
+    assert!(now.iter().any(|p| p.name_any() == survivor), "{now:?}");
+    for pod in &now {
+        assert_eq!(
+            tests::e2e::member_view(pod).await.or_panic().cluster_id,
+            cluster_id,
+            "{} answers for another cluster",
+            pod.name_any()
+        );
+    }
+    let mut etcd = tests::e2e::etcd_client(&client, &ns, "rv").await;
+    tests::e2e::check_keys(
+        &mut etcd,
+        "rebuilt from the survivor on the real node",
+        "e2e/",
+        &keys,
+        tests::e2e::Keys::Exactly,
+    )
+    .await;
 
     operator.stop(Duration::from_secs(5)).await;
     node.stop();

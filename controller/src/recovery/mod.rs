@@ -339,6 +339,16 @@ async fn observe(
         cluster: None,
         other_recovery: None,
         members: Vec::new(),
+        age_secs: recovery
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|created| {
+                let age = k8s_openapi::jiff::Timestamp::now().as_second() - created.0.as_second();
+                u64::try_from(age).unwrap_or(0)
+            })
+            // Not stored yet: the recovery is brand new.
+            .unwrap_or(0),
     };
     let Some(cluster) = cluster else {
         return Ok(facts);

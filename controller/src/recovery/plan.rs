@@ -155,6 +155,8 @@ pub struct Facts {
     /// it was created earlier).
     pub other_recovery: Option<String>,
     pub members: Vec<MemberFacts>,
+    /// Seconds since the EtcdRecovery was created.
+    pub age_secs: u64,
 }
 
 /// The work of a step.
@@ -230,10 +232,45 @@ pub(super) fn fail(reason: &'static str, message: impl Into<String>) -> Next {
 
 /// A cluster with a working quorum: a member follows a leader. (A leader exists only while a
 /// majority of voters reach it; etcd's CheckQuorum makes a cut-off leader step down.)
-pub(super) fn has_quorum(members: &[MemberFacts]) -> Option<&MemberFacts> {
+fn has_quorum(members: &[MemberFacts]) -> Option<&MemberFacts> {
     members
         .iter()
         .find(|m| m.etcd.as_ref().is_some_and(|e| e.leader != 0))
+}
+
+/// How long after its creation a recovery looks again before a leader one of its members
+/// reports makes it refuse. A follower keeps reporting its leader until its election timer fires
+/// (etcd's `--election-timeout`, 1 s by default, randomized up to twice that): right after the
+/// quorum is lost, the survivor still names the leader that lost it. Applying an EtcdRecovery
+/// the moment the cluster reads `QuorumLost` must not fail for that.
+pub const LEADER_SETTLE_SECS: u64 = 10;
+
+/// The refusal of a recovery that would discard a cluster with a working quorum the user did not
+/// confirm discarding, `refusal` saying what would be lost; `None` when the recovery may go on.
+/// Safety rule: never roll back a healthy cluster unasked. In the recovery's first
+/// [`LEADER_SETTLE_SECS`] a reported leader makes it wait and look again, never go on.
+pub(super) fn refuse_healthy(
+    f: &Facts,
+    refusal: impl FnOnce(&MemberFacts, String) -> String,
+) -> Option<Next> {
+    let m = has_quorum(&f.members).filter(|_| !f.confirmed)?;
+    let leader = format_id(m.etcd.as_ref().map(|e| e.leader).unwrap_or_default());
+    if f.age_secs < LEADER_SETTLE_SECS {
+        return Some(wait(
+            reason::CONFIRMING_QUORUM_LOST,
+            format!(
+                "member {} still follows leader {leader}; a member names a leader that lost its \
+                 quorum for up to an election timeout, so the recovery looks again until \
+                 {LEADER_SETTLE_SECS} s after it was created, and refuses if a leader is still \
+                 there. Nothing was changed",
+                m.name
+            ),
+        ));
+    }
+    Some(fail(
+        reason::HEALTHY_CLUSTER_NOT_CONFIRMED,
+        refusal(m, leader),
+    ))
 }
 
 pub(super) fn as_i64(v: u64) -> i64 {
@@ -272,17 +309,15 @@ fn plan_first(f: &Facts, cluster: &ClusterFacts) -> Next {
         Source::Stored(stored) => return snapshot::plan_stored(f, stored),
         Source::Survivor { member } => member.as_deref(),
     };
-    if let (Some(m), false) = (has_quorum(&f.members), f.confirmed) {
-        return fail(
-            reason::HEALTHY_CLUSTER_NOT_CONFIRMED,
-            format!(
-                "the cluster has a working quorum (member {} follows leader {}): a recovery would \
-                 discard every member but one. Nothing was changed. If that is what you want, \
-                 create a new EtcdRecovery with spec.confirmHealthyClusterRollback: true",
-                m.name,
-                format_id(m.etcd.as_ref().map(|e| e.leader).unwrap_or_default())
-            ),
-        );
+    if let Some(refused) = refuse_healthy(f, |m, leader| {
+        format!(
+            "the cluster has a working quorum (member {} follows leader {leader}): a recovery \
+             would discard every member but one. Nothing was changed. If that is what you want, \
+             create a new EtcdRecovery with spec.confirmHealthyClusterRollback: true",
+            m.name
+        )
+    }) {
+        return refused;
     }
     let latched_id = crate::etcd::parse_id(latched);
     match survivor::choose(&f.members, member, latched_id) {

@@ -13,7 +13,7 @@ use api::conditions::reason;
 use api::v1alpha2::{RecoveryCandidate, RecoveryPlan, RecoveryStep, SnapshotOrigin, SnapshotPhase};
 
 use super::{
-    as_i64, fail, has_quorum, runs_alone, wait, ClusterFacts, Facts, MemberFacts, Next, Work,
+    as_i64, fail, refuse_healthy, runs_alone, wait, ClusterFacts, Facts, MemberFacts, Next, Work,
 };
 use crate::etcd::format_id;
 
@@ -281,18 +281,16 @@ fn plan_restore(f: &Facts, snapshot: Restored) -> Next {
     let name = &snapshot.what;
     // A healthy cluster is rolled back only when the user confirmed it: every write after the
     // snapshot is lost.
-    if let (Some(m), false) = (has_quorum(&f.members), f.confirmed) {
-        return fail(
-            reason::HEALTHY_CLUSTER_NOT_CONFIRMED,
-            format!(
-                "the cluster has a working quorum (member {} follows leader {}): restoring \
-                 {name} would discard every write made after it. Nothing was changed. If that \
-                 is what you want, create a new EtcdRecovery with \
-                 spec.confirmHealthyClusterRollback: true",
-                m.name,
-                format_id(m.etcd.as_ref().map(|e| e.leader).unwrap_or_default())
-            ),
-        );
+    if let Some(refused) = refuse_healthy(f, |m, leader| {
+        format!(
+            "the cluster has a working quorum (member {} follows leader {leader}): restoring \
+             {name} would discard every write made after it. Nothing was changed. If that is \
+             what you want, create a new EtcdRecovery with \
+             spec.confirmHealthyClusterRollback: true",
+            m.name
+        )
+    }) {
+        return refused;
     }
     let Some(target) = target(&f.members) else {
         return fail(

@@ -73,6 +73,8 @@ pub(super) fn facts(members: Vec<MemberFacts>) -> Facts {
         }),
         other_recovery: None,
         members,
+        // Past the first look-again window unless a test says otherwise.
+        age_secs: LEADER_SETTLE_SECS + 50,
     }
 }
 
@@ -166,6 +168,39 @@ fn a_healthy_cluster_is_refused_without_the_confirmation() {
     let mut confirmed = f.clone();
     confirmed.confirmed = true;
     assert!(matches!(next(&confirmed), Next::RecordPlan(_)));
+}
+
+#[test]
+fn a_leader_reported_in_the_recoverys_first_seconds_is_looked_at_again_before_any_refusal() {
+    // Right after two of three members died, the survivor still names the leader it lost.
+    let mut f = facts(vec![
+        running("a", etcd(1, 2, 5, 2, 3)),
+        lost("b"),
+        lost("c"),
+    ]);
+    f.age_secs = 1;
+    match next(&f) {
+        Next::Wait { reason, message } => {
+            assert_eq!(reason, reason::CONFIRMING_QUORUM_LOST);
+            assert!(message.contains("Nothing was changed"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Once its election timer fired it names none: the recovery plans from it.
+    let forgotten = facts(vec![
+        running("a", etcd(1, 2, 5, 0, 3)),
+        lost("b"),
+        lost("c"),
+    ]);
+    let mut young = forgotten.clone();
+    young.age_secs = 1;
+    assert_eq!(planned(next(&young)).member.as_deref(), Some("a"));
+    // A leader still there after the window is a working quorum: refused, terminal.
+    f.age_secs = LEADER_SETTLE_SECS;
+    assert!(matches!(
+        next(&f),
+        Next::Fail { reason, .. } if reason == reason::HEALTHY_CLUSTER_NOT_CONFIRMED
+    ));
 }
 
 #[test]
