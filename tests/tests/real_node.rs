@@ -30,7 +30,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use tests::env::{ControlPlane, NodeLifecycle};
 use tests::harness::eventually;
-use tests::node::RealNode;
+use tests::node::{pids_naming, uid_of, RealNode};
 use tests::operator::Operator;
 use tests::OrPanic;
 
@@ -39,41 +39,9 @@ const NODE: &str = "node-1";
 /// One real node per host: the tests of this binary take turns.
 static ONE_NODE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The pids of the processes whose command line contains `needle`.
-fn pids_naming(needle: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            String::from_utf8_lossy(&cmdline)
-                .contains(needle)
-                .then_some(pid)
-        })
-        .collect()
-}
-
 /// The uid a process whose command line contains `needle` runs as (its real uid).
 fn uid_of_process_naming(needle: &str) -> Option<u32> {
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            if !String::from_utf8_lossy(&cmdline).contains(needle) {
-                return None;
-            }
-            let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("Uid:"))?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
+    pids_naming(needle).into_iter().find_map(uid_of)
 }
 
 /// A control plane with the real node `NODE` Ready (and the CRDs when `crds`), and a namespace

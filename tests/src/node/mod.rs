@@ -629,14 +629,10 @@ oom_score = 0
             .ok_or_else(|| {
                 Error::Unsupported(format!("no task {id} in the node's containerd: {tasks}"))
             })?;
-        let status = fs::read_to_string(format!("/proc/{pid}/status")).map_err(Error::io(
-            format!("reading the status of task {id}'s pid {pid}"),
-        ))?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .and_then(|u| u.split_whitespace().next()?.parse().ok())
-            .ok_or_else(|| Error::Unsupported(format!("no Uid in /proc/{pid}/status")))
+        let pid: i32 = pid
+            .parse()
+            .map_err(|e| Error::Unsupported(format!("task {id}'s pid {pid:?}: {e}")))?;
+        uid_of(pid).ok_or_else(|| Error::Unsupported(format!("no Uid in /proc/{pid}/status")))
     }
 
     /// Import the OCI image archive `archive` into the node's containerd (namespace `k8s.io`)
@@ -807,20 +803,38 @@ fn remove_cgroup_tree(dir: &Path) {
 
 /// SIGKILL every process whose command line contains `needle`.
 fn kill_processes_naming(needle: &str) {
-    for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let cmdline = fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(needle) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
+    for pid in pids_naming(needle) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
+}
+
+/// The pids of the processes on the host whose command line contains `needle`.
+pub fn pids_naming(needle: &str) -> Vec<i32> {
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            let cmdline = fs::read(entry.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmdline)
+                .contains(needle)
+                .then_some(pid)
+        })
+        .collect()
+}
+
+/// The real uid process `pid` runs as (None: it is gone).
+pub fn uid_of(pid: i32) -> Option<u32> {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
