@@ -35,6 +35,11 @@ use tokio::sync::OnceCell;
 #[path = "chart/monitoring.rs"]
 mod monitoring;
 
+/// Chart hygiene: Kubernetes versions, `global`, security contexts, extra args and env, the
+/// controller's PodDisruptionBudget.
+#[path = "chart/hygiene.rs"]
+mod hygiene;
+
 const RELEASE: &str = "etcd-operator";
 const NAMESPACE: &str = "etcd-operator-system";
 /// The chart's name for release `etcd-operator`.
@@ -345,6 +350,15 @@ fn pod_spec(d: &Deployment) -> &PodSpec {
         .expect("a pod template spec")
 }
 
+/// The labels of `d`'s Pod template.
+fn template_labels(d: &Deployment) -> std::collections::BTreeMap<String, String> {
+    d.spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default()
+}
+
 fn container<'a>(spec: &'a PodSpec, name: &str) -> &'a Container {
     spec.containers
         .iter()
@@ -455,13 +469,10 @@ async fn every_variant_runs_one_image_as_manager_and_operator_image_under_restri
                     controller.metadata.labels.as_ref().unwrap()["control-plane"],
                     "controller-manager"
                 );
-                let template_labels = controller
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.template.metadata.as_ref())
-                    .and_then(|m| m.labels.clone())
-                    .unwrap_or_default();
-                assert_eq!(template_labels["control-plane"], "controller-manager");
+                assert_eq!(
+                    template_labels(&controller)["control-plane"],
+                    "controller-manager"
+                );
                 let spec = pod_spec(&controller);
                 let manager = container(spec, "manager");
                 let image = format!("{IMAGE_REPOSITORY}:v9.8.7");
@@ -1062,7 +1073,7 @@ async fn secret_mode_uses_the_given_secret_and_names_each_missing_value() {
 
 #[tokio::test]
 async fn values_schema_rejects_typos_wrong_types_and_unknown_modes() {
-    for (set, expect) in [
+    let cases = [
         ("imagee.tag=x", "imagee"),
         ("image.tagg=x", "tagg"),
         ("webhook.certificate.certmanager.duration=1h", "certmanager"),
@@ -1075,9 +1086,16 @@ async fn values_schema_rejects_typos_wrong_types_and_unknown_modes() {
         ),
         ("logFormat=xml", "logFormat"),
         ("webhook.defaults.antiAffinity=maybe", "antiAffinity"),
-    ] {
-        let err = render_error(&["--set", set]).await;
-        assert!(err.contains(expect), "--set {set}: {err}");
+    ];
+    assert_refused("--set", &cases).await;
+}
+
+/// Each `(value, what)` of `cases`, given with `flag` (`--set`, `--set-json`), fails the render
+/// with an error naming `what`.
+async fn assert_refused(flag: &str, cases: &[(&str, &str)]) {
+    for (value, expect) in cases {
+        let err = render_error(&[flag, value]).await;
+        assert!(err.contains(expect), "{flag} {value}: {err}");
     }
 }
 
@@ -1965,6 +1983,109 @@ async fn rendered_chart_applies_server_side_on_a_clean_apiserver() {
         applied.lines().count(),
         parse_documents(&text).len(),
         "{applied}"
+    );
+
+    // What a user overrides, as the apiserver takes it: IDs left to the platform (OpenShift's
+    // restricted SCC), extra arguments and environment, two controller replicas and their
+    // PodDisruptionBudget, in a namespace that enforces the restricted Pod Security Standard.
+    let ns = "custom-system";
+    cp.kubectl_ok(&["create", "namespace", ns]).await.or_panic();
+    cp.kubectl_ok(&[
+        "label",
+        "namespace",
+        ns,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/warn=restricted",
+    ])
+    .await
+    .or_panic();
+    let overrides: Vec<String> = hygiene::PLATFORM_IDS
+        .iter()
+        .copied()
+        .chain([
+            "crds.enabled=false",
+            "webhook.enabled=true",
+            "replicaCount=2",
+            "extraEnv[0].name=HTTPS_PROXY",
+            "extraEnv[0].value=http://proxy:3128",
+            "extraArgs[0]=--cluster-domain=cluster.example",
+            "webhook.extraEnv[0].name=TZ",
+            "webhook.extraEnv[0].value=UTC",
+        ])
+        .map(String::from)
+        .collect();
+    let apply_overrides = |sets: Vec<String>, file: &'static str, dry_run: bool| {
+        let (cp, dir) = (&cp, dir.path());
+        async move {
+            let extra = set_args(&sets);
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            let text = Helm::new(None)
+                .or_panic()
+                .template("custom", ns, &extra)
+                .await
+                .or_panic();
+            let path = dir.join(file);
+            std::fs::write(&path, text).or_panic();
+            let path = path.to_string_lossy();
+            let mut args = vec!["apply", "--server-side", "-f", &path];
+            if dry_run {
+                args.push("--dry-run=server");
+            }
+            let out = cp.kubectl(&args).await.or_panic();
+            assert!(out.success, "{sets:?}: {}", out.stderr);
+            out
+        }
+    };
+    let out = apply_overrides(overrides.clone(), "overrides.yaml", false).await;
+    assert!(
+        !out.stderr.contains("PodSecurity"),
+        "restricted without the IDs: {}",
+        out.stderr
+    );
+    assert!(
+        out.stdout
+            .contains("poddisruptionbudget.policy/custom-etcd-operator serverside-applied"),
+        "{}",
+        out.stdout
+    );
+    for deployment in ["custom-etcd-operator", "custom-etcd-operator-webhook"] {
+        let stored: Deployment = serde_json::from_str(
+            &cp.kubectl_ok(&["get", "deployment", "-n", ns, deployment, "-o", "json"])
+                .await
+                .or_panic(),
+        )
+        .or_panic();
+        let spec = pod_spec(&stored);
+        let pod = spec.security_context.clone().unwrap_or_default();
+        let c = &spec.containers[0];
+        let sc = c.security_context.clone().unwrap_or_default();
+        assert_eq!(
+            (pod.run_as_user, pod.run_as_group, pod.fs_group),
+            (None, None, None),
+            "{deployment}: no IDs stored"
+        );
+        assert_eq!((sc.run_as_user, sc.run_as_group), (None, None));
+        assert_eq!(
+            (pod.run_as_non_root, sc.run_as_non_root),
+            (Some(true), Some(true))
+        );
+        assert!(c
+            .env
+            .iter()
+            .flatten()
+            .any(|e| e.name == "HTTPS_PROXY" || e.name == "TZ"));
+    }
+    // The namespace's check is live: without runAsNonRoot as well, the apiserver warns.
+    let mut unrestricted = overrides;
+    unrestricted.extend([
+        "podSecurityContext.runAsNonRoot=null".to_string(),
+        "securityContext.runAsNonRoot=null".to_string(),
+    ]);
+    let out = apply_overrides(unrestricted, "unrestricted.yaml", true).await;
+    assert!(
+        out.stderr.contains("would violate PodSecurity") && out.stderr.contains("runAsNonRoot"),
+        "{}",
+        out.stderr
     );
 }
 

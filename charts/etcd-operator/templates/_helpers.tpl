@@ -98,28 +98,6 @@ certManager mode (or an uninstall) its Secret stays, and the chart's own must no
 {{- printf "%s-webhook" (include "etcd-operator.fullname" .) }}
 {{- end }}
 
-{{/* The restricted Pod Security container context, shared by both Deployments. */}}
-{{- define "etcd-operator.containerSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-readOnlyRootFilesystem: true
-allowPrivilegeEscalation: false
-capabilities:
-  drop: ["ALL"]
-seccompProfile:
-  type: RuntimeDefault
-{{- end }}
-
-{{- define "etcd-operator.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-fsGroup: 65532
-seccompProfile:
-  type: RuntimeDefault
-{{- end }}
-
 {{/* Values the chart cannot honour fail the render with the reason and the way out. */}}
 {{- define "etcd-operator.validate" -}}
 {{- if .Values.kubeRbacProxy.enabled }}
