@@ -40,6 +40,10 @@ mod monitoring;
 #[path = "chart/hygiene.rs"]
 mod hygiene;
 
+/// The documentation next to the chart, kept complete: the chart README's values table.
+#[path = "chart/docs.rs"]
+mod docs;
+
 const RELEASE: &str = "etcd-operator";
 const NAMESPACE: &str = "etcd-operator-system";
 /// The chart's name for release `etcd-operator`.
@@ -1862,7 +1866,7 @@ async fn helm_upgrade_keeps_the_webhook_certificate_and_ca_bundle() {
         &chart.to_string_lossy(),
         "--namespace",
         NAMESPACE,
-        "--reuse-values",
+        "--reset-then-reuse-values",
         "--set",
         "image.tag=v0.0.2-upgrade",
     ])

@@ -368,7 +368,7 @@ async fn alert_rules_select_the_jobs_and_labels_the_monitors_produce() {
 
 /// The heading anchors of a Markdown file, as GitHub makes them: lowercase, punctuation dropped,
 /// spaces to dashes. Lines in fenced code blocks (shell comments) are no headings.
-fn doc_anchors(doc: &Path) -> BTreeSet<String> {
+pub(super) fn doc_anchors(doc: &Path) -> BTreeSet<String> {
     let text =
         std::fs::read_to_string(doc).unwrap_or_else(|e| panic!("reading {}: {e}", doc.display()));
     let mut in_fence = false;
