@@ -59,6 +59,6 @@ impl Case {
 /// file is a build-time defect, caught by the first test that loads it.
 pub fn cases() -> Vec<Case> {
     let cases: Vec<Case> =
-        serde_yaml::from_str(CORPUS_YAML).expect("api/testdata/validation-corpus.yaml parses");
+        yaml_serde::from_str(CORPUS_YAML).expect("api/testdata/validation-corpus.yaml parses");
     cases
 }

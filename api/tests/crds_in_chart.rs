@@ -64,10 +64,10 @@ fn committed_crds_parse_as_apiextensions_v1() {
     ];
     for (name, kind, scale) in expected {
         let text = committed(&format!("{name}.yaml"));
-        let raw: serde_yaml::Value = serde_yaml::from_str(&text).expect("yaml");
+        let raw: yaml_serde::Value = yaml_serde::from_str(&text).expect("yaml");
         assert_eq!(raw["apiVersion"].as_str(), Some("apiextensions.k8s.io/v1"));
         assert_eq!(raw["kind"].as_str(), Some("CustomResourceDefinition"));
-        let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("typed CRD");
+        let crd: CustomResourceDefinition = yaml_serde::from_str(&text).expect("typed CRD");
         assert_eq!(crd.metadata.name.as_deref(), Some(name));
         assert_eq!(crd.spec.names.kind, kind);
         assert_eq!(crd.spec.scope, "Namespaced");

@@ -271,7 +271,7 @@ async fn render(
             message: e.to_string(),
         })?;
     let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
+    for doc in yaml_serde::Deserializer::from_str(&text) {
         let value = <Value as serde::Deserialize>::deserialize(doc).map_err(|e| Error::Chart {
             what: format!("parsing the rendered chart (release {release})"),
             message: e.to_string(),

@@ -316,7 +316,7 @@ const WEBHOOK_CONFIGURATIONS: [&str; 2] = [
 ];
 
 fn parse_documents(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
+    yaml_serde::Deserializer::from_str(text)
         .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("rendered YAML: {e}")))
         .filter(|v| !v.is_null())
         .collect()
@@ -665,7 +665,7 @@ fn workspace_package(key: &str) -> String {
 
 fn chart_yaml() -> Value {
     let path = helm::chart_dir().join("Chart.yaml");
-    serde_yaml::from_str(&std::fs::read_to_string(&path).or_panic()).or_panic()
+    yaml_serde::from_str(&std::fs::read_to_string(&path).or_panic()).or_panic()
 }
 
 #[tokio::test]
@@ -1537,7 +1537,7 @@ async fn assert_notes_sample_is_accepted(cp: &ControlPlane, sets: &[&str], names
         "etcdcluster.etcd-operator.cozystack.io/my-etcd serverside-applied (server dry run)",
         "{what}"
     );
-    let manifest: Value = serde_yaml::from_str(
+    let manifest: Value = yaml_serde::from_str(
         command
             .lines()
             .skip(1)

@@ -296,7 +296,7 @@ async fn every_metric_the_alerts_and_dashboard_use_is_served_by_real_members_and
         )
         .await
         .or_panic();
-    let pm = serde_yaml::Deserializer::from_str(&rendered)
+    let pm = yaml_serde::Deserializer::from_str(&rendered)
         .filter_map(|d| Value::deserialize(d).ok())
         .find(|d| d["kind"] == "PodMonitor")
         .expect("a PodMonitor rendered");

@@ -69,7 +69,7 @@ fn aenix_labels() -> Value {
 
 async fn install_aenix_crd(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd: CustomResourceDefinition = serde_yaml::from_str(CRD).or_panic();
+    let crd: CustomResourceDefinition = yaml_serde::from_str(CRD).or_panic();
     match crds.create(&PostParams::default(), &crd).await {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 409 => {}

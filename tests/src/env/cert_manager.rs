@@ -261,7 +261,7 @@ pub fn crds(testbins: &Testbins) -> Result<Vec<CustomResourceDefinition>, Error>
 fn read_crd(path: &Path) -> Result<CustomResourceDefinition, Error> {
     let text =
         fs::read_to_string(path).map_err(Error::io(format!("reading {}", path.display())))?;
-    let mut crd: CustomResourceDefinition = serde_yaml::from_str(&text).map_err(|e| {
+    let mut crd: CustomResourceDefinition = yaml_serde::from_str(&text).map_err(|e| {
         Error::Unsupported(format!(
             "{} is not a CustomResourceDefinition: {e}",
             path.display()

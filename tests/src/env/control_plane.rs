@@ -970,7 +970,7 @@ pub(crate) fn write_kubeconfig_for(
         "contexts": [{"name": "test", "context": context}],
         "current-context": "test",
     });
-    let yaml = serde_yaml::to_string(&doc).map_err(|e| Error::Kubeconfig {
+    let yaml = yaml_serde::to_string(&doc).map_err(|e| Error::Kubeconfig {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;

@@ -532,7 +532,7 @@ async fn alert_rules_pass_promtool_check_and_fire_only_on_their_bad_series() {
 
     // The rule file as rendered, annotations and all.
     let checked = dir.path().join("rendered-rules.yaml");
-    std::fs::write(&checked, serde_yaml::to_string(&rule["spec"]).or_panic()).or_panic();
+    std::fs::write(&checked, yaml_serde::to_string(&rule["spec"]).or_panic()).or_panic();
     let out = run_promtool(&[Path::new("check"), Path::new("rules"), checked.as_path()]);
     assert!(out.contains("SUCCESS"), "{out}");
 
@@ -547,7 +547,7 @@ async fn alert_rules_pass_promtool_check_and_fire_only_on_their_bad_series() {
     }
     std::fs::write(
         dir.path().join("etcd-operator-rules.yaml"),
-        serde_yaml::to_string(&spec).or_panic(),
+        yaml_serde::to_string(&spec).or_panic(),
     )
     .or_panic();
     let tests_file = helm::chart_dir().join("../../tests/promrules/etcd-operator.test.yaml");
@@ -558,7 +558,7 @@ async fn alert_rules_pass_promtool_check_and_fire_only_on_their_bad_series() {
 
     // Every alert has a case where it fires and one where it stays quiet.
     let tests: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(&tests_file).or_panic()).or_panic();
+        yaml_serde::from_str(&std::fs::read_to_string(&tests_file).or_panic()).or_panic();
     let mut fires = BTreeSet::new();
     let mut quiet = BTreeSet::new();
     for t in tests["tests"].as_array().into_iter().flatten() {
