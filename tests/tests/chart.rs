@@ -40,7 +40,8 @@ mod monitoring;
 #[path = "chart/hygiene.rs"]
 mod hygiene;
 
-/// The documentation next to the chart, kept complete: the chart README's values table.
+/// The documentation next to the chart, kept complete: the chart README's values table,
+/// README.md's docs index, docs/troubleshooting.md's reasons.
 #[path = "chart/docs.rs"]
 mod docs;
 
