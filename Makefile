@@ -14,7 +14,7 @@ export ETCD_OPERATOR_NODE_IMAGES := $(shell bash tools/node-images/build.sh --pr
 # The real node's own binaries (tools/nodebins: CoreDNS without a forwarder, kube-proxy).
 export ETCD_OPERATOR_NODEBINS := $(shell bash tools/nodebins/build.sh --print-dir)
 
-.PHONY: help deps test fmt-check clippy unit testbins promtool image test-image api e2e suites build-tests crds bench demo node-images nodebins test-node
+.PHONY: help deps test fmt-check clippy deny unit testbins promtool image test-image api e2e suites build-tests crds bench demo node-images nodebins test-node
 
 help:
 	@echo "make demo      helm install of the operator (controller + webhook Pods, cert-manager certs) and a 3-member EtcdCluster on real etcd members; until Ctrl-C (needs root)"
@@ -23,6 +23,7 @@ help:
 	@echo "make e2e       the pod runner and the operator end to end on real etcd members (needs root)"
 	@echo "make build-tests  build everything make test runs, run nothing (.ci/run does it beside the testbins)"
 	@echo "make testbins  build (once, cached) kube-apiserver & co, etcd 3.6/3.5, helm, cert-manager from the Go module proxy"
+	@echo "make deny      cargo deny check advisories bans (deny.toml), offline, against the RustSec snapshot in tools/deny/advisory-db"
 	@echo "make promtool  build (once, cached) Prometheus' promtool from the Go module proxy (the chart's alert rule tests)"
 	@echo "make image     the operator image without a daemon: static (musl) release binaries, an OCI image layout and archive in target/image/release (root)"
 	@echo "make test-image  the image the end-to-end suites run (dev profile), in target/image/test; cached (root)"
@@ -36,13 +37,19 @@ deps:
 
 ## test: everything CI checks, fastest first. The API-layer suites run in the same lanes as the
 ## end-to-end ones (`suites`), after them: each is short and fills a lane's tail.
-test: deps fmt-check clippy unit promtool suites
+test: deps fmt-check clippy deny unit promtool suites
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
 
 clippy: deps
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+## deny: cargo-deny (installed once into a cache outside the repo, tools/deny/build.sh) checks the
+## lock file against the RustSec advisories committed in tools/deny/advisory-db and deny.toml's
+## bans, without network (tools/deny/check.sh; docs/testing.md says how to refresh the snapshot).
+deny: deps
+	bash tools/deny/check.sh
 
 ## unit: pure tests, no external processes: planners, builders, validators, the CRD corpus.
 unit: deps
