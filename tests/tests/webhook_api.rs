@@ -487,6 +487,13 @@ async fn webhook_up_defaults_warns_guards_members_and_rejects_with_every_field()
         out.stderr.contains("Warning: spec.replicas=4 is even"),
         "no even-replica warning on kubectl's stderr: {out:?}"
     );
+    // ... and a cluster without TLS, with the link to the TLS docs.
+    assert!(
+        out.stderr
+            .contains("Warning: spec.tls.client and spec.tls.peer are unset")
+            && out.stderr.contains(::webhook::warnings::TLS_DOCS_URL),
+        "no plain-text warning on kubectl's stderr: {out:?}"
+    );
 
     // 5. EtcdMembers are operator-owned: the admin is not the controller...
     let admin = admin_username(cp).await;

@@ -10,6 +10,10 @@ use crate::config::{AntiAffinity, Policy};
 /// Above this, every write waits for more acknowledgements without useful extra tolerance.
 pub const MAX_ADVISED_REPLICAS: i32 = 7;
 
+/// Where a user learns to set up TLS for a cluster (this project's docs/tls.md).
+pub const TLS_DOCS_URL: &str =
+    "https://github.com/cozystack/etcd-operator-rs/blob/main/docs/tls.md";
+
 /// Warnings for an EtcdCluster spec as it will be stored (after defaulting).
 pub fn cluster_advice(spec: &EtcdClusterSpec, policy: &Policy) -> Vec<String> {
     let mut out = Vec::new();
@@ -53,6 +57,24 @@ pub fn cluster_advice(spec: &EtcdClusterSpec, policy: &Policy) -> Vec<String> {
         );
     }
     out
+}
+
+/// A cluster whose client or peer listener serves plain text. Anyone who reaches port 2379 of
+/// a client listener without TLS reads and writes every key (etcd has no authentication
+/// without it: `spec.auth` requires `tls.client`), and peers without TLS replicate every write
+/// in the clear; both are valid for a throw-away cluster, so this warns instead of refusing.
+/// Given on every create and update of such a cluster: `spec.tls` is immutable, so an update
+/// is the reminder that the data moves in the clear until the cluster is recreated with TLS.
+pub fn plaintext_advice(spec: &EtcdClusterSpec) -> Option<String> {
+    let plain = match (spec.client_tls(), spec.peer_tls()) {
+        (true, true) => return None,
+        (false, false) => "spec.tls.client and spec.tls.peer are unset: anyone reaching port 2379 reads and writes every key, and members replicate in plain text",
+        (false, true) => "spec.tls.client is unset: anyone reaching port 2379 reads and writes every key in plain text",
+        (true, false) => "spec.tls.peer is unset: members replicate every write in plain text on port 2380",
+    };
+    Some(format!(
+        "{plain}; TLS is chosen when a cluster is created: {TLS_DOCS_URL}"
+    ))
 }
 
 /// A Memory cluster whose memory limit leaves less than `--memory-headroom` above the tmpfs
@@ -189,12 +211,50 @@ mod tests {
     }
 
     #[test]
+    fn cluster_without_tls_is_warned_with_the_listeners_and_the_docs_link() {
+        let none = plaintext_advice(&spec(serde_json::json!({"version": "3.6.11"})));
+        let none = none.expect("a cluster without spec.tls is warned");
+        for needle in [
+            "spec.tls.client and spec.tls.peer",
+            "port 2379",
+            TLS_DOCS_URL,
+        ] {
+            assert!(none.contains(needle), "{needle} missing: {none}");
+        }
+        let secret = |name: &str| serde_json::json!({"name": name});
+        let client = serde_json::json!({"serverSecretRef": secret("server")});
+        let peer = serde_json::json!({"secretRef": secret("peer")});
+        let only_client = plaintext_advice(&spec(
+            serde_json::json!({"version": "3.6.11", "tls": {"client": client}}),
+        ))
+        .expect("peers in plain text are warned");
+        assert!(
+            only_client.starts_with("spec.tls.peer is unset"),
+            "{only_client}"
+        );
+        let only_peer = plaintext_advice(&spec(
+            serde_json::json!({"version": "3.6.11", "tls": {"peer": peer}}),
+        ))
+        .expect("clients in plain text are warned");
+        assert!(
+            only_peer.starts_with("spec.tls.client is unset"),
+            "{only_peer}"
+        );
+        assert_eq!(
+            plaintext_advice(&spec(serde_json::json!({"version": "3.6.11",
+                "tls": {"client": client, "peer": peer}}))),
+            None
+        );
+    }
+
+    #[test]
     fn every_warning_fits_what_the_apiserver_keeps() {
         let s = spec(
             serde_json::json!({"version": "3.6.11", "replicas": 12, "storage": {"size": "1024Gi", "medium": "Memory"}}),
         );
-        let w = cluster_advice(&s, &off());
-        assert_eq!(w.len(), 4, "{w:?}");
+        let mut w = cluster_advice(&s, &off());
+        w.extend(plaintext_advice(&s));
+        assert_eq!(w.len(), 5, "{w:?}");
         for warning in w {
             assert!(warning.len() < 256, "{} chars: {warning}", warning.len());
         }

@@ -293,7 +293,14 @@ async fn memory_cluster_gets_limit_and_request_from_size_plus_headroom() {
         )
         .await;
     assert_eq!(validated["allowed"], true);
-    assert!(warnings(&validated).is_empty(), "{validated}");
+    // (The one warning left is about the cluster's missing TLS.)
+    let w = warnings(&validated);
+    assert!(!w.iter().any(|w| w.contains("memory")), "{validated}");
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("spec.tls.client and spec.tls.peer are unset"),
+        "{w:?}"
+    );
 }
 
 #[tokio::test]

@@ -88,7 +88,8 @@ pub(super) fn validate_spec(
             .get("spec")
             .map(|s| api::validate::parse::<EtcdClusterSpec>("spec", s))
         {
-            let advice = warnings::cluster_advice(&spec, policy);
+            let mut advice = warnings::cluster_advice(&spec, policy);
+            advice.extend(warnings::plaintext_advice(&spec));
             if !advice.is_empty() {
                 response.warnings = Some(advice);
             }

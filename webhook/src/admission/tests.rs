@@ -153,7 +153,16 @@ fn even_replicas_are_allowed_with_a_warning() {
     );
     let resp = validate(&req, &Policy::default());
     assert!(resp.allowed);
-    assert_eq!(resp.warnings.unwrap().len(), 1);
+    let warnings = resp.warnings.unwrap();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("spec.replicas=4 is even"),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[1].contains("spec.tls.client and spec.tls.peer are unset"),
+        "{warnings:?}"
+    );
 }
 
 #[test]
