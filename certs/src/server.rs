@@ -176,6 +176,15 @@ impl CertResolver {
     pub fn is_loaded(&self) -> bool {
         self.current.load().is_some()
     }
+
+    /// When the certificate handshakes get now stops being valid, in seconds since 1970; `None`
+    /// while none is loaded. For monitoring (a reloader only stores certificates that parse).
+    pub fn not_after(&self) -> Option<i64> {
+        let current = self.current()?;
+        let leaf = current.end_entity_cert().ok()?;
+        let (_, parsed) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+        Some(parsed.validity().not_after.timestamp())
+    }
 }
 
 impl fmt::Debug for CertResolver {
@@ -223,6 +232,27 @@ mod tests {
         )
         .unwrap();
         assert_eq!(key.end_entity_cert().unwrap(), &leaf.cert_der);
+    }
+
+    #[test]
+    fn resolver_reports_the_not_after_of_the_certificate_it_serves() {
+        let resolver = CertResolver::new();
+        assert_eq!(resolver.not_after(), None);
+        let ca = TestCa::new("server-test").unwrap();
+        let leaf = ca.server_cert(&["localhost"]).unwrap();
+        let key = certified_key_from_pem(
+            leaf.cert_pem.as_bytes(),
+            leaf.key_pem.as_bytes(),
+            Path::new("tls.crt"),
+            Path::new("tls.key"),
+        )
+        .unwrap();
+        resolver.store(Arc::new(key));
+        assert_eq!(
+            resolver.not_after(),
+            crate::verify::not_after(leaf.cert_pem.as_bytes())
+        );
+        assert!(resolver.not_after().is_some());
     }
 
     #[test]

@@ -42,6 +42,10 @@ pub const OPERATOR_METRICS: &[&str] = &[
     "etcd_operator_snapshots_total",
 ];
 
+/// Served by the admission webhook on its admin port (8080, the webhook Service's `metrics`).
+pub const WEBHOOK_METRICS: &[&str] =
+    &["etcd_operator_webhook_certificate_expiry_timestamp_seconds"];
+
 /// Series Prometheus makes itself for every target (not in any scrape).
 pub const SYNTHETIC: &[&str] = &["up"];
 

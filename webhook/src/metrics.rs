@@ -8,6 +8,7 @@
 //! | `tls_handshake_failures_total` | — |
 //! | `certificate_reloads_total`, `certificate_reload_failures_total` | — |
 //! | `certificate_loaded` (gauge 0/1), `certificate_last_reload_timestamp_seconds` | — |
+//! | `certificate_expiry_timestamp_seconds` (absent while no certificate is loaded) | — |
 //!
 //! Every label value comes from a fixed set: the admission port has no client authentication,
 //! so a value copied from a request body would let anyone who reaches it create series without
@@ -143,6 +144,17 @@ impl Collector for CertificateCollector {
             None,
             last.metric_type(),
         )?)?;
+        // The certificate handshakes get now, not the file on disk: a renewal the reloader
+        // refused leaves the old notAfter here, which is what the expiry alert must see.
+        if let Some(not_after) = self.resolver.not_after() {
+            let expiry = ConstGauge::new(not_after);
+            expiry.encode(encoder.encode_descriptor(
+                "certificate_expiry_timestamp_seconds",
+                "Unix time the serving certificate handshakes get now stops being valid (its notAfter)",
+                None,
+                expiry.metric_type(),
+            )?)?;
+        }
         Ok(())
     }
 }
@@ -269,6 +281,27 @@ mod tests {
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }
+    }
+
+    #[test]
+    fn certificate_expiry_is_the_served_certificates_not_after_and_absent_without_one() {
+        let resolver = Arc::new(CertResolver::new());
+        let m = Metrics::new(Arc::default(), resolver.clone());
+        let name = "etcd_operator_webhook_certificate_expiry_timestamp_seconds";
+        assert!(!m.encode().unwrap().contains(name));
+        let ca = certs::mint::TestCa::new("webhook-metrics").unwrap();
+        let leaf = ca.server_cert(&["localhost"]).unwrap();
+        let key = certs::server::certified_key_from_pem(
+            leaf.cert_pem.as_bytes(),
+            leaf.key_pem.as_bytes(),
+            std::path::Path::new("tls.crt"),
+            std::path::Path::new("tls.key"),
+        )
+        .unwrap();
+        resolver.store(Arc::new(key));
+        let not_after = certs::verify::not_after(leaf.cert_pem.as_bytes()).unwrap();
+        let text = m.encode().unwrap();
+        assert!(text.contains(&format!("{name} {not_after}")), "{text}");
     }
 
     #[test]

@@ -98,6 +98,12 @@ certManager mode (or an uninstall) its Secret stays, and the chart's own must no
 {{- printf "%s-webhook" (include "etcd-operator.fullname" .) }}
 {{- end }}
 
+{{/* A duration value `<n>s|m|h|d` (the schema checks the form) in seconds. */}}
+{{- define "etcd-operator.durationSeconds" -}}
+{{- $unit := regexFind "[smhd]$" . }}
+{{- mul (trimSuffix $unit . | atoi) (get (dict "s" 1 "m" 60 "h" 3600 "d" 86400) $unit) }}
+{{- end }}
+
 {{/* Values the chart cannot honour fail the render with the reason and the way out. */}}
 {{- define "etcd-operator.validate" -}}
 {{- if .Values.kubeRbacProxy.enabled }}

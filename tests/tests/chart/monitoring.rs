@@ -14,12 +14,13 @@ use std::path::{Path, PathBuf};
 use api::v1alpha2::EtcdMember;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{json, Value};
-use tests::monitoring::{self, ETCD_METRICS, OPERATOR_METRICS, SYNTHETIC};
+use tests::monitoring::{self, ETCD_METRICS, OPERATOR_METRICS, SYNTHETIC, WEBHOOK_METRICS};
 
 use super::*;
 
-/// The values that render every monitoring object.
+/// The values that render every monitoring object (the webhook's among them).
 const ALL_MONITORING: &[&str] = &[
+    "webhook.enabled=true",
     "metrics.serviceMonitor.enabled=true",
     "metrics.etcd.podMonitor.enabled=true",
     "metrics.prometheusRule.enabled=true",
@@ -30,6 +31,8 @@ const ALL_MONITORING: &[&str] = &[
 const ETCD_JOB: &str = "etcd";
 /// The job of the operator's series: the ServiceMonitor's Service name (no `jobLabel`).
 const OPERATOR_JOB: &str = "etcd-operator-metrics";
+/// The job of the webhook's series: its ServiceMonitor's Service name.
+const WEBHOOK_JOB: &str = "etcd-operator-webhook";
 
 /// Labels prometheus-operator puts on every target of a PodMonitor / ServiceMonitor.
 const POD_TARGET_LABELS: &[&str] = &[
@@ -328,10 +331,12 @@ async fn alert_rules_select_the_jobs_and_labels_the_monitors_produce() {
     let mut problems = Vec::new();
     for (alert, expr, _) in &rules {
         for metric in monitoring::metric_names(expr) {
-            let want = if metric.starts_with("etcd_operator_") {
+            let want = if metric.starts_with("etcd_operator_webhook_") {
+                vec![WEBHOOK_JOB]
+            } else if metric.starts_with("etcd_operator_") {
                 vec![OPERATOR_JOB]
             } else if SYNTHETIC.contains(&metric.as_str()) {
-                vec![OPERATOR_JOB, ETCD_JOB]
+                vec![OPERATOR_JOB, ETCD_JOB, WEBHOOK_JOB]
             } else {
                 vec![ETCD_JOB]
             };
@@ -397,6 +402,7 @@ pub(super) fn doc_anchors(doc: &Path) -> BTreeSet<String> {
 async fn every_alert_links_to_its_runbook_section_and_says_what_happened() {
     let r = render_values(&[
         "metrics.prometheusRule.enabled=true",
+        "webhook.enabled=true",
         "metrics.prometheusRule.runbookBaseURL=https://docs.example.test/observability.md",
     ])
     .await;
@@ -438,7 +444,11 @@ async fn every_alert_links_to_its_runbook_section_and_says_what_happened() {
 /// repository of the workspace Cargo.toml, branch main), and names a heading of that file.
 #[tokio::test]
 async fn every_default_runbook_url_is_a_heading_in_this_repositorys_docs() {
-    let r = render_values(&["metrics.prometheusRule.enabled=true"]).await;
+    let r = render_values(&[
+        "metrics.prometheusRule.enabled=true",
+        "webhook.enabled=true",
+    ])
+    .await;
     let blob = format!("{}/blob/main/", workspace_package("repository"));
     let mut problems = Vec::new();
     let rules = rules(&r);
@@ -489,6 +499,94 @@ async fn verified_snapshot_max_age_is_the_alerts_threshold_in_seconds() {
     }
 }
 
+/// The webhook's alerts exist only with the webhook; the certificate threshold is the value in
+/// seconds, and an unreachable webhook is critical only when it blocks writes (failurePolicy
+/// Fail). Its ServiceMonitor scrapes the webhook Service's `metrics` port, which leads to the
+/// container's admin port.
+#[tokio::test]
+async fn webhook_alerts_and_monitor_follow_the_webhook_and_its_values() {
+    let alerts = |r: &Rendered| -> BTreeMap<String, Value> {
+        r.find("PrometheusRule", FULLNAME)["spec"]["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+            .map(|rule| (rule["alert"].as_str().unwrap_or_default().to_string(), rule))
+            .collect()
+    };
+    let without = render_values(&["metrics.prometheusRule.enabled=true"]).await;
+    let names = alerts(&without);
+    assert!(
+        !names.keys().any(|a| a.starts_with("EtcdOperatorWebhook")),
+        "{:?}",
+        names.keys()
+    );
+    for (extra, severity, seconds) in [
+        (vec![], "critical", 604_800),
+        (
+            vec![
+                "webhook.validation.failurePolicy=Ignore",
+                "metrics.prometheusRule.webhookCertificateExpiresWithin=72h",
+            ],
+            "warning",
+            259_200,
+        ),
+    ] {
+        let mut values = vec![
+            "metrics.prometheusRule.enabled=true",
+            "webhook.enabled=true",
+        ];
+        values.extend(extra);
+        let rules = alerts(&render_values(&values).await);
+        let down = &rules["EtcdOperatorWebhookDown"];
+        assert_eq!(down["labels"]["severity"], severity, "{values:?}: {down}");
+        let expiring = rules["EtcdOperatorWebhookCertificateExpiring"]["expr"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            expiring.trim_end().ends_with(&format!("< {seconds}")),
+            "{values:?}: {expiring}"
+        );
+    }
+
+    let r = render_values(&[
+        "metrics.serviceMonitor.enabled=true",
+        "webhook.enabled=true",
+    ])
+    .await;
+    let sm = r.find("ServiceMonitor", WEBHOOK_JOB);
+    let service = r.find("Service", WEBHOOK_JOB);
+    let labels: BTreeMap<String, String> =
+        serde_json::from_value(service["metadata"]["labels"].clone()).or_panic();
+    assert!(selects(&sm["spec"]["selector"], &labels), "{sm}");
+    let operator_sm = r.find("ServiceMonitor", FULLNAME);
+    assert!(
+        !selects(&operator_sm["spec"]["selector"], &labels),
+        "the operator's monitor also selects the webhook Service"
+    );
+    assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics", "{sm}");
+    let port = service["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == "metrics")
+        .unwrap_or_else(|| panic!("no port metrics on {service}"));
+    assert_eq!(port["targetPort"], "admin", "{service}");
+    let deployment = r.find("Deployment", WEBHOOK_JOB);
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("--admin-listen=0.0.0.0:8080"), "{args}");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["ports"][1],
+        json!({"name": "admin", "containerPort": 8080, "protocol": "TCP"})
+    );
+    let r = render_values(&["metrics.serviceMonitor.enabled=true"]).await;
+    assert_eq!(
+        r.all("ServiceMonitor").len(),
+        1,
+        "a webhook monitor without the webhook"
+    );
+}
+
 /// The promtool binary (tools/promtool/build.sh, `ETCD_OPERATOR_PROMTOOL`).
 fn promtool() -> PathBuf {
     let path = std::env::var_os("ETCD_OPERATOR_PROMTOOL").unwrap_or_else(|| {
@@ -526,7 +624,11 @@ fn run_promtool(args: &[&Path]) -> String {
 
 #[tokio::test]
 async fn alert_rules_pass_promtool_check_and_fire_only_on_their_bad_series() {
-    let r = render_values(&["metrics.prometheusRule.enabled=true"]).await;
+    let r = render_values(&[
+        "metrics.prometheusRule.enabled=true",
+        "webhook.enabled=true",
+    ])
+    .await;
     let rule = r.find("PrometheusRule", FULLNAME);
     let dir = tempfile::tempdir().or_panic();
 
@@ -694,6 +796,7 @@ async fn the_metric_list_is_exactly_what_the_rules_and_the_dashboard_use() {
     let listed: BTreeSet<String> = ETCD_METRICS
         .iter()
         .chain(OPERATOR_METRICS)
+        .chain(WEBHOOK_METRICS)
         .chain(SYNTHETIC)
         .map(|s| s.to_string())
         .collect();
