@@ -195,3 +195,17 @@ impl Helm {
         self.run(args).await
     }
 }
+
+/// The lines of what `helm install` printed (its NOTES) that a user pastes to create the sample
+/// EtcdCluster: from the `kubectl apply` that opens the here-document to the line that closes
+/// it, newline-terminated; `None` when the NOTES print no such command.
+pub fn notes_sample_command(notes: &str) -> Option<String> {
+    let lines: Vec<&str> = notes.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.contains("kubectl apply") && l.contains("<<'YAML'"))?;
+    let end = lines[start..].iter().position(|l| l.trim() == "YAML")?;
+    let mut command = lines[start..=start + end].join("\n");
+    command.push('\n');
+    Some(command)
+}

@@ -59,16 +59,7 @@ struct Ran {
 
 impl Shell {
     fn new(cp: &ControlPlane, name: &str) -> Shell {
-        let bin = cp.root().join(format!("{name}-bin"));
-        std::fs::create_dir_all(&bin).or_panic();
-        let etcdctl = cp.testbins().binary("etcd-3.6", "etcdctl").or_panic();
-        for (link, target) in [
-            ("kubectl", cp.kubectl_bin()),
-            ("etcdctl", etcdctl.as_path()),
-        ] {
-            let _ = std::fs::remove_file(bin.join(link));
-            std::os::unix::fs::symlink(target, bin.join(link)).or_panic();
-        }
+        let bin = cp.user_tools(name).or_panic();
         Shell {
             bin,
             kubeconfig: cp.kubeconfig().to_path_buf(),

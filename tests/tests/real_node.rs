@@ -30,13 +30,16 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use tests::env::{ControlPlane, NodeLifecycle};
 use tests::harness::eventually;
-use tests::node::{pids_naming, uid_of, RealNode};
+use tests::node::{pids_naming, uid_of, RealNodes};
 use tests::operator::Operator;
 use tests::OrPanic;
 
+/// The first node's name (`RealNodes` names them `node-1` …).
 const NODE: &str = "node-1";
+/// The nodes a cluster's members spread over: one each, as a production cluster places them.
+const NODES: u8 = 3;
 
-/// One real node per host: the tests of this binary take turns.
+/// One set of real nodes per host: the tests of this binary take turns.
 static ONE_NODE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The uid a process whose command line contains `needle` runs as (its real uid).
@@ -44,9 +47,9 @@ fn uid_of_process_naming(needle: &str) -> Option<u32> {
     pids_naming(needle).into_iter().find_map(uid_of)
 }
 
-/// A control plane with the real node `NODE` Ready (and the CRDs when `crds`), and a namespace
+/// A control plane with `count` real nodes Ready (and the CRDs when `crds`), and a namespace
 /// enforcing the restricted Pod Security profile, as a production namespace would have it.
-async fn real_node(crds: bool, prefix: &str) -> (ControlPlane, RealNode, String) {
+async fn real_nodes(crds: bool, prefix: &str, count: u8) -> (ControlPlane, RealNodes, String) {
     let mut builder = ControlPlane::builder();
     if crds {
         builder = builder.with_crds();
@@ -61,7 +64,7 @@ async fn real_node(crds: bool, prefix: &str) -> (ControlPlane, RealNode, String)
         .start()
         .await
         .or_panic();
-    let node = RealNode::start(&cp, NODE).await.or_panic();
+    let nodes = RealNodes::start(&cp, count).await.or_panic();
     let ns = cp.namespace(prefix).await.or_panic();
     cp.kubectl_ok(&[
         "label",
@@ -71,7 +74,7 @@ async fn real_node(crds: bool, prefix: &str) -> (ControlPlane, RealNode, String)
     ])
     .await
     .or_panic();
-    (cp, node, ns)
+    (cp, nodes, ns)
 }
 
 /// The runbook's recipe in member `pod`, through the apiserver and the kubelet's streaming
@@ -151,7 +154,7 @@ where
 /// Ready in a restricted namespace: the start of the operator-on-host scenarios.
 struct Scene {
     cp: ControlPlane,
-    node: RealNode,
+    nodes: RealNodes,
     ns: String,
     client: kube::Client,
     operator: Operator,
@@ -161,29 +164,55 @@ struct Scene {
 }
 
 async fn scene(prefix: &str, name: &str, version: &str) -> Scene {
-    let (cp, node, ns) = real_node(true, prefix).await;
+    let (cp, nodes, ns) = real_nodes(true, prefix, NODES).await;
     let client = cp.client().or_panic();
     let operator = host_operator(&cp).await;
     let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    // The anti-affinity the webhook defaults (the operator runs here without it).
+    let spread = webhook::defaulting::member_anti_affinity(name, webhook::AntiAffinity::Preferred);
     create_cluster(
         &clusters,
         &ns,
         name,
-        json!({"replicas": 3, "version": version}),
+        json!({"replicas": 3, "version": version, "affinity": {"podAntiAffinity": spread}}),
     )
     .await;
-    let what = format!("3 members of {name} ({version}) Ready on the real node");
+    let what = format!("3 members of {name} ({version}) Ready on the real nodes");
     wait_healthy(&clusters, name, 3, &what).await;
     Scene {
         pods: Api::namespaced(client.clone(), &ns),
         selector: ListParams::default().labels(&api::labels::cluster_selector(name)),
         cp,
-        node,
+        nodes,
         ns,
         client,
         operator,
         clusters,
     }
+}
+
+/// Each of `members` on a node of its own, one of `nodes`: the anti-affinity spread them.
+fn assert_spread(members: &[Pod], nodes: &RealNodes) {
+    let names = nodes.names();
+    let placed: Vec<(String, String)> = members
+        .iter()
+        .map(|p| {
+            let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+            (p.name_any(), node.unwrap_or_default())
+        })
+        .collect();
+    for (pod, node) in &placed {
+        assert!(
+            names.contains(node),
+            "{pod} is on {node:?}, not a real node {names:?}"
+        );
+    }
+    let distinct: std::collections::BTreeSet<&String> = placed.iter().map(|(_, n)| n).collect();
+    assert_eq!(
+        distinct.len(),
+        members.len(),
+        "members share a node: {placed:?}"
+    );
 }
 
 /// The operator on the host, cluster-wide, with the chart's RBAC and its Lease in a namespace
@@ -209,7 +238,7 @@ async fn wait_healthy(clusters: &Api<EtcdCluster>, name: &str, replicas: i32, wh
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_member_runs_distroless_and_restricted_under_a_real_kubelet() {
     let _turn = ONE_NODE.lock().await;
-    let (cp, mut node, ns) = real_node(false, "real-node").await;
+    let (cp, mut nodes, ns) = real_nodes(false, "real-node", 1).await;
     let client = cp.client().or_panic();
 
     let registered = Api::<Node>::all(client.clone()).get(NODE).await.or_panic();
@@ -315,7 +344,7 @@ async fn an_etcd_member_runs_distroless_and_restricted_under_a_real_kubelet() {
     })
     .await;
     assert_eq!(uid_of_process_naming(&format!("--name={marker}")), None);
-    node.stop();
+    nodes.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -324,7 +353,7 @@ async fn the_operator_runs_a_three_member_cluster_on_the_real_node_and_the_kubel
     let _turn = ONE_NODE.lock().await;
     let Scene {
         cp,
-        mut node,
+        mut nodes,
         ns,
         client,
         operator,
@@ -334,13 +363,8 @@ async fn the_operator_runs_a_three_member_cluster_on_the_real_node_and_the_kubel
     } = scene("real-cluster", "real", "3.6.16").await;
     let members = pods.list(&selector).await.or_panic().items;
     assert_eq!(members.len(), 3, "{members:?}");
+    assert_spread(&members, &nodes);
     for pod in &members {
-        assert_eq!(
-            pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
-            Some(NODE),
-            "{} is not on the real node",
-            pod.name_any()
-        );
         // Each one's etcd runs as the image's non-root user, under runc.
         let name = pod.name_any();
         assert_eq!(
@@ -448,20 +472,29 @@ async fn the_operator_runs_a_three_member_cluster_on_the_real_node_and_the_kubel
         let what = format!("{replicas} members Ready on the real node");
         wait_healthy(&clusters, "real", replicas, &what).await;
         // The removed members' Pods end as the kubelet finishes their graceful termination.
+        let names = nodes.names();
         eventually(
-            &format!("exactly {replicas} member Pods, all on the real node"),
+            &format!("exactly {replicas} member Pods, all on the real nodes"),
             Duration::from_secs(60),
             || async {
                 let running = pods.list(&selector).await.map_err(|e| e.to_string())?.items;
-                let on_node: Vec<String> = running
+                let placed: Vec<(String, Option<String>)> = running
                     .iter()
-                    .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE))
-                    .map(|p| p.name_any())
+                    .map(|p| {
+                        (
+                            p.name_any(),
+                            p.spec.as_ref().and_then(|s| s.node_name.clone()),
+                        )
+                    })
                     .collect();
-                if running.len() == replicas as usize && on_node.len() == running.len() {
+                let on_nodes = placed
+                    .iter()
+                    .filter(|(_, n)| n.as_ref().is_some_and(|n| names.contains(n)))
+                    .count();
+                if running.len() == replicas as usize && on_nodes == running.len() {
                     Ok(())
                 } else {
-                    Err(format!("{} Pods, on {NODE}: {on_node:?}", running.len()))
+                    Err(format!("{} Pods: {placed:?}", running.len()))
                 }
             },
         )
@@ -482,7 +515,7 @@ async fn the_operator_runs_a_three_member_cluster_on_the_real_node_and_the_kubel
         .delete("real", &DeleteParams::default())
         .await
         .or_panic();
-    node.stop();
+    nodes.stop();
 }
 
 /// The chart's default image reference: its repository and appVersion.
@@ -499,13 +532,13 @@ fn chart_image() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node() {
     let _turn = ONE_NODE.lock().await;
-    let (cp, mut node, ns) = real_node(false, "real-chart").await;
+    let (cp, mut nodes, ns) = real_nodes(false, "real-chart", NODES).await;
     let client = cp.client().or_panic();
     let archive = tests::podrunner::test_image_layout()
         .parent()
         .expect("the layout's directory")
         .join("etcd-operator.tar");
-    node.import_image(&archive, &chart_image()).or_panic();
+    nodes.import_image(&archive, &chart_image()).or_panic();
     let _cert_manager = tests::env::CertManager::start(&cp).await.or_panic();
 
     // The release's namespace enforces the restricted profile before the chart goes in.
@@ -523,24 +556,25 @@ async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node
     .or_panic();
     let helm = tests::helm::Helm::new(Some(cp.kubeconfig())).or_panic();
     let chart = tests::helm::chart_dir();
-    helm.run([
-        "install",
-        tests::install::RELEASE,
-        &chart.to_string_lossy(),
-        "--namespace",
-        release_ns,
-        "--set",
-        "webhook.enabled=true",
-        "--set",
-        "webhook.certificate.mode=certManager",
-        "--wait",
-        "--timeout",
-        tests::install::HELM_TIMEOUT,
-    ])
-    .await
-    .or_panic();
+    let printed = helm
+        .run([
+            "install",
+            tests::install::RELEASE,
+            &chart.to_string_lossy(),
+            "--namespace",
+            release_ns,
+            "--set",
+            "webhook.enabled=true",
+            "--set",
+            "webhook.certificate.mode=certManager",
+            "--wait",
+            "--timeout",
+            tests::install::HELM_TIMEOUT,
+        ])
+        .await
+        .or_panic();
 
-    // Both Deployments' Pods run on the node, as the image's user, from the chart's image.
+    // Both Deployments' Pods run on a real node, as the image's user, from the chart's image.
     let pods: Api<Pod> = Api::namespaced(client.clone(), release_ns);
     let running = pods.list(&ListParams::default()).await.or_panic().items;
     for deployment in [tests::install::CONTROLLER, tests::install::WEBHOOK] {
@@ -550,9 +584,10 @@ async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node
                 p.name_any().starts_with(&format!("{deployment}-")) && tests::e2e::pod_ready(p)
             })
             .unwrap_or_else(|| panic!("no Ready Pod of {deployment}: {running:?}"));
-        assert_eq!(
-            pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
-            Some(NODE)
+        let on = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        assert!(
+            on.as_ref().is_some_and(|n| nodes.names().contains(n)),
+            "{deployment} runs on {on:?}"
         );
         let images: Vec<&str> = pod
             .spec
@@ -568,13 +603,24 @@ async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node
         {
             let id = status.container_id.as_deref().expect("a started container");
             assert_eq!(
-                node.container_uid(id).or_panic(),
+                nodes.container_uid(id).or_panic(),
                 65532,
                 "{deployment}/{}",
                 status.name
             );
         }
     }
+
+    // The quickstart the install printed, pasted as it is: its cluster becomes Ready.
+    let quickstart = tests::helm::notes_sample_command(&printed)
+        .unwrap_or_else(|| panic!("helm install printed no sample cluster:\n{printed}"));
+    host_shell(&cp, &quickstart).await;
+    let sample: Api<EtcdCluster> = Api::namespaced(client.clone(), "default");
+    wait_healthy(&sample, "my-etcd", 3, "the NOTES' sample cluster Ready").await;
+    sample
+        .delete("my-etcd", &DeleteParams::default())
+        .await
+        .or_panic();
 
     // The apiserver calls the webhook (its Service, the Pod's address), and the controller in its
     // Pod reconciles: the members find each other through CoreDNS.
@@ -609,6 +655,8 @@ async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node
         .await
         .or_panic()
         .items;
+    // The defaulted anti-affinity spread the members, one on each node.
+    assert_spread(&members, &nodes);
     let health = endpoint_health(&cp, &ns, &members[0].name_any()).await;
     assert_eq!(
         health
@@ -627,7 +675,7 @@ async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node
         cp.testbins(),
         &cp.root().join("minio"),
         false,
-        node.address().parse().or_panic(),
+        nodes.gateway().parse().or_panic(),
     )
     .await
     .or_panic();
@@ -760,11 +808,69 @@ async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node
     );
     let root = etcdctl(Some(ROOT_LOGIN), &["put", "secured", "yes"]).await;
     assert!(root.success, "{root:?}");
+    // docs/tls.md's recipe for etcdctl on the user's machine, as written: the operator-client
+    // certificate from its Secret, `kubectl port-forward` through the kubelet's streaming server.
+    let recipe = documented_block("tls.md", "kubectl port-forward")
+        .replace("<cluster>", "secured")
+        .replace("<ns>", &ns);
+    let listed = host_shell(&cp, &format!("POD={member}\n{recipe}")).await;
+    assert_eq!(
+        listed.matches("| started |").count(),
+        3,
+        "the port-forward recipe's member list: {listed}"
+    );
     clusters
         .delete("secured", &DeleteParams::default())
         .await
         .or_panic();
-    node.stop();
+    nodes.stop();
+}
+
+/// The first ```sh block of docs/`doc` that contains `needle`.
+fn documented_block(doc: &str, needle: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../docs")
+        .join(doc);
+    let text = std::fs::read_to_string(&path).or_panic();
+    text.split("```sh\n")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("```").map(|(block, _)| block))
+        .find(|block| block.contains(needle))
+        .unwrap_or_else(|| panic!("no sh block with {needle:?} in {}", path.display()))
+        .to_string()
+}
+
+/// Run `script` in bash on the host as a user's terminal would: the tests' `kubectl` and
+/// `etcdctl` on `PATH`, `KUBECONFIG` set, a scratch directory; background jobs end with it. Its
+/// stdout; it must succeed.
+async fn host_shell(cp: &ControlPlane, script: &str) -> String {
+    let bin = cp.user_tools("shell").or_panic();
+    let dir = bin.parent().expect("the tools' directory is under the root").to_path_buf();
+    let out = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n{script}"
+            ))
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("KUBECONFIG", cp.kubeconfig())
+            .env("HOME", &dir)
+            .current_dir(&dir)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("timed out running {script}"))
+    .or_panic();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{script}\nfailed ({}): {stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
 }
 
 /// The root login of [`secured_cluster`]'s credentials Secret.
@@ -819,7 +925,7 @@ async fn a_3_5_cluster_upgrades_to_3_6_on_the_real_node_with_no_acknowledged_wri
     let Scene {
         // Kept to the end: dropping it stops the control plane.
         cp: _cp,
-        mut node,
+        mut nodes,
         ns,
         client,
         operator,
@@ -916,7 +1022,7 @@ async fn a_3_5_cluster_upgrades_to_3_6_on_the_real_node_with_no_acknowledged_wri
     );
 
     operator.stop(Duration::from_secs(5)).await;
-    node.stop();
+    nodes.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -924,7 +1030,7 @@ async fn two_members_lost_with_their_volumes_are_rebuilt_from_the_survivor_on_th
     let _turn = ONE_NODE.lock().await;
     let Scene {
         cp,
-        mut node,
+        mut nodes,
         ns,
         client,
         operator,
@@ -1023,5 +1129,5 @@ async fn two_members_lost_with_their_volumes_are_rebuilt_from_the_survivor_on_th
     .await;
 
     operator.stop(Duration::from_secs(5)).await;
-    node.stop();
+    nodes.stop();
 }

@@ -474,6 +474,21 @@ impl ControlPlane {
         &self.kubectl
     }
 
+    /// A directory `<root>/<name>-bin` with links named `kubectl` (the built one) and `etcdctl`
+    /// (etcd 3.6's): put first on a shell's `PATH` with `KUBECONFIG` set to
+    /// [`ControlPlane::kubeconfig`], the docs' commands run as written.
+    pub fn user_tools(&self, name: &str) -> Result<PathBuf, Error> {
+        let bin = self.root().join(format!("{name}-bin"));
+        fs::create_dir_all(&bin).map_err(Error::io(format!("creating {}", bin.display())))?;
+        let etcdctl = self.testbins().binary("etcd-3.6", "etcdctl")?;
+        for (link, target) in [("kubectl", self.kubectl.as_path()), ("etcdctl", &etcdctl)] {
+            let _ = fs::remove_file(bin.join(link));
+            std::os::unix::fs::symlink(target, bin.join(link))
+                .map_err(Error::io(format!("linking {link} in {}", bin.display())))?;
+        }
+        Ok(bin)
+    }
+
     /// Run the built kubectl against this control plane (`--kubeconfig` and a private discovery
     /// cache are added; a cache shared across runs would hold stale discovery for a reused port).
     pub async fn kubectl(&self, args: &[&str]) -> Result<KubectlOutput, Error> {

@@ -16,10 +16,12 @@ use super::Error;
 /// Names the apiserver's certificate is valid for: loopback, and the in-cluster names a pod
 /// would use (the pod runner points `KUBERNETES_SERVICE_HOST` at 127.0.0.1, but clients may
 /// still verify against `kubernetes.default.svc`; on the real node Pods dial the `kubernetes`
-/// Service's ClusterIP, the first address of `SERVICE_CLUSTER_IP_RANGE`).
+/// Service's ClusterIP, the first address of `SERVICE_CLUSTER_IP_RANGE`, and the real nodes'
+/// kubelets the host's relay on the node network, `crate::node::GATEWAY`).
 pub const APISERVER_SANS: &[&str] = &[
     "127.0.0.1",
     "10.0.0.1",
+    "10.217.0.1",
     "localhost",
     "kubernetes",
     "kubernetes.default",

@@ -1,6 +1,7 @@
-//! The real node's cluster DNS: CoreDNS (built by `tools/nodebins/build.sh` with the kubernetes
-//! plugin and no forwarder), serving `cluster.local` from the test apiserver on the node's address,
-//! port 53, the address the kubelet writes into every Pod's `resolv.conf` (`clusterDNS`). It
+//! The real nodes' cluster DNS: CoreDNS (built by `tools/nodebins/build.sh` with the kubernetes
+//! plugin and no forwarder), serving `cluster.local` from the test apiserver on the host's
+//! node-network address, port 53, behind the `kube-system/kube-dns` Service whose ClusterIP the
+//! kubelets write into every Pod's `resolv.conf` (`clusterDNS`), as a cluster runs it. It
 //! answers Service names and the `<hostname>.<subdomain>.<ns>.svc` names of Pods behind headless
 //! Services (an etcd member's peer and client URLs) and, as kubeadm's default Corefile does, the
 //! reverse names of those Pods' addresses (etcd's peer TLS depends on them); it refuses every other
@@ -10,6 +11,8 @@
 use std::path::Path;
 use std::process::Command;
 
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::Api;
 use serde_json::json;
@@ -53,17 +56,54 @@ async fn grant(cp: &ControlPlane) -> Result<(), Error> {
     .await
 }
 
-/// Start CoreDNS on `address:53` for `cp`, its files under `root`, its log in `log`; returns
-/// once its kubernetes plugin has synced (its `ready` endpoint answers).
+/// The `kube-system/kube-dns` Service with ClusterIP `cluster_ip`, its endpoint CoreDNS on
+/// `address` (selector-less: CoreDNS runs on the host, not in a Pod).
+async fn publish(cp: &ControlPlane, address: &str, cluster_ip: &str) -> Result<(), Error> {
+    let client = cp.client()?;
+    let ports = json!([{"name": "dns", "port": 53, "protocol": "UDP"},
+                       {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]);
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": "kube-dns", "namespace": "kube-system",
+                     "labels": {"k8s-app": "kube-dns"}},
+        "spec": {"clusterIP": cluster_ip, "ports": ports},
+    }))
+    .map_err(|e| Error::Unsupported(format!("building the kube-dns Service: {e}")))?;
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "kube-dns", "namespace": "kube-system",
+                     "labels": {"kubernetes.io/service-name": "kube-dns"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [address], "conditions": {"ready": true}}],
+        "ports": ports,
+    }))
+    .map_err(|e| Error::Unsupported(format!("building the kube-dns EndpointSlice: {e}")))?;
+    super::create_or_keep(
+        &Api::<Service>::namespaced(client.clone(), "kube-system"),
+        &service,
+        "the kube-dns Service",
+    )
+    .await?;
+    super::create_or_keep(
+        &Api::<EndpointSlice>::namespaced(client, "kube-system"),
+        &slice,
+        "the kube-dns EndpointSlice",
+    )
+    .await
+}
+
+/// Start CoreDNS on `address:53` for `cp` behind the `kube-dns` Service at `cluster_ip`, its
+/// files under `root`, its log in `log`; returns once its kubernetes plugin has synced (its
+/// `ready` endpoint answers).
 pub async fn start(
     cp: &ControlPlane,
     address: &str,
+    cluster_ip: &str,
     root: &Path,
     log: &Path,
 ) -> Result<Process, Error> {
     let binary = super::nodebin("coredns")?;
     grant(cp).await?;
-    let kubeconfig = super::component_kubeconfig(cp, USER, root)?;
+    publish(cp, address, cluster_ip).await?;
+    let kubeconfig = super::component_kubeconfig(cp, cp.server_url(), USER, root)?;
     let ready_port = super::free_port()?;
     let health_port = super::free_port()?;
     let corefile = root.join("Corefile");
@@ -89,6 +129,12 @@ pub async fn start(
         .arg("53")
         .current_dir(root);
     let process = Process::spawn("coredns", command, log)?;
-    super::wait_ok("CoreDNS", ready_port, "/ready", log).await?;
+    super::wait_ok(
+        "CoreDNS",
+        std::net::SocketAddr::from(([127, 0, 0, 1], ready_port)),
+        "/ready",
+        log,
+    )
+    .await?;
     Ok(process)
 }

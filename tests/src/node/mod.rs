@@ -1,39 +1,48 @@
-//! A real Kubernetes node for the tests: kubelet (built from the control plane's own Kubernetes
+//! Real Kubernetes nodes for the tests: kubelets (built from the control plane's own Kubernetes
 //! module by `tools/testbins`), Debian's containerd and runc, the CNI bridge plugin, and images
 //! imported from the archives `tools/node-images/build.sh` writes (the pause image and etcd images
 //! built like etcd's own: distroless, `etcd`, `etcdctl`, `etcdutl` only). Nothing is pulled: an
 //! image not imported fails its Pod with `ErrImagePull` naming it.
 //!
-//! [`RealNode::start`] registers the node with a control plane started
+//! [`RealNodes::start`] starts one or several nodes for a control plane started
 //! [`crate::env::ControlPlaneBuilder::with_real_nodes`] (the Node authorizer, NodeRestriction, the
-//! apiserver's kubelet client certificate) under its own identity, `system:node:<name>` in
-//! `system:nodes`, and waits until the Node is Ready. Its Pods get addresses on a bridge of their
-//! own (`rn<slot>`, `10.216.<slot>.0/24`, no masquerade; the Pods' routes lead to the Pod and
-//! Service ranges only, and the host forwards what arrives on the bridge, so that a ClusterIP
-//! rewritten to another Pod reaches it), which is also the node's InternalIP, where its kubelet
-//! serves exec, logs and port-forward to the apiserver.
+//! apiserver's kubelet client certificate), each registered under its own identity,
+//! `system:node:<name>` in `system:nodes`, and returns once every Node is Ready. Each node
+//! ([`kubelet::RealNode`]) runs its containerd, kubelet and kube-proxy in a network namespace of
+//! its own, as kind runs each node in a container: an address on the node network (a bridge of
+//! the host's, `rn<slot>`, `10.217.0.0/24`; the host is `10.217.0.1`, node *i* `10.217.0.(10+i)`)
+//! and a Pod range `10.216.<i>.0/24` that the host routes to it. No masquerade, no default route
+//! anywhere: a Pod reaches Pods and Services, nothing beyond the machine.
 //!
-//! This machine's cgroups are v1 (hybrid): the kubelet runs with `failCgroupV1: false` and
-//! `cgroupDriver: cgroupfs`; the sandbox lacks `CAP_SYS_RESOURCE`, so containerd's CRI plugin runs
-//! with `restrict_oom_score_adj` (without it runc fails with "can't get final child's PID from
-//! pipe: EOF"); `evictionHard: {}` and image GC off, as the test machine's disk is fuller than the
-//! kubelet's default thresholds allow (it would report DiskPressure at once).
+//! This machine's cgroups are v1 (hybrid): the kubelets run with `failCgroupV1: false` and
+//! `cgroupDriver: cgroupfs`, each under a cgroup root of its own; the sandbox lacks
+//! `CAP_SYS_RESOURCE`, so containerd's CRI plugin runs with `restrict_oom_score_adj` (without it
+//! runc fails with "can't get final child's PID from pipe: EOF"); `evictionHard: {}` and image GC
+//! off, as the test machine's disk is fuller than the kubelet's default thresholds allow (it would
+//! report DiskPressure at once).
 //!
 //! The kubelet changes a few things of the host whatever its configuration: the sysctls
-//! `vm.overcommit_memory`, `kernel.panic` and `kernel.panic_on_oops` (restored when the node
-//! stops), and the paths `/var/log/containers`, `/var/lib/kubelet/device-plugins`, containerd's
-//! shim sockets under `/run/containerd/s` (removed when the node stops, if the node made them).
-//! One real node per host at a time: [`RealNode::start`] takes a lock.
+//! `vm.overcommit_memory`, `kernel.panic` and `kernel.panic_on_oops` (restored when the nodes
+//! stop), and the paths `/var/log/containers`, `/var/lib/kubelet/device-plugins`, containerd's
+//! shim sockets under `/run/containerd/s` (removed when the nodes stop, if they made them). The
+//! nodes share the mount namespace of the host, so their kubelets share the fixed
+//! `/var/lib/kubelet/device-plugins` (each one's registration socket replaces the last's; no
+//! device plugin runs here, so none is lost) and `/var/log/containers` (links named by Pod and
+//! container, which never collide). One set of nodes per host at a time: [`RealNodes::start`]
+//! takes a lock.
 //!
-//! Beside the node, what a cluster provides and the tests need: CoreDNS ([`coredns`]) on the
-//! node's address for the Pods (the kubelet's `clusterDNS`); a local-volume provisioner for the
-//! default StorageClass [`STORAGE_CLASS`] (`WaitForFirstConsumer`, `local` PVs pinned to the node,
-//! root-owned directories the kubelet gives a Pod's `fsGroup`, as on a freshly formatted disk),
-//! the pod runner's [`crate::podrunner::storage`] provisioner; and, for processes on the host
-//! (the operator under test, the tests' own etcd clients), the cluster's Service and member names
-//! in a marked block of the host's `/etc/hosts` ([`crate::podrunner::dns`]).
+//! On the host, what a cluster provides and the tests need: CoreDNS ([`coredns`]) on the host's
+//! node-network address behind the `kube-dns` Service (the kubelets' `clusterDNS`); the apiserver
+//! relayed to that address ([`service_network`]), where the kubelets, kube-proxies and the
+//! `kubernetes` Service reach it; a local-volume provisioner for the default StorageClass
+//! [`STORAGE_CLASS`] (`WaitForFirstConsumer`, `local` PVs pinned to a node, root-owned directories
+//! the kubelet gives a Pod's `fsGroup`, as on a freshly formatted disk), the pod runner's
+//! [`crate::podrunner::storage`] provisioner; and, for processes on the host (the operator under
+//! test, the tests' own etcd clients), the cluster's Service and member names in a marked block
+//! of the host's `/etc/hosts` ([`crate::podrunner::dns`]).
 
 pub mod coredns;
+pub mod kubelet;
 pub mod service_network;
 
 use std::collections::BTreeMap;
@@ -43,10 +52,11 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use nix::fcntl::{Flock, FlockArg};
 use rcgen::ExtendedKeyUsagePurpose;
+
+pub use kubelet::RealNode;
 
 use crate::env::pki::Leaf;
 use crate::env::process::Process;
@@ -65,20 +75,30 @@ pub const IMAGE_ARCHIVES: &[&str] = &["pause.tar", "etcd-3.6.tar", "etcd-3.5.tar
 /// The pause image the archives hold, the CRI's sandbox image.
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
 
-/// The default StorageClass of a control plane with a real node: local volumes on the node.
+/// The default StorageClass of a control plane with real nodes: local volumes on the nodes.
 pub const STORAGE_CLASS: &str = "real-node-local";
-/// The real node's block in the host's `/etc/hosts`: a number above the pod runners' slots,
+/// The host's address on the node network: the nodes' gateway, where the apiserver relay,
+/// CoreDNS (and a test's MinIO) listen for them.
+pub const GATEWAY: &str = "10.217.0.1";
+/// The node network: the host's bridge and the nodes' addresses.
+pub const NODE_NETWORK: &str = "10.217.0.0/24";
+/// The Pod range of all nodes (node *i* has `10.216.<i>.0/24`).
+pub const POD_RANGE: &str = "10.216.0.0/16";
+/// The `kube-dns` Service's ClusterIP, the kubelets' `clusterDNS`.
+pub const CLUSTER_DNS: &str = "10.0.0.10";
+/// The most nodes a host runs (their Pod ranges are `10.216.1.0/24` …).
+pub const MAX_NODES: u8 = 9;
+/// The real nodes' block in the host's `/etc/hosts`: a number above the pod runners' slots,
 /// which they never sweep; the host lock makes it the only one.
 const HOSTS_SLOT: u8 = 250;
 
-const READY_TIMEOUT: Duration = Duration::from_secs(120);
 const SYSCTLS: &[&str] = &[
     "vm.overcommit_memory",
     "vm.panic_on_oom",
     "kernel.panic",
     "kernel.panic_on_oops",
 ];
-/// Paths outside the node's root the kubelet or containerd create whatever the configuration.
+/// Paths outside the nodes' roots the kubelet or containerd create whatever the configuration.
 const HOST_PATHS: &[&str] = &[
     "/var/log/containers",
     "/var/lib/kubelet",
@@ -86,32 +106,26 @@ const HOST_PATHS: &[&str] = &[
     "/run/containerd",
 ];
 
-/// A running real node. Dropping it stops it and restores the host (see the module docs).
-pub struct RealNode {
-    name: String,
-    root: PathBuf,
-    address: String,
+/// Running real nodes and what the host runs for them. Dropping it stops them and restores the
+/// host (see the module docs).
+pub struct RealNodes {
+    nodes: Vec<RealNode>,
     bridge: String,
-    socket: PathBuf,
-    kubelet: Option<Process>,
-    containerd: Option<Process>,
     coredns: Option<Process>,
-    kube_proxy: Option<Process>,
-    /// The Service range is routed to a blackhole (by this node).
+    /// The Service range is routed to a blackhole (by these nodes).
     blackholed: bool,
-    /// The provisioner and the host's DNS block, on the runtime that started the node.
+    /// The relay, the provisioner and the host's DNS block, on the runtime that started the
+    /// nodes.
     services: Vec<tokio::task::JoinHandle<()>>,
     hosts: Arc<dns::HostsFiles>,
     sysctls: BTreeMap<String, String>,
     made_paths: Vec<PathBuf>,
-    cgroups_before: Vec<PathBuf>,
     _lock: Flock<fs::File>,
 }
 
-crate::debug_fields!(RealNode, |n| {
-    "name": n.name,
-    "root": n.root,
-    "address": n.address,
+crate::debug_fields!(RealNodes, |n| {
+    "nodes": n.nodes,
+    "bridge": n.bridge,
 });
 
 /// Run a command; its stdout, or an error naming it with its stderr.
@@ -180,7 +194,12 @@ pub fn nodebin(name: &str) -> Result<PathBuf, Error> {
 
 /// A kubeconfig under `dir` for a component of the node acting as `user` (a client certificate
 /// from the control plane's client CA, no groups), as kubeadm writes one for each component.
-fn component_kubeconfig(cp: &ControlPlane, user: &str, dir: &Path) -> Result<PathBuf, Error> {
+fn component_kubeconfig(
+    cp: &ControlPlane,
+    server_url: &str,
+    user: &str,
+    dir: &Path,
+) -> Result<PathBuf, Error> {
     let (cert, key) = cp.pki().client_ca.sign(Leaf {
         common_name: user,
         organizations: &[],
@@ -197,7 +216,7 @@ fn component_kubeconfig(cp: &ControlPlane, user: &str, dir: &Path) -> Result<Pat
     let kubeconfig = dir.join(format!("{file}.kubeconfig"));
     crate::env::control_plane::write_kubeconfig_for(
         &kubeconfig,
-        cp.server_url(),
+        server_url,
         cp.pki(),
         (
             user,
@@ -220,9 +239,13 @@ where
     }
 }
 
-/// Wait until `http://127.0.0.1:<port><path>` answers 200: a component of the node is ready.
-async fn wait_ok(component: &str, port: u16, path: &str, log: &Path) -> Result<(), Error> {
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+/// Wait until `http://<addr><path>` answers 200: a component of the node is ready.
+async fn wait_ok(
+    component: &str,
+    addr: std::net::SocketAddr,
+    path: &str,
+    log: &Path,
+) -> Result<(), Error> {
     crate::harness::poll(
         Duration::from_secs(60),
         Duration::from_millis(200),
@@ -252,6 +275,7 @@ fn check_prerequisites(images: &Path) -> Result<(), Error> {
         ),
         ("ctr (apt-get install containerd)", "/usr/bin/ctr"),
         ("runc (apt-get install runc)", "/usr/sbin/runc"),
+        ("nsenter (apt-get install util-linux)", "/usr/bin/nsenter"),
         (
             "the CNI bridge plugin (apt-get install containernetworking-plugins)",
             "/usr/lib/cni/bridge",
@@ -278,38 +302,74 @@ fn check_prerequisites(images: &Path) -> Result<(), Error> {
     }
     Ok(())
 }
+/// Whether `name` is `rn<digits>`, or `rn<digits><separator><digits>` when `separator` is given:
+/// a node network's bridge, a node's namespace (`-`) or its veth's host end (`v`).
+fn is_node_name(name: &str, separator: Option<char>) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+    let Some(rest) = name.strip_prefix("rn") else {
+        return false;
+    };
+    match separator {
+        None => digits(rest),
+        Some(sep) => rest
+            .split_once(sep)
+            .is_some_and(|(slot, index)| digits(slot) && digits(index)),
+    }
+}
 
-impl RealNode {
-    /// Start node `name` for `cp` (started [`crate::env::ControlPlaneBuilder::with_real_nodes`]):
-    /// containerd with the images imported, the bridge and CNI, the kubelet registered under the
-    /// node's own identity; returns once the Node is Ready.
-    pub async fn start(cp: &ControlPlane, name: &str) -> Result<Self, Error> {
+/// What a node network or node left behind when its test run was killed (the lock is ours, so
+/// nothing of them runs): namespaces `rn<slot>-<i>`, their veths, bridges `rn<slot>`, cgroup
+/// roots.
+fn remove_stale_nodes() {
+    for line in run("ip", &["netns", "list"]).unwrap_or_default().lines() {
+        let name = line.split_whitespace().next().unwrap_or_default();
+        if is_node_name(name, Some('-')) {
+            let _ = run("ip", &["netns", "del", name]);
+            kubelet::remove_cgroup_root(name);
+        }
+    }
+    for line in run("ip", &["-o", "link", "show"])
+        .unwrap_or_default()
+        .lines()
+    {
+        let name = line.split(": ").nth(1).unwrap_or_default();
+        let name = name.split('@').next().unwrap_or_default();
+        if is_node_name(name, None) || is_node_name(name, Some('v')) {
+            let _ = run("ip", &["link", "del", name]);
+        }
+    }
+}
+
+impl RealNodes {
+    /// Start `count` nodes, `node-1` …, for `cp` (started
+    /// [`crate::env::ControlPlaneBuilder::with_real_nodes`]); returns once every Node is Ready and
+    /// its kube-proxy has programmed the Services.
+    pub async fn start(cp: &ControlPlane, count: u8) -> Result<Self, Error> {
+        if !(1..=MAX_NODES).contains(&count) {
+            return Err(Error::Unsupported(format!(
+                "{count} real nodes asked for: a host runs 1 to {MAX_NODES}"
+            )));
+        }
         let images = images_dir()?;
         check_prerequisites(&images)?;
         let kubelet_bin = cp.testbins().binary("k8s", "kubelet")?;
         nodebin("coredns")?;
+        nodebin("kube-proxy")?;
         let lock = lock_host()?;
-        // A block left by a node that crashed (the lock is ours now).
+        // What a run that was killed left (the lock is ours now).
         dns::write_host_block(HOSTS_SLOT, None).map_err(Error::io(
             "removing a stale real-node block from /etc/hosts",
         ))?;
+        remove_stale_nodes();
 
         let slot = std::process::id() % 200 + 20;
         let bridge = format!("rn{slot}");
-        let address = format!("10.216.{slot}.1");
-        let root = cp.root().join(format!("node-{name}"));
-        let logs = cp.log_dir().join(format!("node-{name}"));
-        let socket = root.join("containerd/containerd.sock");
-        let mut node = RealNode {
-            name: name.to_string(),
-            root: root.clone(),
-            address: address.clone(),
+        let root = cp.root().join("real-nodes");
+        let logs = cp.log_dir().join("real-nodes");
+        let mut nodes = RealNodes {
+            nodes: Vec::new(),
             bridge: bridge.clone(),
-            socket: socket.clone(),
-            kubelet: None,
-            containerd: None,
             coredns: None,
-            kube_proxy: None,
             blackholed: false,
             services: Vec::new(),
             hosts: Arc::new(dns::HostsFiles::new(HOSTS_SLOT)),
@@ -319,260 +379,78 @@ impl RealNode {
                 .map(PathBuf::from)
                 .filter(|p| !p.exists())
                 .collect(),
-            cgroups_before: kubepods_cgroups(),
             _lock: lock,
         };
         for sysctl in SYSCTLS {
             let value = run("sysctl", &["-n", sysctl])?;
-            node.sysctls
+            nodes
+                .sysctls
                 .insert(sysctl.to_string(), value.trim().to_string());
         }
 
-        // The bridge the Pods' veths join, its address the node's.
-        if run("ip", &["link", "show", &bridge]).is_ok() {
-            run("ip", &["link", "del", &bridge])?;
-        }
+        // The node network: the host's bridge, its address the nodes' gateway. The host forwards
+        // what arrives on it (a node's Pod to another node's Pod) and nothing else.
         run("ip", &["link", "add", &bridge, "type", "bridge"])?;
         run(
             "ip",
-            &["addr", "add", &format!("{address}/24"), "dev", &bridge],
+            &["addr", "add", &format!("{GATEWAY}/24"), "dev", &bridge],
         )?;
         run("ip", &["link", "set", &bridge, "up"])?;
-        // A Pod dialing a ClusterIP whose endpoint is another Pod of the node: kube-proxy's
-        // rewrite turns the packet back onto the bridge, which the host forwards. Only packets
-        // that arrive on this bridge; the Pods' routes lead to the Pod and Service ranges alone,
-        // so nothing goes off the machine.
         write(
             Path::new(&format!("/proc/sys/net/ipv4/conf/{bridge}/forwarding")),
             "1",
         )?;
-        node.coredns = Some(
+        service_network::blackhole_services()?;
+        nodes.blackholed = true;
+        nodes
+            .services
+            .push(service_network::relay_apiserver(cp, GATEWAY).await?);
+        service_network::publish_apiserver(cp, GATEWAY).await?;
+        nodes.coredns = Some(
             coredns::start(
                 cp,
-                &address,
+                GATEWAY,
+                CLUSTER_DNS,
                 &root.join("coredns"),
                 &logs.join("coredns.log"),
             )
             .await?,
         );
-        node.services
-            .push(service_network::relay_apiserver(cp, &address).await?);
-        service_network::blackhole_services()?;
-        node.blackholed = true;
-        let cni_conf = root.join("cni/net.d");
-        write(
-            &cni_conf.join("10-node.conflist"),
-            &serde_json::json!({
-                "cniVersion": "1.0.0",
-                "name": "real-node",
-                "plugins": [
-                    {"type": "bridge", "bridge": bridge, "isGateway": false, "ipMasq": false,
-                     "hairpinMode": true,
-                     "ipam": {"type": "host-local", "dataDir": root.join("cni/networks"),
-                              "ranges": [[{"subnet": format!("10.216.{slot}.0/24"), "gateway": address}]],
-                              "routes": [{"dst": "10.216.0.0/16", "gw": address},
-                                         {"dst": crate::env::control_plane::SERVICE_CLUSTER_IP_RANGE, "gw": address}]}},
-                    {"type": "portmap", "capabilities": {"portMappings": true}},
-                ],
-            })
-            .to_string(),
-        )?;
 
-        // containerd, its own root, state and socket.
-        let config = root.join("containerd.toml");
-        write(
-            &config,
-            &format!(
-                r#"version = 2
-root = "{root}/containerd/root"
-state = "{root}/containerd/state"
-oom_score = 0
-[grpc]
-  address = "{socket}"
-[ttrpc]
-  address = "{socket}.ttrpc"
-[plugins]
-  [plugins."io.containerd.grpc.v1.cri"]
-    sandbox_image = "{PAUSE_IMAGE}"
-    restrict_oom_score_adj = true
-    netns_mounts_under_state_dir = true
-    disable_apparmor = true
-    stream_server_address = "127.0.0.1"
-    stream_server_port = "0"
-    [plugins."io.containerd.grpc.v1.cri".containerd]
-      snapshotter = "overlayfs"
-      default_runtime_name = "runc"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-        runtime_type = "io.containerd.runc.v2"
-        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-          BinaryName = "/usr/sbin/runc"
-          Root = "{root}/containerd/runc"
-          SystemdCgroup = false
-    [plugins."io.containerd.grpc.v1.cri".cni]
-      bin_dir = "/usr/lib/cni"
-      conf_dir = "{cni}"
-      max_conf_num = 1
-  [plugins."io.containerd.internal.v1.opt"]
-    path = "{root}/containerd/opt"
-"#,
-                root = root.display(),
-                socket = socket.display(),
-                cni = cni_conf.display(),
-            ),
-        )?;
-        let mut containerd = Command::new("/usr/bin/containerd");
-        containerd.arg(format!("--config={}", config.display()));
-        node.containerd = Some(Process::spawn(
-            &format!("containerd-{name}"),
-            containerd,
-            &logs.join("containerd.log"),
-        )?);
-        let address_arg = format!("--address={}", socket.display());
-        let containerd_log = logs.join("containerd.log");
-        crate::harness::poll(
-            Duration::from_secs(30),
-            Duration::from_millis(100),
-            || async { run("ctr", &[&address_arg, "version"]).map(|_| ()) },
-        )
-        .await
-        .map_err(|e| {
-            Error::Unsupported(format!(
-                "containerd of node {name} never answered on {} ({e}); log {}",
-                socket.display(),
-                containerd_log.display()
-            ))
-        })?;
-        for archive in IMAGE_ARCHIVES {
-            run(
-                "ctr",
-                &[
-                    &address_arg,
-                    "-n",
-                    "k8s.io",
-                    "images",
-                    "import",
-                    &images.join(archive).to_string_lossy(),
-                ],
-            )?;
-        }
-
-        // The kubelet, registered as system:node:<name>.
-        let (cert, key) = cp.pki().client_ca.sign(Leaf {
-            common_name: &format!("system:node:{name}"),
-            organizations: &["system:nodes"],
-            sans: &[],
-            usages: &[ExtendedKeyUsagePurpose::ClientAuth],
-        })?;
-        let pki = root.join("pki");
-        write(&pki.join("node.crt"), &cert)?;
-        write(&pki.join("node.key"), &key)?;
-        let kubeconfig = root.join("kubelet.kubeconfig");
-        crate::env::control_plane::write_kubeconfig_for(
-            &kubeconfig,
-            cp.server_url(),
-            cp.pki(),
-            (
-                &format!("system:node:{name}"),
-                serde_json::json!({
-                    "client-certificate": pki.join("node.crt"),
-                    "client-key": pki.join("node.key"),
-                }),
-            ),
-            None,
-        )?;
-        let kubelet_root = root.join("kubelet");
-        let kubelet_config = root.join("kubelet.yaml");
-        let manifests = root.join("manifests");
-        fs::create_dir_all(&manifests).map_err(Error::io("creating the static Pod directory"))?;
-        let kubelet_yaml = serde_json::json!({
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "staticPodPath": manifests,
-            "containerRuntimeEndpoint": format!("unix://{}", socket.display()),
-            "imageServiceEndpoint": format!("unix://{}", socket.display()),
-            "failCgroupV1": false,
-            "cgroupDriver": "cgroupfs",
-            "cgroupRoot": "/",
-            "evictionHard": {},
-            "imageGCHighThresholdPercent": 100,
-            "imageGCLowThresholdPercent": 99,
-            "imageMinimumGCAge": "24h",
-            "failSwapOn": false,
-            "address": address,
-            "port": free_port()?,
-            "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1",
-            "healthzPort": free_port()?,
-            "authentication": {
-                "anonymous": {"enabled": false},
-                "webhook": {"enabled": true},
-                "x509": {"clientCAFile": cp.pki().client_ca_file},
-            },
-            "authorization": {"mode": "Webhook"},
-            // Kept with the test's other logs (the root goes with the control plane).
-            "podLogsDir": logs.join("pod-logs"),
-            "volumePluginDir": root.join("volume-plugins"),
-            "resolvConf": "",
-            "makeIPTablesUtilChains": false,
-            "clusterDomain": "cluster.local",
-            "clusterDNS": [address],
-            "serializeImagePulls": false,
-            "registerNode": true,
-        });
-        write(&kubelet_config, &kubelet_yaml.to_string())?;
-        let mut kubelet = Command::new(&kubelet_bin);
-        kubelet
-            .arg(format!("--config={}", kubelet_config.display()))
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg(format!("--root-dir={}", kubelet_root.display()))
-            .arg(format!("--cert-dir={}", pki.join("kubelet").display()))
-            .arg(format!("--hostname-override={name}"))
-            .arg(format!("--node-ip={address}"))
-            .arg("--v=2");
-        node.kubelet = Some(Process::spawn(
-            &format!("kubelet-{name}"),
-            kubelet,
-            &logs.join("kubelet.log"),
-        )?);
-
-        let nodes: Api<Node> = Api::all(cp.client()?);
-        let ready = crate::harness::poll(READY_TIMEOUT, Duration::from_millis(500), || {
-            let nodes = nodes.clone();
-            async move {
-                let ready = nodes.get_opt(name).await.ok().flatten().is_some_and(|n| {
-                    n.status
-                        .and_then(|s| s.conditions)
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|c| c.type_ == "Ready" && c.status == "True")
-                });
-                if ready {
-                    Ok(())
-                } else {
-                    Err(())
-                }
-            }
-        })
-        .await;
-        if ready.is_err() {
-            return Err(Error::Unsupported(format!(
-                "Node {name} not Ready after {READY_TIMEOUT:?}; kubelet log {}",
-                logs.join("kubelet.log").display()
-            )));
-        }
-
-        service_network::publish_apiserver(cp, &address).await?;
-        node.kube_proxy = Some(
-            service_network::start_kube_proxy(
-                cp,
-                name,
-                &address,
-                &format!("10.216.{slot}.0/24"),
-                &root.join("kube-proxy"),
-                &logs.join("kube-proxy.log"),
-            )
-            .await?,
+        let server_url = format!(
+            "https://{GATEWAY}:{}",
+            service_network::APISERVER_RELAY_PORT
         );
+        let wiring = kubelet::Wiring {
+            cp,
+            kubelet: &kubelet_bin,
+            images: &images,
+            bridge: &bridge,
+            gateway: GATEWAY,
+            server_url: &server_url,
+            cluster_dns: CLUSTER_DNS,
+            root: &root,
+            logs: &logs,
+            prefix: &bridge,
+        };
+        let names: Vec<String> = (1..=count).map(|i| format!("node-{i}")).collect();
+        let started = futures::future::join_all(
+            names
+                .iter()
+                .zip(1..=count)
+                .map(|(name, index)| RealNode::start(&wiring, index, name)),
+        )
+        .await;
+        let mut failed = Vec::new();
+        for node in started {
+            match node {
+                Ok(node) => nodes.nodes.push(node),
+                Err(e) => failed.push(e.to_string()),
+            }
+        }
+        if !failed.is_empty() {
+            return Err(Error::Unsupported(failed.join("; ")));
+        }
 
         let client = cp.client()?;
         let provisioner = storage::Provisioner {
@@ -588,171 +466,80 @@ oom_score = 0
         provisioner.install_class(&client).await.map_err(|e| {
             Error::Unsupported(format!("installing StorageClass {STORAGE_CLASS}: {e}"))
         })?;
-        let report = |what: &'static str| {
-            let name = name.to_string();
-            move |problem: &str| eprintln!("real node {name}: {what}: {problem}")
-        };
-        node.services.push(tokio::spawn(storage::serve(
+        let report =
+            |what: &'static str| move |problem: &str| eprintln!("real nodes: {what}: {problem}");
+        nodes.services.push(tokio::spawn(storage::serve(
             client.clone(),
             vec![provisioner],
             report("storage"),
         )));
-        node.services.push(tokio::spawn(dns::serve(
+        nodes.services.push(tokio::spawn(dns::serve(
             client,
-            node.hosts.clone(),
+            nodes.hosts.clone(),
             report("hosts"),
         )));
-        Ok(node)
+        Ok(nodes)
     }
 
-    pub fn name(&self) -> &str {
-        &self.name
+    pub fn nodes(&self) -> &[RealNode] {
+        &self.nodes
     }
 
-    /// The node's address (its InternalIP, the Pods' gateway on its bridge).
-    pub fn address(&self) -> &str {
-        &self.address
+    /// The names of the nodes, `node-1` ….
+    pub fn names(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.name().to_string()).collect()
+    }
+
+    /// The host's address on the node network ([`GATEWAY`]), where a host process serves Pods
+    /// (behind a selector-less Service).
+    pub fn gateway(&self) -> &str {
+        GATEWAY
     }
 
     /// The real uid the main process of container `container_id` (a Pod status's `containerID`,
-    /// `containerd://<id>`) runs as, read on the host from the task containerd started.
+    /// `containerd://<id>`) runs as, read on the host from the task a node's containerd started.
     pub fn container_uid(&self, container_id: &str) -> Result<u32, Error> {
         let id = container_id.trim_start_matches("containerd://");
-        let address = format!("--address={}", self.socket.display());
-        let tasks = run("ctr", &[&address, "-n", "k8s.io", "tasks", "ls"])?;
-        let pid = tasks
-            .lines()
-            .find_map(|l| {
-                let mut fields = l.split_whitespace();
-                (fields.next() == Some(id)).then(|| fields.next())?
-            })
-            .ok_or_else(|| {
-                Error::Unsupported(format!("no task {id} in the node's containerd: {tasks}"))
-            })?;
-        let pid: i32 = pid
-            .parse()
-            .map_err(|e| Error::Unsupported(format!("task {id}'s pid {pid:?}: {e}")))?;
-        uid_of(pid).ok_or_else(|| Error::Unsupported(format!("no Uid in /proc/{pid}/status")))
+        for node in &self.nodes {
+            if let Some(pid) = node.task_pid(id)? {
+                return uid_of(pid)
+                    .ok_or_else(|| Error::Unsupported(format!("no Uid in /proc/{pid}/status")));
+            }
+        }
+        Err(Error::Unsupported(format!(
+            "no task {id} in the containerd of any node ({})",
+            self.names().join(", ")
+        )))
     }
 
-    /// Import the OCI image archive `archive` into the node's containerd (namespace `k8s.io`)
+    /// Import the OCI image archive `archive` into every node's containerd (namespace `k8s.io`)
     /// under `reference`, as a registry-less node gets an image: its Pods run it, nothing is
     /// pulled.
     pub fn import_image(&self, archive: &Path, reference: &str) -> Result<(), Error> {
-        let address = format!("--address={}", self.socket.display());
-        let listed = |what: &str| {
-            run("ctr", &[&address, "-n", "k8s.io", "images", "ls", "-q"]).map_err(|e| {
-                Error::Unsupported(format!("listing the node's images {what} an import: {e}"))
-            })
-        };
-        let before = listed("before")?;
-        let repository = reference.rsplit_once(':').map_or(reference, |(r, _)| r);
-        run(
-            "ctr",
-            &[
-                &address,
-                "-n",
-                "k8s.io",
-                "images",
-                "import",
-                "--base-name",
-                repository,
-                &archive.to_string_lossy(),
-            ],
-        )?;
-        let after = listed("after")?;
-        let imported: Vec<&str> = after
-            .lines()
-            .filter(|l| {
-                !l.is_empty() && !l.starts_with("sha256:") && !before.lines().any(|b| b == *l)
-            })
-            .collect();
-        if after.lines().any(|l| l == reference) {
-            return Ok(());
+        for node in &self.nodes {
+            node.import_image(archive, reference)?;
         }
-        let [source] = imported[..] else {
-            return Err(Error::Unsupported(format!(
-                "importing {} named {imported:?}, not one image to tag {reference}",
-                archive.display()
-            )));
-        };
-        run(
-            "ctr",
-            &[&address, "-n", "k8s.io", "images", "tag", source, reference],
-        )
-        .map(|_| ())
+        Ok(())
     }
 
-    /// Stop the kubelet, every container and containerd, and give the host back: see the module
-    /// docs. Also what dropping the node does.
+    /// Stop every node and give the host back: see the module docs. Also what dropping the
+    /// nodes does.
     pub fn stop(&mut self) {
         for service in self.services.drain(..) {
             service.abort();
         }
         let _ = self.hosts.remove_host_block();
+        for node in &mut self.nodes {
+            node.stop();
+        }
+        self.nodes.clear();
         if let Some(coredns) = self.coredns.take() {
             coredns.kill();
-        }
-        if let Some(kube_proxy) = self.kube_proxy.take() {
-            kube_proxy.kill();
-            service_network::clean_up_kube_proxy();
         }
         if std::mem::take(&mut self.blackholed) {
             service_network::unroute_services();
         }
-        if let Some(kubelet) = self.kubelet.take() {
-            kubelet.kill();
-        }
-        let address_arg = format!("--address={}", self.socket.display());
-        if self.containerd.is_some() {
-            let listed = run("ctr", &[&address_arg, "-n", "k8s.io", "tasks", "ls", "-q"])
-                .unwrap_or_default();
-            for task in listed.lines().filter(|t| !t.is_empty()) {
-                let _ = run(
-                    "ctr",
-                    &[
-                        &address_arg,
-                        "-n",
-                        "k8s.io",
-                        "tasks",
-                        "kill",
-                        "-s",
-                        "KILL",
-                        task,
-                    ],
-                );
-                std::thread::sleep(Duration::from_millis(200));
-                let _ = run(
-                    "ctr",
-                    &[&address_arg, "-n", "k8s.io", "tasks", "rm", "-f", task],
-                );
-            }
-        }
-        if let Some(containerd) = self.containerd.take() {
-            containerd.kill();
-        }
-        // Shims of this containerd outlive it: they carry its socket in their arguments.
-        kill_processes_naming(&self.socket.to_string_lossy());
-        // Mounts under the node's root, deepest first.
-        let root = format!("{}/", self.root.display());
-        let mut mounts: Vec<String> = fs::read_to_string("/proc/mounts")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(1).map(str::to_string))
-            .filter(|m| m.starts_with(&root))
-            .collect();
-        mounts.sort();
-        for m in mounts.iter().rev() {
-            if run("umount", &[m]).is_err() {
-                let _ = run("umount", &["-l", m]);
-            }
-        }
         let _ = run("ip", &["link", "del", &self.bridge]);
-        for cgroup in kubepods_cgroups() {
-            if !self.cgroups_before.contains(&cgroup) {
-                remove_cgroup_tree(&cgroup);
-            }
-        }
         for path in &self.made_paths {
             let _ = fs::remove_dir_all(path);
         }
@@ -762,33 +549,24 @@ oom_score = 0
     }
 }
 
-impl Drop for RealNode {
+impl Drop for RealNodes {
     fn drop(&mut self) {
         self.stop();
     }
 }
 
-/// One real node per host: the kubelet's fixed paths and sysctls are the host's.
+/// One set of real nodes per host: the kubelet's fixed paths and sysctls are the host's, and
+/// the node network's addresses are fixed.
 fn lock_host() -> Result<Flock<fs::File>, Error> {
     let path = std::env::temp_dir().join("etcd-operator-real-node.lock");
     let file =
         fs::File::create(&path).map_err(Error::io(format!("creating {}", path.display())))?;
     Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
         Error::Unsupported(format!(
-            "another real node runs on this host ({}: {e})",
+            "real nodes of another test run on this host ({}: {e})",
             path.display()
         ))
     })
-}
-
-fn kubepods_cgroups() -> Vec<PathBuf> {
-    fs::read_dir("/sys/fs/cgroup")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path().join("kubepods"))
-        .filter(|p| p.is_dir())
-        .collect()
 }
 
 /// Remove a cgroup directory tree, deepest first (cgroupfs removes the files itself).

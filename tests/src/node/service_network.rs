@@ -1,18 +1,19 @@
-//! The real node's Service network, as a cluster has it: kube-proxy (built by
-//! `tools/nodebins/build.sh` from the control plane's Kubernetes module, iptables mode) rewrites
-//! ClusterIPs to endpoints, and the `kubernetes` Service leads Pods to the apiserver.
+//! The real nodes' Service network, as a cluster has it: kube-proxy (built by
+//! `tools/nodebins/build.sh` from the control plane's Kubernetes module, iptables mode) in each
+//! node's network namespace rewrites ClusterIPs to endpoints, and the `kubernetes` Service leads
+//! Pods to the apiserver.
 //!
-//! The apiserver listens on loopback only (the tests' network rule), so the node relays its own
-//! address, port [`APISERVER_RELAY_PORT`], to it: a plain TCP relay (the TLS is the apiserver's,
-//! its certificate names the Service's ClusterIP), and the `kubernetes` EndpointSlice names that
-//! address, as the apiserver's endpoint reconciler would name its advertised address. The Service
-//! range is routed to a blackhole on the host: a packet to a ClusterIP that kube-proxy did not
-//! rewrite goes nowhere.
+//! The apiserver listens on loopback only (the tests' network rule), so the host relays its
+//! address on the node network, port [`APISERVER_RELAY_PORT`], to it: a plain TCP relay (the TLS
+//! is the apiserver's, its certificate names that address and the Service's ClusterIP). The
+//! kubelets and kube-proxies dial it, and the `kubernetes` EndpointSlice names it, as the
+//! apiserver's endpoint reconciler would name its advertised address. The Service range is routed
+//! to a blackhole on the host: a packet to a ClusterIP that kube-proxy did not rewrite goes
+//! nowhere.
 //!
-//! What kube-proxy does to the host, and undoes: its `KUBE-*` chains in the host's iptables
-//! (removed when the node stops, by `kube-proxy --cleanup`); it leaves the conntrack sysctls and
-//! `route_localnet` as they are (`conntrack.maxPerCore: 0`, zero timeouts, `localhostNodePorts:
-//! false`).
+//! kube-proxy's `KUBE-*` chains live in its node's namespace and go with it; it leaves the
+//! conntrack sysctls and `route_localnet` as they are (`conntrack.maxPerCore: 0`, zero timeouts,
+//! `localhostNodePorts: false`).
 
 use std::path::Path;
 use std::process::Command;
@@ -104,18 +105,25 @@ pub fn unroute_services() {
     );
 }
 
-/// Start kube-proxy for node `name` (whose Pods live in `pod_cidr`) as `system:kube-proxy`, with
-/// the rights of the bootstrap role `system:node-proxier`; returns once it has programmed the
-/// Services (its healthz answers 200).
+/// The node a kube-proxy serves.
+pub struct KubeProxyNode<'a> {
+    pub name: &'a str,
+    /// The node's address: kube-proxy's bind and healthz address.
+    pub address: &'a str,
+    /// The apiserver as the node reaches it.
+    pub server_url: &'a str,
+}
+
+/// Start kube-proxy for `node` as `system:kube-proxy`, with the rights of the bootstrap role
+/// `system:node-proxier`, from `command` (the binary, in the node's namespace, and any flags of
+/// its own); returns once it has programmed the Services (its healthz answers 200).
 pub async fn start_kube_proxy(
     cp: &ControlPlane,
-    name: &str,
-    address: &str,
-    pod_cidr: &str,
+    mut command: Command,
+    node: KubeProxyNode<'_>,
     root: &Path,
     log: &Path,
 ) -> Result<Process, Error> {
-    let binary = super::nodebin("kube-proxy")?;
     let binding: ClusterRoleBinding = serde_json::from_value(json!({
         "metadata": {"name": "real-node:kube-proxy"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
@@ -129,9 +137,9 @@ pub async fn start_kube_proxy(
         "kube-proxy's ClusterRoleBinding",
     )
     .await?;
-    let kubeconfig = super::component_kubeconfig(cp, USER, root)?;
-    let healthz = super::free_port()?;
-    let metrics = super::free_port()?;
+    let kubeconfig = super::component_kubeconfig(cp, node.server_url, USER, root)?;
+    let address = node.address;
+    let healthz = 10256;
     let config = root.join("kube-proxy.yaml");
     super::write(
         &config,
@@ -140,11 +148,11 @@ pub async fn start_kube_proxy(
             "kind": "KubeProxyConfiguration",
             "clientConnection": {"kubeconfig": kubeconfig},
             "mode": "iptables",
-            "hostnameOverride": name,
+            "hostnameOverride": node.name,
             "bindAddress": address,
-            "healthzBindAddress": format!("127.0.0.1:{healthz}"),
-            "metricsBindAddress": format!("127.0.0.1:{metrics}"),
-            "clusterCIDR": pod_cidr,
+            "healthzBindAddress": format!("{address}:{healthz}"),
+            "metricsBindAddress": "127.0.0.1:10249",
+            "clusterCIDR": super::POD_RANGE,
             "detectLocalMode": "ClusterCIDR",
             "nodePortAddresses": [format!("{address}/32")],
             "iptables": {"localhostNodePorts": false, "masqueradeAll": false},
@@ -155,22 +163,11 @@ pub async fn start_kube_proxy(
         })
         .to_string(),
     )?;
-    let mut command = Command::new(&binary);
-    command
-        .arg(format!("--config={}", config.display()))
-        .arg("--v=2");
-    let process = Process::spawn("kube-proxy", command, log)?;
-    super::wait_ok("kube-proxy", healthz, "/healthz", log).await?;
+    command.arg(format!("--config={}", config.display()));
+    let process = Process::spawn(&format!("kube-proxy-{}", node.name), command, log)?;
+    let healthz_addr = format!("{address}:{healthz}")
+        .parse()
+        .map_err(|e| Error::Unsupported(format!("kube-proxy's healthz address: {e}")))?;
+    super::wait_ok("kube-proxy", healthz_addr, "/healthz", log).await?;
     Ok(process)
-}
-
-/// Remove every rule kube-proxy made (`kube-proxy --cleanup`).
-pub fn clean_up_kube_proxy() {
-    if let Ok(binary) = super::nodebin("kube-proxy") {
-        let _ = Command::new(binary)
-            .arg("--cleanup")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
 }
