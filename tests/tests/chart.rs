@@ -40,6 +40,10 @@ mod monitoring;
 #[path = "chart/hygiene.rs"]
 mod hygiene;
 
+/// `networkPolicy.enabled`: the controller's and the webhook's NetworkPolicies.
+#[path = "chart/network.rs"]
+mod network;
+
 /// The documentation next to the chart, kept complete: the chart README's values table,
 /// README.md's docs index, docs/troubleshooting.md's reasons.
 #[path = "chart/docs.rs"]

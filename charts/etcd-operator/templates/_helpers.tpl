@@ -104,6 +104,26 @@ certManager mode (or an uninstall) its Secret stays, and the chart's own must no
 {{- mul (trimSuffix $unit . | atoi) (get (dict "s" 1 "m" 60 "h" 3600 "d" 86400) $unit) }}
 {{- end }}
 
+{{/*
+The NetworkPolicy egress rule to the Kubernetes API. The apiserver has no Pod label to select,
+and the policy sees its traffic after the `kubernetes` Service's ClusterIP (443) is translated to
+an apiserver address (often port 6443): both ports, to networkPolicy.apiServer.cidrs or anywhere.
+*/}}
+{{- define "etcd-operator.apiServerEgress" -}}
+- ports:
+    {{- range .Values.networkPolicy.apiServer.ports }}
+    - port: {{ . }}
+      protocol: TCP
+    {{- end }}
+  {{- with .Values.networkPolicy.apiServer.cidrs }}
+  to:
+    {{- range . }}
+    - ipBlock:
+        cidr: {{ . }}
+    {{- end }}
+  {{- end }}
+{{- end }}
+
 {{/* Values the chart cannot honour fail the render with the reason and the way out. */}}
 {{- define "etcd-operator.validate" -}}
 {{- if .Values.kubeRbacProxy.enabled }}
