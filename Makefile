@@ -17,7 +17,7 @@ export ETCD_OPERATOR_NODEBINS := $(shell bash tools/nodebins/build.sh --print-di
 .PHONY: help deps test fmt-check clippy deny unit testbins promtool image test-image api e2e suites build-tests crds bench demo node-images nodebins test-node
 
 help:
-	@echo "make demo      helm install of the operator (controller + webhook Pods, cert-manager certs) and a 3-member EtcdCluster on real etcd members; until Ctrl-C (needs root)"
+	@echo "make demo      helm install of the operator (controller + webhook Pods, cert-manager certs) and a 3-member EtcdCluster on real etcd members; until Ctrl-C (needs root; NODE=real: on three real nodes)"
 	@echo "make test      fmt check, clippy -D warnings, unit tests, then the API-layer and end-to-end suites side by side (needs root)"
 	@echo "make api       the API-layer suites on a real apiserver, one after another"
 	@echo "make e2e       the pod runner and the operator end to end on real etcd members (needs root)"
@@ -157,6 +157,9 @@ bench: testbins
 ## demo: the embedded environment (control plane, pod runner, cert-manager), the operator installed
 ## with helm as users do (controller and webhook as the chart's Pods), a 3-member EtcdCluster
 ## default/demo; prints the kubeconfig and commands to try, runs until Ctrl-C (root).
-demo: testbins test-image
+## `make demo NODE=real`: the same on three real nodes (kubelet, containerd, runc; see
+## docs/demo.md), the members spread one per node.
+NODE ?=
+demo: testbins test-image $(if $(filter real,$(NODE)),node-images nodebins)
 	$(CARGO) build --locked -p controller -p webhook --bins
-	$(CARGO) run --locked -p tests --bin demo
+	DEMO_NODE=$(NODE) $(CARGO) run --locked -p tests --bin demo

@@ -7,6 +7,10 @@
 //!
 //! One [`Installed`] per test binary: the chart is cluster-scoped (CRDs, webhook configurations,
 //! ClusterRoles), so the scenarios that install it take turns through [`Installed::turn`].
+//!
+//! [`Installed::start_on_real_nodes`] is the same on real nodes ([`crate::node::RealNodes`]):
+//! kubelets run the chart's Pods from the test image, imported under the chart's default image
+//! reference.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,9 +24,10 @@ use tokio::sync::{Mutex, MutexGuard, OnceCell};
 
 use crate::e2e::{condition, healthy, pod_ready};
 use crate::env::cert_manager::CertManager;
-use crate::env::{ControlPlane, ControlPlaneBuilder};
+use crate::env::{ControlPlane, ControlPlaneBuilder, NodeLifecycle};
 use crate::harness::{eventually_every, poll};
 use crate::helm::{chart_dir, Error, Helm};
+use crate::node::RealNodes;
 use crate::podrunner::PodRunner;
 use crate::OrPanic;
 
@@ -46,9 +51,51 @@ pub const WEBHOOK: &str = "etcd-operator-webhook";
 /// but the two cores are shared with everything else.
 pub const HELM_TIMEOUT: &str = "4m";
 
+/// What runs the Pods: the pod runner, or real nodes (one per binary or demo: the size of the
+/// variants does not matter).
+#[allow(clippy::large_enum_variant)]
+pub enum Nodes {
+    Runner(PodRunner),
+    Real(RealNodes),
+}
+
+impl Nodes {
+    /// The names of the Nodes.
+    pub fn names(&self) -> Vec<String> {
+        match self {
+            Nodes::Runner(runner) => runner.node_names(),
+            Nodes::Real(nodes) => nodes.names(),
+        }
+    }
+
+    /// Where to look when a Pod misbehaves: the pod runner's journal, or the real nodes' logs
+    /// (kubelet, containerd, kube-proxy and the Pods' own, per node).
+    pub fn logs(&self, cp: &ControlPlane) -> std::path::PathBuf {
+        match self {
+            Nodes::Runner(runner) => runner.journal().to_path_buf(),
+            Nodes::Real(_) => cp.log_dir().join("real-nodes"),
+        }
+    }
+}
+
+/// The chart's default image reference: `IMAGE_REPOSITORY:<appVersion of Chart.yaml>`.
+pub fn chart_image() -> Result<String, crate::env::Error> {
+    let path = chart_dir().join("Chart.yaml");
+    let chart = std::fs::read_to_string(&path)
+        .map_err(crate::env::Error::io(format!("reading {}", path.display())))?;
+    let app_version = chart
+        .lines()
+        .find_map(|l| l.strip_prefix("appVersion:"))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .ok_or_else(|| {
+            crate::env::Error::Unsupported(format!("{} has no appVersion", path.display()))
+        })?;
+    Ok(format!("{IMAGE_REPOSITORY}:{app_version}"))
+}
+
 pub struct Installed {
     pub cp: ControlPlane,
-    pub runner: PodRunner,
+    pub nodes: Nodes,
     pub cert_manager: CertManager,
     pub helm: Helm,
     turn: Mutex<()>,
@@ -81,11 +128,39 @@ impl Installed {
             .operator_image(IMAGE_REPOSITORY)
             .start(&cp)
             .await?;
+        Self::finish(cp, Nodes::Runner(runner)).await
+    }
+
+    /// The same on `count` real nodes: kubelets run the chart's Pods from the test image
+    /// (`make test-image`), imported under the chart's default image reference.
+    pub async fn start_on_real_nodes(
+        count: u8,
+    ) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        let cp = ControlPlane::builder()
+            .with_controller_manager()
+            .with_scheduler()
+            .with_node_lifecycle(NodeLifecycle::default())
+            .with_real_nodes()
+            .start()
+            .await?;
+        let nodes = RealNodes::start(&cp, count).await?;
+        let archive = crate::podrunner::test_image_layout()
+            .parent()
+            .map(|dir| dir.join("etcd-operator.tar"))
+            .ok_or("the test image layout has no parent directory")?;
+        nodes.import_image(&archive, &chart_image()?)?;
+        Self::finish(cp, Nodes::Real(nodes)).await
+    }
+
+    async fn finish(
+        cp: ControlPlane,
+        nodes: Nodes,
+    ) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
         let cert_manager = CertManager::start(&cp).await?;
         let helm = Helm::new(Some(cp.kubeconfig()))?;
         Ok(Self {
             cp,
-            runner,
+            nodes,
             cert_manager,
             helm,
             turn: Mutex::new(()),
@@ -177,9 +252,9 @@ impl Installed {
     pub async fn wait_rolled_out(&self, deployment: &str, replicas: usize) -> Vec<Pod> {
         eventually_every(
             &format!(
-                "deployment {NAMESPACE}/{deployment} to roll out to {replicas} ready Pods; pod \
-                 runner journal {}",
-                self.runner.journal().display()
+                "deployment {NAMESPACE}/{deployment} to roll out to {replicas} ready Pods; Pods' \
+                 logs {}",
+                self.nodes.logs(&self.cp).display()
             ),
             Duration::from_secs(240),
             Duration::from_millis(500),

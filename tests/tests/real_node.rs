@@ -518,17 +518,6 @@ async fn the_operator_runs_a_three_member_cluster_on_the_real_node_and_the_kubel
     nodes.stop();
 }
 
-/// The chart's default image reference: its repository and appVersion.
-fn chart_image() -> String {
-    let chart = std::fs::read_to_string(tests::helm::chart_dir().join("Chart.yaml")).or_panic();
-    let app_version = chart
-        .lines()
-        .find_map(|l| l.strip_prefix("appVersion:"))
-        .map(|v| v.trim().trim_matches('"').to_string())
-        .expect("Chart.yaml has an appVersion");
-    format!("{}:{app_version}", tests::install::IMAGE_REPOSITORY)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node() {
     let _turn = ONE_NODE.lock().await;
@@ -538,7 +527,9 @@ async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node
         .parent()
         .expect("the layout's directory")
         .join("etcd-operator.tar");
-    nodes.import_image(&archive, &chart_image()).or_panic();
+    nodes
+        .import_image(&archive, &tests::install::chart_image().or_panic())
+        .or_panic();
     let _cert_manager = tests::env::CertManager::start(&cp).await.or_panic();
 
     // The release's namespace enforces the restricted profile before the chart goes in.
@@ -595,7 +586,11 @@ async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node
             .flat_map(|s| s.containers.iter())
             .filter_map(|c| c.image.as_deref())
             .collect();
-        assert_eq!(images, [chart_image().as_str()], "{deployment}");
+        assert_eq!(
+            images,
+            [tests::install::chart_image().or_panic().as_str()],
+            "{deployment}"
+        );
         for status in pod
             .status
             .iter()
@@ -845,7 +840,10 @@ fn documented_block(doc: &str, needle: &str) -> String {
 /// stdout; it must succeed.
 async fn host_shell(cp: &ControlPlane, script: &str) -> String {
     let bin = cp.user_tools("shell").or_panic();
-    let dir = bin.parent().expect("the tools' directory is under the root").to_path_buf();
+    let dir = bin
+        .parent()
+        .expect("the tools' directory is under the root")
+        .to_path_buf();
     let out = tokio::time::timeout(
         Duration::from_secs(90),
         tokio::process::Command::new("bash")

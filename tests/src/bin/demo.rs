@@ -10,6 +10,12 @@
 //! SIGINT or SIGTERM. Then it shuts the pod runner down (containers, network namespaces, its
 //! `/etc/hosts` block), cert-manager and the control plane (its processes and temp root).
 //!
+//! `DEMO_NODE=real` (`make demo NODE=real`) runs it all on three real nodes instead of the pod
+//! runner (`tests::node::RealNodes`: kubelet, containerd and runc, each node in a network namespace
+//! of its own; the chart's Pods from the test image imported under the chart's image reference,
+//! the members from the distroless etcd image), the webhook's default anti-affinity spreading the
+//! members one per node.
+//!
 //! `DEMO_EXIT_AFTER_READY=1` exits (cleanly) right after printing, for non-interactive checks.
 //! Needs root (the pod runner) and `ETCD_OPERATOR_TESTBINS` (the Makefile exports it).
 
@@ -25,7 +31,9 @@ use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 use tests::e2e::{condition, pod_ready};
 use tests::env::Kubernetes;
-use tests::install::{Installed, CONTROLLER, NAMESPACE as OPERATOR_NAMESPACE, RELEASE, WEBHOOK};
+use tests::install::{
+    Installed, Nodes, CONTROLLER, NAMESPACE as OPERATOR_NAMESPACE, RELEASE, WEBHOOK,
+};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
@@ -42,6 +50,10 @@ const HELM_VALUES: &[&str] = &[
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 const POLL: Duration = Duration::from_millis(500);
 const EXIT_AFTER_READY: &str = "DEMO_EXIT_AFTER_READY";
+/// `real`: the demo on real nodes; unset or empty: on the pod runner.
+const NODE: &str = "DEMO_NODE";
+/// How many real nodes `DEMO_NODE=real` starts: one per member.
+const REAL_NODES: u8 = 3;
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
@@ -135,25 +147,56 @@ async fn run(
                    and an /etc/hosts block: run it as root";
         return Err(why.into());
     }
-    clock.say(
+    let real = match std::env::var(NODE).unwrap_or_default().as_str() {
+        "" => false,
+        "real" => true,
+        other => {
+            return Err(format!(
+                "{NODE}={other:?}: use {NODE}=real (make demo NODE=real) for real nodes, or leave \
+                 it unset for the pod runner"
+            )
+            .into())
+        }
+    };
+    let nodes_text = if real {
+        "three real nodes (kubelet, containerd, runc, kube-proxy; CoreDNS on the host)"
+    } else {
+        "the pod runner (3 Nodes, Pods as real processes)"
+    };
+    clock.say(&format!(
         "starting the control plane (etcd, kube-apiserver, kube-controller-manager, \
-         kube-scheduler), the pod runner (3 Nodes, Pods as real processes) and cert-manager",
-    );
+         kube-scheduler), {nodes_text} and cert-manager"
+    ));
     // Not interruptible: a runner dropped half-started tears down on its own thread, which the
     // demo would not wait for. It starts in seconds; a signal meanwhile is seen right after.
-    let env = Installed::start().await?;
+    let mut env = if real {
+        Installed::start_on_real_nodes(REAL_NODES).await?
+    } else {
+        Installed::start().await?
+    };
+    let place = match &env.nodes {
+        Nodes::Runner(runner) => format!("pod runner slot {}", runner.slot()),
+        Nodes::Real(_) => "real nodes, each in a network namespace of its own".to_string(),
+    };
     clock.say(&format!(
-        "environment up: control plane in {:.1?}, Nodes {}, pod runner slot {}, cert-manager running",
+        "environment up: control plane in {:.1?}, Nodes {} ({place}), cert-manager running",
         env.cp.started_in(),
-        env.runner.node_names().join(", "),
-        env.runner.slot()
+        env.nodes.names().join(", "),
     ));
 
     let outcome = session(clock, stop, &env).await;
 
-    clock.say("stopping the pod runner: the operator's and members' processes, network namespaces, /etc/hosts block");
-    if let Err(e) = env.runner.shutdown().await {
-        eprintln!("demo: pod runner shutdown: {e}");
+    match &mut env.nodes {
+        Nodes::Runner(runner) => {
+            clock.say("stopping the pod runner: the operator's and members' processes, network namespaces, /etc/hosts block");
+            if let Err(e) = runner.shutdown().await {
+                eprintln!("demo: pod runner shutdown: {e}");
+            }
+        }
+        Nodes::Real(nodes) => {
+            clock.say("stopping the real nodes: kubelets, containers, containerd, namespaces, /etc/hosts block");
+            nodes.stop();
+        }
     }
     clock.say("stopping cert-manager and the control plane");
     let logs = env.cp.log_dir().parent().map(Path::to_path_buf);
@@ -351,14 +394,14 @@ async fn wait_ready(clock: &Clock, env: &Installed) -> Result<Vec<String>, BoxEr
                  last status: {last_status}\n\
                  last API error: {}\n\
                  operator log: kubectl logs -n {OPERATOR_NAMESPACE} deploy/{CONTROLLER} -c manager\n\
-                 pod runner log: {}\n\
+                 Pods' logs: {}\n\
                  component logs: {}",
                 if last_error.is_empty() {
                     "none"
                 } else {
                     &last_error
                 },
-                env.runner.journal().display(),
+                env.nodes.logs(cp).display(),
                 cp.log_dir().display()
             )
             .into());
@@ -375,7 +418,7 @@ fn print_banner(
     denial: &Result<String, String>,
     to_ready: Duration,
 ) {
-    let (cp, runner) = (&env.cp, &env.runner);
+    let cp = &env.cp;
     let kubectl = cp
         .testbins()
         .dir()
@@ -407,9 +450,17 @@ fn print_banner(
         "  control plane  {}/{{etcd,kube-apiserver,kube-controller-manager,kube-scheduler}}.log",
         cp.log_dir().display()
     );
-    println!("  pod runner     {}", runner.journal().display());
-    if let Some(dir) = runner.journal().parent() {
-        println!("  member Pods    {}/pods/", dir.display());
+    match &env.nodes {
+        Nodes::Runner(runner) => {
+            println!("  pod runner     {}", runner.journal().display());
+            if let Some(dir) = runner.journal().parent() {
+                println!("  member Pods    {}/pods/", dir.display());
+            }
+        }
+        Nodes::Real(_) => println!(
+            "  real nodes     {}/node-<name>/{{kubelet,containerd,kube-proxy}}.log, pod-logs/",
+            env.nodes.logs(cp).display()
+        ),
     }
     println!("\nTry it (from another shell on this machine):\n");
     println!("  {k} get deploy,pods,certificates -n {OPERATOR_NAMESPACE}");
