@@ -88,6 +88,8 @@ fn committed_crds_parse_as_apiextensions_v1() {
     }
 }
 
+/// The reference operator's columns stay, in its order (scripts read them by position); ours
+/// are added after them or only under `-o wide` (priority 1, shown here as `name (wide)`).
 #[test]
 fn printer_columns_match_the_contract() {
     let columns = |kind: &str| -> Vec<String> {
@@ -99,24 +101,94 @@ fn printer_columns_match_the_contract() {
             .additional_printer_columns
             .iter()
             .flatten()
-            .map(|c| c.name.clone())
+            .map(|c| match c.priority {
+                Some(p) if p > 0 => format!("{} (wide)", c.name),
+                _ => c.name.clone(),
+            })
             .collect()
     };
     assert_eq!(
         columns("EtcdCluster"),
-        ["Version", "Replicas", "Ready", "Age"]
+        [
+            "Version",
+            "Replicas",
+            "Ready",
+            "Available",
+            "Reason",
+            "Age",
+            "Cluster ID (wide)"
+        ]
     );
     assert_eq!(
         columns("EtcdMember"),
         ["Cluster", "Version", "Running", "Ready", "Age"]
     );
-    assert_eq!(columns("EtcdSnapshot"), ["Cluster", "Phase", "Age"]);
+    assert_eq!(
+        columns("EtcdSnapshot"),
+        ["Cluster", "Phase", "Verified", "Size", "Completed", "Age"]
+    );
     assert_eq!(
         columns("EtcdDefrag"),
         ["Cluster", "Phase", "Defragmented", "Age"]
     );
     assert_eq!(
         columns("EtcdRecovery"),
-        ["Cluster", "Phase", "Step", "Member", "Snapshot", "Age"]
+        [
+            "Cluster",
+            "Phase",
+            "Step",
+            "Source",
+            "Age",
+            "Member (wide)",
+            "Snapshot (wide)"
+        ]
     );
+}
+
+/// One short name per kind, none shared with another kind or equal to a plural, singular or
+/// category (a category wins over a name in kubectl). docs/api.md lists the projects checked
+/// for collisions; tests/tests/api_crds.rs checks the built-in resources of a real apiserver.
+#[test]
+fn short_names_are_ours_alone() {
+    let crds = api::crd::all();
+    let short = |kind: &str| -> Vec<String> {
+        crds.iter()
+            .find(|c| c.spec.names.kind == kind)
+            .and_then(|c| c.spec.names.short_names.clone())
+            .unwrap_or_default()
+    };
+    for (kind, names) in [
+        ("EtcdCluster", ["ec"]),
+        ("EtcdMember", ["em"]),
+        ("EtcdSnapshot", ["esnap"]),
+        ("EtcdSnapshotSchedule", ["esched"]),
+        ("EtcdRecovery", ["erec"]),
+        ("EtcdDefrag", ["edefrag"]),
+        ("EtcdDefragPolicy", ["edpol"]),
+    ] {
+        assert_eq!(short(kind), names, "{kind}");
+    }
+    let mut taken: Vec<String> = Vec::new();
+    for crd in &crds {
+        let names = &crd.spec.names;
+        taken.push(names.plural.clone());
+        taken.extend(names.singular.clone());
+        taken.extend(names.categories.clone().unwrap_or_default());
+    }
+    taken.sort();
+    taken.dedup();
+    let mut all_short: Vec<String> = crds
+        .iter()
+        .flat_map(|c| c.spec.names.short_names.clone().unwrap_or_default())
+        .collect();
+    for name in &all_short {
+        assert!(
+            !taken.contains(name),
+            "short name {name} is also a resource name or category"
+        );
+    }
+    let count = all_short.len();
+    all_short.sort();
+    all_short.dedup();
+    assert_eq!(all_short.len(), count, "a short name is used twice");
 }

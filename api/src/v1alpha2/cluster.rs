@@ -117,10 +117,28 @@ fn default_progress_deadline_seconds() -> i32 {
     printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyMembers"),
     printcolumn(
+        name = "Available",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Available\")].status"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Available\")].reason"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
     ),
+    // `-o wide`. The leader is not in the status (yet): `kubectl get etcdmember` or etcd says.
+    printcolumn(
+        name = "Cluster ID",
+        type_ = "string",
+        json_path = ".status.clusterID",
+        priority = 1
+    ),
+    shortname = "ec",
     category = "etcd",
     validation = Rule::new("!has(self.metadata.name) || (self.metadata.name.size() <= 56 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))")
         .message(CEL_CLUSTER_NAME)

@@ -44,6 +44,7 @@ pub const QUOTA_USAGE_PATTERN: &str = r"^[1-9][0-9]?%$";
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
     ),
+    shortname = "edefrag",
     category = "etcd"
 )]
 #[serde(rename_all = "camelCase")]

@@ -38,6 +38,7 @@ use super::common::{
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
     ),
+    shortname = "em",
     category = "etcd"
 )]
 #[serde(rename_all = "camelCase")]

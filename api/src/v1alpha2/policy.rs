@@ -62,6 +62,7 @@ pub const CHECK_INTERVAL_PATTERN: &str = r"^[1-9][0-9]{0,4}(m|h)$";
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
     ),
+    shortname = "edpol",
     category = "etcd",
     validation = Rule::new("!has(self.metadata.name) || self.metadata.name.size() <= 63")
         .message("metadata.name must be at most 63 characters: the policy's runs carry it as the value of the etcd-operator.cozystack.io/defrag-policy label; choose a shorter name such as my-etcd-defrag")

@@ -104,17 +104,28 @@ pub const AUTO_RECOVERY_GRACE_SECONDS: i64 = 60;
     ),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Step", type_ = "string", json_path = ".status.step"),
-    printcolumn(name = "Member", type_ = "string", json_path = ".status.plan.member"),
-    printcolumn(
-        name = "Snapshot",
-        type_ = "string",
-        json_path = ".status.plan.snapshot"
-    ),
+    // The source as written (`{"survivor":{}}`, `{"snapshot":{"name":"nightly"}}`): a printer
+    // column cannot name the key that is set, so the object is printed as JSON.
+    printcolumn(name = "Source", type_ = "string", json_path = ".spec.source"),
     printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
     ),
+    // `-o wide`: what the plan chose.
+    printcolumn(
+        name = "Member",
+        type_ = "string",
+        json_path = ".status.plan.member",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Snapshot",
+        type_ = "string",
+        json_path = ".status.plan.snapshot",
+        priority = 1
+    ),
+    shortname = "erec",
     category = "etcd"
 )]
 #[serde(rename_all = "camelCase")]

@@ -44,6 +44,7 @@ pub const MAX_AGE_PATTERN: &str = r"^[1-9][0-9]{0,5}(m|h|d)$";
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
     ),
+    shortname = "esched",
     category = "etcd",
     validation = Rule::new("!has(self.metadata.name) || (self.metadata.name.size() <= 44 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))")
         .message("metadata.name must be a DNS label of at most 44 characters: the schedule names its snapshots <name>-<unix minutes> and their Jobs <snapshot>-snapshot, which must stay within 63 characters; choose a shorter name such as my-etcd-hourly")

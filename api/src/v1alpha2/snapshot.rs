@@ -29,10 +29,26 @@ pub const CEL_SNAPSHOT_IMMUTABLE: &str = "EtcdSnapshot spec is immutable: a snap
     ),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(
+        name = "Verified",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Verified\")].status"
+    ),
+    printcolumn(
+        name = "Size",
+        type_ = "integer",
+        json_path = ".status.artifact.sizeBytes"
+    ),
+    printcolumn(
+        name = "Completed",
+        type_ = "date",
+        json_path = ".status.completionTime"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
     ),
+    shortname = "esnap",
     category = "etcd"
 )]
 #[serde(rename_all = "camelCase")]
