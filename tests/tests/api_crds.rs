@@ -138,45 +138,301 @@ async fn issuer_reference_kind_defaults_to_issuer() {
     assert_eq!(issuer["group"], json!("cert-manager.io"), "{issuer}");
 }
 
+/// A condition as the operator writes it (the schema requires every field).
+fn condition(type_: &str, status: &str, reason: &str) -> Value {
+    json!({"type": type_, "status": status, "reason": reason, "message": "as the operator says",
+           "lastTransitionTime": "2026-06-01T10:00:00Z"})
+}
+
+/// Create `kind` objects in `ns`, each `(name, spec, status)`; the status is written through the
+/// status subresource, as the operator writes it.
+async fn create_with_status(
+    client: &Client,
+    ns: &str,
+    kind: &str,
+    objects: &[(&str, Value, Option<Value>)],
+) {
+    let resource = corpus::resource(kind).unwrap_or_else(|| panic!("the {kind} CRD"));
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    for (name, spec, status) in objects {
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": api::v1alpha2::API_VERSION, "kind": kind,
+            "metadata": {"name": name, "namespace": ns}, "spec": spec,
+        }))
+        .or_panic();
+        api.create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("creating {kind} {ns}/{name}: {e}"));
+        if let Some(status) = status {
+            api.patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("writing the status of {kind} {ns}/{name}: {e}"));
+        }
+    }
+}
+
+/// Whether a cell is a relative time as kubectl prints a `date` column (`5s`, `3m2s`, `188d`).
+fn is_relative_time(cell: &str) -> bool {
+    !cell.is_empty()
+        && cell
+            .chars()
+            .all(|c| c.is_ascii_digit() || "ydhms".contains(c))
+}
+
+/// The cells of a kubectl table, header first. Columns are found from the header, whose names
+/// are two or more spaces apart (a name may hold one space: `CLUSTER ID`); a cell may be empty.
+fn table_cells(table: &str) -> Vec<Vec<String>> {
+    let header = table.lines().next().unwrap_or_default();
+    let bytes = header.as_bytes();
+    let starts: Vec<usize> = (0..bytes.len())
+        .filter(|&i| bytes[i] != b' ' && (i == 0 || (i >= 2 && bytes[i - 2..i] == *b"  ")))
+        .collect();
+    table
+        .lines()
+        .map(|line| {
+            starts
+                .iter()
+                .enumerate()
+                .map(|(n, &from)| {
+                    let to = starts.get(n + 1).copied().unwrap_or(line.len());
+                    line.get(from.min(line.len())..to.min(line.len()))
+                        .unwrap_or_default()
+                        .trim()
+                        .to_string()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A `kubectl get` table with its relative times (`AGE`, `COMPLETED`: they move with the clock)
+/// replaced by `<age>`, laid out again as kubectl lays a table out (each column as wide as its
+/// widest cell plus three spaces and at least six, the last column unpadded), so the whole
+/// table can be compared.
+fn relative_times_masked(table: &str) -> String {
+    let mut rows = table_cells(table);
+    let names = rows.first().cloned().unwrap_or_default();
+    for row in rows.iter_mut().skip(1) {
+        for (cell, name) in row.iter_mut().zip(&names) {
+            if (name == "AGE" || name == "COMPLETED") && is_relative_time(cell) {
+                *cell = "<age>".to_string();
+            }
+        }
+    }
+    let widths: Vec<usize> = (0..names.len())
+        .map(|i| (rows.iter().map(|r| r[i].len()).max().unwrap_or(0) + 3).max(6))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let last = row.len().saturating_sub(1);
+        for (i, cell) in row.iter().enumerate() {
+            if i == last {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<width$}", width = widths[i]));
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// `kubectl get` with `args` in `ns`, relative times masked.
+async fn kubectl_get(cp: &ControlPlane, ns: &str, args: &[&str]) -> String {
+    let mut all = vec!["get"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-n", ns]);
+    let out = cp.kubectl_ok(&all).await.or_panic();
+    relative_times_masked(&out)
+}
+
+/// The first questions about a cluster, its snapshots and its recoveries are answered by
+/// `kubectl get` (and `-o wide`), under the full names and the short ones, on a real apiserver.
 #[tokio::test]
-async fn kubectl_get_prints_version_replicas_ready_and_age_columns() {
+async fn kubectl_get_answers_availability_verification_and_recovery_progress() {
     let cp = control_plane().await;
     let client = cp.client().or_panic();
     let ns = cp.namespace("columns").await.or_panic();
-    create_cluster(
+    create_with_status(
         &client,
         &ns,
-        "printed",
-        json!({"version": "3.6.11", "replicas": 5}),
+        "EtcdCluster",
+        &[
+            (
+                "healthy",
+                json!({"version": "3.6.11", "replicas": 3}),
+                Some(json!({"readyMembers": 3, "clusterID": "8e9e05c52164694d",
+                            "conditions": [condition("Available", "True", "QuorumHealthy")]})),
+            ),
+            (
+                "lost",
+                json!({"version": "3.5.17", "replicas": 5}),
+                Some(json!({"readyMembers": 1, "clusterID": "cdf818194e3a8c32",
+                            "conditions": [condition("Available", "False", "QuorumLost")]})),
+            ),
+            ("new", json!({"version": "3.6.11"}), None),
+        ],
     )
     .await;
-    clusters(&client, &ns)
-        .patch_status(
-            "printed",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"readyMembers": 2}})),
-        )
-        .await
-        .or_panic();
+    let sha = format!("sha256:{}", "ab".repeat(32));
+    let s3 = json!({"s3": {"bucket": "backups", "key": "healthy/"}});
+    create_with_status(
+        &client,
+        &ns,
+        "EtcdSnapshot",
+        &[
+            (
+                "nightly",
+                json!({"clusterRef": {"name": "healthy"}, "destination": s3}),
+                Some(json!({"phase": "Complete",
+                            "artifact": {"uri": "s3://backups/healthy/nightly.db",
+                                         "sizeBytes": 20512, "checksum": sha},
+                            "startTime": "2026-06-01T02:00:00Z",
+                            "completionTime": "2026-06-01T02:00:09Z",
+                            "conditions": [condition("Ready", "True", "SnapshotStored"),
+                                           condition("Verified", "True", "SnapshotVerified")]})),
+            ),
+            (
+                "running",
+                json!({"clusterRef": {"name": "healthy"}, "destination": s3}),
+                Some(
+                    json!({"phase": "Started", "startTime": "2026-06-01T03:00:00Z",
+                            "conditions": [condition("Ready", "False", "JobRunning")]}),
+                ),
+            ),
+            (
+                "tampered",
+                json!({"clusterRef": {"name": "healthy"}, "destination": s3}),
+                Some(json!({"phase": "Complete",
+                            "artifact": {"uri": "s3://backups/healthy/tampered.db",
+                                         "sizeBytes": 4096, "checksum": sha},
+                            "completionTime": "2026-06-01T04:00:07Z",
+                            "conditions": [condition("Ready", "True", "SnapshotStored"),
+                                           condition("Verified", "False", "ChecksumMismatch")]})),
+            ),
+        ],
+    )
+    .await;
+    create_with_status(
+        &client,
+        &ns,
+        "EtcdRecovery",
+        &[
+            (
+                "from-snapshot",
+                json!({"clusterRef": {"name": "lost"}, "source": {"snapshot": {"name": "nightly"}}}),
+                Some(json!({"phase": "Complete", "step": "WaitAvailable",
+                            "plan": {"member": "lost-q8w2n", "snapshot": "nightly"}})),
+            ),
+            (
+                "from-survivor",
+                json!({"clusterRef": {"name": "lost"}, "source": {"survivor": {}}}),
+                Some(json!({"phase": "Running", "step": "ForceNewCluster",
+                            "plan": {"member": "lost-x7k2p"}})),
+            ),
+            (
+                "waiting",
+                json!({"clusterRef": {"name": "lost"},
+                       "source": {"survivor": {"member": "lost-x7k2p"}}}),
+                None,
+            ),
+        ],
+    )
+    .await;
 
-    let out = cp
-        .kubectl_ok(&["get", "etcdcluster", "printed", "-n", &ns])
-        .await
-        .or_panic();
-    let rows: Vec<Vec<&str>> = out
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
+    let clusters = [
+        "NAME      VERSION   REPLICAS   READY   AVAILABLE   REASON          AGE",
+        "healthy   3.6.11    3          3       True        QuorumHealthy   <age>",
+        "lost      3.5.17    5          1       False       QuorumLost      <age>",
+        "new       3.6.11    3                                              <age>",
+    ];
+    let clusters_wide = [
+        "NAME      VERSION   REPLICAS   READY   AVAILABLE   REASON          AGE     CLUSTER ID",
+        "healthy   3.6.11    3          3       True        QuorumHealthy   <age>   8e9e05c52164694d",
+        "lost      3.5.17    5          1       False       QuorumLost      <age>   cdf818194e3a8c32",
+        "new       3.6.11    3                                              <age>   ",
+    ];
+    let snapshots = [
+        "NAME       CLUSTER   PHASE      VERIFIED   SIZE    COMPLETED   AGE",
+        "nightly    healthy   Complete   True       20512   <age>       <age>",
+        "running    healthy   Started                                   <age>",
+        "tampered   healthy   Complete   False      4096    <age>       <age>",
+    ];
+    let recoveries = [
+        "NAME            CLUSTER   PHASE      STEP              SOURCE                                 AGE",
+        r#"from-snapshot   lost      Complete   WaitAvailable     {"snapshot":{"name":"nightly"}}        <age>"#,
+        r#"from-survivor   lost      Running    ForceNewCluster   {"survivor":{}}                        <age>"#,
+        r#"waiting         lost                                   {"survivor":{"member":"lost-x7k2p"}}   <age>"#,
+    ];
+    let recoveries_wide = [
+        "NAME            CLUSTER   PHASE      STEP              SOURCE                                 AGE     MEMBER       SNAPSHOT",
+        r#"from-snapshot   lost      Complete   WaitAvailable     {"snapshot":{"name":"nightly"}}        <age>   lost-q8w2n   nightly"#,
+        r#"from-survivor   lost      Running    ForceNewCluster   {"survivor":{}}                        <age>   lost-x7k2p   "#,
+        r#"waiting         lost                                   {"survivor":{"member":"lost-x7k2p"}}   <age>                "#,
+    ];
+    let table = |lines: &[&str]| lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+    for (args, want) in [
+        (&["etcdcluster"][..], table(&clusters)),
+        (&["ec"][..], table(&clusters)),
+        (&["etcdcluster", "-o", "wide"][..], table(&clusters_wide)),
+        (&["ec", "-o", "wide"][..], table(&clusters_wide)),
+        (&["etcdsnapshot"][..], table(&snapshots)),
+        (&["esnap"][..], table(&snapshots)),
+        (&["esnap", "-o", "wide"][..], table(&snapshots)),
+        (&["etcdrecovery"][..], table(&recoveries)),
+        (&["erec"][..], table(&recoveries)),
+        (&["erec", "-o", "wide"][..], table(&recoveries_wide)),
+    ] {
+        let got = kubectl_get(cp, &ns, args).await;
+        assert_eq!(got, want, "kubectl get {}:\n{got}", args.join(" "));
+    }
+}
+
+/// Each short name resolves to its kind on a real apiserver (kubectl resolves names through
+/// discovery, which `kubectl api-resources` prints) and belongs to nothing else there: no
+/// built-in resource has it as its name or a short name. docs/api.md lists the operators'
+/// CRDs checked besides.
+#[tokio::test]
+async fn short_names_resolve_to_their_kind_and_collide_with_no_resource() {
+    let cp = control_plane().await;
+    let ns = cp.namespace("short-names").await.or_panic();
+    let out = cp.kubectl_ok(&["api-resources"]).await.or_panic();
+    // A table with no relative times comes back as kubectl printed it: the layout is kubectl's.
+    assert_eq!(relative_times_masked(&out), out);
+    let rows = table_cells(&out);
     assert_eq!(
         rows.first().map(Vec::as_slice),
-        Some(&["NAME", "VERSION", "REPLICAS", "READY", "AGE"][..]),
+        Some(&["NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED", "KIND"].map(String::from)[..]),
         "{out}"
     );
-    assert_eq!(
-        rows.get(1).map(|r| &r[..r.len().min(4)]),
-        Some(&["printed", "3.6.11", "5", "2"][..]),
-        "{out}"
-    );
+    for (short, kind) in [
+        ("ec", "EtcdCluster"),
+        ("em", "EtcdMember"),
+        ("esnap", "EtcdSnapshot"),
+        ("esched", "EtcdSnapshotSchedule"),
+        ("erec", "EtcdRecovery"),
+        ("edefrag", "EtcdDefrag"),
+        ("edpol", "EtcdDefragPolicy"),
+    ] {
+        let owners: Vec<(&str, &str)> = rows
+            .iter()
+            .skip(1)
+            .filter(|row| row[0] == short || row[1].split(',').any(|s| s == short))
+            .map(|row| (row[2].as_str(), row[4].as_str()))
+            .collect();
+        assert_eq!(
+            owners,
+            [(api::v1alpha2::API_VERSION, kind)],
+            "short name {short}:\n{out}"
+        );
+        cp.kubectl_ok(&["get", short, "-n", &ns])
+            .await
+            .unwrap_or_else(|e| panic!("kubectl get {short}: {e}"));
+    }
 }
 
 #[tokio::test]
