@@ -14,7 +14,7 @@ export ETCD_OPERATOR_NODE_IMAGES := $(shell bash tools/node-images/build.sh --pr
 # The real node's own binaries (tools/nodebins: CoreDNS without a forwarder, kube-proxy).
 export ETCD_OPERATOR_NODEBINS := $(shell bash tools/nodebins/build.sh --print-dir)
 
-.PHONY: help deps test fmt-check clippy deny unit testbins promtool image test-image api e2e suites build-tests crds bench demo node-images nodebins test-node
+.PHONY: help deps test fmt-check clippy deny unit testbins promtool image test-image api e2e suites build-tests crds bench bench-node demo node-images nodebins test-node
 
 help:
 	@echo "make demo      helm install of the operator (controller + webhook Pods, cert-manager certs) and a 3-member EtcdCluster on real etcd members; until Ctrl-C (needs root; NODE=real: on three real nodes)"
@@ -29,6 +29,7 @@ help:
 	@echo "make test-image  the image the end-to-end suites run (dev profile), in target/image/test; cached (root)"
 	@echo "make test-node the real-node lane: kubelet + containerd + runc + CoreDNS run etcd members from the distroless image, one alone and a 3-member EtcdCluster (root)"
 	@echo "make bench     measure (not test): webhook latency/RSS; controller apply→Ready, step overhead, idle writes, RSS (root); rollout steps; snapshot agent throughput and peak RSS vs etcdctl"
+	@echo "make bench-node  on three real nodes: apply → 3 Ready and 3 → 5 for ours and (ETCD_OPERATOR_REFERENCE_BIN) the reference operator (root)"
 	@echo "make crds      regenerate the CRDs in charts/etcd-operator/files/crds from api/"
 
 ## deps: system packages a fresh machine lacks (protoc, iproute2), installed with apt when missing.
@@ -153,6 +154,12 @@ bench: testbins
 	$(CARGO) build --release --locked -p controller --bin etcd-operator
 	SNAPSHOT_BENCH_RELEASE=1 $(CARGO) run --release --locked -p tests --example bench_snapshot
 	SNAPSHOT_BENCH_RELEASE=1 SNAPSHOT_BENCH_TLS=1 $(CARGO) run --release --locked -p tests --example bench_snapshot
+
+## bench-node: on three real nodes, apply → 3 Ready and a scale 3 → 5 for this operator and, when
+## ETCD_OPERATOR_REFERENCE_BIN names its binary, the reference operator (docs/performance.md).
+bench-node: testbins test-image node-images nodebins
+	$(CARGO) build --locked -p controller --bins
+	$(CARGO) run --locked -p tests --example bench_node
 
 ## demo: the embedded environment (control plane, pod runner, cert-manager), the operator installed
 ## with helm as users do (controller and webhook as the chart's Pods), a 3-member EtcdCluster

@@ -24,7 +24,7 @@ use tokio::sync::{Mutex, MutexGuard, OnceCell};
 
 use crate::e2e::{condition, healthy, pod_ready};
 use crate::env::cert_manager::CertManager;
-use crate::env::{ControlPlane, ControlPlaneBuilder, NodeLifecycle};
+use crate::env::{ControlPlane, ControlPlaneBuilder};
 use crate::harness::{eventually_every, poll};
 use crate::helm::{chart_dir, Error, Helm};
 use crate::node::RealNodes;
@@ -136,11 +136,7 @@ impl Installed {
     pub async fn start_on_real_nodes(
         count: u8,
     ) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
-        let cp = ControlPlane::builder()
-            .with_controller_manager()
-            .with_scheduler()
-            .with_node_lifecycle(NodeLifecycle::default())
-            .with_real_nodes()
+        let cp = crate::node::control_plane(ControlPlane::builder())
             .start()
             .await?;
         let nodes = RealNodes::start(&cp, count).await?;

@@ -28,7 +28,7 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, 
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use tests::env::{ControlPlane, NodeLifecycle};
+use tests::env::ControlPlane;
 use tests::harness::eventually;
 use tests::node::{pids_naming, uid_of, RealNodes};
 use tests::operator::Operator;
@@ -54,16 +54,7 @@ async fn real_nodes(crds: bool, prefix: &str, count: u8) -> (ControlPlane, RealN
     if crds {
         builder = builder.with_crds();
     }
-    let cp = builder
-        .with_controller_manager()
-        .with_scheduler()
-        // Removes the not-ready taint the apiserver puts on a new Node once it is Ready, as on
-        // any cluster.
-        .with_node_lifecycle(NodeLifecycle::default())
-        .with_real_nodes()
-        .start()
-        .await
-        .or_panic();
+    let cp = tests::node::control_plane(builder).start().await.or_panic();
     let nodes = RealNodes::start(&cp, count).await.or_panic();
     let ns = cp.namespace(prefix).await.or_panic();
     cp.kubectl_ok(&[

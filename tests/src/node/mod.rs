@@ -340,6 +340,18 @@ fn remove_stale_nodes() {
     }
 }
 
+/// What a control plane needs for real nodes, on top of `builder`: kube-controller-manager and
+/// kube-scheduler, the node lifecycle controller (it removes the not-ready taint the apiserver puts
+/// on a new Node once it is Ready, as on any cluster) and the apiserver readied for kubelets
+/// ([`crate::env::ControlPlaneBuilder::with_real_nodes`]).
+pub fn control_plane(builder: crate::env::ControlPlaneBuilder) -> crate::env::ControlPlaneBuilder {
+    builder
+        .with_controller_manager()
+        .with_scheduler()
+        .with_node_lifecycle(crate::env::NodeLifecycle::default())
+        .with_real_nodes()
+}
+
 impl RealNodes {
     /// Start `count` nodes, `node-1` …, for `cp` (started
     /// [`crate::env::ControlPlaneBuilder::with_real_nodes`]); returns once every Node is Ready and
