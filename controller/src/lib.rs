@@ -25,6 +25,7 @@ pub mod naming;
 pub mod objectstore;
 pub mod pods;
 pub mod recovery;
+pub mod rollback;
 pub mod run;
 pub mod schedule;
 pub mod shell;

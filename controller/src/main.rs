@@ -87,6 +87,8 @@ struct Args {
 enum Command {
     /// Adopt a running cluster of another operator in place (dry run unless --apply).
     Migrate(MigrateArgs),
+    /// Prepare clusters for the reference operator (docs/migration.md, rolling back).
+    PrepareRollback(PrepareRollbackArgs),
     /// The program of snapshot Jobs and restore init containers (docs/snapshots.md).
     #[command(subcommand)]
     SnapshotAgent(Box<controller::agent::AgentCommand>),
@@ -113,6 +115,24 @@ struct MigrateArgs {
     /// legacy headless Service, resolvable inside the cluster).
     #[arg(long, value_delimiter = ',')]
     etcd_endpoints: Vec<String>,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct PrepareRollbackArgs {
+    /// The EtcdCluster to prepare (default: every one in the namespace).
+    cluster: Option<String>,
+    /// Its namespace (default: the kubeconfig context's namespace).
+    #[arg(short, long, conflicts_with = "all_namespaces")]
+    namespace: Option<String>,
+    /// Every EtcdCluster in every namespace.
+    #[arg(short = 'A', long, conflicts_with = "cluster")]
+    all_namespaces: bool,
+    /// Print what would change and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Our controller's leader Lease, `<namespace>/<name>`: the command refuses while it is held.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    operator_lease: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -233,6 +253,27 @@ async fn main() -> anyhow::Result<()> {
             etcd_endpoints: m.etcd_endpoints.clone(),
         };
         return controller::migrate::run(client, &opts).await;
+    }
+    if let Some(Command::PrepareRollback(r)) = &args.command {
+        let client = Client::try_default()
+            .await
+            .context("connecting to the Kubernetes API")?;
+        let namespace = (!r.all_namespaces).then(|| {
+            r.namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_string())
+        });
+        let opts = controller::rollback::Options {
+            cluster: r.cluster.clone(),
+            namespace,
+            dry_run: r.dry_run,
+            lease: r
+                .operator_lease
+                .clone()
+                .unwrap_or_else(|| controller::rollback::DEFAULT_LEASE.to_string()),
+            lease_given: r.operator_lease.is_some(),
+        };
+        return controller::rollback::run(client, &opts).await;
     }
     // Colours only on a terminal: `kubectl logs` of the Pod shows plain text.
     let subscriber = tracing_subscriber::fmt()
@@ -435,6 +476,24 @@ mod tests {
             ("etcd", Some("prod"), false)
         );
         assert!(Args::try_parse_from(["etcd-operator", "migrate"]).is_err());
+    }
+
+    #[test]
+    fn prepare_rollback_takes_one_cluster_or_a_namespace_or_all_of_them() {
+        let args = Args::parse_from(["etcd-operator", "prepare-rollback", "c", "-n", "prod"]);
+        let Some(Command::PrepareRollback(r)) = args.command else {
+            panic!("prepare-rollback subcommand not parsed");
+        };
+        assert_eq!(
+            (r.cluster.as_deref(), r.namespace.as_deref(), r.dry_run),
+            (Some("c"), Some("prod"), false)
+        );
+        let args = Args::parse_from(["etcd-operator", "prepare-rollback", "-A", "--dry-run"]);
+        let Some(Command::PrepareRollback(r)) = args.command else {
+            panic!("prepare-rollback subcommand not parsed");
+        };
+        assert!(r.all_namespaces && r.dry_run);
+        assert!(Args::try_parse_from(["etcd-operator", "prepare-rollback", "c", "-A"]).is_err());
     }
 
     #[test]

@@ -105,6 +105,8 @@ const PURE: &[&str] = &[
     "migrate/plan/translate.rs",
     "migrate/plan/render.rs",
     "migrate/plan/tests.rs",
+    "rollback/plan.rs",
+    "rollback/plan/tests.rs",
     "builders/mod.rs",
     "builders/pod/mod.rs",
     "builders/pod/container.rs",
@@ -178,7 +180,8 @@ fn planners_status_rendering_and_builders_do_no_io() {
 /// The top-level modules that are controllers, and the snapshot agent (a subcommand of the same
 /// binary, never a library of the controllers).
 const CONTROLLERS: &[&str] = &[
-    "cluster", "member", "snapshot", "schedule", "defrag", "recovery", "migrate", "agent",
+    "cluster", "member", "snapshot", "schedule", "defrag", "recovery", "migrate", "rollback",
+    "agent",
 ];
 
 /// `(from module, to path)` borrowings across controllers that are allowed. Empty: what two
