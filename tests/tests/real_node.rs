@@ -5,10 +5,10 @@
 //! `RuntimeDefault`. The documented `kubectl exec ... -- etcdctl` recipe works through the real
 //! streaming path, a shell does not exist in the member, and `kubectl logs` reads etcd's log.
 //!
-//! And an EtcdCluster of three members, reconciled by the operator, on the same node: their Pods
-//! under the kubelet with PVCs bound to local volumes, peers finding each other through CoreDNS,
-//! a member's etcd killed inside its container restarted by the kubelet as the same member, with
-//! every key kept, then scaled 3 → 5 → 3.
+//! And an EtcdCluster of three members, reconciled by the operator, on three nodes (one member
+//! each): their Pods under the kubelets with PVCs bound to local volumes, peers finding each
+//! other through CoreDNS, a member's etcd killed inside its container restarted by the kubelet as
+//! the same member, with every key kept, then scaled 3 → 5 → 3, paused and resumed.
 //!
 //! And the chart as users install it: `helm install` with the webhook and cert-manager-issued
 //! webhook certificates into a namespace enforcing the restricted profile, the controller and the
@@ -500,6 +500,68 @@ async fn the_operator_runs_a_three_member_cluster_on_the_real_node_and_the_kubel
         )
         .await;
     }
+
+    // Paused (`replicas: 0`): the last member goes dormant, its Pod deleted, its local volume
+    // kept on its node; resumed, etcd restarts there from the same data, same cluster.
+    let before = tests::e2e::member_view(&pods.list(&selector).await.or_panic().items[0])
+        .await
+        .or_panic()
+        .cluster_id;
+    let scale = |replicas: i32| {
+        let clusters = clusters.clone();
+        async move {
+            clusters
+                .patch(
+                    "real",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+                )
+                .await
+                .or_panic();
+        }
+    };
+    scale(0).await;
+    wait_for(
+        &clusters,
+        "real",
+        "Available=False/Paused",
+        Duration::from_secs(180),
+        |c| {
+            tests::e2e::condition(c, "Available")
+                .is_some_and(|(s, r, _)| s == "False" && r == "Paused")
+        },
+    )
+    .await;
+    eventually(
+        "no member Pod while paused",
+        Duration::from_secs(60),
+        || async {
+            let left = pods.list(&selector).await.map_err(|e| e.to_string())?.items;
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} Pods", left.len()))
+            }
+        },
+    )
+    .await;
+    scale(3).await;
+    wait_healthy(&clusters, "real", 3, "3 members Ready after the resume").await;
+    let resumed = pods.list(&selector).await.or_panic().items;
+    let after = tests::e2e::member_view(&resumed[0]).await.or_panic();
+    assert_eq!(
+        after.cluster_id, before,
+        "the resumed cluster is the same etcd cluster"
+    );
+    let mut etcd = tests::e2e::etcd_client(&client, &ns, "real").await;
+    tests::e2e::check_keys(
+        &mut etcd,
+        "after the pause and resume",
+        "e2e/",
+        &keys,
+        tests::e2e::Keys::Exactly,
+    )
+    .await;
 
     operator.stop(Duration::from_secs(5)).await;
     clusters
