@@ -2,6 +2,7 @@
 //! `cluster::plan`, `cluster::status`) of observed state; the reconcilers around them only read,
 //! call one planner, perform one step and write status.
 
+pub mod admin;
 pub mod agent;
 pub mod agent_job;
 pub mod auth;

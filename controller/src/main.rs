@@ -5,11 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::routing::get;
-use axum::Router;
 use clap::Parser;
+use controller::admin::{self, Admin, Transport};
 use controller::context::{Config, Context};
 use controller::metrics::Metrics;
 use kube::Client;
@@ -59,6 +56,20 @@ struct Args {
     /// Admin listener: /healthz, /readyz, /metrics.
     #[arg(long, env = "ADMIN_LISTEN", default_value = "0.0.0.0:8081")]
     admin_listen: SocketAddr,
+    /// Serve the admin listener over TLS (the certificate of --metrics-cert-dir) and /metrics
+    /// only to a bearer token the apiserver authenticates (TokenReview) and allows `get` on
+    /// `/metrics` (SubjectAccessReview). Needs RBAC `create` on tokenreviews and
+    /// subjectaccessreviews (the chart's metrics.secure).
+    #[arg(long, env = "METRICS_SECURE", default_value_t = false, action = clap::ArgAction::Set)]
+    metrics_secure: bool,
+    /// Directory of the mounted `kubernetes.io/tls` Secret (tls.crt, tls.key) of the secure
+    /// admin listener; re-read as it rotates.
+    #[arg(
+        long,
+        env = "METRICS_CERT_DIR",
+        default_value = "/tmp/k8s-metrics-server/serving-certs"
+    )]
+    metrics_cert_dir: std::path::PathBuf,
     /// Elect a leader through a Lease so only one replica writes.
     #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     leader_elect: bool,
@@ -147,40 +158,6 @@ fn cluster_domain_from_resolv_conf(text: &str) -> Option<String> {
         .filter_map(|l| l.strip_prefix("search"))
         .flat_map(str::split_whitespace)
         .find_map(|d| d.strip_prefix("svc.").map(str::to_string))
-}
-
-#[derive(Clone)]
-struct Admin {
-    metrics: Metrics,
-    ready: Arc<AtomicBool>,
-}
-
-async fn serve_admin(addr: SocketAddr, admin: Admin) -> anyhow::Result<()> {
-    let app = Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(|State(a): State<Admin>| async move {
-                if a.ready.load(Ordering::Relaxed) {
-                    (StatusCode::OK, "ready")
-                } else {
-                    (
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "not ready: the API has not answered yet",
-                    )
-                }
-            }),
-        )
-        .route(
-            "/metrics",
-            get(|State(a): State<Admin>| async move { a.metrics.render() }),
-        )
-        .with_state(admin);
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding the admin listener {addr}"))?;
-    axum::serve(listener, app).await?;
-    Ok(())
 }
 
 /// SIGTERM or SIGINT, as a flag that turns true once: the SIGTERM listener is registered when
@@ -321,8 +298,16 @@ async fn main() -> anyhow::Result<()> {
         ready: ready.clone(),
     };
     let admin_addr = args.admin_listen;
+    let transport = if args.metrics_secure {
+        Transport::Secure {
+            cert_dir: args.metrics_cert_dir.clone(),
+            client: client.clone(),
+        }
+    } else {
+        Transport::Plain
+    };
     tokio::spawn(async move {
-        if let Err(e) = serve_admin(admin_addr, admin).await {
+        if let Err(e) = admin::serve(admin_addr, admin, transport).await {
             tracing::error!(error = %e, "admin server failed");
         }
     });

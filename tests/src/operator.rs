@@ -35,12 +35,35 @@ fn free_port() -> Result<u16, Error> {
     Ok(port)
 }
 
+/// With `--metrics-secure=true` among `args`, a TLS client for the admin port trusting
+/// `<--metrics-cert-dir>/ca.crt` (its certificate must name `localhost`).
+fn secure_admin_client(args: &[&str]) -> Result<Option<Arc<rustls::ClientConfig>>, Error> {
+    if !args.contains(&"--metrics-secure=true") {
+        return Ok(None);
+    }
+    let dir = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--metrics-cert-dir="))
+        .ok_or_else(|| {
+            Error::Unsupported("--metrics-secure=true without --metrics-cert-dir=".into())
+        })?;
+    let ca_path = std::path::Path::new(dir).join("ca.crt");
+    let ca =
+        std::fs::read(&ca_path).map_err(Error::io(format!("reading {}", ca_path.display())))?;
+    let config = certs::client::client_config_from_pem(&ca, None, "the admin port's CA")
+        .map_err(|e| Error::Unsupported(e.to_string()))?;
+    Ok(Some(Arc::new(config)))
+}
+
 /// The binary's default `--auth-record-secret` (controller/src/auth.rs), when the chart passes none.
 const DEFAULT_AUTH_RECORD_SECRET: &str = "etcd-operator-auth-records";
 
 pub struct Operator {
     process: Process,
     admin: String,
+    /// With `--metrics-secure=true`: a client trusting the `ca.crt` next to the admin port's
+    /// certificate in `--metrics-cert-dir`.
+    admin_tls: Option<Arc<rustls::ClientConfig>>,
     started: Instant,
     identity: Arc<Identity>,
     auth_record_secret: String,
@@ -77,6 +100,7 @@ impl Operator {
                 "controller/Cargo.toml",
                 "api/src",
                 "certs/src",
+                "secure-admin/src",
             ],
             "cargo build -p controller --bins",
         );
@@ -112,11 +136,13 @@ impl Operator {
             .find_map(|a| a.strip_prefix("--auth-record-secret="))
             .unwrap_or(DEFAULT_AUTH_RECORD_SECRET)
             .to_string();
+        let admin_tls = secure_admin_client(extra_args)?;
         let log = logs::run_dir().join(format!("etcd-operator-{port}.log"));
         let process = Process::spawn("etcd-operator", cmd, &log)?;
         let op = Self {
             process,
             admin,
+            admin_tls,
             started: Instant::now(),
             identity,
             auth_record_secret,
@@ -149,29 +175,70 @@ impl Operator {
         }
     }
 
-    /// GET a path of the admin port (plain HTTP/1.0, loopback).
+    /// GET a path of the admin port (HTTP/1.0, loopback; over TLS with `--metrics-secure`): the
+    /// body, whatever the status.
     pub async fn get(&self, path: &str) -> Result<String, Error> {
+        Ok(self.request(path, None).await?.1)
+    }
+
+    /// GET a path of the admin port with an optional bearer token: the status code and body.
+    pub async fn request(&self, path: &str, bearer: Option<&str>) -> Result<(u16, String), Error> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(&self.admin)
+        let stream = tokio::net::TcpStream::connect(&self.admin)
             .await
             .map_err(Error::io(format!(
                 "connecting to the operator admin port {}",
                 self.admin
             )))?;
-        stream
-            .write_all(format!("GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.admin).as_bytes())
-            .await
-            .map_err(Error::io("writing to the admin port"))?;
-        let mut response = String::new();
-        stream
-            .read_to_string(&mut response)
-            .await
-            .map_err(Error::io("reading the admin port"))?;
-        Ok(response
+        let authorization = bearer
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        let request = format!(
+            "GET {path} HTTP/1.0\r\nHost: {}\r\n{authorization}\r\n",
+            self.admin
+        );
+        async fn exchange<S>(mut s: S, request: &str) -> std::io::Result<Vec<u8>>
+        where
+            S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+        {
+            s.write_all(request.as_bytes()).await?;
+            let mut response = Vec::new();
+            match s.read_to_end(&mut response).await {
+                // A TLS server may close without close_notify once it has answered.
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !response.is_empty() => {
+                }
+                other => {
+                    other?;
+                }
+            }
+            Ok(response)
+        }
+        let response = match &self.admin_tls {
+            None => exchange(stream, &request).await,
+            Some(config) => {
+                let connector = tokio_rustls::TlsConnector::from(config.clone());
+                let name = rustls::pki_types::ServerName::try_from("localhost")
+                    .map_err(|e| Error::Unsupported(e.to_string()))?;
+                let tls = connector
+                    .connect(name, stream)
+                    .await
+                    .map_err(Error::io("the TLS handshake with the admin port"))?;
+                exchange(tls, &request).await
+            }
+        }
+        .map_err(Error::io("talking to the admin port"))?;
+        let response = String::from_utf8_lossy(&response);
+        let status = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = response
             .split("\r\n\r\n")
             .nth(1)
             .unwrap_or_default()
-            .to_string())
+            .to_string();
+        Ok((status, body))
     }
 
     /// The operator's own namespace (`POD_NAMESPACE`): its Lease and its auth record.

@@ -44,6 +44,10 @@ mod hygiene;
 #[path = "chart/network.rs"]
 mod network;
 
+/// `metrics.secure`: TLS and the metrics-reader gate on both admin ports, the ServiceMonitors.
+#[path = "chart/secure_metrics.rs"]
+mod secure_metrics;
+
 /// The documentation next to the chart, kept complete: the chart README's values table,
 /// README.md's docs index, docs/troubleshooting.md's reasons.
 #[path = "chart/docs.rs"]
@@ -1109,11 +1113,10 @@ async fn assert_refused(flag: &str, cases: &[(&str, &str)]) {
 }
 
 #[tokio::test]
-async fn kube_rbac_proxy_is_rejected_with_where_metrics_are_and_how_to_protect_them() {
+async fn kube_rbac_proxy_is_rejected_pointing_to_metrics_secure() {
     let err = render_error(&["--set", "kubeRbacProxy.enabled=true"]).await;
     assert!(
-        err.contains("metrics are served directly on the admin port 8081")
-            && err.contains("NetworkPolicy"),
+        err.contains("metrics.secure=true") && err.contains("<fullname>-metrics-reader"),
         "{err}"
     );
     // The reference chart's value, set to false, keeps working.

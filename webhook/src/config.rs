@@ -13,6 +13,8 @@ pub const DEFAULT_CONTROLLER_USERNAME: &str =
     "system:serviceaccount:etcd-operator-system:etcd-operator";
 /// Where controller-runtime style deployments mount the serving certificate.
 pub const DEFAULT_TLS_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
+/// Where the chart mounts the secure admin address's certificate.
+pub const DEFAULT_METRICS_CERT_DIR: &str = "/tmp/k8s-metrics-server/serving-certs";
 pub const DEFAULT_MEMORY_HEADROOM: &str = "256Mi";
 /// The groups whose members may write an aenix migration's EtcdMembers (see
 /// [`Policy::migration_groups`]): the built-in superuser group, and the group kubeadm (1.29+)
@@ -68,6 +70,18 @@ pub struct Config {
     /// Plain-HTTP address for `/healthz`, `/readyz` and `/metrics`.
     #[arg(long, env = "WEBHOOK_ADMIN_LISTEN", default_value = "0.0.0.0:8080")]
     pub admin_listen: SocketAddr,
+
+    /// Serve the admin address over TLS (the certificate of --metrics-cert-dir) and `/metrics`
+    /// only to a bearer token the apiserver authenticates and allows `get` on `/metrics`. The
+    /// only time the webhook calls the API (TokenReviews and SubjectAccessReviews, with its
+    /// ServiceAccount's token).
+    #[arg(long, env = "WEBHOOK_METRICS_SECURE", default_value_t = false, action = ArgAction::Set)]
+    pub metrics_secure: bool,
+
+    /// Directory of the mounted `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`) of the
+    /// secure admin address; re-read as it rotates.
+    #[arg(long, env = "WEBHOOK_METRICS_CERT_DIR", default_value = DEFAULT_METRICS_CERT_DIR)]
+    pub metrics_cert_dir: PathBuf,
 
     /// Pod anti-affinity added to EtcdClusters created without one.
     #[arg(long, env = "WEBHOOK_ANTI_AFFINITY", value_enum, default_value_t = AntiAffinity::Preferred)]

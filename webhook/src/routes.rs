@@ -1,6 +1,7 @@
 //! The HTTP surface. On the TLS port: `POST /validate` and `POST /mutate`, each taking an
 //! AdmissionReview and answering one (bodies above `--max-body-bytes` get 413, unreadable ones
-//! 400, or a denial when the request's uid could be read). On the plain admin port:
+//! 400, or a denial when the request's uid could be read). On the admin port (plain, or TLS
+//! with `/metrics` for authorized readers only under `--metrics-secure`):
 //! `/healthz` (the process serves), `/readyz` (a serving certificate is loaded and the server
 //! is not shutting down) and `/metrics`.
 
@@ -12,10 +13,12 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, StatusCode};
+use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use certs::CertResolver;
+use secure_admin::{require_metrics_reader, ApiReviews, Gate};
 
 use crate::admission;
 use crate::config::Policy;
@@ -39,12 +42,20 @@ pub fn admission_router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         .with_state(state)
 }
 
-/// The routes served on the plain admin port.
-pub fn admin_router(state: Arc<AppState>) -> Router {
+/// The routes served on the admin port; with a `gate` (`--metrics-secure`) `/metrics` answers
+/// only authorized readers, the probes stay open (the kubelet sends no token).
+pub fn admin_router(state: Arc<AppState>, gate: Option<Arc<Gate>>) -> Router {
+    let mut metrics_route = get(metrics);
+    if let Some(gate) = gate {
+        metrics_route = metrics_route.route_layer(from_fn_with_state(
+            gate,
+            require_metrics_reader::<ApiReviews>,
+        ));
+    }
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .route("/metrics", metrics_route)
         .with_state(state)
 }
 

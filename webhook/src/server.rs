@@ -1,5 +1,6 @@
-//! Starting and stopping the webhook: the TLS listener (tokio-rustls handshakes, then hyper
-//! serving HTTP/1.1 or HTTP/2 per connection), the plain admin listener, and the certificate
+//! Starting and stopping the webhook: the TLS listener ([`secure_admin::serve_tls`]: tokio-rustls
+//! handshakes, then hyper serving HTTP/1.1 or HTTP/2 per connection), the admin listener (plain,
+//! or TLS with the metrics-reader gate under `--metrics-secure`), and the certificate
 //! reloader — all tied to one shutdown signal. The serving certificate is resolved per
 //! handshake from [`certs::CertReloader`], so a rotated Secret needs no restart.
 //!
@@ -8,7 +9,7 @@
 //! seconds to stop sending to a Pod that is no longer ready; a listener closed at once would
 //! refuse admission requests still routed here.
 
-use std::future::{Future, IntoFuture};
+use std::future::IntoFuture;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,23 +19,14 @@ use std::time::Duration;
 
 use axum::Router;
 use certs::{CertReloader, CertResolver, ReloadStats};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
+use secure_admin::{ApiReviews, Gate};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_rustls::TlsAcceptor;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::routes::{self, AppState};
-
-/// A client that does not finish its handshake in this time is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// A client that does not send its request headers in this time is dropped (slowloris).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why the webhook could not start.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +40,8 @@ pub enum ServerError {
     },
     #[error("cannot build the TLS server config: {0}")]
     Tls(#[from] certs::server::ServerConfigError),
+    #[error("--metrics-secure needs the Kubernetes API (in-cluster config or a kubeconfig) to review scrapes: {0}")]
+    Kube(#[source] kube::Error),
 }
 
 /// A started webhook. Dropping it stops everything too, without waiting.
@@ -115,7 +109,7 @@ pub async fn start(config: Config) -> Result<RunningWebhook, ServerError> {
 
     let mut tls = certs::server::server_config(resolver.clone())?;
     tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(tls));
+    let tls = Arc::new(tls);
 
     let metrics = Arc::new(Metrics::new(reload_stats.clone(), resolver.clone()));
     let state = Arc::new(AppState {
@@ -132,22 +126,40 @@ pub async fn start(config: Config) -> Result<RunningWebhook, ServerError> {
 
     let (shutdown, rx) = watch::channel(false);
     let grace = Duration::from_secs(config.shutdown_grace_seconds);
-    let tasks = vec![
-        reloader.spawn(stopped(rx.clone())),
-        tokio::spawn(serve_tls(
-            tls_listener,
-            acceptor,
-            routes::admission_router(state.clone(), config.max_body_bytes),
-            metrics,
+    let secure = if config.metrics_secure {
+        let client = kube::Client::try_default()
+            .await
+            .map_err(ServerError::Kube)?;
+        let tls = secure_admin::tls_from_secret_dir(&config.metrics_cert_dir, stopped(rx.clone()))?;
+        Some((tls, Arc::new(Gate::new(ApiReviews::new(client)))))
+    } else {
+        None
+    };
+    let handshake_failed: Arc<dyn Fn() + Send + Sync> =
+        Arc::new(move || metrics.handshake_failed());
+    let admin = routes::admin_router(state.clone(), secure.as_ref().map(|(_, gate)| gate.clone()));
+    let admin_task = match secure {
+        Some((tls, _)) => tokio::spawn(secure_admin::serve_tls(
+            admin_listener,
+            tls,
+            admin,
+            Arc::new(|| {}),
             stopped(rx.clone()),
             grace,
         )),
-        tokio::spawn(serve_admin(
-            admin_listener,
-            routes::admin_router(state.clone()),
-            rx,
+        None => tokio::spawn(serve_admin(admin_listener, admin, rx.clone(), grace)),
+    };
+    let tasks = vec![
+        reloader.spawn(stopped(rx.clone())),
+        tokio::spawn(secure_admin::serve_tls(
+            tls_listener,
+            tls,
+            routes::admission_router(state.clone(), config.max_body_bytes),
+            handshake_failed,
+            stopped(rx),
             grace,
         )),
+        admin_task,
     ];
     tracing::info!(%tls_addr, %admin_addr, cert_dir = %config.tls_cert_dir.display(), "webhook listening");
     Ok(RunningWebhook {
@@ -182,70 +194,6 @@ async fn serve_admin(
         // not hold the exit up past the grace period.
         _ = async { stopped(stop).await; tokio::time::sleep(grace).await } => {
             tracing::warn!(grace_seconds = grace.as_secs(), "admin connections still open after the shutdown grace period; closing them");
-        }
-    }
-}
-
-async fn serve_tls(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    app: Router,
-    metrics: Arc<Metrics>,
-    stop: impl Future<Output = ()>,
-    grace: Duration,
-) {
-    tokio::pin!(stop);
-    let graceful = GracefulShutdown::new();
-    loop {
-        let (tcp, peer) = tokio::select! {
-            _ = &mut stop => break,
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
-                Err(err) => {
-                    // Typically EMFILE: back off instead of spinning.
-                    tracing::warn!(error = %err, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = tcp.set_nodelay(true);
-        let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(app.clone());
-        let metrics = metrics.clone();
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(err)) => {
-                    metrics.handshake_failed();
-                    tracing::debug!(%peer, error = %err, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    metrics.handshake_failed();
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let mut builder = auto::Builder::new(TokioExecutor::new());
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT);
-            let connection = builder
-                .serve_connection(TokioIo::new(tls), service)
-                .into_owned();
-            if let Err(err) = watcher.watch(connection).await {
-                tracing::debug!(%peer, error = %err, "connection ended with an error");
-            }
-        });
-    }
-    drop(listener);
-    tokio::select! {
-        _ = graceful.shutdown() => {}
-        _ = tokio::time::sleep(grace) => {
-            tracing::warn!(grace_seconds = grace.as_secs(), "connections still open after the shutdown grace period; closing them");
         }
     }
 }

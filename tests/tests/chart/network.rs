@@ -176,53 +176,57 @@ async fn network_policies_follow_watch_namespace_and_their_values() {
     }
 }
 
-/// Both policies, with and without the optional parts, as the apiserver takes them (server-side
-/// dry run: its schema and validation of NetworkPolicy).
-#[tokio::test]
-async fn network_policies_are_accepted_by_the_apiserver() {
+/// `helm template` of release `release` into `ns` with `extra` arguments, applied with a
+/// server-side dry run on the shared apiserver (its schemas and validation) into `ns`, which is
+/// created first: what kubectl printed. Fails the test when the apiserver refuses anything.
+pub(super) async fn dry_run_applied(release: &str, ns: &str, extra: &[&str]) -> String {
     let cp = install_plane().await;
-    let ns = "netpol-system";
     let out = cp.kubectl(&["create", "namespace", ns]).await.or_panic();
     assert!(
         out.success || out.stderr.contains("AlreadyExists"),
         "{}",
         out.stderr
     );
+    let text = Helm::new(None)
+        .or_panic()
+        .template(release, ns, extra)
+        .await
+        .or_panic();
     let dir = tempfile::tempdir().or_panic();
-    let helm = Helm::new(None).or_panic();
-    for (file, sets) in [
-        (
-            "plain.yaml",
-            vec!["networkPolicy.enabled=true", "webhook.enabled=true"],
-        ),
-        (
-            "options.yaml",
-            vec![
-                "networkPolicy.enabled=true",
-                "webhook.enabled=true",
-                "watchNamespace=team-a",
-                "networkPolicy.apiServer.cidrs={192.0.2.10/32}",
-                "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=monitoring",
-                "networkPolicy.extraEgress[0].ports[0].port=9000",
-            ],
-        ),
+    let path = dir.path().join("rendered.yaml");
+    std::fs::write(&path, &text).or_panic();
+    let path = path.to_string_lossy();
+    let out = cp
+        .kubectl(&["apply", "--server-side", "--dry-run=server", "-f", &path])
+        .await
+        .or_panic();
+    assert!(out.success, "{extra:?}: {}\n{text}", out.stderr);
+    out.stdout
+}
+
+/// Both policies, with and without the optional parts, as the apiserver takes them (server-side
+/// dry run: its schema and validation of NetworkPolicy).
+#[tokio::test]
+async fn network_policies_are_accepted_by_the_apiserver() {
+    for sets in [
+        vec!["networkPolicy.enabled=true", "webhook.enabled=true"],
+        vec![
+            "networkPolicy.enabled=true",
+            "webhook.enabled=true",
+            "watchNamespace=team-a",
+            "networkPolicy.apiServer.cidrs={192.0.2.10/32}",
+            "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=monitoring",
+            "networkPolicy.extraEgress[0].ports[0].port=9000",
+        ],
     ] {
         let mut extra = vec!["--show-only", "templates/networkpolicy.yaml"];
         extra.extend(sets.iter().flat_map(|s| ["--set", *s]));
-        let text = helm.template("np", ns, &extra).await.or_panic();
-        let path = dir.path().join(file);
-        std::fs::write(&path, &text).or_panic();
-        let path = path.to_string_lossy();
-        let out = cp
-            .kubectl(&["apply", "--server-side", "--dry-run=server", "-f", &path])
-            .await
-            .or_panic();
-        assert!(out.success, "{sets:?}: {}\n{text}", out.stderr);
+        let applied = dry_run_applied("np", "netpol-system", &extra).await;
         for name in ["np-etcd-operator", "np-etcd-operator-webhook"] {
             let line = format!(
                 "networkpolicy.networking.k8s.io/{name} serverside-applied (server dry run)"
             );
-            assert!(out.stdout.contains(&line), "{sets:?}: {}", out.stdout);
+            assert!(applied.contains(&line), "{sets:?}: {applied}");
         }
     }
 }
