@@ -35,6 +35,68 @@ fn free_port() -> Result<u16, Error> {
     Ok(port)
 }
 
+/// `GET path` (HTTP/1.0) on an admin port at `addr`, over TLS when `tls` is given (the
+/// certificate must name `localhost`), with an optional bearer token: the status code and body.
+pub async fn admin_request(
+    addr: &str,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    path: &str,
+    bearer: Option<&str>,
+) -> Result<(u16, String), Error> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(Error::io(format!("connecting to the admin port {}", addr)))?;
+    let authorization = bearer
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "GET {path} HTTP/1.0\r\nHost: {}\r\n{authorization}\r\n",
+        addr
+    );
+    async fn exchange<S>(mut s: S, request: &str) -> std::io::Result<Vec<u8>>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        s.write_all(request.as_bytes()).await?;
+        let mut response = Vec::new();
+        match s.read_to_end(&mut response).await {
+            // A TLS server may close without close_notify once it has answered.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !response.is_empty() => {}
+            other => {
+                other?;
+            }
+        }
+        Ok(response)
+    }
+    let response = match tls {
+        None => exchange(stream, &request).await,
+        Some(config) => {
+            let connector = tokio_rustls::TlsConnector::from(config.clone());
+            let name = rustls::pki_types::ServerName::try_from("localhost")
+                .map_err(|e| Error::Unsupported(e.to_string()))?;
+            let tls = connector
+                .connect(name, stream)
+                .await
+                .map_err(Error::io("the TLS handshake with the admin port"))?;
+            exchange(tls, &request).await
+        }
+    }
+    .map_err(Error::io("talking to the admin port"))?;
+    let response = String::from_utf8_lossy(&response);
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    Ok((status, body))
+}
+
 /// With `--metrics-secure=true` among `args`, a TLS client for the admin port trusting
 /// `<--metrics-cert-dir>/ca.crt` (its certificate must name `localhost`).
 fn secure_admin_client(args: &[&str]) -> Result<Option<Arc<rustls::ClientConfig>>, Error> {
@@ -181,64 +243,14 @@ impl Operator {
         Ok(self.request(path, None).await?.1)
     }
 
+    /// The admin port's address (`127.0.0.1:<port>`).
+    pub fn admin_addr(&self) -> &str {
+        &self.admin
+    }
+
     /// GET a path of the admin port with an optional bearer token: the status code and body.
     pub async fn request(&self, path: &str, bearer: Option<&str>) -> Result<(u16, String), Error> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let stream = tokio::net::TcpStream::connect(&self.admin)
-            .await
-            .map_err(Error::io(format!(
-                "connecting to the operator admin port {}",
-                self.admin
-            )))?;
-        let authorization = bearer
-            .map(|t| format!("Authorization: Bearer {t}\r\n"))
-            .unwrap_or_default();
-        let request = format!(
-            "GET {path} HTTP/1.0\r\nHost: {}\r\n{authorization}\r\n",
-            self.admin
-        );
-        async fn exchange<S>(mut s: S, request: &str) -> std::io::Result<Vec<u8>>
-        where
-            S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-        {
-            s.write_all(request.as_bytes()).await?;
-            let mut response = Vec::new();
-            match s.read_to_end(&mut response).await {
-                // A TLS server may close without close_notify once it has answered.
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !response.is_empty() => {
-                }
-                other => {
-                    other?;
-                }
-            }
-            Ok(response)
-        }
-        let response = match &self.admin_tls {
-            None => exchange(stream, &request).await,
-            Some(config) => {
-                let connector = tokio_rustls::TlsConnector::from(config.clone());
-                let name = rustls::pki_types::ServerName::try_from("localhost")
-                    .map_err(|e| Error::Unsupported(e.to_string()))?;
-                let tls = connector
-                    .connect(name, stream)
-                    .await
-                    .map_err(Error::io("the TLS handshake with the admin port"))?;
-                exchange(tls, &request).await
-            }
-        }
-        .map_err(Error::io("talking to the admin port"))?;
-        let response = String::from_utf8_lossy(&response);
-        let status = response
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = response
-            .split("\r\n\r\n")
-            .nth(1)
-            .unwrap_or_default()
-            .to_string();
-        Ok((status, body))
+        admin_request(&self.admin, self.admin_tls.as_ref(), path, bearer).await
     }
 
     /// The operator's own namespace (`POD_NAMESPACE`): its Lease and its auth record.

@@ -4,15 +4,17 @@
 //! the apiserver authenticates (TokenReview) and authorizes for `get /metrics`
 //! (SubjectAccessReview): no token and a made-up token get 401, the token of a ServiceAccount
 //! without the chart's `<fullname>-metrics-reader` binding 403, a bound one 200 with the
-//! operator's metrics; the probes stay open.
+//! operator's metrics; the probes stay open. The same for the webhook binary with
+//! `--metrics-secure` (run with the control plane's admin kubeconfig: its reviews are allowed).
 
 use std::time::Duration;
 
 use certs::mint::TestCa;
 use serde_json::Value;
+use tests::env::process::Process;
 use tests::env::ControlPlane;
 use tests::helm::Helm;
-use tests::operator::Operator;
+use tests::operator::{admin_request, Operator};
 use tests::OrPanic;
 
 /// A ServiceAccount token from the TokenRequest API (`kubectl create token`).
@@ -27,12 +29,21 @@ async fn token(cp: &ControlPlane, ns: &str, service_account: &str) -> String {
         .to_string()
 }
 
-/// `GET /metrics` with `bearer` once the operator can ask the apiserver: a 503 (a review the
-/// apiserver refused while the just-applied RBAC is not effective yet) is retried.
-async fn scrape(operator: &Operator, bearer: Option<&str>) -> (u16, String) {
+/// An admin port served over TLS, and how to reach it.
+struct AdminPort<'a> {
+    addr: &'a str,
+    tls: &'a std::sync::Arc<rustls::ClientConfig>,
+}
+
+/// `GET /metrics` with `bearer` once the binary can ask the apiserver: a 503 (a review the
+/// apiserver refused while the just-applied RBAC is not effective yet, or a port not up yet) is
+/// retried.
+async fn scrape(port: &AdminPort<'_>, bearer: Option<&str>) -> (u16, String) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let (status, body) = operator.request("/metrics", bearer).await.or_panic();
+        let (status, body) = admin_request(port.addr, Some(port.tls), "/metrics", bearer)
+            .await
+            .unwrap_or((503, "not answering yet".into()));
         if status != 503 || tokio::time::Instant::now() > deadline {
             return (status, body);
         }
@@ -117,37 +128,101 @@ async fn secure_metrics_refuse_unauthenticated_and_unauthorized_scrapes_and_serv
     .await
     .or_panic();
 
-    // The probes answer without a token, over TLS (Operator::start waited on /readyz so).
-    let (status, body) = operator.request("/healthz", None).await.or_panic();
-    assert_eq!((status, body.as_str()), (200, "ok"));
-
-    let (status, body) = scrape(&operator, None).await;
-    assert_eq!(status, 401, "no token: {body}");
-    let (status, body) = scrape(&operator, Some("not-a-token")).await;
-    assert_eq!(status, 401, "a made-up token: {body}");
-    let (status, body) = scrape(&operator, Some(&stranger)).await;
-    assert_eq!(status, 403, "a ServiceAccount without the binding: {body}");
-    assert!(
-        body.contains(&format!("system:serviceaccount:{ns}:stranger")),
-        "{body}"
+    let client = std::sync::Arc::new(
+        certs::client::client_config_from_pem(ca.cert_pem().as_bytes(), None, "test").or_panic(),
     );
+    let port = AdminPort {
+        addr: operator.admin_addr(),
+        tls: &client,
+    };
+    let user = |name: &str| format!("system:serviceaccount:{ns}:{name}");
+    assert_gate(
+        &port,
+        (&stranger, &user("stranger")),
+        &reader,
+        "# TYPE etcd_operator_",
+    )
+    .await;
+
+    // The webhook, with the same certificate for both of its ports.
+    let free_port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .or_panic()
+            .port()
+    };
+    let (listen, admin) = (free_port(), free_port());
+    let mut cmd = std::process::Command::new(tests::webhook::binary().or_panic());
+    cmd.env("KUBECONFIG", cp.kubeconfig())
+        .env("RUST_LOG", "info")
+        .arg(format!("--tls-cert-dir={}", dir.path().display()))
+        .arg(format!("--listen=127.0.0.1:{listen}"))
+        .arg(format!("--admin-listen=127.0.0.1:{admin}"))
+        .arg("--metrics-secure=true")
+        .arg(&cert_dir)
+        .arg("--shutdown-grace-seconds=1");
+    let _webhook = Process::spawn(
+        "etcd-operator-webhook",
+        cmd,
+        &cp.log_dir().join("etcd-operator-webhook-secure.log"),
+    )
+    .or_panic();
+    let addr = format!("127.0.0.1:{admin}");
+    let port = AdminPort {
+        addr: &addr,
+        tls: &client,
+    };
+    assert_gate(
+        &port,
+        (&stranger, &user("stranger")),
+        &reader,
+        "# TYPE etcd_operator_webhook_",
+    )
+    .await;
+}
+
+/// The gate on `port`: probes open; no token and a made-up one 401, `stranger`'s token 403
+/// naming the user, `reader`'s 200 with a metric family starting `family`, both again from the
+/// cache.
+async fn assert_gate(
+    port: &AdminPort<'_>,
+    (stranger, stranger_user): (&str, &str),
+    reader: &str,
+    family: &str,
+) {
+    let (status, body) = scrape(port, None).await;
+    assert_eq!(status, 401, "{}: no token: {body}", port.addr);
+    let (status, body) = admin_request(port.addr, Some(port.tls), "/healthz", None)
+        .await
+        .or_panic();
+    assert_eq!((status, body.as_str()), (200, "ok"), "{}", port.addr);
+    let (status, body) = scrape(port, Some("not-a-token")).await;
+    assert_eq!(status, 401, "{}: a made-up token: {body}", port.addr);
+    let (status, body) = scrape(port, Some(stranger)).await;
+    assert_eq!(
+        status, 403,
+        "{}: a ServiceAccount without the binding: {body}",
+        port.addr
+    );
+    assert!(body.contains(stranger_user), "{body}");
 
     // The binding may take a moment to reach the authorizer; a refusal is cached only briefly.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let body = loop {
-        let (status, body) = scrape(&operator, Some(&reader)).await;
+        let (status, body) = scrape(port, Some(reader)).await;
         if status == 200 {
             break body;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the bound ServiceAccount still gets {status}: {body}"
+            "{}: the bound ServiceAccount still gets {status}: {body}",
+            port.addr
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
-    assert!(body.contains("# TYPE etcd_operator_"), "{body}");
+    assert!(body.contains(family), "{body}");
 
-    // The same token again is answered from the cache, still 200; the stranger still 403.
-    assert_eq!(scrape(&operator, Some(&reader)).await.0, 200);
-    assert_eq!(scrape(&operator, Some(&stranger)).await.0, 403);
+    // The same tokens again are answered from the cache: still 200 and 403.
+    assert_eq!(scrape(port, Some(reader)).await.0, 200);
+    assert_eq!(scrape(port, Some(stranger)).await.0, 403);
 }
