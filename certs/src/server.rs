@@ -220,8 +220,8 @@ mod tests {
     use crate::mint::TestCa;
     use std::time::Duration;
 
-    #[test]
-    fn pair_from_one_mint_is_accepted() {
+    /// A server certificate for `localhost` from a fresh CA, and its key pair as loaded.
+    fn minted_pair() -> (crate::mint::MintedCert, CertifiedKey) {
         let ca = TestCa::new("server-test").unwrap();
         let leaf = ca.server_cert(&["localhost"]).unwrap();
         let key = certified_key_from_pem(
@@ -231,6 +231,12 @@ mod tests {
             Path::new("tls.key"),
         )
         .unwrap();
+        (leaf, key)
+    }
+
+    #[test]
+    fn pair_from_one_mint_is_accepted() {
+        let (leaf, key) = minted_pair();
         assert_eq!(key.end_entity_cert().unwrap(), &leaf.cert_der);
     }
 
@@ -238,15 +244,7 @@ mod tests {
     fn resolver_reports_the_not_after_of_the_certificate_it_serves() {
         let resolver = CertResolver::new();
         assert_eq!(resolver.not_after(), None);
-        let ca = TestCa::new("server-test").unwrap();
-        let leaf = ca.server_cert(&["localhost"]).unwrap();
-        let key = certified_key_from_pem(
-            leaf.cert_pem.as_bytes(),
-            leaf.key_pem.as_bytes(),
-            Path::new("tls.crt"),
-            Path::new("tls.key"),
-        )
-        .unwrap();
+        let (leaf, key) = minted_pair();
         resolver.store(Arc::new(key));
         assert_eq!(
             resolver.not_after(),

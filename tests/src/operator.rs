@@ -26,6 +26,23 @@ pub fn bin_dir() -> PathBuf {
         .unwrap_or_else(|| logs::target_dir().join("debug"))
 }
 
+/// Run the operator binary's subcommand `args` (`migrate …`, `prepare-rollback …`) as an admin
+/// with `kubeconfig` does; its status and output are echoed to stderr for the test's log.
+pub fn run_subcommand(kubeconfig: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let out = std::process::Command::new(bin_dir().join("etcd-operator"))
+        .env("KUBECONFIG", kubeconfig)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running etcd-operator {args:?}: {e}"));
+    eprintln!(
+        "etcd-operator {args:?}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 fn free_port() -> Result<u16, Error> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(Error::io("picking a free port"))?;
     let port = listener

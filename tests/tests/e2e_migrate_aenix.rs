@@ -39,7 +39,6 @@ use tests::e2e::{check_keys, pod_ready, put_keys, Keys};
 use tests::env::pki::Leaf;
 use tests::env::ControlPlane;
 use tests::harness::{eventually_every, throughout};
-use tests::operator::bin_dir;
 use tests::podrunner::PodRunner;
 use tests::webhook::{self, FailurePolicy, Webhook};
 use tests::OrPanic;
@@ -464,19 +463,9 @@ async fn start_webhook(
 
 /// `etcd-operator migrate --from-aenix NAME -n ns [extra]`, as the migrating admin runs it.
 fn migrate(kubeconfig: &std::path::Path, ns: &str, extra: &[&str]) -> Output {
-    let out = std::process::Command::new(bin_dir().join("etcd-operator"))
-        .env("KUBECONFIG", kubeconfig)
-        .args(["migrate", "--from-aenix", NAME, "-n", ns])
-        .args(extra)
-        .output()
-        .or_panic();
-    eprintln!(
-        "migrate {extra:?}: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    let mut args = vec!["migrate", "--from-aenix", NAME, "-n", ns];
+    args.extend_from_slice(extra);
+    tests::operator::run_subcommand(kubeconfig, &args)
 }
 
 /// Resource versions of everything the dry run must leave alone.

@@ -25,7 +25,7 @@ use kube::ResourceExt;
 use tests::adopt::OrPanicNone;
 use tests::e2e::{spec, Env, OPERATOR_IMAGE};
 use tests::harness::eventually;
-use tests::operator::{bin_dir, Operator};
+use tests::operator::{run_subcommand, Operator};
 use tests::podrunner::PodRunner;
 use tests::OrPanic;
 
@@ -35,26 +35,16 @@ const BOOT: Duration = Duration::from_secs(240);
 /// `etcd-operator prepare-rollback NAME -n ns --operator-lease <lease> [extra]` as a cluster
 /// admin runs it.
 fn prepare(env: &Env, ns: &str, lease: &str, extra: &[&str]) -> Output {
-    let out = std::process::Command::new(bin_dir().join("etcd-operator"))
-        .env("KUBECONFIG", env.cp.kubeconfig())
-        .args([
-            "prepare-rollback",
-            NAME,
-            "-n",
-            ns,
-            "--operator-lease",
-            lease,
-        ])
-        .args(extra)
-        .output()
-        .or_panic();
-    eprintln!(
-        "prepare-rollback {extra:?}: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    let mut args = vec![
+        "prepare-rollback",
+        NAME,
+        "-n",
+        ns,
+        "--operator-lease",
+        lease,
+    ];
+    args.extend_from_slice(extra);
+    run_subcommand(env.cp.kubeconfig(), &args)
 }
 
 fn stdout(out: &Output) -> String {

@@ -182,6 +182,19 @@ async fn scene(prefix: &str, name: &str, version: &str) -> Scene {
     }
 }
 
+/// The keys under `e2e/` of cluster `name` are exactly `keys` (the tests' one data check), read
+/// through the cluster; `what` names the moment in a failure.
+async fn assert_exactly_the_keys(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    keys: &std::collections::BTreeMap<String, String>,
+) {
+    let mut etcd = tests::e2e::etcd_client(client, ns, name).await;
+    tests::e2e::check_keys(&mut etcd, what, "e2e/", keys, tests::e2e::Keys::Exactly).await;
+}
+
 /// Each of `members` on a node of its own, one of `nodes`: the anti-affinity spread them.
 fn assert_spread(members: &[Pod], nodes: &RealNodes) {
     let names = nodes.names();
@@ -439,13 +452,12 @@ async fn the_operator_runs_a_three_member_cluster_on_the_real_node_and_the_kubel
     let own = tests::e2e::read_member_keys(&restarted, "e2e/").await;
     assert_eq!(own, keys, "{victim_name}'s own data after the restart");
     wait_healthy(&clusters, "real", 3, "3 members Ready again").await;
-    let mut etcd = tests::e2e::etcd_client(&client, &ns, "real").await;
-    tests::e2e::check_keys(
-        &mut etcd,
+    assert_exactly_the_keys(
+        &client,
+        &ns,
+        "real",
         "after the kubelet restarted a member",
-        "e2e/",
         &keys,
-        tests::e2e::Keys::Exactly,
     )
     .await;
 
@@ -490,13 +502,12 @@ async fn the_operator_runs_a_three_member_cluster_on_the_real_node_and_the_kubel
             },
         )
         .await;
-        let mut etcd = tests::e2e::etcd_client(&client, &ns, "real").await;
-        tests::e2e::check_keys(
-            &mut etcd,
+        assert_exactly_the_keys(
+            &client,
+            &ns,
+            "real",
             &format!("scaled to {replicas}"),
-            "e2e/",
             &keys,
-            tests::e2e::Keys::Exactly,
         )
         .await;
     }
@@ -553,15 +564,7 @@ async fn the_operator_runs_a_three_member_cluster_on_the_real_node_and_the_kubel
         after.cluster_id, before,
         "the resumed cluster is the same etcd cluster"
     );
-    let mut etcd = tests::e2e::etcd_client(&client, &ns, "real").await;
-    tests::e2e::check_keys(
-        &mut etcd,
-        "after the pause and resume",
-        "e2e/",
-        &keys,
-        tests::e2e::Keys::Exactly,
-    )
-    .await;
+    assert_exactly_the_keys(&client, &ns, "real", "after the pause and resume", &keys).await;
 
     operator.stop(Duration::from_secs(5)).await;
     clusters
@@ -782,13 +785,12 @@ async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node
         ids(clusters.get("charted").await.or_panic()),
         "a restore makes a new cluster"
     );
-    let mut etcd = tests::e2e::etcd_client(&client, &ns, "restored").await;
-    tests::e2e::check_keys(
-        &mut etcd,
+    assert_exactly_the_keys(
+        &client,
+        &ns,
+        "restored",
         "restored from the real node's snapshot",
-        "e2e/",
         &keys,
-        tests::e2e::Keys::Exactly,
     )
     .await;
     for name in ["charted", "restored"] {
@@ -1169,13 +1171,12 @@ async fn two_members_lost_with_their_volumes_are_rebuilt_from_the_survivor_on_th
             pod.name_any()
         );
     }
-    let mut etcd = tests::e2e::etcd_client(&client, &ns, "rv").await;
-    tests::e2e::check_keys(
-        &mut etcd,
+    assert_exactly_the_keys(
+        &client,
+        &ns,
+        "rv",
         "rebuilt from the survivor on the real node",
-        "e2e/",
         &keys,
-        tests::e2e::Keys::Exactly,
     )
     .await;
 
