@@ -1,9 +1,10 @@
 # syntax=docker/dockerfile:1
-# The operator image: both binaries, statically linked (musl), as UID 65532 on an image holding
+# The operator image: its binaries, statically linked (musl), as UID 65532 on an image holding
 # only what distroless/static-debian12:nonroot ships that they use (tools/image/rootfs.sh writes
 # the tree):
 #   /usr/local/bin/etcd-operator          the controller and snapshot agent (the entrypoint)
 #   /usr/local/bin/etcd-operator-webhook  the admission webhook (the chart sets it as `command`)
+#   /usr/local/bin/kubectl-etcd           the `kubectl etcd` plugin (docs/kubectl-plugin.md)
 #   /etc/passwd, /etc/group (nonroot 65532), /etc/ssl/certs/ca-certificates.crt, /home/nonroot, /tmp
 #
 # The same image is built without a daemon by `make image` (tools/image/build.sh: the same
@@ -32,9 +33,11 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     cargo build --locked --release --target "$(cat /rust-target)" \
       -p controller --bin etcd-operator \
       -p webhook --bin etcd-operator-webhook \
+      -p kubectl-etcd --bin kubectl-etcd \
  && mkdir -p /out \
  && cp "target/$(cat /rust-target)/release/etcd-operator" \
-       "target/$(cat /rust-target)/release/etcd-operator-webhook" /out/
+       "target/$(cat /rust-target)/release/etcd-operator-webhook" \
+       "target/$(cat /rust-target)/release/kubectl-etcd" /out/
 # The image's tree, owners and modes as tools/image/build.sh packs it (rootfs.sh sets mtimes to
 # the epoch; COPY keeps the tree, owners and modes).
 COPY tools/image/rootfs.sh /rootfs.sh

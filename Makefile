@@ -13,8 +13,11 @@ export ETCD_OPERATOR_PROMTOOL := $(PROMTOOL_DIR)/promtool
 export ETCD_OPERATOR_NODE_IMAGES := $(shell bash tools/node-images/build.sh --print-dir)
 # The real node's own binaries (tools/nodebins: CoreDNS without a forwarder, kube-proxy).
 export ETCD_OPERATOR_NODEBINS := $(shell bash tools/nodebins/build.sh --print-dir)
+# The operator of an earlier commit (tools/upgrade-from: its chart and test image), for the chart
+# upgrade suite.
+export ETCD_OPERATOR_UPGRADE_FROM := $(shell bash tools/upgrade-from/build.sh --print-dir)
 
-.PHONY: help deps test fmt-check clippy deny unit testbins promtool image test-image api e2e suites build-tests crds bench bench-node demo node-images nodebins test-node
+.PHONY: help deps test fmt-check clippy deny unit testbins promtool image test-image api e2e suites build-tests crds bench bench-node demo node-images nodebins test-node upgrade-from
 
 help:
 	@echo "make demo      helm install of the operator (controller + webhook Pods, cert-manager certs) and a 3-member EtcdCluster on real etcd members; until Ctrl-C (needs root; NODE=real: on three real nodes)"
@@ -77,6 +80,12 @@ test-node: testbins node-images nodebins
 nodebins: deps
 	bash tools/nodebins/build.sh >/dev/null
 
+## upgrade-from: the chart and test image of the commit in tools/upgrade-from/COMMIT, in a cache
+## outside the repo (idempotent; see tools/upgrade-from/build.sh): the chart upgrade suite installs
+## it, then upgrades to this chart.
+upgrade-from: deps
+	bash tools/upgrade-from/build.sh >/dev/null
+
 ## promtool: Prometheus' promtool, in its own cache outside the repo (idempotent; see
 ## tools/promtool/build.sh). The chart suite runs `promtool check rules` and `promtool test rules`.
 promtool: deps
@@ -117,16 +126,16 @@ SUITE_JOBS ?= 3
 SUITE_TEST_THREADS ?= 3
 export SUITE_JOBS SUITE_TEST_THREADS
 E2E_SUITES := real_node e2e_recovery_snapshot e2e_faults e2e_faults_env e2e_replace e2e_schedule e2e_recovery e2e_auth e2e_defrag e2e_lifecycle e2e_recovery_inline e2e_cluster e2e_safety e2e_protect \
-	e2e_restore e2e_tls_rotation e2e_tls e2e_install e2e_migrate_aenix e2e_upgrade e2e_takeover e2e_rollback \
+	e2e_restore e2e_cloud_identity e2e_tls_rotation e2e_tls e2e_install e2e_chart_upgrade e2e_migrate_aenix e2e_upgrade e2e_takeover e2e_rollback kubectl_plugin \
 	e2e_selfheal snapshot_agent e2e_volume e2e_snapshot e2e_verify pod_runner kubectl_streaming e2e_decode \
 	e2e_metrics secure_metrics image
-e2e: testbins test-image node-images nodebins
-	$(CARGO) build --locked -p controller -p webhook --bins
+e2e: testbins test-image node-images nodebins upgrade-from
+	$(CARGO) build --locked -p controller -p webhook -p kubectl-etcd --bins
 	bash tools/run-suites.sh $(E2E_SUITES)
 
 ## suites: the end-to-end and then the API-layer suites in one set of lanes (what `make test` runs).
-suites: testbins promtool test-image node-images nodebins
-	$(CARGO) build --locked -p controller -p webhook --bins
+suites: testbins promtool test-image node-images nodebins upgrade-from
+	$(CARGO) build --locked -p controller -p webhook -p kubectl-etcd --bins
 	bash tools/run-suites.sh $(E2E_SUITES) $(API_SUITES)
 
 ## build-tests: every binary `make test` runs (and clippy's check), built and not run. .ci/run runs
@@ -135,7 +144,7 @@ build-tests: deps
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) test --workspace --locked --exclude tests --no-run
 	$(CARGO) test --locked -p tests --lib --test rollback_schema --no-run
-	$(CARGO) build --locked -p controller -p webhook --bins
+	$(CARGO) build --locked -p controller -p webhook -p kubectl-etcd --bins
 	bash tools/image/build.sh --test >/dev/null
 	$(CARGO) test --locked -p tests --no-run $(addprefix --test ,$(E2E_SUITES) $(API_SUITES))
 
@@ -168,5 +177,5 @@ bench-node: testbins test-image node-images nodebins
 ## docs/demo.md), the members spread one per node.
 NODE ?=
 demo: testbins test-image $(if $(filter real,$(NODE)),node-images nodebins)
-	$(CARGO) build --locked -p controller -p webhook --bins
+	$(CARGO) build --locked -p controller -p webhook -p kubectl-etcd --bins
 	DEMO_NODE=$(NODE) $(CARGO) run --locked -p tests --bin demo

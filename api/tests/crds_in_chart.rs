@@ -116,7 +116,8 @@ fn printer_columns_match_the_contract() {
             "Available",
             "Reason",
             "Age",
-            "Cluster ID (wide)"
+            "Cluster ID (wide)",
+            "Leader (wide)"
         ]
     );
     assert_eq!(

@@ -16,9 +16,8 @@ use k8s_openapi::api::batch::v1::{
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EnvVar, EnvVarSource, PersistentVolumeClaimVolumeSource,
-    PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, SecretKeySelector,
-    SecretVolumeSource, SecurityContext, Volume,
+    Capabilities, Container, EnvVar, PersistentVolumeClaimVolumeSource, PodSecurityContext,
+    PodSpec, PodTemplateSpec, SeccompProfile, SecretVolumeSource, SecurityContext, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
@@ -26,7 +25,8 @@ use kube::{Resource, ResourceExt};
 use serde::Deserialize;
 
 use crate::auth;
-use crate::builders::mount;
+use crate::builders::s3_access::s3_access;
+use crate::builders::{mount, secret_env};
 
 pub mod position;
 pub mod verify;
@@ -60,21 +60,6 @@ pub fn client_secrets(cluster: &EtcdCluster) -> (Option<String>, Option<String>)
         secrets.server.map(|s| s.name),
         secrets.operator_client.map(|s| s.name),
     )
-}
-
-fn secret_env(name: &str, secret: &str, key: &str) -> EnvVar {
-    EnvVar {
-        name: name.to_string(),
-        value: None,
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: secret.to_string(),
-                key: key.to_string(),
-                optional: Some(false),
-            }),
-            ..Default::default()
-        }),
-    }
 }
 
 fn secret_volume(name: &str, secret: &str) -> Volume {
@@ -148,14 +133,13 @@ pub fn snapshot_job(
     }
 
     let dest = &snapshot.spec.destination;
+    let mut service_account = None;
     if let Some(s3) = &dest.s3 {
         args.push(format!("--s3-bucket={}", s3.bucket));
         if let Some(key) = s3.key.as_deref().filter(|k| !k.is_empty()) {
             args.push(format!("--s3-key={key}"));
         }
-        let (more_args, more_env) = s3_access(s3);
-        args.extend(more_args);
-        env.extend(more_env);
+        service_account = s3_access(s3).add_to(&mut args, &mut env, &mut volumes, &mut mounts);
     } else if let Some(pvc) = &dest.pvc {
         volumes.push(pvc_volume(&pvc.claim_name));
         mounts.push(mount("snapshot", PVC_MOUNT, false));
@@ -178,6 +162,7 @@ pub fn snapshot_job(
             env,
             volumes,
             mounts,
+            service_account,
             image: None,
         },
     ))
@@ -221,6 +206,7 @@ pub fn prune_job(
             env: Vec::new(),
             volumes: vec![pvc_volume(&pvc.claim_name)],
             mounts: vec![mount("snapshot", PVC_MOUNT, false)],
+            service_account: None,
             image: None,
         },
     ))
@@ -228,32 +214,6 @@ pub fn prune_job(
 
 pub fn prune_job_name(snapshot: &str) -> String {
     format!("{snapshot}-prune")
-}
-
-/// How the agent reaches an S3 destination: the endpoint, region and addressing flags, and the
-/// credentials from `credentialsSecretRef`.
-fn s3_access(s3: &api::v1alpha2::S3Location) -> (Vec<String>, Vec<EnvVar>) {
-    let mut args = Vec::new();
-    let mut env = Vec::new();
-    if let Some(endpoint) = s3.endpoint.as_deref().filter(|e| !e.is_empty()) {
-        args.push(format!("--s3-endpoint={endpoint}"));
-    }
-    args.push(format!(
-        "--s3-region={}",
-        s3.region
-            .as_deref()
-            .filter(|r| !r.is_empty())
-            .unwrap_or("us-east-1")
-    ));
-    if s3.force_path_style == Some(true) {
-        args.push("--s3-force-path-style".into());
-    }
-    if let Some(creds) = &s3.credentials_secret_ref {
-        for key in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
-            env.push(secret_env(key, &creds.name, key));
-        }
-    }
-    (args, env)
 }
 
 fn pvc_volume(claim: &str) -> Volume {
@@ -274,6 +234,9 @@ struct AgentPod {
     env: Vec<EnvVar>,
     volumes: Vec<Volume>,
     mounts: Vec<k8s_openapi::api::core::v1::VolumeMount>,
+    /// The ServiceAccount of an S3 location's cloud identity (the namespace's `default` when
+    /// `None`).
+    service_account: Option<String>,
     /// Another image than the operator's (the cluster's etcd image for a verification), with
     /// the command that runs the agent in it and the init containers that put it there.
     image: Option<ImageOverride>,
@@ -336,6 +299,7 @@ fn owned_job(
         env,
         volumes,
         mounts,
+        service_account,
         image,
     } = pod;
     let (image, command, init_containers) = match image {
@@ -390,6 +354,8 @@ fn owned_job(
                 }),
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".into()),
+                    service_account_name: service_account,
+                    // A web identity's token is projected by its own volume, for its audience.
                     automount_service_account_token: Some(false),
                     enable_service_links: Some(false),
                     security_context: Some(PodSecurityContext {

@@ -1,8 +1,9 @@
 //! What every reconcile shares: the API client, the operator's configuration, metrics and the
 //! event recorder.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
@@ -26,6 +27,10 @@ pub struct Context {
     /// `(cluster incarnation, password fingerprint)` pairs known to be in the cluster's
     /// entry of the auth record, so it is read once per operator run, not per reconcile.
     auth_recorded: Mutex<HashSet<(String, String)>>,
+    /// When this process last wrote each cluster's `status.members[]` counters (raft index,
+    /// database sizes), by cluster incarnation: they alone make a write only this rarely
+    /// (see `cluster::roster`).
+    counters_written: Mutex<HashMap<String, Instant>>,
 }
 
 impl Context {
@@ -45,6 +50,7 @@ impl Context {
             recorder,
             etcd: Pool::default(),
             auth_recorded: Mutex::default(),
+            counters_written: Mutex::default(),
         }
     }
 
@@ -58,6 +64,24 @@ impl Context {
     pub fn mark_auth_recorded(&self, key: &str, fingerprint: &str) {
         if let Ok(mut s) = self.auth_recorded.lock() {
             s.insert((key.to_string(), fingerprint.to_string()));
+        }
+    }
+
+    /// Whether `every` has passed since this process last wrote the cluster's member counters
+    /// (always, the first time).
+    pub fn counters_due(&self, key: &str, every: Duration) -> bool {
+        self.counters_written
+            .lock()
+            .map_or(true, |w| w.get(key).is_none_or(|at| at.elapsed() >= every))
+    }
+
+    /// The cluster's member counters were just written; `None` forgets the cluster.
+    pub fn counters_written(&self, key: &str, written: Option<Instant>) {
+        if let Ok(mut w) = self.counters_written.lock() {
+            match written {
+                Some(at) => w.insert(key.to_string(), at),
+                None => w.remove(key),
+            };
         }
     }
 

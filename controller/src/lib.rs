@@ -20,6 +20,7 @@ pub mod events;
 pub mod install_tools;
 pub mod lenient;
 pub mod member;
+pub mod merge_patch;
 pub mod metrics;
 pub mod migrate;
 pub mod naming;
@@ -29,6 +30,7 @@ pub mod recovery;
 pub mod rollback;
 pub mod run;
 pub mod schedule;
+pub mod service_account;
 pub mod shell;
 pub mod snapshot;
 pub mod template;
@@ -36,6 +38,7 @@ pub mod tls;
 pub mod topology;
 pub mod volume;
 pub mod watches;
+pub mod web_identity;
 
 /// UID of the object's controlling owner (the EtcdCluster of a member, the member of a Pod or PVC).
 pub fn controller_uid(obj: &impl kube::Resource) -> Option<String> {

@@ -14,6 +14,7 @@ use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{
     BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
+    SharedCredentialsProvider, SharedHttpClient,
 };
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::operation::head_object::{HeadObjectError, HeadObjectOutput};
@@ -34,7 +35,8 @@ pub const CHECKSUM_SUFFIX: &str = ".sha256";
 const MAX_CHECKSUM_OBJECT: i64 = 4096;
 
 /// Where an S3 object lives and how to reach it (`--s3-*`); credentials come from the
-/// environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`).
+/// environment: a static key (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`), else the standard
+/// AWS credential chain ([`S3::new`]).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct S3Args {
     /// Bucket; selects the S3 backend.
@@ -144,6 +146,16 @@ pub fn snapshot_key(prefix: Option<&str>, name: &str) -> String {
     }
 }
 
+/// Where a client's credentials come from, for the messages that say what to fix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CredentialSource {
+    /// A static access key (`credentialsSecretRef`, or the operator's read of that Secret).
+    Secret,
+    /// The standard AWS credential chain of the process: environment, web identity token file,
+    /// container and instance metadata (cloud identity, docs/cloud-identity.md).
+    Chain,
+}
+
 /// A connected S3 client and the settings it was built from (for messages). A clone shares
 /// the client (its connection pool).
 #[derive(Clone)]
@@ -153,14 +165,35 @@ pub struct S3 {
     /// Whether a part's body is hashed into its SigV4 signature: only over plain HTTP
     /// ([`signs_payload`]).
     pub(crate) sign_payload: bool,
+    pub(crate) credentials: CredentialSource,
 }
 
 impl S3 {
-    /// Build the client from the flags and `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`.
-    pub fn new(args: &S3Args) -> Result<Self, Failure> {
-        let access = env_nonempty("AWS_ACCESS_KEY_ID")?;
-        let secret = env_nonempty("AWS_SECRET_ACCESS_KEY")?;
-        Self::with_credentials(args, access, secret)
+    /// Build the client from the flags and the environment: the static key in
+    /// `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` (a `credentialsSecretRef`) when they are
+    /// set, else the standard AWS credential chain ([`CredentialSource::Chain`]) through the same
+    /// HTTP client (its TLS settings and private CA serve STS and the metadata endpoints too).
+    pub async fn new(args: &S3Args) -> Result<Self, Failure> {
+        match (
+            env_value("AWS_ACCESS_KEY_ID"),
+            env_value("AWS_SECRET_ACCESS_KEY"),
+        ) {
+            (Some(access), Some(secret)) => Self::with_credentials(args, access, secret),
+            (None, None) => Self::from_chain(args).await,
+            (access, _) => {
+                let missing = if access.is_none() {
+                    "AWS_ACCESS_KEY_ID"
+                } else {
+                    "AWS_SECRET_ACCESS_KEY"
+                };
+                Err(Failure::permanent(format!(
+                    "{missing} is not set but the other half of the key is: put both \
+                     AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the credentials Secret \
+                     (credentialsSecretRef), or remove credentialsSecretRef to use the Pod's \
+                     cloud identity"
+                )))
+            }
+        }
     }
 
     /// Build the client from the flags and the given credentials (the schedule controller
@@ -170,45 +203,58 @@ impl S3 {
         access: String,
         secret: String,
     ) -> Result<Self, Failure> {
-        if let Some(ep) = &args.s3_endpoint {
-            if !(ep.starts_with("http://") || ep.starts_with("https://")) {
-                return Err(Failure::permanent(format!(
-                    "--s3-endpoint {ep:?} is not an http:// or https:// URL; set the S3 endpoint to e.g. https://s3.example.com"
-                )));
-            }
+        let http = http_client(args)?;
+        let credentials = Credentials::new(access, secret, None, None, "environment");
+        Ok(Self::build(
+            args,
+            http,
+            SharedCredentialsProvider::new(credentials),
+            CredentialSource::Secret,
+        ))
+    }
+
+    /// Build the client from the flags and the standard AWS credential chain of this process
+    /// (a destination without `credentialsSecretRef`). A web identity the environment names is
+    /// that chain's pick once there is no static key; it is traded at STS by
+    /// [`crate::web_identity`] (which, unlike `aws-config`'s provider, takes MinIO's answer).
+    pub async fn from_chain(args: &S3Args) -> Result<Self, Failure> {
+        let http = http_client(args)?;
+        let region = Region::new(args.s3_region.clone());
+        if let Some(web) = crate::web_identity::WebIdentity::from_env(http.clone(), region.clone())
+        {
+            return Ok(Self::build(
+                args,
+                http,
+                SharedCredentialsProvider::new(web),
+                CredentialSource::Chain,
+            ));
         }
-        let trust = match &args.s3_ca_file {
-            Some(path) => {
-                let pem = read_ca(path)?;
-                TrustStore::empty()
-                    .with_native_roots(false)
-                    .with_pem_certificate(pem)
-            }
-            // Plain HTTP verifies nothing: no roots needed, and none asked of the image.
-            None if args
-                .s3_endpoint
-                .as_deref()
-                .is_some_and(|ep| ep.starts_with("http://")) =>
-            {
-                TrustStore::empty().with_native_roots(false)
-            }
-            None => {
-                system_roots_present(args.s3_endpoint.as_deref())?;
-                TrustStore::default()
-            }
-        };
-        let tls_context = TlsContext::builder()
-            .with_trust_store(trust)
+        let provider = aws_config::provider_config::ProviderConfig::default()
+            .with_http_client(http.clone())
+            .with_region(Some(region.clone()));
+        let chain = aws_config::default_provider::credentials::DefaultCredentialsChain::builder()
+            .region(region)
+            .configure(provider)
             .build()
-            .map_err(|e| Failure::permanent(format!("building the S3 TLS settings: {e}")))?;
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
-            .tls_context(tls_context)
-            .build_https();
+            .await;
+        Ok(Self::build(
+            args,
+            http,
+            SharedCredentialsProvider::new(chain),
+            CredentialSource::Chain,
+        ))
+    }
+
+    fn build(
+        args: &S3Args,
+        http: SharedHttpClient,
+        credentials: SharedCredentialsProvider,
+        source: CredentialSource,
+    ) -> Self {
         let mut config = aws_sdk_s3::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new(args.s3_region.clone()))
-            .credentials_provider(Credentials::new(access, secret, None, None, "environment"))
+            .credentials_provider(credentials)
             .force_path_style(args.s3_force_path_style)
             .http_client(http)
             // aws-sdk-s3 >= 1.69 adds CRC checksums to every upload by default; some MinIO and
@@ -226,14 +272,31 @@ impl S3 {
         if let Some(ep) = &args.s3_endpoint {
             config = config.endpoint_url(ep);
         }
-        Ok(Self {
+        Self {
             client: aws_sdk_s3::Client::from_conf(config.build()),
             sign_payload: signs_payload(args.s3_endpoint.as_deref()),
             endpoint: args
                 .s3_endpoint
                 .clone()
                 .unwrap_or_else(|| format!("AWS S3 ({})", args.s3_region)),
-        })
+            credentials: source,
+        }
+    }
+
+    /// What to check when the store rejects the credentials, by where they came from.
+    pub(crate) fn credentials_hint(&self) -> &'static str {
+        match self.credentials {
+            CredentialSource::Secret => {
+                "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the credentials Secret \
+                 (credentialsSecretRef)"
+            }
+            CredentialSource::Chain => {
+                "the location has no credentialsSecretRef, so the credentials come from the Pod's \
+                 cloud identity: check serviceAccountName and webIdentity (the role and the STS \
+                 that trusts the cluster's service-account issuer), or set credentialsSecretRef \
+                 (docs/cloud-identity.md)"
+            }
+        }
     }
 
     /// Delete the object (retention) and then its checksum object; a missing one is not an
@@ -366,10 +429,10 @@ impl S3 {
             .await;
         match listing {
             Err(e) if is_credentials_error(&e) => Failure::permanent(format!(
-                "{} rejected the credentials ({}): check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the \
-                 credentials Secret (spec.destination.s3.credentialsSecretRef)",
+                "{} rejected the credentials ({}): {}",
                 self.endpoint,
-                error_text(&e)
+                error_text(&e),
+                self.credentials_hint()
             )),
             _ => Failure::permanent(format!(
                 "HeadObject of {} was denied (403), so the agent cannot tell whether an object would be \
@@ -390,10 +453,10 @@ impl S3 {
         let detail = error_text(e);
         if is_credentials_error(e) {
             return Failure::permanent(format!(
-                "{what} {}: {} rejected the credentials ({detail}): check AWS_ACCESS_KEY_ID and \
-                 AWS_SECRET_ACCESS_KEY in the credentials Secret",
+                "{what} {}: {} rejected the credentials ({detail}): {}",
                 at.uri(),
-                self.endpoint
+                self.endpoint,
+                self.credentials_hint()
             ));
         }
         match status_of(e) {
@@ -407,6 +470,14 @@ impl S3 {
                 at.uri(),
                 at.bucket,
                 self.endpoint
+            )),
+            // No answer: the endpoint, or (cloud identity) the credential chain found nothing.
+            None if self.credentials == CredentialSource::Chain => Failure::transient(format!(
+                "{what} {} on {} failed: {detail}; check that the endpoint is reachable from the \
+                 cluster (spec.destination.s3.endpoint) and that the Pod has credentials: {}",
+                at.uri(),
+                self.endpoint,
+                self.credentials_hint()
             )),
             _ => Failure::transient(format!(
                 "{what} {} on {} failed: {detail}; check that the endpoint is reachable from the cluster \
@@ -503,14 +574,50 @@ pub struct Uploaded {
     pub sha256: String,
 }
 
-fn env_nonempty(name: &str) -> Result<String, Failure> {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => Ok(v),
-        _ => Err(Failure::permanent(format!(
-            "{name} is not set: the S3 credentials come from the environment; put {name} in the \
-             credentials Secret (credentialsSecretRef)"
-        ))),
+/// A non-empty environment variable.
+pub(crate) fn env_value(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// The HTTP client of every request of one S3 client (and of its credential chain's STS and
+/// metadata calls): rustls on aws-lc, trusting `--s3-ca-file` instead of the system roots when
+/// given.
+fn http_client(args: &S3Args) -> Result<SharedHttpClient, Failure> {
+    if let Some(ep) = &args.s3_endpoint {
+        if !(ep.starts_with("http://") || ep.starts_with("https://")) {
+            return Err(Failure::permanent(format!(
+                "--s3-endpoint {ep:?} is not an http:// or https:// URL; set the S3 endpoint to e.g. https://s3.example.com"
+            )));
+        }
     }
+    let trust = match &args.s3_ca_file {
+        Some(path) => {
+            let pem = read_ca(path)?;
+            TrustStore::empty()
+                .with_native_roots(false)
+                .with_pem_certificate(pem)
+        }
+        // Plain HTTP verifies nothing: no roots needed, and none asked of the image.
+        None if args
+            .s3_endpoint
+            .as_deref()
+            .is_some_and(|ep| ep.starts_with("http://")) =>
+        {
+            TrustStore::empty().with_native_roots(false)
+        }
+        None => {
+            system_roots_present(args.s3_endpoint.as_deref())?;
+            TrustStore::default()
+        }
+    };
+    let tls_context = TlsContext::builder()
+        .with_trust_store(trust)
+        .build()
+        .map_err(|e| Failure::permanent(format!("building the S3 TLS settings: {e}")))?;
+    Ok(aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
+        .tls_context(tls_context)
+        .build_https())
 }
 
 /// The system CA store (`/etc/ssl/certs`, or `SSL_CERT_FILE`/`SSL_CERT_DIR`) holds a certificate

@@ -210,25 +210,9 @@ pub fn status_merge_patch<T: serde::Serialize>(
 ) -> Result<serde_json::Value, Error> {
     let mut patch = serde_json::to_value(new)?;
     if let Some(old) = old {
-        clear_dropped(&serde_json::to_value(old)?, &mut patch);
+        crate::merge_patch::clear_dropped(&serde_json::to_value(old)?, &mut patch);
     }
     Ok(patch)
-}
-
-/// Add a `null` to `patch` for every key of `old` it lacks, at every depth where both are
-/// objects (RFC 7386 merges nested objects key by key, so a key dropped inside one would stay).
-fn clear_dropped(old: &serde_json::Value, patch: &mut serde_json::Value) {
-    let (serde_json::Value::Object(old), serde_json::Value::Object(fields)) = (old, patch) else {
-        return;
-    };
-    for (key, old_value) in old {
-        match fields.get_mut(key) {
-            Some(new_value) => clear_dropped(old_value, new_value),
-            None => {
-                fields.insert(key.clone(), serde_json::Value::Null);
-            }
-        }
-    }
 }
 
 /// Merge-patch `obj`'s status from `old` to `new`, guarded by the resourceVersion this reconcile

@@ -119,13 +119,26 @@ impl Installed {
     pub async fn start_with(
         builder: ControlPlaneBuilder,
     ) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        Self::start_with_images(builder, &[]).await
+    }
+
+    /// [`Installed::start_with`], the pod runner also mapping each `(image, OCI layout)` of
+    /// `images` (e.g. an earlier commit's operator image under its chart's reference).
+    pub async fn start_with_images(
+        builder: ControlPlaneBuilder,
+        images: &[(&str, std::path::PathBuf)],
+    ) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
         let cp = builder
             .with_controller_manager()
             .with_scheduler()
             .start()
             .await?;
-        let runner = PodRunner::builder()
-            .operator_image(IMAGE_REPOSITORY)
+        let runner = images
+            .iter()
+            .fold(
+                PodRunner::builder().operator_image(IMAGE_REPOSITORY),
+                |b, (image, layout)| b.oci_image(image, layout.clone()),
+            )
             .start(&cp)
             .await?;
         Self::finish(cp, Nodes::Runner(runner)).await
@@ -175,16 +188,40 @@ impl Installed {
     /// `helm install etcd-operator charts/etcd-operator -n etcd-operator-system --create-namespace
     /// --wait` with `--set` values; returns helm's output (NOTES included).
     pub async fn install(&self, sets: &[&str]) -> Result<String, Error> {
-        self.release("install", "--create-namespace", sets).await
+        self.release(&chart_dir(), "install", "--create-namespace", sets)
+            .await
     }
 
     /// `helm upgrade --reuse-values --wait` with more `--set` values.
     pub async fn upgrade(&self, sets: &[&str]) -> Result<String, Error> {
-        self.release("upgrade", "--reuse-values", sets).await
+        self.release(&chart_dir(), "upgrade", "--reuse-values", sets)
+            .await
     }
 
-    async fn release(&self, verb: &str, flag: &str, sets: &[&str]) -> Result<String, Error> {
-        let chart = chart_dir();
+    /// `helm install` of the chart in `chart` (another version of it), as [`Installed::install`].
+    pub async fn install_chart(
+        &self,
+        chart: &std::path::Path,
+        sets: &[&str],
+    ) -> Result<String, Error> {
+        self.release(chart, "install", "--create-namespace", sets)
+            .await
+    }
+
+    /// `helm upgrade --reset-then-reuse-values --wait` to this repository's chart: the upgrade
+    /// docs/installation.md gives (the new chart's defaults for values the release never set).
+    pub async fn upgrade_to_this_chart(&self, sets: &[&str]) -> Result<String, Error> {
+        self.release(&chart_dir(), "upgrade", "--reset-then-reuse-values", sets)
+            .await
+    }
+
+    async fn release(
+        &self,
+        chart: &std::path::Path,
+        verb: &str,
+        flag: &str,
+        sets: &[&str],
+    ) -> Result<String, Error> {
         let chart = chart.to_string_lossy();
         let mut args = vec![
             verb,
@@ -352,15 +389,77 @@ impl Installed {
         self.deployment_pods(deployment)
             .await
             .iter()
-            .map(|p| {
-                let restarts = p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.container_statuses.as_ref())
-                    .map(|cs| cs.iter().map(|c| c.restart_count).sum())
-                    .unwrap_or_default();
-                (p.name_any(), restarts)
-            })
+            .map(|p| (p.name_any(), restart_count(p)))
             .collect()
     }
+}
+
+/// The restarts of all of `pod`'s containers, summed.
+pub fn restart_count(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map(|cs| cs.iter().map(|c| c.restart_count).sum())
+        .unwrap_or_default()
+}
+
+/// The operator of an earlier commit, as `tools/upgrade-from/build.sh` builds it (`make
+/// upgrade-from`): its chart, its test image, and the image reference its chart names by default.
+pub struct UpgradeFrom {
+    pub commit: String,
+    pub chart: std::path::PathBuf,
+    pub layout: std::path::PathBuf,
+    /// `<values' image.repository>:<Chart.yaml's appVersion>` of that chart.
+    pub image: String,
+}
+
+/// Where `tools/upgrade-from/build.sh` put the earlier operator (`ETCD_OPERATOR_UPGRADE_FROM`,
+/// which the Makefile exports); an error that says how to build it when it is not there.
+pub fn upgrade_from() -> Result<UpgradeFrom, crate::env::Error> {
+    use crate::env::Error;
+    let dir = std::env::var_os("ETCD_OPERATOR_UPGRADE_FROM")
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from)
+        .ok_or_else(|| {
+            Error::Unsupported(
+                "ETCD_OPERATOR_UPGRADE_FROM is not set: run the suite through make (make \
+                 upgrade-from builds the earlier operator), or export it as `bash \
+                 tools/upgrade-from/build.sh` prints"
+                    .into(),
+            )
+        })?;
+    if !dir.join(".done").is_file() {
+        return Err(Error::Unsupported(format!(
+            "{} holds no finished build: run `make upgrade-from`",
+            dir.display()
+        )));
+    }
+    let read = |path: std::path::PathBuf| {
+        std::fs::read_to_string(&path).map_err(Error::io(format!("reading {}", path.display())))
+    };
+    let chart = dir.join("chart");
+    let values: serde_json::Value = yaml_serde::from_str(&read(chart.join("values.yaml"))?)
+        .map_err(|e| Error::Unsupported(format!("{}/values.yaml: {e}", chart.display())))?;
+    let repository = values["image"]["repository"]
+        .as_str()
+        .ok_or_else(|| {
+            Error::Unsupported(format!(
+                "{}/values.yaml has no image.repository",
+                chart.display()
+            ))
+        })?
+        .to_string();
+    let app_version = read(chart.join("Chart.yaml"))?
+        .lines()
+        .find_map(|l| l.strip_prefix("appVersion:"))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .ok_or_else(|| {
+            Error::Unsupported(format!("{}/Chart.yaml has no appVersion", chart.display()))
+        })?;
+    Ok(UpgradeFrom {
+        commit: read(dir.join("COMMIT"))?.trim().to_string(),
+        layout: dir.join("oci"),
+        image: format!("{repository}:{app_version}"),
+        chart,
+    })
 }

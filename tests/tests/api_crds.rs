@@ -266,6 +266,11 @@ async fn kubectl_get_answers_availability_verification_and_recovery_progress() {
                 "healthy",
                 json!({"version": "3.6.11", "replicas": 3}),
                 Some(json!({"readyMembers": 3, "clusterID": "8e9e05c52164694d",
+                            "leader": "healthy-7xk2p",
+                            "members": [{"name": "healthy-7xk2p", "memberID": "91bc3c398fb3c146",
+                                         "role": "Leader", "ready": true, "version": "3.6.11",
+                                         "dbSize": 20480, "dbSizeInUse": 16384,
+                                         "raftIndex": 4127, "raftTerm": 3}],
                             "conditions": [condition("Available", "True", "QuorumHealthy")]})),
             ),
             (
@@ -278,6 +283,28 @@ async fn kubectl_get_answers_availability_verification_and_recovery_progress() {
         ],
     )
     .await;
+    // The member view survives the schema's pruning, typed as the operator writes it.
+    let healthy = Api::<api::v1alpha2::EtcdCluster>::namespaced(client.clone(), &ns)
+        .get("healthy")
+        .await
+        .or_panic();
+    let status = healthy.status.unwrap_or_default();
+    assert_eq!(status.leader.as_deref(), Some("healthy-7xk2p"));
+    assert_eq!(
+        status.members,
+        [api::v1alpha2::ClusterMemberStatus {
+            name: "healthy-7xk2p".to_string(),
+            member_id: Some("91bc3c398fb3c146".to_string()),
+            role: Some(api::v1alpha2::MemberRole::Leader),
+            ready: true,
+            version: Some("3.6.11".to_string()),
+            db_size: Some(20480),
+            db_size_in_use: Some(16384),
+            raft_index: Some(4127),
+            raft_term: Some(3),
+            alarms: Vec::new(),
+        }]
+    );
     let sha = format!("sha256:{}", "ab".repeat(32));
     let s3 = json!({"s3": {"bucket": "backups", "key": "healthy/"}});
     create_with_status(
@@ -351,10 +378,10 @@ async fn kubectl_get_answers_availability_verification_and_recovery_progress() {
         "new       3.6.11    3                                              <age>",
     ];
     let clusters_wide = [
-        "NAME      VERSION   REPLICAS   READY   AVAILABLE   REASON          AGE     CLUSTER ID",
-        "healthy   3.6.11    3          3       True        QuorumHealthy   <age>   8e9e05c52164694d",
-        "lost      3.5.17    5          1       False       QuorumLost      <age>   cdf818194e3a8c32",
-        "new       3.6.11    3                                              <age>   ",
+        "NAME      VERSION   REPLICAS   READY   AVAILABLE   REASON          AGE     CLUSTER ID         LEADER",
+        "healthy   3.6.11    3          3       True        QuorumHealthy   <age>   8e9e05c52164694d   healthy-7xk2p",
+        "lost      3.5.17    5          1       False       QuorumLost      <age>   cdf818194e3a8c32   ",
+        "new       3.6.11    3                                              <age>                      ",
     ];
     let snapshots = [
         "NAME       CLUSTER   PHASE      VERIFIED   SIZE    COMPLETED   AGE",

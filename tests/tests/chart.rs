@@ -225,6 +225,9 @@ const CONTROLLER_CALLS: &[(&str, &str, &str, Scope)] = {
         ("", "secrets", "create", AuthRecord),
         ("", "secrets", "get", AuthRecord),
         ("", "secrets", "patch", AuthRecord),
+        // service_account.rs missing: get_metadata_opt of the ServiceAccount an S3 location
+        // names (snapshot/mod.rs before the snapshot Job, recovery/snapshot.rs before a recovery).
+        ("", "serviceaccounts", "get", Watched),
         // cert_manager.rs ensure_certificates: get_opt, server-side apply (create through
         // patch); run.rs owns(Certificate). Garbage collection deletes them with the cluster.
         ("cert-manager.io", "certificates", "get", Watched),

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use api::labels;
-use api::v1alpha2::EtcdClusterSpec;
+use api::v1alpha2::{EtcdCluster, EtcdClusterSpec, MemberRole};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::{Api, ResourceExt};
 use tests::e2e::{condition, env, pod_ready, read_member_keys, spec, Env};
@@ -78,6 +78,49 @@ async fn wait_unavailable(env: &Env, ns: &str, name: &str, reason: &str) -> Stri
     condition(&c, "Available")
         .expect("the Available condition")
         .2
+}
+
+/// `status.members[]` and `status.leader` as etcd answers for a healthy cluster of `replicas`:
+/// every member listed, Ready, at the spec's version, with a database and a raft position; one
+/// Leader, named by `status.leader`, the others Followers. Returns the leader's name.
+fn roster_leader(c: &EtcdCluster, replicas: usize) -> Result<String, String> {
+    let st = c.status.clone().unwrap_or_default();
+    let show = || serde_json::to_string(&st.members).unwrap_or_default();
+    if st.members.len() != replicas {
+        return Err(format!("{} members listed: {}", st.members.len(), show()));
+    }
+    for m in &st.members {
+        let id_ok = m
+            .member_id
+            .as_ref()
+            .is_some_and(|id| id.len() == 16 && id.chars().all(|c| c.is_ascii_hexdigit()));
+        if !(m.ready
+            && id_ok
+            && m.version.as_deref() == Some(c.spec.version.as_str())
+            && m.db_size.is_some_and(|s| s > 0)
+            && m.db_size_in_use.is_some_and(|s| s > 0)
+            && m.raft_index.is_some_and(|i| i > 0)
+            && m.raft_term.is_some_and(|t| t > 0)
+            && m.alarms.is_empty())
+        {
+            return Err(format!("{} is not a healthy answer: {}", m.name, show()));
+        }
+    }
+    let leaders: Vec<&str> = st
+        .members
+        .iter()
+        .filter(|m| m.role == Some(MemberRole::Leader))
+        .map(|m| m.name.as_str())
+        .collect();
+    let followers = st
+        .members
+        .iter()
+        .filter(|m| m.role == Some(MemberRole::Follower))
+        .count();
+    match (&leaders[..], st.leader.as_deref()) {
+        ([one], Some(named)) if *one == named && followers == replicas - 1 => Ok(one.to_string()),
+        _ => Err(format!("leader {:?}, members {}", st.leader, show())),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -313,12 +356,16 @@ async fn killed_member_pod_is_recreated_on_its_pvc_and_data_survives() {
     let keys = env.write_keys(&ns, "pl", 30).await;
     let members_before: Vec<String> = env.member_names(&ns, "pl").await;
     let etcd_ids_before = env.member_ids(&ns, "pl").await;
-    let victim_pod = env
-        .pods(&ns, "pl")
-        .await
-        .into_iter()
-        .find(pod_ready)
-        .unwrap();
+    // The status shows the members as etcd answers; the victim is the leader they name.
+    let c = env
+        .wait_for(&ns, "pl", "3 members, one Leader", BOOT, |c| {
+            roster_leader(c, 3).is_ok()
+        })
+        .await;
+    let leader = roster_leader(&c, 3).or_panic();
+    let pods: Api<Pod> = Api::namespaced(env.client(), &ns);
+    let victim_pod = pods.get(&leader).await.or_panic();
+    assert!(pod_ready(&victim_pod), "the leader's Pod {leader} is Ready");
     let victim = victim_pod.name_any();
     let pod_uid = victim_pod.uid().unwrap_or_default();
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.client(), &ns);
@@ -326,8 +373,15 @@ async fn killed_member_pod_is_recreated_on_its_pvc_and_data_survives() {
     let pvc_uid = pvcs.get(&claim).await.or_panic().uid();
     assert!(pvc_uid.is_some(), "{claim} has no UID");
     kubectl(env, &["delete", "pod", &victim, "-n", &ns, "--wait=false"]).await;
+    // Another member leads, and the status says so.
+    env.wait_for(&ns, "pl", "a new leader in the status", BOOT, |c| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.leader.as_deref())
+            .is_some_and(|l| l != victim)
+    })
+    .await;
     // The victim's Pod comes back: a new Pod (new UID) of the same name, Ready.
-    let pods: Api<Pod> = Api::namespaced(env.client(), &ns);
     let recreated = eventually(
         &format!(
             "{victim} recreated and Ready; operator log: {}",
@@ -352,6 +406,10 @@ async fn killed_member_pod_is_recreated_on_its_pvc_and_data_survives() {
     )
     .await;
     env.wait_healthy(&ns, "pl", 3, BOOT).await;
+    env.wait_for(&ns, "pl", "3 members again, one Leader", BOOT, |c| {
+        roster_leader(c, 3).is_ok()
+    })
+    .await;
     let members_after: Vec<String> = env.member_names(&ns, "pl").await;
     assert_eq!(
         members_before, members_after,

@@ -651,6 +651,7 @@ async fn s3_down_in_the_middle_of_a_multipart_upload() {
                     region: None,
                     force_path_style: Some(true),
                     credentials_secret_ref: Some(SecretReference::new("s3-creds")),
+                    ..Default::default()
                 }),
                 pvc: None,
             },

@@ -80,6 +80,7 @@ fn minio_destination(endpoint: &str, bucket: &str) -> SnapshotDestination {
             region: None,
             force_path_style: Some(true),
             credentials_secret_ref: Some(SecretReference::new("s3-creds")),
+            ..Default::default()
         }),
         pvc: None,
     }

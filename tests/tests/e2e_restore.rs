@@ -63,6 +63,7 @@ fn s3_location(endpoint: &str, bucket: &str, key: &str) -> S3Location {
         region: None,
         force_path_style: Some(true),
         credentials_secret_ref: Some(SecretReference::new("s3-creds")),
+        ..Default::default()
     }
 }
 

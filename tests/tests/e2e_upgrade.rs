@@ -2,7 +2,8 @@
 //! version upgrade (etcd 3.5 → 3.6) of a 3-member PVC cluster restarts one member at a time,
 //! followers first and the leader last after MoveLeader, keeping the cluster ID, the member IDs
 //! and every key, until etcd's own cluster version is 3.6; then a resources change rolls the
-//! members the same way.
+//! members the same way. A five-member patch upgrade, and a new priority class, roll the same
+//! way.
 
 use std::time::{Duration, Instant};
 
@@ -67,6 +68,83 @@ async fn leader_last(env: &Env, ns: &str, cluster: &str, restarted: &[String]) {
     assert!(
         moved.iter().any(|m| m.contains(&format!("from {last} "))),
         "leadership was not moved off {last}, restarted last: {moved:?} / {restarted:?}"
+    );
+}
+
+/// Applies `edit` (a merge patch of the spec) to the running `replicas`-member cluster `name`
+/// with a writer (keys under `prefix`) running, and checks the rollout that follows: never more
+/// than one member down, each member restarted once, the leader last after MoveLeader, the
+/// member IDs and `keys` kept, every acknowledged write stored, no long gap; `what` names it.
+#[allow(clippy::too_many_arguments)]
+async fn rolled_one_at_a_time_with_a_writer(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    replicas: usize,
+    edit: serde_json::Value,
+    prefix: &str,
+    keys: &std::collections::BTreeMap<String, String>,
+    what: &str,
+) {
+    let pods = env.ready_pods(ns, name).await;
+    let endpoints: Vec<String> = pods
+        .iter()
+        .map(|p| format!("http://{}.{name}.{ns}.svc:2379", p.name_any()))
+        .collect();
+    let ids = env.member_ids(ns, name).await;
+    let before = uids(&pods);
+    let writer = Writer::start(endpoints, None, prefix);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.clusters(ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": edit})),
+        )
+        .await
+        .or_panic();
+    let (fewest_ready, _) = wait_rolled(env, ns, name, replicas, &before, ROLL).await;
+    let report = writer.finish().await;
+    assert!(
+        fewest_ready + 1 >= replicas,
+        "more than one member down at a time: only {fewest_ready} of {replicas} Ready at one point"
+    );
+    let restarted = restarts_in_order(env, ns, name).await;
+    assert_eq!(
+        restarted.len(),
+        replicas,
+        "one restart per member: {restarted:?}"
+    );
+    let unique: std::collections::BTreeSet<&String> = restarted.iter().collect();
+    assert_eq!(
+        unique.len(),
+        replicas,
+        "each member restarted once: {restarted:?}"
+    );
+    leader_last(env, ns, name, &restarted).await;
+    assert_eq!(env.member_ids(ns, name).await, ids, "members changed IDs");
+    env.check_keys(ns, name, keys).await;
+    let mut etcd = tests::e2e::etcd_client(&env.client(), ns, name).await;
+    assert!(!report.written.is_empty(), "the writer wrote nothing");
+    report.assert_kept(
+        &format!("the {what}'s writer"),
+        &tests::e2e::read_keys(&mut etcd, prefix).await,
+    );
+    eprintln!(
+        "writer during the {what}: {} writes, {} failed ({} unsent, {} cut off, {} timed out, \
+         {} refused), longest gap {:?}",
+        report.written.len(),
+        report.failed,
+        report.unsent,
+        report.cut_off,
+        report.timed_out,
+        report.refused,
+        report.longest_gap
+    );
+    assert!(
+        report.longest_gap < LONGEST_GAP,
+        "the writer was blocked for {:?} during the {what}",
+        report.longest_gap
     );
 }
 
@@ -272,33 +350,17 @@ async fn a_patch_upgrade_with_new_resources_rolls_five_members_one_at_a_time() {
     .await;
     env.wait_healthy(&ns, name, 5, BOOT).await;
     let keys = env.write_keys(&ns, name, 100).await;
-    let pods = env.ready_pods(&ns, name).await;
-    let endpoints: Vec<String> = pods
-        .iter()
-        .map(|p| format!("http://{}.{name}.{ns}.svc:2379", p.name_any()))
-        .collect();
-    let ids = env.member_ids(&ns, name).await;
-    let before = uids(&pods);
-
-    let writer = Writer::start(endpoints, None, "w5/");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    env.clusters(&ns)
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {
-                "version": "3.6.16",
-                "resources": {"requests": {"memory": "80Mi"}}
-            }})),
-        )
-        .await
-        .or_panic();
-    let (fewest_ready, _) = wait_rolled(env, &ns, name, 5, &before, ROLL).await;
-    let report = writer.finish().await;
-    assert!(
-        fewest_ready >= 4,
-        "more than one member down at a time: only {fewest_ready} of 5 Ready at one point"
-    );
+    rolled_one_at_a_time_with_a_writer(
+        env,
+        &ns,
+        name,
+        5,
+        json!({"version": "3.6.16", "resources": {"requests": {"memory": "80Mi"}}}),
+        "w5/",
+        &keys,
+        "5-member rollout",
+    )
+    .await;
     for p in env.pods(&ns, name).await {
         let etcd = &p.spec.as_ref().expect("a Pod spec").containers[0];
         assert_eq!(
@@ -318,33 +380,72 @@ async fn a_patch_upgrade_with_new_resources_rolls_five_members_one_at_a_time() {
     for m in env.members(&ns, name).await {
         assert_eq!(m.spec.version, "3.6.16", "{}", m.name_any());
     }
-    let restarted = restarts_in_order(env, &ns, name).await;
-    assert_eq!(restarted.len(), 5, "one restart per member: {restarted:?}");
-    let unique: std::collections::BTreeSet<&String> = restarted.iter().collect();
-    assert_eq!(unique.len(), 5, "each member restarted once: {restarted:?}");
-    leader_last(env, &ns, name, &restarted).await;
-    assert_eq!(env.member_ids(&ns, name).await, ids);
-    env.check_keys(&ns, name, &keys).await;
-    let mut etcd = tests::e2e::etcd_client(&env.client(), &ns, name).await;
-    assert!(!report.written.is_empty(), "the writer wrote nothing");
-    report.assert_kept(
-        "the 5-member rollout's writer",
-        &tests::e2e::read_keys(&mut etcd, "w5/").await,
-    );
-    eprintln!(
-        "writer during the 5-member rollout: {} writes, {} failed ({} unsent, {} cut off, {} \
-         timed out, {} refused), longest gap {:?}",
-        report.written.len(),
-        report.failed,
-        report.unsent,
-        report.cut_off,
-        report.timed_out,
-        report.refused,
-        report.longest_gap
-    );
-    assert!(
-        report.longest_gap < LONGEST_GAP,
-        "the writer was blocked for {:?}",
-        report.longest_gap
-    );
+}
+
+/// A new `priorityClassName` (docs/scheduling.md) on a running 3-member cluster with a writer
+/// running: the members are rolled one at a time, the leader last after MoveLeader, each Pod
+/// created with the class (the apiserver's Priority admission resolves it to the class's value),
+/// the member IDs and every key kept, no acknowledged write lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_priority_class_change_rolls_the_members_one_at_a_time_losing_no_write() {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+
+    let env = env().await;
+    let ns = env.namespace("priority").await;
+    let name = "prio";
+    // Cluster-scoped: named after the test's namespace, so a rerun never finds it taken.
+    let class_name = format!("{ns}-etcd");
+    let classes: kube::Api<PriorityClass> = kube::Api::all(env.client());
+    classes
+        .create(
+            &Default::default(),
+            &PriorityClass {
+                metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: Some(class_name.clone()),
+                    ..Default::default()
+                },
+                value: 1_000_000,
+                description: Some("etcd members of the priority rollout test".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .or_panic();
+    env.create_cluster(&ns, name, spec(3)).await;
+    env.wait_healthy(&ns, name, 3, BOOT).await;
+    let keys = env.write_keys(&ns, name, 100).await;
+    for p in env.pods(&ns, name).await {
+        let spec = p.spec.as_ref().expect("a Pod spec");
+        assert_eq!(spec.priority_class_name, None, "{}", p.name_any());
+    }
+    rolled_one_at_a_time_with_a_writer(
+        env,
+        &ns,
+        name,
+        3,
+        json!({"priorityClassName": class_name}),
+        "wp/",
+        &keys,
+        "priority rollout",
+    )
+    .await;
+    for p in env.pods(&ns, name).await {
+        let spec = p.spec.as_ref().expect("a Pod spec");
+        assert_eq!(
+            (spec.priority_class_name.as_deref(), spec.priority),
+            (Some(class_name.as_str()), Some(1_000_000)),
+            "{}",
+            p.name_any()
+        );
+    }
+    for m in env.members(&ns, name).await {
+        assert_eq!(
+            m.spec.priority_class_name.as_deref(),
+            Some(class_name.as_str())
+        );
+    }
+    classes
+        .delete(&class_name, &Default::default())
+        .await
+        .or_panic();
 }

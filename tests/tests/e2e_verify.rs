@@ -46,6 +46,7 @@ fn s3_dest(endpoint: &str, bucket: &str) -> SnapshotDestination {
             region: None,
             force_path_style: Some(true),
             credentials_secret_ref: Some(SecretReference::new("s3-creds")),
+            ..Default::default()
         }),
         pvc: None,
     }

@@ -1,7 +1,7 @@
 //! The operator image itself, as `make test-image` builds it (tools/image/build.sh --test; the e2e
 //! suites run their operator Pods and Jobs from the same layout): unpacked the way the pod runner
-//! unpacks it, its file layout, user, entrypoint and environment are the Dockerfile's, both
-//! binaries are static executables (no ELF interpreter: nothing in the image could load one) and
+//! unpacks it, its file layout, user, entrypoint and environment are the Dockerfile's, its three
+//! binaries (the controller, the webhook, the `kubectl etcd` plugin) are static executables (no ELF interpreter: nothing in the image could load one) and
 //! run from the unpacked root filesystem as the image's user. No control plane: seconds.
 //!
 //! The release image (`make image`) is the same layout with release binaries; the tests check
@@ -20,6 +20,7 @@ use tests::podrunner::unpack::{self, Unpacked};
 
 const ENTRYPOINT: &str = "/usr/local/bin/etcd-operator";
 const WEBHOOK: &str = "/usr/local/bin/etcd-operator-webhook";
+const PLUGIN: &str = "/usr/local/bin/kubectl-etcd";
 const NONROOT: u32 = 65532;
 
 /// Where this binary unpacks the image: not the runner's cache under the target directory, which
@@ -97,12 +98,13 @@ fn config_is_the_dockerfiles() {
 }
 
 #[test]
-fn layout_is_distroless_nonroot_with_both_binaries() {
+fn layout_is_distroless_nonroot_with_the_three_binaries() {
     let (_cache, image) = unpacked();
     let root = &image.rootfs;
     for (path, mode, uid) in [
         (ENTRYPOINT, 0o755, 0),
         (WEBHOOK, 0o755, 0),
+        (PLUGIN, 0o755, 0),
         ("/etc/passwd", 0o644, 0),
         ("/etc/group", 0o644, 0),
         ("/etc/ssl/certs/ca-certificates.crt", 0o644, 0),
@@ -142,6 +144,7 @@ fn layout_is_distroless_nonroot_with_both_binaries() {
             "/etc/ssl/certs/ca-certificates.crt",
             ENTRYPOINT,
             WEBHOOK,
+            PLUGIN,
         ]
     );
 }
@@ -193,7 +196,7 @@ fn has_interpreter(bytes: &[u8]) -> Result<bool, String> {
 #[test]
 fn binaries_are_static_executables() {
     let (_cache, image) = unpacked();
-    for bin in [ENTRYPOINT, WEBHOOK] {
+    for bin in [ENTRYPOINT, WEBHOOK, PLUGIN] {
         let bytes = fs::read(file(&image.rootfs, bin)).expect("reading the binary");
         let interp = has_interpreter(&bytes).unwrap_or_else(|e| panic!("{bin}: {e}"));
         assert!(
@@ -232,12 +235,13 @@ fn run(image: &Unpacked, bin: &str, args: &[&str]) -> String {
 }
 
 #[test]
-fn both_binaries_run_from_the_image() {
+fn every_binary_runs_from_the_image() {
     let (_cache, image) = unpacked();
     let version = env!("CARGO_PKG_VERSION");
     for (bin, name) in [
         (ENTRYPOINT, "etcd-operator"),
         (WEBHOOK, "etcd-operator-webhook"),
+        (PLUGIN, "kubectl-etcd"),
     ] {
         assert_eq!(
             run(&image, bin, &["--version"]).trim(),
@@ -250,6 +254,11 @@ fn both_binaries_run_from_the_image() {
     // them with the image's entrypoint and their own args).
     let help = run(&image, ENTRYPOINT, &["--help"]);
     assert!(help.contains("snapshot-agent"), "{help}");
+    // The plugin, for `kubectl exec` into the operator's Pod or `kubectl cp` out of the image.
+    let help = run(&image, PLUGIN, &["--help"]);
+    for command in ["status", "snapshot", "recover", "defrag", "etcdctl"] {
+        assert!(help.contains(&format!("  {command} ")), "{command}: {help}");
+    }
 }
 
 #[test]

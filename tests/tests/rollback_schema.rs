@@ -34,6 +34,11 @@ const PRUNED_ON_ROLLBACK: &[(&str, &str)] = &[
     // reference has no automatic recovery, and back on this operator a missing one is set at
     // the next reconcile of a cluster still without quorum (its grace starts again).
     ("EtcdCluster", "status.quorumLostSince"),
+    // Each member as etcd reports it and the leader's name (docs/observability.md, member
+    // status): informational, nothing is decided from them; back on this operator the next
+    // reconcile writes them again.
+    ("EtcdCluster", "status.members"),
+    ("EtcdCluster", "status.leader"),
     // The issuer's API group; the reference always emits `cert-manager.io`, which is also our
     // default, so only an issuer of another group (an external issuer) is affected.
     (
@@ -60,6 +65,35 @@ const PRUNED_ON_ROLLBACK: &[(&str, &str)] = &[
     // to its cluster by its creationTimestamp, which is never pruned.
     ("EtcdSnapshot", "status.clusterUID"),
     ("EtcdSnapshot", "status.clusterID"),
+    // Placement of the members (docs/scheduling.md). The reference never rebuilds a running
+    // Pod, so the members keep theirs; a Pod it builds later (a replacement, a scale-up) has no
+    // tolerations, node selector or priority class, and stays Pending if only tainted nodes
+    // are left for it.
+    ("EtcdCluster", "spec.tolerations"),
+    ("EtcdCluster", "spec.nodeSelector"),
+    ("EtcdCluster", "spec.priorityClassName"),
+    ("EtcdCluster", "status.observed.tolerations"),
+    ("EtcdCluster", "status.observed.nodeSelector"),
+    ("EtcdCluster", "status.observed.priorityClassName"),
+    ("EtcdMember", "spec.tolerations"),
+    ("EtcdMember", "spec.nodeSelector"),
+    ("EtcdMember", "spec.priorityClassName"),
+    // Cloud identity of an S3 location without credentialsSecretRef (docs/cloud-identity.md):
+    // the reference's Jobs and restores run without it and have no credentials, so a snapshot
+    // or restore it starts from such a location fails (docs/migration.md: give the location a
+    // credentialsSecretRef before rolling back); nothing else reads it.
+    (
+        "EtcdCluster",
+        "spec.bootstrap.restore.source.s3.serviceAccountName",
+    ),
+    (
+        "EtcdCluster",
+        "spec.bootstrap.restore.source.s3.webIdentity",
+    ),
+    ("EtcdMember", "spec.restore.source.s3.serviceAccountName"),
+    ("EtcdMember", "spec.restore.source.s3.webIdentity"),
+    ("EtcdSnapshot", "spec.destination.s3.serviceAccountName"),
+    ("EtcdSnapshot", "spec.destination.s3.webIdentity"),
     // EtcdDefragPolicy (the reference's v0.5.5 kind): our extensions. Without them the
     // reference reads the schedule in UTC, runs no condition-driven checks and falls back to its
     // historyLimit (or the runs' TTL); the status fields are informational.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the operator image without a container engine: both binaries statically linked for
+# Builds the operator image without a container engine: its three binaries (the controller, the
+# webhook and the kubectl-etcd plugin) statically linked for
 # x86_64-unknown-linux-musl, the file tree of tools/image/rootfs.sh (the Dockerfile's layout), then
 # an OCI image layout written by umoci (Debian's package; no daemon, no registry):
 #
@@ -69,9 +70,10 @@ fi
 bash "$here/deps.sh"
 
 start=$SECONDS
-log "cargo build --profile $profile --target $target (controller, webhook) ..."
+log "cargo build --profile $profile --target $target (controller, webhook, kubectl-etcd) ..."
 (cd "$repo" && "$CARGO" build --locked --profile "$profile" --target "$target" \
-	-p controller --bin etcd-operator -p webhook --bin etcd-operator-webhook) >&2
+	-p controller --bin etcd-operator -p webhook --bin etcd-operator-webhook \
+	-p kubectl-etcd --bin kubectl-etcd) >&2
 bins=$target_dir/$target/$profile_dir
 built=$((SECONDS - start))
 
@@ -85,7 +87,7 @@ key=$(
 		cat "$here/build.sh" "$here/rootfs.sh" "$ca"
 		umoci --version
 		echo "$kind $tag $target"
-		sha256sum "$bins/etcd-operator" "$bins/etcd-operator-webhook" | cut -d' ' -f1
+		sha256sum "$bins/etcd-operator" "$bins/etcd-operator-webhook" "$bins/kubectl-etcd" | cut -d' ' -f1
 	} | sha256sum | cut -c1-32
 )
 if [[ -f $out/key && $(<"$out/key") == "$key" && -f $out/oci/index.json && -f $out/digest ]]; then
@@ -97,7 +99,7 @@ fi
 work=$out/.work
 rm -rf "$work" "$out/key"
 mkdir -p "$work/bin"
-for bin in etcd-operator etcd-operator-webhook; do
+for bin in etcd-operator etcd-operator-webhook kubectl-etcd; do
 	cp "$bins/$bin" "$work/bin/$bin"
 	# The test image: the dev profile's DWARF is most of the binary and nothing in a container
 	# reads it (symbols stay, so backtraces keep their function names).

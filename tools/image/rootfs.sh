@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The operator image's file tree, written into DEST: what distroless/static-debian12:nonroot ships
-# that the operator uses, and the two binaries. Both ways of building the image use it: the
+# that the operator uses, the two binaries and the kubectl plugin. Both ways of building the image use it: the
 # Dockerfile (in its build stage, then `COPY --from=build /rootfs/ /` onto scratch) and
 # tools/image/build.sh (then umoci packs it), so both produce the same layout:
 #
@@ -10,8 +10,9 @@
 #   /root 0700, /tmp 1777
 #   /usr/local/bin/etcd-operator             the controller and agent (the entrypoint), 0755
 #   /usr/local/bin/etcd-operator-webhook     the admission webhook (the chart's `command`), 0755
+#   /usr/local/bin/kubectl-etcd              the `kubectl etcd` plugin (docs/kubectl-plugin.md), 0755
 #
-# No shell, no libc, no tzdata: both binaries are static, and the schedules' time zones come from
+# No shell, no libc, no tzdata: the binaries are static, and the schedules' time zones come from
 # chrono-tz's embedded database. Every file's mtime is SOURCE_DATE_EPOCH (default 0), so the same
 # binaries give the same layer digest.
 #
@@ -29,7 +30,7 @@ die() {
 }
 [[ $(id -u) -eq 0 ]] || die "run as root: /home/nonroot must belong to 65532:65532"
 [[ -s $ca ]] || die "no CA bundle at $ca (Debian: apt-get install ca-certificates)"
-for bin in etcd-operator etcd-operator-webhook; do
+for bin in etcd-operator etcd-operator-webhook kubectl-etcd; do
 	[[ -x $bins/$bin ]] || die "no executable $bins/$bin"
 done
 [[ ! -e $dest || -z $(ls -A "$dest") ]] || die "$dest is not empty; give a new or empty directory"
@@ -49,7 +50,7 @@ staff:x:50:
 nonroot:x:65532:
 GROUP
 install -m 0644 "$ca" "$dest/etc/ssl/certs/ca-certificates.crt"
-for bin in etcd-operator etcd-operator-webhook; do
+for bin in etcd-operator etcd-operator-webhook kubectl-etcd; do
 	install -m 0755 "$bins/$bin" "$dest/usr/local/bin/$bin"
 done
 chmod 0700 "$dest/root" "$dest/home/nonroot"

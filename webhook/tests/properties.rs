@@ -197,6 +197,9 @@ const SPEC_PATHS: &[&[&str]] = &[
     &["topologySpreadConstraints"],
     &["imagePullSecrets"],
     &["additionalMetadata", "labels"],
+    &["tolerations"],
+    &["nodeSelector"],
+    &["priorityClassName"],
 ];
 
 fn valid_spec() -> Value {

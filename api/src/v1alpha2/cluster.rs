@@ -1,8 +1,10 @@
 //! `EtcdCluster`: the user-facing kind. Its spec carries every CEL rule that relates sibling
 //! subtrees (replicas vs. medium, auth vs. tls, immutability of tls/auth/bootstrap).
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{
-    Affinity, LocalObjectReference, ResourceRequirements, TopologySpreadConstraint,
+    Affinity, LocalObjectReference, ResourceRequirements, Toleration, TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -131,11 +133,17 @@ fn default_progress_deadline_seconds() -> i32 {
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
     ),
-    // `-o wide`. The leader is not in the status (yet): `kubectl get etcdmember` or etcd says.
+    // `-o wide`.
     printcolumn(
         name = "Cluster ID",
         type_ = "string",
         json_path = ".status.clusterID",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Leader",
+        type_ = "string",
+        json_path = ".status.leader",
         priority = 1
     ),
     shortname = "ec",
@@ -214,6 +222,21 @@ pub struct EtcdClusterSpec {
     /// Pull secrets for the etcd image.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// Tolerations of every member Pod, as in a PodSpec: let the members run on tainted
+    /// (dedicated) nodes. A change rolls the members one at a time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::v1alpha2::placement::tolerations_schema")]
+    pub tolerations: Vec<Toleration>,
+    /// Node labels every member Pod requires, as in a PodSpec. A change rolls the members one
+    /// at a time.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "crate::v1alpha2::placement::node_selector_schema")]
+    pub node_selector: BTreeMap<String, String>,
+    /// The PriorityClass of every member Pod, as in a PodSpec (e.g. one that protects etcd
+    /// from preemption). A change rolls the members one at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::v1alpha2::placement::priority_class_name_schema")]
+    pub priority_class_name: Option<String>,
 }
 
 impl Default for EtcdClusterSpec {
@@ -232,6 +255,9 @@ impl Default for EtcdClusterSpec {
             additional_metadata: None,
             options: None,
             image_pull_secrets: Vec::new(),
+            tolerations: Vec::new(),
+            node_selector: BTreeMap::new(),
+            priority_class_name: None,
         }
     }
 }
@@ -377,6 +403,14 @@ pub struct ObservedSpec {
     pub image_pull_secrets: Vec<LocalObjectReference>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub additional_metadata: Option<AdditionalMetadata>,
+    // Placement. Unset ones are not written, so a target without them reads (and hashes) as
+    // one written before they existed: an operator upgrade restarts no member.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
     /// The `metadata.generation` this target was taken from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
@@ -396,6 +430,9 @@ impl ObservedSpec {
             topology_spread_constraints: spec.topology_spread_constraints.clone(),
             image_pull_secrets: spec.image_pull_secrets.clone(),
             additional_metadata: spec.additional_metadata.clone(),
+            tolerations: spec.tolerations.clone(),
+            node_selector: spec.node_selector.clone(),
+            priority_class_name: spec.priority_class_name.clone(),
             generation,
         }
     }
@@ -425,6 +462,10 @@ impl ObservedSpec {
             .is_some_and(|r| *r == ResourceRequirements::default())
         {
             n.resources = None;
+        }
+        // An empty name asks for the default priority, as no name does.
+        if n.priority_class_name.as_deref() == Some("") {
+            n.priority_class_name = None;
         }
         if let Some(storage) = n.storage.as_mut() {
             if let Some(bytes) = crate::quantity::to_bytes(&storage.size) {
@@ -481,4 +522,58 @@ pub struct EtcdClusterStatus {
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// Each member as etcd itself reports it (its Maintenance Status answer and the alarm
+    /// list), sorted by name. Informational: the operator decides nothing from it. Written when
+    /// a role, readiness, version, ID, term or alarm changes; the raft index and the database
+    /// sizes alone at most every 30 seconds, once they moved far (docs/observability.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<ClusterMemberStatus>,
+    /// The name of the member etcd reports as its leader, when one is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
+}
+
+/// One member as etcd itself reports it (`status.members[]`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterMemberStatus {
+    /// The member's name (its EtcdMember's, and etcd's `--name`).
+    pub name: String,
+    /// etcd's member ID, 16 lowercase hex digits (as `etcdctl member list -w table` prints it).
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "memberID")]
+    pub member_id: Option<String>,
+    /// `Leader`, `Follower` or `Learner`; absent while the member does not answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<MemberRole>,
+    /// The member's Pod is Ready and the member answered the operator's status call.
+    #[serde(default)]
+    pub ready: bool,
+    /// The etcd server version the member reports (`3.6.5`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// etcd's `dbSize`: bytes allocated by the backend file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_size: Option<i64>,
+    /// etcd's `dbSizeInUse`: the bytes of `dbSize` holding live data (the rest a
+    /// defragmentation gives back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_size_in_use: Option<i64>,
+    /// The raft log index the member has reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raft_index: Option<i64>,
+    /// The raft term the member is in (it grows with each election).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raft_term: Option<i64>,
+    /// The alarms etcd has raised for this member: `NOSPACE`, `CORRUPT`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alarms: Vec<String>,
+}
+
+/// A member's part in raft, as etcd reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum MemberRole {
+    Leader,
+    Follower,
+    /// A non-voting member catching up before its promotion.
+    Learner,
 }

@@ -248,6 +248,8 @@ pub struct EtcdOptions {
 /// An S3 (or S3-compatible) location.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.credentialsSecretRef) || !has(self.webIdentity)")
+    .message(super::CEL_S3_ONE_CREDENTIAL))]
 pub struct S3Location {
     /// Endpoint URL, e.g. `https://s3.example.com`; empty for AWS S3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -265,9 +267,21 @@ pub struct S3Location {
     /// Path-style addressing (MinIO and Ceph usually need it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub force_path_style: Option<bool>,
-    /// Secret with the keys `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`.
+    /// Secret with the keys `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`. Without it, the
+    /// Pod that reads or writes the object uses the standard AWS credential chain
+    /// (docs/cloud-identity.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret_ref: Option<SecretReference>,
+    /// The ServiceAccount the snapshot, verify and restore Pods of this location run under, for
+    /// cloud identity (EKS IRSA or Pod Identity, `webIdentity`); the namespace's `default` when
+    /// unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::service_account_name_schema")]
+    pub service_account_name: Option<String>,
+    /// An assumed role: a projected token of `serviceAccountName` exchanged at STS
+    /// (`AssumeRoleWithWebIdentity`) for temporary credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_identity: Option<super::S3WebIdentity>,
 }
 
 /// A location on a PersistentVolumeClaim.

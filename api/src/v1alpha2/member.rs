@@ -1,8 +1,10 @@
 //! `EtcdMember`: one per etcd member, created and owned by the operator. Owns the member's Pod
 //! and PVC. Users read these; they should not edit them.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{
-    Affinity, LocalObjectReference, ResourceRequirements, TopologySpreadConstraint,
+    Affinity, LocalObjectReference, ResourceRequirements, Toleration, TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
@@ -61,6 +63,15 @@ pub struct EtcdMemberSpec {
     pub options: Option<EtcdOptions>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// The cluster's `spec.tolerations`, given to the member's Pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// The cluster's `spec.nodeSelector`, given to the member's Pod.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// The cluster's `spec.priorityClassName`, given to the member's Pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
     /// True for the seed: the first member, started with `--initial-cluster-state=new` while
     /// the cluster has not formed.
     #[serde(default)]

@@ -305,7 +305,8 @@ pub enum RecoveryStep {
     /// The annotation goes: the cluster controller adds members back as learners, one at a
     /// time, with fresh data.
     ResumeCluster,
-    /// Waiting for the cluster to be Available with all its replicas.
+    /// Waiting for the cluster to be Available with all its replicas: `Available=True` and
+    /// `spec.replicas` live EtcdMembers, each with a Ready Pod.
     WaitAvailable,
 }
 

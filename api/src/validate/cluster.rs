@@ -135,6 +135,7 @@ pub fn cluster_create(spec: &EtcdClusterSpec) -> Vec<Violation> {
     }
 
     out.extend(storage_size(&spec.storage.size, memory));
+    out.extend(super::placement::placement(spec));
 
     if let Some(bootstrap) = &spec.bootstrap {
         if let Some(restore) = &bootstrap.restore {

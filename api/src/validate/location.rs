@@ -3,10 +3,12 @@
 //! key or file path.
 
 use super::fields::non_empty;
+use super::placement::DNS1123_SUBDOMAIN_RE;
 use super::Violation;
 use crate::v1alpha2::{
     PvcLocation, RestoreSource, S3Location, SnapshotDestination, CEL_DESTINATION_ONE_OF,
-    CEL_RESTORE_ONE_OF, CEL_RESTORE_PVC_SUBPATH, CEL_RESTORE_S3_KEY,
+    CEL_RESTORE_ONE_OF, CEL_RESTORE_PVC_SUBPATH, CEL_RESTORE_S3_KEY, CEL_S3_ONE_CREDENTIAL,
+    CEL_S3_SERVICE_ACCOUNT_NAME, CEL_WEB_IDENTITY_STS_ENDPOINT, DNS1123_SUBDOMAIN_MAX_LEN,
 };
 
 fn s3_location(prefix: &str, s3: &S3Location, out: &mut Vec<Violation>) {
@@ -16,6 +18,42 @@ fn s3_location(prefix: &str, s3: &S3Location, out: &mut Vec<Violation>) {
             &format!("{prefix}.credentialsSecretRef.name"),
             &r.name,
         ));
+    }
+    if let Some(name) = s3.service_account_name.as_deref().filter(|n| !n.is_empty()) {
+        if name.chars().count() > DNS1123_SUBDOMAIN_MAX_LEN || !DNS1123_SUBDOMAIN_RE.is_match(name)
+        {
+            out.push(
+                Violation::of_rule(
+                    format!("{prefix}.serviceAccountName"),
+                    CEL_S3_SERVICE_ACCOUNT_NAME,
+                    "",
+                    "`kubectl get serviceaccounts` lists the names; remove the field for the namespace's default",
+                )
+                .value(format!("{name:?}")),
+            );
+        }
+    }
+    if let Some(identity) = &s3.web_identity {
+        if s3.credentials_secret_ref.is_some() {
+            out.push(Violation::of_rule(prefix, CEL_S3_ONE_CREDENTIAL, "", ""));
+        }
+        out.extend(non_empty(
+            &format!("{prefix}.webIdentity.roleArn"),
+            &identity.role_arn,
+        ));
+        if let Some(endpoint) = identity.sts_endpoint.as_deref().filter(|e| !e.is_empty()) {
+            if !(endpoint.starts_with("https://") || endpoint.starts_with("http://")) {
+                out.push(
+                    Violation::of_rule(
+                        format!("{prefix}.webIdentity.stsEndpoint"),
+                        CEL_WEB_IDENTITY_STS_ENDPOINT,
+                        "",
+                        "",
+                    )
+                    .value(format!("{endpoint:?}")),
+                );
+            }
+        }
     }
 }
 

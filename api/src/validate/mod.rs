@@ -20,6 +20,7 @@ mod defrag;
 mod fields;
 mod location;
 mod parse;
+mod placement;
 mod policy;
 mod recovery;
 mod schedule;

@@ -379,3 +379,85 @@ fn the_runbooks_quoted_messages_are_in_the_validators_answer() {
     assert!(text.contains("this update removes spec.tls"), "{text}");
     assert!(text.contains("now unset)"), "{text}");
 }
+
+#[test]
+fn a_toleration_violation_names_the_item_its_value_and_the_rule() {
+    let spec = cluster(json!({"version": "3.6.11", "tolerations": [
+        {"key": "dedicated", "operator": "Equal", "value": "etcd", "effect": "NoSchedule"},
+        {"key": "dedicated", "operator": "Exists", "value": "etcd"},
+    ]}));
+    let v = cluster_create(&spec);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].field, "spec.tolerations[1].value");
+    assert_eq!(
+        v[0].rule,
+        Some(crate::v1alpha2::CEL_TOLERATION_EXISTS_VALUE)
+    );
+    let text = v[0].to_string();
+    assert!(
+        text.contains("(got \"etcd\")") && text.contains("remove value, or use operator Equal"),
+        "{text}"
+    );
+}
+
+#[test]
+fn placement_rules_of_a_pod_are_each_reported() {
+    let spec = cluster(json!({"version": "3.6.11",
+        "tolerations": [
+            {"key": "dedicated", "operator": "exists"},
+            {"operator": "Equal", "value": "etcd"},
+            {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 30},
+            {"key": "dedicated", "value": "etcd", "effect": "NoRun"},
+        ],
+        "nodeSelector": {"-bad": "etcd", "dedicated": "etcd/nodes"},
+        "priorityClassName": "Etcd-Critical",
+    }));
+    let v = cluster_create(&spec);
+    let fields: Vec<&str> = v.iter().map(|v| v.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.tolerations[0].operator",
+            "spec.tolerations[1].operator",
+            "spec.tolerations[2].tolerationSeconds",
+            "spec.tolerations[3].effect",
+            "spec.nodeSelector",
+            "spec.nodeSelector[\"dedicated\"]",
+            "spec.priorityClassName",
+        ],
+        "{v:#?}"
+    );
+    // A lowercase operator gets told it is case-sensitive.
+    assert!(v[0].hint.contains("case-sensitive"), "{}", v[0]);
+    assert!(v[4].to_string().contains("\"-bad\""), "{}", v[4]);
+}
+
+#[test]
+fn label_keys_are_judged_as_kubernetes_does() {
+    let judged = |key: &str| {
+        let spec = cluster(json!({"version": "3.6.11", "nodeSelector": {key: "x"}}));
+        cluster_create(&spec).is_empty()
+    };
+    for good in [
+        "dedicated",
+        "node-role.kubernetes.io/etcd",
+        "a",
+        "A_b.c-D",
+        &"n".repeat(63),
+        &format!("{}/{}", "p".repeat(253), "n".repeat(63)),
+    ] {
+        assert!(judged(good), "{good:?} refused");
+    }
+    for bad in [
+        "",
+        "/name",
+        "-x",
+        "x-",
+        "Example.com/x",
+        "a/b/c",
+        &"n".repeat(64),
+        &format!("{}/x", "p".repeat(254)),
+    ] {
+        assert!(!judged(bad), "{bad:?} accepted");
+    }
+}

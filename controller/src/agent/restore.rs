@@ -225,7 +225,7 @@ pub async fn run(args: RestoreArgs) -> Result<Outcome, Failure> {
         Some(h) => Some(parse_sha256(h)?),
         None => None,
     };
-    let source = source(&args)?;
+    let source = source(&args).await?;
     let source_uri = match &source {
         Source::S3(_, at) => at.uri(),
         Source::File(file) => format!("file://{}", file.display()),
@@ -341,7 +341,7 @@ pub async fn run(args: RestoreArgs) -> Result<Outcome, Failure> {
     }))
 }
 
-fn source(args: &RestoreArgs) -> Result<Source, Failure> {
+async fn source(args: &RestoreArgs) -> Result<Source, Failure> {
     match (&args.s3.s3_bucket, &args.pvc_file) {
         (Some(_), Some(_)) => Err(Failure::permanent(
             "both --s3-bucket and --pvc-file are set; restore from exactly one source",
@@ -354,7 +354,7 @@ fn source(args: &RestoreArgs) -> Result<Source, Failure> {
                 ));
             }
             Ok(Source::S3(
-                S3::new(&args.s3)?,
+                S3::new(&args.s3).await?,
                 Location {
                     bucket: bucket.clone(),
                     key,

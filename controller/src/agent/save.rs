@@ -58,7 +58,7 @@ pub async fn run(args: SaveArgs) -> Result<Artifact, Failure> {
         ));
     }
     let uid = args.snapshot_uid.trim().to_string();
-    let destination = destination(&args)?;
+    let destination = destination(&args).await?;
     // The guard first: a refused destination never loads etcd.
     let uri = match &destination {
         Destination::S3(s3, at) => {
@@ -95,7 +95,7 @@ pub async fn run(args: SaveArgs) -> Result<Artifact, Failure> {
     })
 }
 
-fn destination(args: &SaveArgs) -> Result<Destination, Failure> {
+async fn destination(args: &SaveArgs) -> Result<Destination, Failure> {
     match (&args.s3.s3_bucket, &args.pvc_claim, &args.pvc_mount) {
         (Some(_), Some(_), _) => Err(Failure::permanent(
             "both --s3-bucket and --pvc-claim are set; a snapshot goes to exactly one destination",
@@ -110,7 +110,7 @@ fn destination(args: &SaveArgs) -> Result<Destination, Failure> {
                 bucket: bucket.clone(),
                 key: objectstore::snapshot_key(args.s3.s3_key.as_deref(), &args.snapshot_name),
             };
-            Ok(Destination::S3(S3::new(&args.s3)?, at))
+            Ok(Destination::S3(S3::new(&args.s3).await?, at))
         }
         (None, Some(claim), Some(mount)) => {
             let target = pvc::target(mount, args.pvc_sub_path.as_deref(), &args.snapshot_name)?;

@@ -204,7 +204,7 @@ async fn fetch(args: &VerifyArgs) -> Result<(String, PathBuf, Uploaded), Failure
                 key,
             };
             let db = args.work_dir.join("snapshot.db");
-            let got = S3::new(&args.s3)?.download(&at, &db).await?;
+            let got = S3::new(&args.s3).await?.download(&at, &db).await?;
             Ok((at.uri(), db, got))
         }
         (None, Some(file)) => {

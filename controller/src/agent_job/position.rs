@@ -99,11 +99,19 @@ pub fn position_job(
             env: Vec::new(),
             volumes: vec![volume],
             mounts: vec![mount(DATA_VOLUME, DATA_DIR, true)],
+            service_account: None,
             image: None,
         },
     );
     if let Some(pod) = job.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
         pod.node_name = node.map(str::to_string);
+        // It mounts the member's data volume, so it runs where the member may run: on the
+        // member's (tainted, labelled) nodes. With a node given the kubelet still refuses a Pod
+        // that does not tolerate a NoExecute taint there.
+        pod.tolerations =
+            (!member.spec.tolerations.is_empty()).then(|| member.spec.tolerations.clone());
+        pod.node_selector =
+            (!member.spec.node_selector.is_empty()).then(|| member.spec.node_selector.clone());
     }
     job
 }

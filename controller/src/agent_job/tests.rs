@@ -51,6 +51,7 @@ fn s3() -> SnapshotDestination {
             region: None,
             force_path_style: Some(true),
             credentials_secret_ref: Some(SecretReference::new("s3-creds")),
+            ..Default::default()
         }),
         pvc: None,
     }

@@ -128,13 +128,12 @@ pub fn verify_job(
         mount(TOOLS_VOLUME, TOOLS_DIR, true),
         mount(SCRATCH_VOLUME, SCRATCH_DIR, false),
     ];
+    let mut service_account = None;
     match stored(snapshot, &artifact.uri)? {
         Stored::S3 { s3, key } => {
             args.push(format!("--s3-bucket={}", s3.bucket));
             args.push(format!("--s3-key={key}"));
-            let (more_args, more_env) = s3_access(s3);
-            args.extend(more_args);
-            env.extend(more_env);
+            service_account = s3_access(s3).add_to(&mut args, &mut env, &mut volumes, &mut mounts);
         }
         Stored::Pvc { claim, path } => {
             volumes.push(pvc_volume(claim));
@@ -162,6 +161,7 @@ pub fn verify_job(
             env,
             volumes,
             mounts,
+            service_account,
             image: Some(ImageOverride {
                 image: etcd_image.to_string(),
                 command: vec![format!("{TOOLS_DIR}/{BINARY}")],
@@ -218,6 +218,7 @@ mod tests {
                 region: None,
                 force_path_style: Some(true),
                 credentials_secret_ref: Some(SecretReference::new("s3-creds")),
+                ..Default::default()
             }),
             pvc: None,
         }

@@ -5,6 +5,7 @@ pub mod pdb;
 pub mod pod;
 pub mod pvc;
 pub mod restore;
+pub mod s3_access;
 pub mod service;
 
 use std::collections::BTreeMap;
@@ -29,6 +30,27 @@ pub(crate) fn mount(
         mount_path: path.to_string(),
         read_only: read_only.then_some(true),
         ..Default::default()
+    }
+}
+
+/// An environment variable read from `key` of Secret `secret` (which must have it).
+pub(crate) fn secret_env(
+    name: &str,
+    secret: &str,
+    key: &str,
+) -> k8s_openapi::api::core::v1::EnvVar {
+    use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, SecretKeySelector};
+    EnvVar {
+        name: name.to_string(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.to_string(),
+                key: key.to_string(),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        }),
     }
 }
 
@@ -112,6 +134,17 @@ pub(crate) mod tests {
         m.metadata.namespace = Some(ns.to_string());
         m.metadata.uid = Some(format!("uid-{name}"));
         m
+    }
+
+    /// The toleration of the dedicated nodes in docs/scheduling.md.
+    pub fn dedicated_toleration() -> k8s_openapi::api::core::v1::Toleration {
+        k8s_openapi::api::core::v1::Toleration {
+            key: Some("dedicated".into()),
+            operator: Some("Equal".into()),
+            value: Some("etcd".into()),
+            effect: Some("NoSchedule".into()),
+            toleration_seconds: None,
+        }
     }
 
     pub fn cluster(name: &str, ns: &str) -> EtcdCluster {

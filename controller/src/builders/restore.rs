@@ -5,8 +5,8 @@
 
 use api::v1alpha2::{EtcdMember, RestoreSpec};
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PersistentVolumeClaimVolumeSource,
-    SecretKeySelector, SecurityContext, Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, EnvVar, PersistentVolumeClaimVolumeSource, SecurityContext,
+    Volume, VolumeMount,
 };
 use kube::ResourceExt;
 
@@ -72,6 +72,18 @@ pub fn in_place_of(member: &EtcdMember) -> Option<InPlace> {
     })
 }
 
+/// The ServiceAccount a member's Pod runs under while it restores `restore`: an S3 source's
+/// `serviceAccountName` (its cloud identity, docs/cloud-identity.md), else the namespace's
+/// default.
+pub fn service_account(restore: &RestoreSpec) -> Option<String> {
+    restore
+        .source
+        .s3
+        .as_ref()
+        .and_then(|s3| s3.service_account_name.clone())
+        .filter(|name| !name.is_empty())
+}
+
 /// What the init containers share with the etcd container.
 pub struct Shared<'a> {
     pub operator_image: &'a str,
@@ -80,29 +92,14 @@ pub struct Shared<'a> {
     pub resources: &'a k8s_openapi::api::core::v1::ResourceRequirements,
 }
 
-fn secret_env(name: &str, secret: &str) -> EnvVar {
-    EnvVar {
-        name: name.to_string(),
-        value: None,
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: secret.to_string(),
-                key: name.to_string(),
-                optional: Some(false),
-            }),
-            ..Default::default()
-        }),
-    }
-}
-
 /// What a restore source adds to the `restore` container.
 struct SourceParts {
     /// The agent's source flags.
     args: Vec<String>,
     /// The S3 credentials.
     env: Vec<EnvVar>,
-    /// A PVC source's volume and its mount.
-    volume: Option<(Volume, VolumeMount)>,
+    /// A PVC source's volume, or an S3 source's projected web identity token, and its mount.
+    volumes: Vec<(Volume, VolumeMount)>,
 }
 
 /// The agent's source flags, the credentials and the extra volume of a restore source.
@@ -116,37 +113,16 @@ fn source_of(restore: &RestoreSpec, member: &str) -> Result<SourceParts, BuildEr
                     .into(),
             )
         })?;
+        let access = super::s3_access::s3_access(s3);
         let mut args = vec![
             format!("--s3-bucket={}", s3.bucket),
             format!("--s3-key={key}"),
         ];
-        if let Some(endpoint) = s3.endpoint.as_deref().filter(|e| !e.is_empty()) {
-            args.push(format!("--s3-endpoint={endpoint}"));
-        }
-        args.push(format!(
-            "--s3-region={}",
-            s3.region
-                .as_deref()
-                .filter(|r| !r.is_empty())
-                .unwrap_or("us-east-1")
-        ));
-        if s3.force_path_style == Some(true) {
-            args.push("--s3-force-path-style".into());
-        }
-        let env = s3
-            .credentials_secret_ref
-            .as_ref()
-            .map(|c| {
-                vec![
-                    secret_env("AWS_ACCESS_KEY_ID", &c.name),
-                    secret_env("AWS_SECRET_ACCESS_KEY", &c.name),
-                ]
-            })
-            .unwrap_or_default();
+        args.extend(access.args);
         return Ok(SourceParts {
             args,
-            env,
-            volume: None,
+            env: access.env,
+            volumes: access.volumes.into_iter().zip(access.mounts).collect(),
         });
     }
     if let Some(pvc) = &source.pvc {
@@ -178,7 +154,7 @@ fn source_of(restore: &RestoreSpec, member: &str) -> Result<SourceParts, BuildEr
         return Ok(SourceParts {
             args: vec![format!("--pvc-file={file}")],
             env: Vec::new(),
-            volume: Some((volume, mount(SOURCE_VOLUME, SOURCE_DIR, true))),
+            volumes: vec![(volume, mount(SOURCE_VOLUME, SOURCE_DIR, true))],
         });
     }
     Err(BuildError::InvalidRestore(
@@ -201,7 +177,7 @@ pub fn init_containers(
     let SourceParts {
         args: source_args,
         env,
-        volume: source_volume,
+        volumes: source_volumes,
     } = source_of(restore, &name)?;
     let tools = Volume {
         name: TOOLS_VOLUME.into(),
@@ -248,7 +224,7 @@ pub fn init_containers(
         mount(DATA_VOLUME, DATA_DIR, false),
     ];
     let mut volumes = vec![tools];
-    if let Some((volume, m)) = source_volume {
+    for (volume, m) in source_volumes {
         volumes.push(volume);
         mounts.push(m);
     }

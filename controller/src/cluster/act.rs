@@ -365,8 +365,15 @@ pub(super) async fn act(
         } => {
             // One patch: the member controller sees the new bundle and template together and
             // restarts the Pod once.
+            let current = seen
+                .members
+                .items
+                .iter()
+                .find(|m| m.name_any() == *member)
+                .map(|m| m.spec.clone())
+                .unwrap_or_default();
             let mut patch = if *template {
-                crate::template::member_patch(&plan.observed)
+                crate::template::member_patch(&current, &plan.observed)
             } else {
                 json!({})
             };

@@ -7,7 +7,8 @@
 //! PVCs; `view` holds the member facts the planner and its rules read; `cleanup` is the cluster's
 //! finalizer that deletes its data PVCs (owned by nothing) when the cluster is deleted;
 //! `auto_recovery` creates the EtcdRecovery a cluster annotated for it asks for once it has been
-//! lost long enough.
+//! lost long enough; `roster` renders `status.members[]` and `status.leader` from what each
+//! member answers about itself (pure).
 
 mod act;
 pub mod alarms;
@@ -22,6 +23,7 @@ mod observe;
 pub mod plan;
 mod publish;
 pub mod reconcile;
+pub mod roster;
 pub mod status;
 pub mod view;
 pub mod volumes;

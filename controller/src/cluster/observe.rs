@@ -25,8 +25,10 @@ use crate::tls::{CaTrust, ClientTls};
 use crate::Error;
 use crate::{naming, topology};
 
+mod answers;
 mod members;
 
+pub(in crate::cluster) use answers::Answers;
 pub(in crate::cluster) use members::{member_children, members, Members};
 
 /// The TLS Secrets as read this reconcile.
@@ -89,6 +91,8 @@ pub(super) struct Seen {
     pub etcd: Option<Etcd>,
     pub etcd_view: EtcdView,
     pub leader: Option<u64>,
+    /// Each member's own status answer, for `status.members[]` (see [`answers`]).
+    pub answers: Answers,
     pub restoring: Option<String>,
     pub restore_failure: Option<String>,
     pub replace_broken_after: Option<SignedDuration>,
@@ -231,6 +235,11 @@ pub(super) async fn etcd(
             }
         }
     }
+    let answers = if tls.problem.is_some() || auth.cannot_log_in() {
+        Answers::new()
+    } else {
+        answers::ask_members(cluster, ctx, &key, &access, &members).await
+    };
     let leader = if may_roll(cluster, ctx, &members.views, tls.trust_bundle.as_deref()) {
         ask_leader(&name, etcd.as_mut()).await
     } else {
@@ -255,6 +264,7 @@ pub(super) async fn etcd(
         etcd,
         etcd_view,
         leader,
+        answers,
         restoring,
         restore_failure,
     }))

@@ -13,9 +13,10 @@ use kube::{Api, ResourceExt};
 
 use super::observe::{self, Seen};
 use super::plan::Plan;
+use super::roster::{self, MemberFacts};
 use super::{alarms, auth, auto_recovery, status, volumes};
 use crate::context::Context;
-use crate::etcd::Etcd;
+use crate::etcd::{Alarm, Etcd};
 use crate::events::{Action, Reason};
 use crate::metrics::ConditionSample;
 use crate::{shell, Error};
@@ -57,14 +58,15 @@ pub(super) async fn publish(
     // A raised alarm fails every member's /health, so no Pod is Ready and `etcd` is None:
     // the alarms are then read from the voters' Pods directly.
     // Bounded: Pods that are not Ready because they are down must not slow the reconcile.
+    let mut raised = None;
     if let Some(client) = seen.etcd.as_mut() {
-        show_alarms(cluster, ctx, client, members, &mut new_status).await;
+        raised = show_alarms(cluster, ctx, client, members, &mut new_status).await;
     } else if seen.formed && !seen.auth.cannot_log_in() {
         let urls = observe::unready_voter_endpoints(cluster, members, &seen.members.views);
         if !urls.is_empty() {
             let read = async {
                 if let Ok(mut client) = seen.access.dial(&urls).await {
-                    show_alarms(cluster, ctx, &mut client, members, &mut new_status).await;
+                    raised = show_alarms(cluster, ctx, &mut client, members, &mut new_status).await;
                 }
             };
             if tokio::time::timeout(UNREADY_ALARM_READ, read)
@@ -88,15 +90,45 @@ pub(super) async fn publish(
             requeue = Some(Requeue::requeue(Duration::from_millis(200)));
         }
     }
+    let new_status = with_roster(ctx, seen, stored.status.as_ref(), new_status, raised);
     record_metrics(ctx, cluster, seen, &new_status);
     if stored.status.as_ref() != Some(&new_status) {
         let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &seen.ns);
         let written =
             shell::write_status(&api, stored, stored.status.as_ref(), &new_status).await?;
+        ctx.counters_written(seen.key.as_str(), Some(std::time::Instant::now()));
         let before = std::mem::replace(stored, written);
         announce_parking(cluster, ctx, before.status.as_ref(), &new_status).await;
     }
     Ok(requeue)
+}
+
+/// `status.members[]` and `status.leader` from the members' answers and the alarm list
+/// (`raised`, `None` when it could not be read), held back while only the counters moved and
+/// they are not due ([`roster::publishable`]).
+fn with_roster(
+    ctx: &Context,
+    seen: &Seen,
+    prior: Option<&EtcdClusterStatus>,
+    new_status: EtcdClusterStatus,
+    raised: Option<Vec<(u64, Alarm)>>,
+) -> EtcdClusterStatus {
+    let facts: Vec<MemberFacts<'_>> = seen
+        .members
+        .items
+        .iter()
+        .zip(&seen.members.views)
+        .map(|(m, v)| MemberFacts {
+            name: &v.name,
+            recorded_id: m.status.as_ref().and_then(|s| s.member_id.as_deref()),
+            pod_ready: v.pod.as_ref().is_some_and(|p| p.ready),
+            answer: seen.answers.get(&v.name),
+        })
+        .collect();
+    let prior_members = prior.map(|s| s.members.as_slice()).unwrap_or_default();
+    let fresh = roster::roster(&facts, raised.as_deref(), prior_members);
+    let due = ctx.counters_due(seen.key.as_str(), roster::COUNTERS_REFRESH);
+    roster::publishable(prior, new_status, fresh, due)
 }
 
 /// What the alert rules read beside the member counts: the members the spec asks for, every
@@ -121,19 +153,19 @@ fn record_metrics(ctx: &Context, cluster: &EtcdCluster, seen: &Seen, status: &Et
 const UNREADY_ALARM_READ: Duration = Duration::from_secs(2);
 
 /// etcd's NOSPACE and CORRUPT alarms as the `Alarm` condition, with an Event when one is
-/// raised. A failed alarm read leaves the condition as it was.
+/// raised; returns the alarm list. A failed alarm read leaves the condition as it was.
 async fn show_alarms(
     cluster: &EtcdCluster,
     ctx: &Context,
     client: &mut Etcd,
     members: &[EtcdMember],
     new_status: &mut api::v1alpha2::EtcdClusterStatus,
-) {
+) -> Option<Vec<(u64, Alarm)>> {
     let alarms = match client.alarms().await {
         Ok(a) => a,
         Err(e) => {
             tracing::debug!(cluster = %cluster.name_any(), error = %e, "could not list etcd alarms");
-            return;
+            return None;
         }
     };
     let names = members
@@ -171,6 +203,7 @@ async fn show_alarms(
             .await;
         }
     }
+    Some(alarms)
 }
 
 /// A Warning Event the moment a cluster parks at its deadline or refuses a rollout, where

@@ -69,7 +69,9 @@ pub async fn reconcile(
             result
         }
         None => {
-            ctx.etcd.forget(&ClusterKey::of(&cluster));
+            let key = ClusterKey::of(&cluster);
+            ctx.etcd.forget(&key);
+            ctx.counters_written(key.as_str(), None);
             caches.forget(&cluster);
             if let Some(ns) = cluster.namespace() {
                 ctx.metrics.forget_cluster(&ns, &cluster.name_any());

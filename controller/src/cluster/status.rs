@@ -51,7 +51,7 @@ fn restoring(facts: &Facts) -> String {
 fn memory_rollout_unsafe(cluster: &EtcdCluster, facts: &Facts, member: &str) -> String {
     let mut what = Vec::new();
     if facts.template_rollout.is_some() {
-        what.push("the spec (version, resources, options, affinity or metadata)");
+        what.push("the spec (version, resources, options, affinity, placement or metadata)");
     }
     if facts.trust_rollout.is_some() {
         what.push("the CA bundle of the TLS Secrets");
@@ -656,6 +656,9 @@ pub fn render(
         ),
         observed_generation: generation,
         conditions,
+        // Etcd's own view of each member, replaced by `publish` from the members' answers.
+        members: old.members.clone(),
+        leader: old.leader.clone(),
     }
 }
 

@@ -188,6 +188,12 @@ impl ClusterKey {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The key of a client that addresses member `name` of this cluster alone (a call etcd
+    /// answers for the member it reaches, as `Status`). Forgotten with the cluster's.
+    pub fn member(&self, name: &str) -> Self {
+        Self(format!("{}/{name}", self.0))
+    }
 }
 
 /// A cached client with what it was built for: the endpoints and [`Access::revision`].
@@ -226,10 +232,12 @@ impl Pool {
         Ok(client)
     }
 
-    /// Drops a cluster's cached client (a call through it failed, or the cluster is gone).
+    /// Drops a cached client (a call through it failed, or the cluster is gone); a cluster's
+    /// key drops its members' clients too ([`ClusterKey::member`]).
     pub fn forget(&self, key: &ClusterKey) {
+        let members = format!("{}/", key.0);
         if let Ok(mut c) = self.clients.lock() {
-            c.remove(key);
+            c.retain(|k, _| k != key && !k.0.starts_with(&members));
         }
     }
 }

@@ -266,6 +266,8 @@ pub struct MemberStatus {
     pub is_learner: bool,
     /// Errors the member reports about itself (alarms among them).
     pub errors: Vec<String>,
+    /// The etcd server version the member runs (`3.6.5`).
+    pub version: String,
 }
 
 /// An alarm etcd has raised on a member.
@@ -275,6 +277,16 @@ pub enum Alarm {
     NoSpace,
     /// The consistency checker found the member's data diverged.
     Corrupt,
+}
+
+impl Alarm {
+    /// etcd's name for the alarm (`etcdctl alarm list` prints it).
+    pub fn name(self) -> &'static str {
+        match self {
+            Alarm::NoSpace => "NOSPACE",
+            Alarm::Corrupt => "CORRUPT",
+        }
+    }
 }
 
 /// Maintenance calls on the member(s) this client is connected to: dial one endpoint to address
@@ -296,6 +308,7 @@ impl Etcd {
             raft_applied_index: res.raft_applied_index(),
             is_learner: res.is_learner(),
             errors: res.errors().to_vec(),
+            version: res.version().to_string(),
         })
     }
 

@@ -605,15 +605,28 @@ pub fn next(f: &Facts) -> Next {
             }
         }
         RecoveryStep::WaitAvailable => {
-            if cluster.available {
+            // The status alone is not proof: while the recovery held the cluster, the cluster
+            // controller may not have finished a reconcile (its calls to the lost members time
+            // out), so `Available` with every member ready can still be the status from before
+            // the loss. The members themselves must be back too: as many live EtcdMembers as
+            // `spec.replicas`, each with its Pod Ready.
+            let back = f
+                .members
+                .iter()
+                .filter(|m| !m.deleting && !m.dormant)
+                .filter(|m| m.pod.as_ref().is_some_and(|p| p.ready && !p.deleting))
+                .count();
+            if cluster.available && i32::try_from(back).unwrap_or(i32::MAX) >= cluster.replicas {
                 Next::Complete
             } else {
                 wait(
                     reason::RECOVERING,
                     format!(
                         "the cluster runs from {survivor_name}; the cluster controller adds the \
-                         other {} member(s) back as learners, one at a time",
-                        (cluster.replicas - 1).max(0)
+                         other {} member(s) back as learners, one at a time ({back} of {} \
+                         members back with a Ready Pod)",
+                        (cluster.replicas - 1).max(0),
+                        cluster.replicas
                     ),
                 )
             }

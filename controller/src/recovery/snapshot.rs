@@ -137,7 +137,15 @@ pub async fn missing(
             )));
         }
     }
-    Ok(None)
+    crate::service_account::missing(
+        &ctx.client,
+        ns,
+        source.s3.as_ref(),
+        "spec.source.snapshot.s3.serviceAccountName",
+        "a new EtcdRecovery",
+    )
+    .await
+    .map_err(Error::from)
 }
 
 /// The facts of EtcdSnapshot `name` (None: it does not exist, or no name is given) and the

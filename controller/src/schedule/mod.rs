@@ -562,12 +562,20 @@ fn parse_s3_uri(uri: &str) -> Option<Location> {
     })
 }
 
-/// An S3 client for `s3`, with the credentials of its Secret.
+/// An S3 client for `s3`: with the credentials of its Secret, or, for a destination without
+/// one (cloud identity), with the operator's own credential chain (the controller's
+/// ServiceAccount's role: docs/cloud-identity.md).
 async fn s3_client(ctx: &Context, ns: &str, s3: &S3Location) -> Result<S3, String> {
+    let args = S3Args {
+        s3_bucket: Some(s3.bucket.clone()),
+        s3_key: None,
+        s3_endpoint: s3.endpoint.clone(),
+        s3_region: s3.region.clone().unwrap_or_else(|| "us-east-1".to_string()),
+        s3_force_path_style: s3.force_path_style.unwrap_or(false),
+        s3_ca_file: None,
+    };
     let Some(secret_ref) = &s3.credentials_secret_ref else {
-        return Err(
-            "the destination has no credentialsSecretRef: the operator cannot delete the object; set snapshotTemplate.destination.s3.credentialsSecretRef".to_string(),
-        );
+        return S3::from_chain(&args).await.map_err(|f| f.message);
     };
     let secret = Api::<Secret>::namespaced(ctx.client.clone(), ns)
         .get(&secret_ref.name)
@@ -579,14 +587,6 @@ async fn s3_client(ctx: &Context, ns: &str, s3: &S3Location) -> Result<S3, Strin
             .map(|v| String::from_utf8_lossy(&v.0).to_string())
             .filter(|v| !v.is_empty())
             .ok_or_else(|| format!("Secret {ns}/{} has no {k}", secret_ref.name))
-    };
-    let args = S3Args {
-        s3_bucket: Some(s3.bucket.clone()),
-        s3_key: None,
-        s3_endpoint: s3.endpoint.clone(),
-        s3_region: s3.region.clone().unwrap_or_else(|| "us-east-1".to_string()),
-        s3_force_path_style: s3.force_path_style.unwrap_or(false),
-        s3_ca_file: None,
     };
     S3::with_credentials(
         &args,

@@ -345,6 +345,24 @@ pub async fn reconcile(snapshot: Arc<EtcdSnapshot>, ctx: Arc<Context>) -> Result
             else {
                 return Ok(Requeue::requeue(RECHECK));
             };
+            if let Some(message) = crate::service_account::missing(
+                &ctx.client,
+                &ns,
+                snapshot.spec.destination.s3.as_ref(),
+                "spec.destination.s3.serviceAccountName",
+                "a new EtcdSnapshot",
+            )
+            .await?
+            {
+                let fail = Step::Fail {
+                    reason: Failure::JobFailed,
+                    message,
+                };
+                let status = render(&snapshot, &fail, now);
+                write(&snapshots, &snapshot, &status).await?;
+                count_terminal(&ctx, &snapshot, &status);
+                return Ok(Requeue::await_change());
+            }
             match job::snapshot_job(&snapshot, cluster, image) {
                 Ok(j) => {
                     match jobs.create(&PostParams::default(), &j).await {

@@ -886,6 +886,12 @@ async fn start_apiserver(
             ))
             .arg(format!("--client-ca-file={}", pki.client_ca_file.display()))
             .arg(format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"))
+            // The discovery document names this server's own JWKS, so an OpenID relying party
+            // (MinIO's STS in the cloud identity suite) can fetch the keys from where it read
+            // the document; the issuer stays the in-cluster name.
+            .arg(format!(
+                "--service-account-jwks-uri={server_url}/openid/v1/jwks"
+            ))
             .arg(format!(
                 "--service-account-key-file={}",
                 pki.service_account_pub_file.display()

@@ -56,7 +56,41 @@ pub struct Minio {
     pub bucket: String,
     pub writer: S3User,
     pub nolist: S3User,
+    /// More environment for the server (its OpenID provider, [`Minio::start_with_openid`]).
+    env: Vec<(String, String)>,
     process: Option<Process>,
+}
+
+/// An OpenID provider MinIO trusts for STS `AssumeRoleWithWebIdentity`, with a role policy: every
+/// token of `client_id` (its audience) gets `role_policy` under [`OpenId::role_arn`].
+#[derive(Debug, Clone)]
+pub struct OpenId {
+    /// The provider's discovery document, e.g. the test apiserver's
+    /// `https://127.0.0.1:<port>/.well-known/openid-configuration`.
+    pub config_url: String,
+    /// The audience the tokens carry.
+    pub client_id: String,
+    /// The built-in or created policy the assumed role gets.
+    pub role_policy: String,
+    /// The CA (PEM file) of the provider's serving certificate, trusted by MinIO for the
+    /// discovery document and the JWKS.
+    pub ca_file: PathBuf,
+}
+
+impl OpenId {
+    /// The role ARN MinIO gives this provider: `arn:minio:iam:::role/` and the URL-safe base64
+    /// (no padding) of the SHA-1 of the client ID (MinIO's rule, with no server region set).
+    pub fn role_arn(&self) -> String {
+        use base64::Engine as _;
+        let sha1 = aws_lc_rs::digest::digest(
+            &aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY,
+            self.client_id.as_bytes(),
+        );
+        format!(
+            "arn:minio:iam:::role/{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha1.as_ref())
+        )
+    }
 }
 
 impl Minio {
@@ -73,6 +107,28 @@ impl Minio {
         root: &Path,
         use_tls: bool,
         host: IpAddr,
+    ) -> Result<Self, Error> {
+        Self::start_with(testbins, root, use_tls, host, None).await
+    }
+
+    /// [`Minio::start_on`] (plain HTTP) with `openid` as its identity provider: STS
+    /// `AssumeRoleWithWebIdentity` on the S3 endpoint itself hands out credentials of
+    /// [`OpenId::role_arn`] for the provider's tokens.
+    pub async fn start_with_openid(
+        testbins: &Testbins,
+        root: &Path,
+        host: IpAddr,
+        openid: &OpenId,
+    ) -> Result<Self, Error> {
+        Self::start_with(testbins, root, false, host, Some(openid)).await
+    }
+
+    async fn start_with(
+        testbins: &Testbins,
+        root: &Path,
+        use_tls: bool,
+        host: IpAddr,
+        openid: Option<&OpenId>,
     ) -> Result<Self, Error> {
         let bin = testbins.binary(MINIO, "minio")?;
         let setup = testbins.binary(MINIO, "minio-setup")?;
@@ -100,6 +156,33 @@ impl Minio {
         } else {
             (None, None)
         };
+        let mut env = Vec::new();
+        let certs_dir = match openid {
+            Some(openid) => {
+                // MinIO trusts the CAs in `<certs-dir>/CAs` for its own requests (the discovery
+                // document and the JWKS); without public.crt there it still serves plain HTTP.
+                let certs = certs_dir.unwrap_or_else(|| root.join("minio-certs"));
+                let cas = certs.join("CAs");
+                std::fs::create_dir_all(&cas).map_err(Error::io("creating the MinIO CAs dir"))?;
+                std::fs::copy(&openid.ca_file, cas.join("openid-provider.crt"))
+                    .map_err(Error::io("copying the OpenID provider's CA"))?;
+                for (key, value) in [
+                    (
+                        "MINIO_IDENTITY_OPENID_CONFIG_URL",
+                        openid.config_url.as_str(),
+                    ),
+                    ("MINIO_IDENTITY_OPENID_CLIENT_ID", openid.client_id.as_str()),
+                    (
+                        "MINIO_IDENTITY_OPENID_ROLE_POLICY",
+                        openid.role_policy.as_str(),
+                    ),
+                ] {
+                    env.push((key.to_string(), value.to_string()));
+                }
+                Some(certs)
+            }
+            None => certs_dir,
+        };
         let port = free_port()?;
         let scheme = if use_tls { "https" } else { "http" };
         let mut minio = Self {
@@ -120,6 +203,7 @@ impl Minio {
                 access_key: "nolist".into(),
                 secret_key: "nolist-secret-key".into(),
             },
+            env,
             process: None,
         };
         minio.run().await?;
@@ -146,7 +230,8 @@ impl Minio {
             .env("MINIO_ROOT_USER", ROOT_USER)
             .env("MINIO_ROOT_PASSWORD", ROOT_PASSWORD)
             .env("MINIO_BROWSER", "off")
-            .env("MINIO_UPDATE", "off");
+            .env("MINIO_UPDATE", "off")
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         if let Some(certs) = &self.certs_dir {
             cmd.arg(format!("--certs-dir={}", certs.display()));
         }

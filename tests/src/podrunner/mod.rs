@@ -303,6 +303,18 @@ impl PodRunnerBuilder {
         self
     }
 
+    /// Map one more image (a reference without a tag matches every tag) to an OCI image layout,
+    /// as the operator's: e.g. the operator image of an earlier commit, for an upgrade test.
+    pub fn oci_image(mut self, image: &str, layout: impl Into<PathBuf>) -> Self {
+        self.extra_images.push(ImageRule::Oci {
+            image: image.to_string(),
+            layout: layout.into(),
+            tag: None,
+            cache: image_cache_dir(),
+        });
+        self
+    }
+
     /// Map one more image to a directory of executables.
     pub fn image(mut self, image: &str, dir: impl Into<PathBuf>) -> Self {
         self.extra_images.push(ImageRule::Exact {

@@ -107,6 +107,22 @@ fn the_position_job_runs_on_the_node_of_the_members_pod_and_finds_its_data_dir()
 }
 
 #[test]
+fn the_position_job_runs_on_the_members_dedicated_nodes() {
+    let mut m = member("demo-3");
+    let plain = pod_spec(&position_job(&recovery(), &m, None, "op:1"));
+    assert_eq!((plain.tolerations, plain.node_selector), (None, None));
+    let toleration = crate::builders::tests::dedicated_toleration();
+    m.spec.tolerations = vec![toleration.clone()];
+    m.spec.node_selector = [("dedicated".to_string(), "etcd".to_string())].into();
+    m.spec.priority_class_name = Some("etcd-critical".into());
+    let pod = pod_spec(&position_job(&recovery(), &m, None, "op:1"));
+    assert_eq!(pod.tolerations, Some(vec![toleration]));
+    assert_eq!(pod.node_selector, Some(m.spec.node_selector.clone()));
+    // A one-off reader is no member: it does not take the members' priority.
+    assert_eq!(pod.priority_class_name, None);
+}
+
+#[test]
 fn position_job_names_stay_label_sized() {
     let long = "m".repeat(80);
     let name = position_job_name(&long, "abcdef12-3456");

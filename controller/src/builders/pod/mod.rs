@@ -114,6 +114,7 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
     // snapshot into in place; the agent itself skips a data dir that is already initialised
     // (in place: one whose restore is marked done).
     let mut init_containers = Vec::new();
+    let mut service_account = None;
     let in_place = restore::in_place_of(member);
     if let (true, Some(restore)) = (
         params.bootstrap_new_cluster || in_place.is_some(),
@@ -147,6 +148,9 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
         )?;
         init_containers = containers;
         volumes.extend(extra);
+        // An S3 source's cloud identity: the restore init container reads the object as that
+        // ServiceAccount (the etcd container mounts no token of it).
+        service_account = restore::service_account(restore);
     }
 
     let container = etcd_container(image, args, resources, mounts, security_context);
@@ -156,6 +160,7 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
         spec: Some(PodSpec {
             hostname: Some(name.clone()),
             subdomain: Some(naming::member_service(member)),
+            service_account_name: service_account,
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
             security_context: Some(PodSecurityContext {
@@ -174,6 +179,9 @@ pub fn member_pod(member: &EtcdMember, params: &PodParams<'_>) -> Result<Pod, Bu
                 .then(|| spec.topology_spread_constraints.clone()),
             image_pull_secrets: (!spec.image_pull_secrets.is_empty())
                 .then(|| spec.image_pull_secrets.clone()),
+            tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
+            node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
+            priority_class_name: spec.priority_class_name.clone().filter(|n| !n.is_empty()),
             init_containers: (!init_containers.is_empty()).then_some(init_containers),
             containers: vec![container],
             volumes: Some(volumes),

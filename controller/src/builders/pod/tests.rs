@@ -150,6 +150,7 @@ fn s3_source() -> api::v1alpha2::RestoreSource {
             region: None,
             force_path_style: Some(true),
             credentials_secret_ref: Some(api::v1alpha2::SecretReference::new("s3")),
+            ..Default::default()
         }),
         pvc: None,
     }
@@ -722,4 +723,37 @@ fn only_a_member_marked_by_a_recovery_starts_with_force_new_cluster() {
     );
     let forced = member_pod(&m, &params()).unwrap();
     assert!(args_of(&forced).iter().any(|a| a == "--force-new-cluster"));
+}
+
+#[test]
+fn member_pod_carries_the_placement_of_its_member_and_none_when_unset() {
+    let mut m = member("c-x", "c", "n");
+    let unplaced = member_pod(&m, &params()).unwrap();
+    let spec = unplaced.spec.as_ref().unwrap();
+    assert_eq!(spec.tolerations, None);
+    assert_eq!(spec.node_selector, None);
+    assert_eq!(spec.priority_class_name, None);
+
+    let toleration = crate::builders::tests::dedicated_toleration();
+    m.spec.tolerations = vec![toleration.clone()];
+    m.spec.node_selector = BTreeMap::from([("dedicated".to_string(), "etcd".to_string())]);
+    m.spec.priority_class_name = Some("etcd-critical".into());
+    let placed = member_pod(&m, &params()).unwrap();
+    let spec = placed.spec.as_ref().unwrap();
+    assert_eq!(spec.tolerations, Some(vec![toleration]));
+    assert_eq!(
+        spec.node_selector.as_ref().unwrap()["dedicated"],
+        "etcd".to_string()
+    );
+    assert_eq!(spec.priority_class_name.as_deref(), Some("etcd-critical"));
+    // The Pod records the template it was built from: another placement, another hash.
+    let hash_of = |p: &Pod| {
+        p.metadata.annotations.as_ref().unwrap()[labels::TEMPLATE_HASH_ANNOTATION].clone()
+    };
+    assert_ne!(hash_of(&unplaced), hash_of(&placed));
+
+    // An empty priority class name is the default priority: not written.
+    m.spec.priority_class_name = Some(String::new());
+    let pod = member_pod(&m, &params()).unwrap();
+    assert_eq!(pod.spec.unwrap().priority_class_name, None);
 }

@@ -6,7 +6,7 @@
 //! `status.observed` with a deadline; until that target is reached (or the deadline passes) only
 //! `observed` is acted on. `observed` holds every field members are built from (replicas,
 //! version, storage, resources, options, affinity, topology spread, pull secrets, additional
-//! metadata), so an edit of any of them made mid-flight waits like a replicas edit does. A deadline that passes before the cluster ID is latched is terminal
+//! metadata, tolerations, node selector, priority class), so an edit of any of them made mid-flight waits like a replicas edit does. A deadline that passes before the cluster ID is latched is terminal
 //! (`BootstrapFailed`); after it, the cluster parks (`DeadlineExceeded`) until the spec is edited.
 
 use std::collections::BTreeMap;
@@ -250,6 +250,9 @@ pub fn member_spec(
         additional_metadata: target.additional_metadata.clone(),
         options: target.options.clone(),
         image_pull_secrets: target.image_pull_secrets.clone(),
+        tolerations: target.tolerations.clone(),
+        node_selector: target.node_selector.clone(),
+        priority_class_name: target.priority_class_name.clone(),
         bootstrap: seed,
         initial_cluster: String::new(),
         cluster_token,

@@ -385,6 +385,42 @@ fn a_lost_survivor_fails_the_recovery() {
     assert!(matches!(next(&f), Next::Fail { .. }));
 }
 
+/// A member the cluster controller added back after the release: Pod Ready, no etcd answer (the
+/// recovery does not ask members at this step).
+fn re_added(name: &str) -> MemberFacts {
+    let mut m = running(name, None);
+    if let Some(p) = m.pod.as_mut() {
+        p.ready = true;
+    }
+    m
+}
+
+/// The cluster controller had not reconciled while the recovery held the cluster (its etcd
+/// calls to the lost members were timing out), so the status still reads `Available` with 3
+/// ready members from before the loss: the survivor alone must not complete the recovery.
+#[test]
+fn a_stale_available_status_does_not_complete_a_recovery_whose_members_are_not_back() {
+    let mut survivor = survivor_alone("p2");
+    survivor.forced = false;
+    let mut f = at(RecoveryStep::WaitAvailable, vec![survivor]);
+    if let Some(c) = f.cluster.as_mut() {
+        c.available = true;
+    }
+    assert!(matches!(next(&f), Next::Wait { .. }), "{:?}", next(&f));
+    // One member back, its Pod not Ready yet: still waiting.
+    f.members.push(running("d", None));
+    f.members.push(re_added("e"));
+    assert!(matches!(next(&f), Next::Wait { .. }), "{:?}", next(&f));
+    // A discarded member still being deleted is not one of the cluster's members.
+    f.members[1] = being_deleted("b");
+    if let Some(p) = f.members[1].pod.as_mut() {
+        p.ready = true;
+    }
+    assert!(matches!(next(&f), Next::Wait { .. }), "{:?}", next(&f));
+    f.members[1] = re_added("d");
+    assert_eq!(next(&f), Next::Complete);
+}
+
 #[test]
 fn resume_releases_the_cluster_and_completes_once_available() {
     let mut survivor = survivor_alone("p2");
@@ -403,6 +439,8 @@ fn resume_releases_the_cluster_and_completes_once_available() {
     if let Some(c) = f.cluster.as_mut() {
         c.available = true;
     }
+    f.members.push(re_added("d"));
+    f.members.push(re_added("e"));
     assert_eq!(next(&f), Next::Complete);
 }
 

@@ -270,6 +270,18 @@ fn every_latched_field_makes_a_new_target() {
             "additionalMetadata",
             Box::new(|s| s.additional_metadata = Some(Default::default())),
         ),
+        (
+            "tolerations",
+            Box::new(|s| s.tolerations = vec![Default::default()]),
+        ),
+        (
+            "nodeSelector",
+            Box::new(|s| s.node_selector = [("a".into(), "b".into())].into()),
+        ),
+        (
+            "priorityClassName",
+            Box::new(|s| s.priority_class_name = Some("etcd-critical".into())),
+        ),
     ];
     for (field, edit) in edits {
         let mut edited = base.clone();

@@ -2,6 +2,15 @@
 
 use super::*;
 
+/// `v` rolled to `target`: the member and its Pod on its template.
+fn on_template(mut v: MemberView, target: &ObservedSpec) -> MemberView {
+    v.template_hash = crate::template::target_hash(target);
+    if let Some(p) = v.pod.as_mut() {
+        p.template_hash = Some(v.template_hash.clone());
+    }
+    v
+}
+
 #[test]
 fn version_edit_rolls_the_members_one_at_a_time_the_leader_last() {
     let mut c = cluster(3, locked(3, Some(0xabc), None));
@@ -61,14 +70,7 @@ fn version_edit_rolls_the_members_one_at_a_time_the_leader_last() {
     // Two followers updated: leadership moves to one of them before the leader restarts.
     let mut c2 = c.clone();
     c2.status = Some(crate::cluster::status::render(&c, &p, None, ts(100)));
-    let new_template = crate::template::target_hash(&p.observed);
-    let updated = |mut v: MemberView| {
-        v.template_hash = new_template.clone();
-        if let Some(p) = v.pod.as_mut() {
-            p.template_hash = Some(new_template.clone());
-        }
-        v
-    };
+    let updated = |v: MemberView| on_template(v, &p.observed);
     let members = vec![m("c-a", 1), updated(m("c-b", 2)), updated(m("c-c", 3))];
     let p = plan(&Observed {
         cluster: &c2,
@@ -98,6 +100,83 @@ fn version_edit_rolls_the_members_one_at_a_time_the_leader_last() {
             last: true,
             image_repository: None,
         }
+    );
+}
+
+#[test]
+fn placement_edit_rolls_the_members_one_at_a_time_the_leader_last() {
+    let mut c = cluster(3, locked(3, Some(0xabc), None));
+    c.spec.priority_class_name = Some("etcd-critical".into());
+    c.spec.node_selector = [("dedicated".to_string(), "etcd".to_string())].into();
+    let led_by = |c: &EtcdCluster, members: Vec<MemberView>, leader| {
+        plan(&Observed {
+            leader: Some(leader),
+            ..observed(c, members, three_voters())
+        })
+    };
+    let p = led_by(&c, vec![m("c-a", 1), m("c-b", 2), m("c-c", 3)], 3);
+    assert_eq!(p.locked_because, Some(reason::SPEC_CHANGED));
+    assert_eq!(
+        p.observed.priority_class_name.as_deref(),
+        Some("etcd-critical")
+    );
+    assert_eq!(p.facts.template_rollout, Some((0, 3)));
+    // c-c leads: a follower first, one member per step.
+    assert_eq!(
+        p.action,
+        Action::RollMember {
+            member: "c-a".into(),
+            trust_bundle: None,
+            template: true,
+            last: false,
+            image_repository: None,
+        }
+    );
+    // The members created from the new target carry it.
+    let next = member_spec("c", &p.observed, "tok".into(), false, None);
+    assert_eq!(next.priority_class_name.as_deref(), Some("etcd-critical"));
+    assert_eq!(next.node_selector["dedicated"], "etcd");
+
+    // Both followers on the new template: the leader hands over before it is rolled.
+    let mut c2 = c.clone();
+    c2.status = Some(crate::cluster::status::render(&c, &p, None, ts(100)));
+    let updated = |v: MemberView| on_template(v, &p.observed);
+    let members = vec![updated(m("c-a", 1)), updated(m("c-b", 2)), m("c-c", 3)];
+    let p = led_by(&c2, members.clone(), 3);
+    assert_eq!(p.facts.template_rollout, Some((2, 3)));
+    assert!(
+        matches!(&p.action, Action::MoveLeader { from, .. } if from == "c-c"),
+        "{:?}",
+        p.action
+    );
+    let p = led_by(&c2, members, 1);
+    assert_eq!(
+        p.action,
+        Action::RollMember {
+            member: "c-c".into(),
+            trust_bundle: None,
+            template: true,
+            last: true,
+            image_repository: None,
+        }
+    );
+}
+
+#[test]
+fn a_cluster_without_placement_fields_rolls_nothing() {
+    // Members built before the placement fields existed: their template is the target's.
+    let c = cluster(3, locked(3, Some(0xabc), None));
+    assert!(c.spec.tolerations.is_empty() && c.spec.priority_class_name.is_none());
+    let p = run(
+        &c,
+        vec![m("c-a", 1), m("c-b", 2), m("c-c", 3)],
+        three_voters(),
+    );
+    assert_eq!(p.facts.template_rollout, None);
+    assert!(
+        !matches!(p.action, Action::RollMember { .. }),
+        "{:?}",
+        p.action
     );
 }
 
