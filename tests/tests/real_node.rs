@@ -966,12 +966,32 @@ async fn the_chart_runs_the_operator_and_its_webhook_restricted_on_the_real_node
         },
     )
     .await;
-    let anonymous = etcdctl(None, &["put", "secured", "no"]).await;
+    // The writes are asked again while etcdctl only timed out (a fresh-clone CI run saw the root
+    // login's Authenticate exceed etcdctl's 5 s right after the health check passed): the
+    // outcome that matters is an answer, refused for the anonymous write and accepted for root.
+    let answered = |user: Option<&'static str>, args: &'static [&'static str]| {
+        let etcdctl = &etcdctl;
+        eventually(
+            "etcdctl put to answer rather than time out",
+            Duration::from_secs(60),
+            move || async move {
+                let out = etcdctl(user, args).await;
+                if out.stderr.contains("deadline exceeded") {
+                    Err(format!("{out:?}"))
+                } else {
+                    Ok(out)
+                }
+            },
+        )
+    };
+    let anonymous = answered(None, &["put", "secured", "no"]).await;
     assert!(
-        !anonymous.success,
-        "a write without the root login: {anonymous:?}"
+        !anonymous.success
+            && (anonymous.stderr.contains("user name is empty")
+                || anonymous.stderr.contains("permission denied")),
+        "a write without the root login must be refused by etcd's auth: {anonymous:?}"
     );
-    let root = etcdctl(Some(ROOT_LOGIN), &["put", "secured", "yes"]).await;
+    let root = answered(Some(ROOT_LOGIN), &["put", "secured", "yes"]).await;
     assert!(root.success, "{root:?}");
     // docs/tls.md's recipe for etcdctl on the user's machine, as written: the operator-client
     // certificate from its Secret, `kubectl port-forward` through the kubelet's streaming server.
