@@ -31,7 +31,7 @@ help:
 	@echo "make image     the operator image without a daemon: static (musl) release binaries, an OCI image layout and archive in target/image/release (root)"
 	@echo "make test-image  the image the end-to-end suites run (dev profile), in target/image/test; cached (root)"
 	@echo "make test-node the real-node lane: kubelet + containerd + runc + CoreDNS run etcd members from the distroless image, one alone and a 3-member EtcdCluster (root)"
-	@echo "make bench     measure (not test): webhook latency/RSS; controller apply→Ready, step overhead, idle writes, RSS (root); rollout steps; snapshot agent throughput and peak RSS vs etcdctl"
+	@echo "make bench     measure (not test): webhook latency/RSS; controller apply→Ready, step overhead, idle writes, RSS (root); rollout steps; snapshot agent throughput and peak RSS vs etcdctl; archive lag and RSS"
 	@echo "make bench-node  on three real nodes: apply → 3 Ready and 3 → 5 for ours and (ETCD_OPERATOR_REFERENCE_BIN) the reference operator (root)"
 	@echo "make crds      regenerate the CRDs in charts/etcd-operator/files/crds from api/"
 
@@ -163,6 +163,7 @@ bench: testbins
 	$(CARGO) build --release --locked -p controller --bin etcd-operator
 	SNAPSHOT_BENCH_RELEASE=1 $(CARGO) run --release --locked -p tests --example bench_snapshot
 	SNAPSHOT_BENCH_RELEASE=1 SNAPSHOT_BENCH_TLS=1 $(CARGO) run --release --locked -p tests --example bench_snapshot
+	ARCHIVE_BENCH_RELEASE=1 $(CARGO) run --release --locked -p tests --example bench_archive
 
 ## bench-node: on three real nodes, apply → 3 Ready and a scale 3 → 5 for this operator and, when
 ## ETCD_OPERATOR_REFERENCE_BIN names its binary, the reference operator (docs/performance.md).

@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod agent;
 pub mod agent_job;
+pub mod archive;
 pub mod auth;
 pub mod builders;
 pub mod cert_manager;

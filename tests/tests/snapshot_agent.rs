@@ -8,7 +8,8 @@
 //! concurrently) stored byte for byte as etcd sent it, etcd lost with parts in flight leaving
 //! nothing behind, and two agents of one snapshot uploading
 //! the same key at once (each reports the stored object, which is never replaced); and
-//! `position`, a stopped member's raft position read from its WAL (etcd 3.6 and 3.5).
+//! `position`, a stopped member's raft position read from its WAL (etcd 3.6 and 3.5); and the
+//! continuous archive with its replay (`archive`, in `snapshot_agent/archive.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -24,6 +25,9 @@ use tests::env::minio::{Minio, S3User};
 use tests::env::Testbins;
 use tests::operator::bin_dir;
 use tests::OrPanic;
+
+#[path = "snapshot_agent/archive.rs"]
+mod archive;
 
 const AGENT_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -166,6 +170,16 @@ impl Agent {
             started,
         }
     }
+}
+
+/// Stop a running agent as the kubelet does a Pod's container: SIGTERM.
+fn sigterm(running: &Running) {
+    let pid = running.child.id().or_panic_none("the agent's pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).or_panic()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .or_panic();
 }
 
 /// An agent started and not yet waited for.
@@ -1101,12 +1115,7 @@ async fn s3_sigterm_mid_upload_aborts_the_multipart_upload() {
         ["big.db"],
         "the upload is in progress"
     );
-    let pid = running.child.id().or_panic_none("the agent's pid");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(pid).or_panic()),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .or_panic();
+    sigterm(&running);
     let run = running
         .finish(Duration::from_secs(60), "the agent after SIGTERM")
         .await;

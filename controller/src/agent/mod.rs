@@ -1,7 +1,8 @@
-//! The snapshot agent: `etcd-operator snapshot-agent save|restore|delete|verify|position`, the
-//! program a snapshot Job, a seed member's `restore` init container, a schedule's prune Job, a
-//! verification Job and a survivor recovery's position Job run (docs/snapshots.md,
-//! docs/disaster-recovery.md).
+//! The snapshot agent: `etcd-operator snapshot-agent
+//! save|restore|delete|verify|position|archive|replay`, the program a snapshot Job, a seed
+//! member's `restore` init container, a schedule's prune Job, a verification Job and a survivor
+//! recovery's position Job run (docs/snapshots.md, docs/disaster-recovery.md), and the
+//! continuous archive's writer and replay (docs/point-in-time-recovery.md).
 //!
 //! Owns the command line of both subcommands, the outcome written to the termination log
 //! (`{"artifact":{...}}` or `{"error":"..."}`) and the exit codes: 0 success, 2 a permanent
@@ -10,10 +11,13 @@
 //! [`s3`] (the agent's side of [`crate::objectstore`]; the concurrent part uploads in [`parts`])
 //! and [`pvc`].
 
+pub mod archive;
 pub mod delete;
+pub mod dial;
 pub mod parts;
 pub mod position;
 pub mod pvc;
+pub mod replay;
 pub mod restore;
 pub mod s3;
 pub mod save;
@@ -40,6 +44,12 @@ pub enum AgentCommand {
     /// Read the raft position (term, commit index, member and cluster ID) from a stopped
     /// member's data dir (its write-ahead log).
     Position(position::PositionArgs),
+    /// Archive every revision of a running cluster to S3, continuously (point-in-time
+    /// recovery's archive), until SIGTERM.
+    Archive(archive::ArchiveArgs),
+    /// Replay an archive into a scratch etcd restored from its base snapshot, up to a revision,
+    /// and compare the result with the cluster's recorded hashes.
+    Replay(replay::ReplayArgs),
 }
 
 /// The stored snapshot, as `EtcdSnapshot.status.artifact` takes it.
@@ -65,6 +75,8 @@ pub enum Outcome {
     Deleted(String),
     LeftInPlace(String),
     Position(crate::agent_job::position::DiskPosition),
+    Archived(String),
+    Replayed(replay::Replayed),
     Error(String),
 }
 
@@ -79,6 +91,14 @@ pub async fn run(command: AgentCommand) -> i32 {
         AgentCommand::Restore(args) => {
             let log = args.termination_log.clone();
             (log, restore::run(args).await)
+        }
+        AgentCommand::Archive(args) => {
+            let log = args.termination_log.clone();
+            (log, archive::run(args).await.map(Outcome::Archived))
+        }
+        AgentCommand::Replay(args) => {
+            let log = args.termination_log.clone();
+            (log, replay::run(args).await.map(Outcome::Replayed))
         }
         AgentCommand::Position(args) => {
             let log = args.termination_log.clone();

@@ -2,11 +2,10 @@
 //! snapshot (maintenance `Snapshot`) to S3 or a PVC and report the artifact.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use futures::Stream;
 
+use super::dial::{self, EtcdTls};
 use super::{check_snapshot_name, pvc, Artifact};
 use crate::objectstore::{self, Failure, Location, S3Args, S3};
 
@@ -21,14 +20,8 @@ pub struct SaveArgs {
     /// The EtcdSnapshot's UID, stamped on the stored object (the overwrite guard).
     #[arg(long)]
     pub snapshot_uid: String,
-    /// CA bundle (PEM) of etcd's client certificates.
-    #[arg(long)]
-    pub ca_file: Option<PathBuf>,
-    /// Client certificate (PEM) for mTLS, with --key-file.
-    #[arg(long, requires = "key_file")]
-    pub cert_file: Option<PathBuf>,
-    #[arg(long, requires = "cert_file")]
-    pub key_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: EtcdTls,
     #[command(flatten)]
     pub s3: S3Args,
     /// PVC destination: the claim's name (for the URI).
@@ -71,7 +64,8 @@ pub async fn run(args: SaveArgs) -> Result<Artifact, Failure> {
             uri
         }
     };
-    let etcd = connect(&args).await?;
+    // No request timeout: it would also bound the snapshot stream (grpc-timeout).
+    let etcd = dial::connect(&args.endpoints, &args.tls).await?;
     // What verification compares the stored snapshot with (agent/verify.rs).
     let recorded = super::verify::record(&etcd).await;
     let stream = etcd.maintenance_client().snapshot().await.map_err(|e| {
@@ -120,60 +114,6 @@ async fn destination(args: &SaveArgs) -> Result<Destination, Failure> {
             "no destination: pass --s3-bucket (S3) or --pvc-claim with --pvc-mount (PVC)",
         )),
     }
-}
-
-async fn connect(args: &SaveArgs) -> Result<Client, Failure> {
-    // No request timeout: it would also bound the snapshot stream (grpc-timeout). Keep-alives
-    // notice a member that went away mid-stream.
-    let mut options = ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(10))
-        .with_keep_alive(Duration::from_secs(10), Duration::from_secs(10));
-    if let Some(ca) = &args.ca_file {
-        let ca = read(ca, "--ca-file")?;
-        let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(ca));
-        if let (Some(cert), Some(key)) = (&args.cert_file, &args.key_file) {
-            tls = tls.identity(Identity::from_pem(
-                read(cert, "--cert-file")?,
-                read(key, "--key-file")?,
-            ));
-        }
-        options = options.with_tls(tls);
-    } else if args.endpoints.iter().any(|e| e.starts_with("https://")) {
-        return Err(Failure::permanent(
-            "https:// endpoints need --ca-file (the CA of etcd's client certificates)",
-        ));
-    }
-    if let Ok(user) = std::env::var("ETCD_USERNAME") {
-        if !user.is_empty() {
-            let password = std::env::var("ETCD_PASSWORD").unwrap_or_default();
-            options = options.with_user(user, password);
-        }
-    }
-    let connect = Client::connect(&args.endpoints, Some(options));
-    let client = tokio::time::timeout(Duration::from_secs(30), connect)
-        .await
-        .map_err(|_| {
-            Failure::transient(format!(
-                "etcd at {} did not answer within 30s; check the cluster is up and reachable",
-                args.endpoints.join(",")
-            ))
-        })?
-        .map_err(|e| {
-            let text = e.to_string();
-            let msg = format!("connecting to etcd at {}: {text}", args.endpoints.join(","));
-            if text.contains("authentication failed") || text.contains("invalid auth token") {
-                Failure::permanent(format!(
-                    "{msg}; check ETCD_USERNAME/ETCD_PASSWORD (the cluster's root credentials)"
-                ))
-            } else {
-                Failure::transient(msg)
-            }
-        })?;
-    Ok(client)
-}
-
-fn read(path: &PathBuf, flag: &str) -> Result<Vec<u8>, Failure> {
-    std::fs::read(path).map_err(|e| Failure::permanent(format!("{flag} {}: {e}", path.display())))
 }
 
 /// etcd's snapshot stream as chunks; the stream is pulled only as the consumer asks.

@@ -109,6 +109,14 @@ impl EtcdError {
         })
     }
 
+    /// A LeaseGrant of an ID the member already holds (`FailedPrecondition`, ErrLeaseExist):
+    /// a replay granting a lease its base snapshot brought along.
+    pub fn is_lease_exists(&self) -> bool {
+        self.grpc().is_some_and(|(c, m)| {
+            c == code::FAILED_PRECONDITION && m.contains("lease already exists")
+        })
+    }
+
     /// A message stable across retries (no addresses or ports), for conditions.
     pub fn stable_message(&self) -> String {
         match self {

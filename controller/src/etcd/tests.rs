@@ -26,6 +26,17 @@ fn etcd_refusals_are_classified_by_grpc_code_and_etcd_error() {
     assert!(too_soon.is_reconfig_too_soon());
     // Unavailable for another reason (no leader, connection refused) is a real failure.
     assert!(!answered(tonic::Code::Unavailable, "etcdserver: no leader").is_reconfig_too_soon());
+    let exists = answered(
+        tonic::Code::FailedPrecondition,
+        "etcdserver: lease already exists",
+    );
+    assert!(exists.is_lease_exists());
+    assert!(!not_ready.is_lease_exists());
+    assert!(!answered(
+        tonic::Code::NotFound,
+        "etcdserver: requested lease not found"
+    )
+    .is_lease_exists());
 }
 
 #[test]
