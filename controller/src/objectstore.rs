@@ -20,6 +20,8 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::operation::head_object::{HeadObjectError, HeadObjectOutput};
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext, TrustStore};
 
+use crate::web_identity::{env_value, WebIdentity};
+
 /// Object metadata key of the snapshot's UID (`x-amz-meta-snapshot-uid`).
 pub const META_UID: &str = "snapshot-uid";
 /// Object metadata key of the snapshot's sha256 (hex), as agents before the checksum object
@@ -220,8 +222,7 @@ impl S3 {
     pub async fn from_chain(args: &S3Args) -> Result<Self, Failure> {
         let http = http_client(args)?;
         let region = Region::new(args.s3_region.clone());
-        if let Some(web) = crate::web_identity::WebIdentity::from_env(http.clone(), region.clone())
-        {
+        if let Some(web) = WebIdentity::from_env(http.clone(), region.clone()) {
             return Ok(Self::build(
                 args,
                 http,
@@ -572,11 +573,6 @@ impl S3 {
 pub struct Uploaded {
     pub size: u64,
     pub sha256: String,
-}
-
-/// A non-empty environment variable.
-pub(crate) fn env_value(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
 /// The HTTP client of every request of one S3 client (and of its credential chain's STS and

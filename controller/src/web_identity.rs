@@ -17,8 +17,6 @@ use aws_credential_types::Credentials;
 use aws_sdk_sts::config::{BehaviorVersion, Region, SharedHttpClient};
 use aws_sdk_sts::error::DisplayErrorContext;
 
-use crate::objectstore::env_value;
-
 /// `AssumeRoleWithWebIdentity` with the token file and role the environment names.
 #[derive(Debug)]
 pub struct WebIdentity {
@@ -105,4 +103,9 @@ impl ProvideCredentials for WebIdentity {
     {
         future::ProvideCredentials::new(self.credentials())
     }
+}
+
+/// A non-empty environment variable (the AWS credential variables, here and in the object store).
+pub(crate) fn env_value(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
 }
