@@ -2,6 +2,14 @@
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
+# clippy is the compiler of the workspace's own crates in every cargo command here (cargo runs
+# clippy-driver instead of rustc for workspace members only, the way `cargo clippy` does): one
+# compilation lints and builds them, so `make test` needs no separate `cargo clippy` pass, whose
+# check of every dependency was the largest single step of a cold build. `-D warnings` as with
+# `cargo clippy -- -D warnings`; cargo tracks both variables, so a crate built without them is
+# compiled (and linted) again.
+export RUSTC_WORKSPACE_WRAPPER := clippy-driver
+export CLIPPY_ARGS := -D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
 
 # The Kubernetes/etcd/helm/cert-manager binaries built from Go modules (tools/testbins); the tests read this.
 TESTBINS_DIR := $(shell bash tools/testbins/build.sh --print-dir)
@@ -46,8 +54,13 @@ test: deps fmt-check clippy deny unit promtool suites
 fmt-check:
 	$(CARGO) fmt --all -- --check
 
+## clippy: every target of every workspace crate built (not run) by clippy-driver with -D warnings:
+## what `cargo clippy --workspace --all-targets -- -D warnings` checks, and the executables `unit`
+## and the suites run. The same two package selections as `unit` and the suites, so cargo's
+## feature resolution (and with it every dependency's build) is shared with them.
 clippy: deps
-	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(CARGO) test --workspace --exclude tests --all-targets --locked --no-run
+	$(CARGO) test -p tests --all-targets --locked --no-run
 
 ## deny: cargo-deny (installed once into a cache outside the repo, tools/deny/build.sh) checks the
 ## lock file against the RustSec advisories committed in tools/deny/advisory-db and deny.toml's
@@ -140,13 +153,9 @@ suites: testbins promtool test-image node-images nodebins upgrade-from
 
 ## build-tests: every binary `make test` runs (and clippy's check), built and not run. .ci/run runs
 ## it while the Go testbins build, so a cold machine compiles both at once.
-build-tests: deps
-	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
-	$(CARGO) test --workspace --locked --exclude tests --no-run
-	$(CARGO) test --locked -p tests --lib --test rollback_schema --no-run
+build-tests: clippy
 	$(CARGO) build --locked -p controller -p webhook -p kubectl-etcd --bins
 	bash tools/image/build.sh --test >/dev/null
-	$(CARGO) test --locked -p tests --no-run $(addprefix --test ,$(E2E_SUITES) $(API_SUITES))
 
 ## crds: write the CRDs generated from the Rust types into the chart (commit the result).
 crds:

@@ -70,6 +70,12 @@ fi
 bash "$here/deps.sh"
 
 start=$SECONDS
+# The binaries cargo leaves at the target directory's top are replaced by any later build of the
+# same names: tools/upgrade-from/build.sh builds an older commit's for the same target here. The
+# lock is held from this build until the binaries are copied out of it.
+mkdir -p "$target_dir"
+exec 8>"$target_dir/.image-bins.lock"
+flock 8
 log "cargo build --profile $profile --target $target (controller, webhook, kubectl-etcd) ..."
 (cd "$repo" && "$CARGO" build --locked --profile "$profile" --target "$target" \
 	-p controller --bin etcd-operator -p webhook --bin etcd-operator-webhook \
@@ -105,6 +111,7 @@ for bin in etcd-operator etcd-operator-webhook kubectl-etcd; do
 	# reads it (symbols stay, so backtraces keep their function names).
 	[[ $kind == test ]] && strip --strip-debug "$work/bin/$bin"
 done
+exec 8>&-
 
 epoch=1970-01-01T00:00:00Z
 umoci init --layout "$work/oci"
