@@ -4,6 +4,8 @@
 //! a schedule's prune Job, what such a Job's status and Pods say ([`JobView`]), and the agent's
 //! report in its termination message ([`AgentReport`]).
 //!
+//! The archiver Pod of a schedule's continuous archive is in [`archiver`].
+//!
 //! Pure: functions of the snapshot, its cluster and the operator image, or of a Job and its
 //! Pods as read. No I/O, and no controller's module: both controllers use this one.
 
@@ -28,6 +30,7 @@ use crate::auth;
 use crate::builders::s3_access::s3_access;
 use crate::builders::{mount, secret_env};
 
+pub mod archiver;
 pub mod position;
 pub mod verify;
 
@@ -74,42 +77,49 @@ fn secret_volume(name: &str, secret: &str) -> Volume {
     }
 }
 
-/// The snapshot Job, owned by the EtcdSnapshot.
-pub fn snapshot_job(
-    snapshot: &EtcdSnapshot,
-    cluster: &EtcdCluster,
-    operator_image: &str,
-) -> Result<Job, JobError> {
-    let name = snapshot.name_any();
-    let ns = snapshot.namespace().unwrap_or_default();
-    let cluster_name = cluster.name_any();
+/// How an agent reaches the cluster's client listener: `--endpoints` (the client Service), the
+/// TLS flags with the Secrets they read mounted, and the root login when auth is on.
+struct ClusterAccess {
+    endpoint: String,
+    tls_args: Vec<String>,
+    env: Vec<EnvVar>,
+    volumes: Vec<Volume>,
+    mounts: Vec<k8s_openapi::api::core::v1::VolumeMount>,
+}
+
+fn cluster_access(cluster: &EtcdCluster, ns: &str) -> ClusterAccess {
     let tls = cluster.spec.client_tls();
     let scheme = if tls { "https" } else { "http" };
-    let mut args = vec![
-        "snapshot-agent".to_string(),
-        "save".to_string(),
-        format!(
+    let mut access = ClusterAccess {
+        endpoint: format!(
             "--endpoints={scheme}://{}.{ns}.svc:2379",
-            labels::client_service_name(&cluster_name)
+            labels::client_service_name(&cluster.name_any())
         ),
-        format!("--snapshot-name={name}"),
-        format!("--snapshot-uid={}", snapshot.uid().unwrap_or_default()),
-        format!("--termination-log={TERMINATION_LOG}"),
-    ];
-    let mut env = Vec::new();
-    let mut volumes = Vec::new();
-    let mut mounts = Vec::new();
-
+        tls_args: Vec::new(),
+        env: Vec::new(),
+        volumes: Vec::new(),
+        mounts: Vec::new(),
+    };
     let (server, operator) = client_secrets(cluster);
     if let (true, Some(server)) = (tls, server) {
-        volumes.push(secret_volume("server-tls", &server));
-        mounts.push(mount("server-tls", &format!("{TLS_DIR}/server"), true));
-        args.push(format!("--ca-file={TLS_DIR}/server/ca.crt"));
+        access.volumes.push(secret_volume("server-tls", &server));
+        access
+            .mounts
+            .push(mount("server-tls", &format!("{TLS_DIR}/server"), true));
+        access
+            .tls_args
+            .push(format!("--ca-file={TLS_DIR}/server/ca.crt"));
         if let Some(operator) = operator {
-            volumes.push(secret_volume("client-tls", &operator));
-            mounts.push(mount("client-tls", &format!("{TLS_DIR}/client"), true));
-            args.push(format!("--cert-file={TLS_DIR}/client/tls.crt"));
-            args.push(format!("--key-file={TLS_DIR}/client/tls.key"));
+            access.volumes.push(secret_volume("client-tls", &operator));
+            access
+                .mounts
+                .push(mount("client-tls", &format!("{TLS_DIR}/client"), true));
+            access
+                .tls_args
+                .push(format!("--cert-file={TLS_DIR}/client/tls.crt"));
+            access
+                .tls_args
+                .push(format!("--key-file={TLS_DIR}/client/tls.key"));
         }
     }
     if auth::wanted(cluster.spec.auth.as_ref()) {
@@ -119,18 +129,42 @@ pub fn snapshot_job(
             .as_ref()
             .and_then(|a| a.root_credentials_secret_ref.as_ref())
         {
-            env.push(EnvVar {
+            access.env.push(EnvVar {
                 name: "ETCD_USERNAME".into(),
                 value: Some(auth::ROOT.into()),
                 value_from: None,
             });
-            env.push(secret_env(
+            access.env.push(secret_env(
                 "ETCD_PASSWORD",
                 &secret.name,
                 auth::PASSWORD_KEY,
             ));
         }
     }
+    access
+}
+
+/// The snapshot Job, owned by the EtcdSnapshot.
+pub fn snapshot_job(
+    snapshot: &EtcdSnapshot,
+    cluster: &EtcdCluster,
+    operator_image: &str,
+) -> Result<Job, JobError> {
+    let name = snapshot.name_any();
+    let ns = snapshot.namespace().unwrap_or_default();
+    let access = cluster_access(cluster, &ns);
+    let mut args = vec![
+        "snapshot-agent".to_string(),
+        "save".to_string(),
+        access.endpoint,
+        format!("--snapshot-name={name}"),
+        format!("--snapshot-uid={}", snapshot.uid().unwrap_or_default()),
+        format!("--termination-log={TERMINATION_LOG}"),
+    ];
+    args.extend(access.tls_args);
+    let mut env = access.env;
+    let mut volumes = access.volumes;
+    let mut mounts = access.mounts;
 
     let dest = &snapshot.spec.destination;
     let mut service_account = None;
@@ -294,36 +328,10 @@ fn owned_job(
         namespace: ns,
         cluster,
     } = owner;
-    let AgentPod {
-        args,
-        env,
-        volumes,
-        mounts,
-        service_account,
-        image,
-    } = pod;
-    let (image, command, init_containers) = match image {
-        Some(o) => (o.image, Some(o.command), o.init_containers),
-        None => (operator_image.to_string(), None, Vec::new()),
-    };
     // Not the member label: the runbook picks a member Pod with `-l <cluster label>` and
     // `.items[0]`, which must never land on a finished Job's Pod.
     let mut job_labels: BTreeMap<String, String> = labels::job_labels(&cluster);
     job_labels.insert(labels::APP_COMPONENT.into(), component.into());
-    let container = Container {
-        name: CONTAINER.into(),
-        image: Some(image),
-        command,
-        args: Some(args),
-        env: (!env.is_empty()).then_some(env),
-        volume_mounts: (!mounts.is_empty()).then_some(mounts),
-        termination_message_path: Some(TERMINATION_LOG.into()),
-        // The agent's result is its termination message; a crash without one falls back to
-        // the log's tail, which still says why.
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        security_context: Some(restricted()),
-        ..Default::default()
-    };
     Job {
         metadata: ObjectMeta {
             name: Some(job_name.to_string()),
@@ -352,31 +360,63 @@ fn owned_job(
                     labels: Some(job_labels),
                     ..Default::default()
                 }),
-                spec: Some(PodSpec {
-                    restart_policy: Some("Never".into()),
-                    service_account_name: service_account,
-                    // A web identity's token is projected by its own volume, for its audience.
-                    automount_service_account_token: Some(false),
-                    enable_service_links: Some(false),
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(NONROOT_ID),
-                        run_as_group: Some(NONROOT_ID),
-                        fs_group: Some(NONROOT_ID),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".into(),
-                            localhost_profile: None,
-                        }),
-                        ..Default::default()
-                    }),
-                    init_containers: (!init_containers.is_empty()).then_some(init_containers),
-                    containers: vec![container],
-                    volumes: (!volumes.is_empty()).then_some(volumes),
-                    ..Default::default()
-                }),
+                spec: Some(agent_pod_spec(pod, operator_image, "Never")),
             },
             ..Default::default()
         }),
+        ..Default::default()
+    }
+}
+
+/// The Pod spec of an agent: its one container (or the image override's), non-root with a
+/// read-only root, the ServiceAccount of its S3 access, no API token mounted.
+fn agent_pod_spec(pod: AgentPod, operator_image: &str, restart_policy: &str) -> PodSpec {
+    let AgentPod {
+        args,
+        env,
+        volumes,
+        mounts,
+        service_account,
+        image,
+    } = pod;
+    let (image, command, init_containers) = match image {
+        Some(o) => (o.image, Some(o.command), o.init_containers),
+        None => (operator_image.to_string(), None, Vec::new()),
+    };
+    let container = Container {
+        name: CONTAINER.into(),
+        image: Some(image),
+        command,
+        args: Some(args),
+        env: (!env.is_empty()).then_some(env),
+        volume_mounts: (!mounts.is_empty()).then_some(mounts),
+        termination_message_path: Some(TERMINATION_LOG.into()),
+        // The agent's result is its termination message; a crash without one falls back to
+        // the log's tail, which still says why.
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        security_context: Some(restricted()),
+        ..Default::default()
+    };
+    PodSpec {
+        restart_policy: Some(restart_policy.into()),
+        service_account_name: service_account,
+        // A web identity's token is projected by its own volume, for its audience.
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(NONROOT_ID),
+            run_as_group: Some(NONROOT_ID),
+            fs_group: Some(NONROOT_ID),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            }),
+            ..Default::default()
+        }),
+        init_containers: (!init_containers.is_empty()).then_some(init_containers),
+        containers: vec![container],
+        volumes: (!volumes.is_empty()).then_some(volumes),
         ..Default::default()
     }
 }

@@ -341,6 +341,28 @@ impl Window {
     }
 }
 
+/// The key prefix of a schedule's archive: `archive/<schedule>/` under its destination's key
+/// (`<key>archive/<schedule>/` when the key ends in `/`, else `<key>/archive/<schedule>/`).
+pub fn schedule_prefix(destination_key: Option<&str>, schedule: &str) -> String {
+    match destination_key.unwrap_or("").trim() {
+        "" => format!("archive/{schedule}/"),
+        p if p.ends_with('/') => format!("{p}archive/{schedule}/"),
+        p => format!("{p}/archive/{schedule}/"),
+    }
+}
+
+/// The base of the archive's window: the oldest of the `verified` snapshot revisions that the
+/// newest contiguous run of segments starts right after or covers. A recovery reaches every
+/// revision from it to [`Window::last`]. `None` when no verified snapshot anchors the run.
+pub fn window_base(window: &Window, verified: &[i64]) -> Option<i64> {
+    let (first, last) = (window.first?, window.last?);
+    verified
+        .iter()
+        .copied()
+        .filter(|&base| base >= first - 1 && base <= last)
+        .min()
+}
+
 /// The segments to replay to reach `target` from a base snapshot at `base` (its revision): those
 /// holding revisions `base+1..=target`, in order. `Err` names the first missing revision when
 /// the window does not cover them contiguously.

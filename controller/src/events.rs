@@ -69,6 +69,13 @@ pub enum Reason {
     SnapshotReplaced,
     SnapshotPruned,
     PruneFailed,
+    /// The schedule's archiver Pod was created (or replaced after a change of spec.archive).
+    ArchiverStarted,
+    /// The continuous archive lacks revisions between two segments (the archiver fell behind
+    /// a compaction).
+    ArchiveGap,
+    /// The archive could not be listed, or its archiver not run (the message says why).
+    ArchiveFailed,
     DefragCreated,
     DefragSkipped,
     /// A policy stamped the run of a scheduled tick (the reference's word).
@@ -153,6 +160,9 @@ impl Reason {
         Reason::SnapshotReplaced,
         Reason::SnapshotPruned,
         Reason::PruneFailed,
+        Reason::ArchiverStarted,
+        Reason::ArchiveGap,
+        Reason::ArchiveFailed,
         Reason::DefragCreated,
         Reason::DefragSkipped,
         Reason::StampedRun,
@@ -226,6 +236,9 @@ impl Reason {
             Reason::SnapshotReplaced => "SnapshotReplaced",
             Reason::SnapshotPruned => "SnapshotPruned",
             Reason::PruneFailed => "PruneFailed",
+            Reason::ArchiverStarted => "ArchiverStarted",
+            Reason::ArchiveGap => "ArchiveGap",
+            Reason::ArchiveFailed => "ArchiveFailed",
             Reason::DefragCreated => "DefragCreated",
             Reason::DefragSkipped => "DefragSkipped",
             Reason::StampedRun => "StampedRun",

@@ -22,6 +22,9 @@ use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext,
 
 use crate::web_identity::{env_value, WebIdentity};
 
+mod list;
+pub use list::Listed;
+
 /// Object metadata key of the snapshot's UID (`x-amz-meta-snapshot-uid`).
 pub const META_UID: &str = "snapshot-uid";
 /// Object metadata key of the snapshot's sha256 (hex), as agents before the checksum object

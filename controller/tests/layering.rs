@@ -86,6 +86,9 @@ const PURE: &[&str] = &[
     "agent_job/verify.rs",
     "agent_job/position.rs",
     "agent_job/position/tests.rs",
+    "agent_job/archiver.rs",
+    "agent_job/archiver/tests.rs",
+    "schedule/archive/tests.rs",
     // The WAL reader of the agent's `position` (bytes in, position out; the agent lists and
     // opens the files).
     "agent/wal.rs",

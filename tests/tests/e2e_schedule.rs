@@ -4,19 +4,24 @@
 //! new ones; Failed snapshots beyond `keepLast` are pruned through prune Jobs that remove the
 //! file a Failed snapshot wrote and leave another snapshot's. The same with an S3 destination on a real MinIO: a pruned snapshot's object is gone
 //! from the bucket, the kept one's is there; then the credentials go bad and the failed runs
-//! that follow never push the good snapshot (or its object) out of `keepLast`.
+//! that follow never push the good snapshot (or its object) out of `keepLast`. And the
+//! continuous archive of `spec.archive`: its archiver Pod stores every write once (read back from
+//! MinIO, checksums checked), the status follows it and finds its base among the schedule's
+//! verified snapshots, a change of the spec replaces the archiver with no gap and no duplicate,
+//! and removing the field removes the archiver.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use api::labels;
 use api::v1alpha2::{EtcdSnapshot, EtcdSnapshotSchedule, SnapshotPhase};
-use k8s_openapi::api::core::v1::Secret;
+use controller::archive::{SegmentName, Window};
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::Api;
 use serde_json::json;
 use tests::backup::create_backups_claim;
-use tests::e2e::{env, spec};
+use tests::e2e::{env, put_keys, spec};
 use tests::OrPanic;
 
 const BOOT: Duration = Duration::from_secs(180);
@@ -443,4 +448,213 @@ async fn s3_retention_deletes_pruned_objects_and_failed_runs_never_prune_the_goo
         )
         .await
         .or_panic();
+}
+
+/// Every record of the archive under `prefix` in the bucket, decoded (checksums checked), and
+/// the window its segment names make.
+async fn archived(
+    minio: &tests::env::minio::Minio,
+    prefix: &str,
+) -> (Window, Vec<controller::archive::Record>) {
+    let mut names = Vec::new();
+    let mut records = Vec::new();
+    for (key, _) in minio.objects().await {
+        let Some(name) = SegmentName::parse(prefix, &key) else {
+            continue;
+        };
+        let (_, _, body) = minio.object(&key).await;
+        records.extend(
+            controller::archive::decode(name, &body)
+                .unwrap_or_else(|e| panic!("segment {key} does not decode: {e}")),
+        );
+        names.push(name);
+    }
+    (Window::of(&names), records)
+}
+
+/// The revisions of `keys` in the archive: each key must be there exactly once (one put each)
+/// with the value written.
+fn archived_once(records: &[controller::archive::Record], keys: &BTreeMap<String, String>) {
+    for (key, value) in keys {
+        let puts: Vec<_> = records.iter().filter(|r| r.key == key.as_bytes()).collect();
+        assert_eq!(puts.len(), 1, "{key} is archived {} times", puts.len());
+        assert_eq!(puts[0].value, value.as_bytes(), "{key}'s archived value");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_archive_on_the_schedule_holds_every_write_once_and_its_archiver_follows_spec_archive() {
+    let env = env().await;
+    let ns = env.namespace("sched-arch").await;
+    let client = env.client();
+    let (minio, _minio_root, endpoint) = env.minio(&ns).await;
+    env.create_cluster(&ns, "arc", spec(1)).await;
+    env.wait_healthy(&ns, "arc", 1, BOOT).await;
+    let schedules = Api::<EtcdSnapshotSchedule>::namespaced(client.clone(), &ns);
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let _: EtcdSnapshotSchedule = tests::harness::create(
+        &client,
+        &ns,
+        json!({"apiVersion": "etcd-operator.cozystack.io/v1alpha2", "kind": "EtcdSnapshotSchedule",
+               "metadata": {"name": "arch"},
+               "spec": {"clusterRef": {"name": "arc"}, "schedule": "* * * * *",
+                        "snapshotTemplate": {"destination": {"s3": {
+                            "endpoint": endpoint, "bucket": minio.bucket, "key": "pitr/",
+                            "forcePathStyle": true,
+                            "credentialsSecretRef": {"name": "s3-creds"}}}},
+                        "retention": {"keepLast": 2},
+                        "archive": {"flushInterval": "500ms", "hashInterval": "5s"}}}),
+    )
+    .await;
+    let prefix = "pitr/archive/arch/";
+    let running = |pods: Api<Pod>| async move {
+        let pod = pods
+            .get_opt("arch-archive")
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no Pod arch-archive")?;
+        let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+        match phase.as_deref() {
+            Some("Running") => Ok(pod),
+            other => Err(format!("arch-archive is {other:?}")),
+        }
+    };
+    let first =
+        tests::harness::eventually("the archiver Pod runs", Duration::from_secs(120), || {
+            running(pods.clone())
+        })
+        .await;
+
+    let mut etcd = env.etcd_client(&ns, "arc").await;
+    let mut written = put_keys(&mut etcd, "pitr-a/", 40).await;
+    let newest = |etcd: etcd_client::Client| async move {
+        let mut etcd = etcd;
+        etcd.get("pitr", None)
+            .await
+            .or_panic()
+            .header()
+            .map_or(0, |h| h.revision())
+    };
+    let written_at = newest(etcd.clone()).await;
+    let reported = |schedules: Api<EtcdSnapshotSchedule>, at: i64| async move {
+        let s = schedules.get("arch").await.map_err(|e| e.to_string())?;
+        let archive = s.status.and_then(|st| st.archive).unwrap_or_default();
+        match archive.newest_revision {
+            Some(r) if r >= at => Ok(archive),
+            _ => Err(format!(
+                "status.archive {archive:?}, waiting for revision {at}"
+            )),
+        }
+    };
+    let status = tests::harness::eventually(
+        "status.archive reaches the last write's revision",
+        Duration::from_secs(90),
+        || reported(schedules.clone(), written_at),
+    )
+    .await;
+    assert!(status.gaps.is_empty(), "gaps: {:?}", status.gaps);
+    assert!(status.newest_time.is_some(), "{status:?}");
+    let (window, records) = archived(&minio, prefix).await;
+    assert!(
+        window.gaps.is_empty() && window.overlaps.is_empty(),
+        "{window:?}"
+    );
+    assert!(window.last >= Some(written_at), "{window:?}");
+    archived_once(&records, &written);
+
+    // The schedule's first verified snapshot inside the archive's run becomes the window's base.
+    let base = tests::harness::eventually(
+        "a verified snapshot of the schedule is the archive's base",
+        Duration::from_secs(300),
+        || async {
+            let s = schedules.get("arch").await.map_err(|e| e.to_string())?;
+            let archive = s.status.and_then(|st| st.archive).unwrap_or_default();
+            archive
+                .window_start_revision
+                .map(|b| (b, archive))
+                .ok_or_else(|| "no windowStartRevision yet".to_string())
+        },
+    )
+    .await;
+    assert!(
+        base.0 >= base.1.first_revision.unwrap_or(i64::MAX) - 1
+            && Some(base.0) <= base.1.newest_revision,
+        "{base:?}"
+    );
+
+    // A change of spec.archive replaces the archiver; the archive goes on with no gap and no
+    // revision twice.
+    schedules
+        .patch(
+            "arch",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"archive": {"flushInterval": "1s"}}})),
+        )
+        .await
+        .or_panic();
+    let first_uid = first.metadata.uid.clone();
+    tests::harness::eventually("a new archiver Pod runs", Duration::from_secs(120), || {
+        let pods = pods.clone();
+        let first_uid = first_uid.clone();
+        async move {
+            let pod = running(pods).await?;
+            let args = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.containers[0].args.clone())
+                .unwrap_or_default();
+            if pod.metadata.uid != first_uid && args.iter().any(|a| a == "--flush-interval=1s") {
+                Ok(())
+            } else {
+                Err(format!("arch-archive is still the first one: {args:?}"))
+            }
+        }
+    })
+    .await;
+    written.extend(put_keys(&mut etcd, "pitr-b/", 20).await);
+    let written_at = newest(etcd.clone()).await;
+    tests::harness::eventually(
+        "status.archive reaches the writes after the replacement",
+        Duration::from_secs(90),
+        || reported(schedules.clone(), written_at),
+    )
+    .await;
+    let (window, records) = archived(&minio, prefix).await;
+    assert!(
+        window.gaps.is_empty() && window.overlaps.is_empty(),
+        "{window:?}"
+    );
+    archived_once(&records, &written);
+
+    // Without spec.archive the archiver goes; the stored archive stays.
+    schedules
+        .patch(
+            "arch",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"archive": null}})),
+        )
+        .await
+        .or_panic();
+    tests::harness::eventually(
+        "the archiver Pod is gone and status.archive with it",
+        Duration::from_secs(90),
+        || async {
+            let pod = pods
+                .get_opt("arch-archive")
+                .await
+                .map_err(|e| e.to_string())?;
+            let s = schedules.get("arch").await.map_err(|e| e.to_string())?;
+            let archive = s.status.and_then(|st| st.archive);
+            match (&pod, &archive) {
+                (None, None) => Ok(()),
+                _ => Err(format!(
+                    "Pod {:?}, status.archive {archive:?}",
+                    pod.map(|p| p.metadata.uid)
+                )),
+            }
+        },
+    )
+    .await;
+    let (window, _) = archived(&minio, prefix).await;
+    assert!(window.last >= Some(written_at), "{window:?}");
 }

@@ -16,6 +16,14 @@ pub const MAX_SCHEDULE_NAME: usize = 44;
 pub const MAX_KEEP_LAST: i32 = 1000;
 /// `retention.maxAge`: a whole number of minutes, hours or days (`30m`, `12h`, `7d`).
 pub const MAX_AGE_PATTERN: &str = r"^[1-9][0-9]{0,5}(m|h|d)$";
+/// `archive.flushInterval`: 100 to 999 milliseconds or 1 to 99 seconds (`500ms`, `2s`).
+pub const FLUSH_INTERVAL_PATTERN: &str = r"^([1-9][0-9]{2}ms|[1-9][0-9]?s)$";
+/// `archive.hashInterval`: a whole number of seconds or minutes (`30s`, `5m`).
+pub const HASH_INTERVAL_PATTERN: &str = r"^([1-9][0-9]{0,3}s|[1-9][0-9]?m)$";
+/// `archive.flushInterval` when unset: the most writes a loss of the whole cluster costs.
+pub const DEFAULT_FLUSH_INTERVAL: &str = "2s";
+/// `archive.hashInterval` when unset.
+pub const DEFAULT_HASH_INTERVAL: &str = "30s";
 
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[kube(
@@ -50,6 +58,8 @@ pub const MAX_AGE_PATTERN: &str = r"^[1-9][0-9]{0,5}(m|h|d)$";
         .message("metadata.name must be a DNS label of at most 44 characters: the schedule names its snapshots <name>-<unix minutes> and their Jobs <snapshot>-snapshot, which must stay within 63 characters; choose a shorter name such as my-etcd-hourly")
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.archive) || has(self.snapshotTemplate.destination.s3)")
+    .message("spec.archive needs an S3 destination (spec.snapshotTemplate.destination.s3): the archive's segments are stored beside the schedule's snapshots, and a PVC destination cannot hold them; use an S3 destination or remove spec.archive"))]
 pub struct EtcdSnapshotScheduleSpec {
     /// The EtcdCluster (same namespace) to snapshot.
     pub cluster_ref: LocalReference,
@@ -82,6 +92,46 @@ pub struct EtcdSnapshotScheduleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 31_622_400))]
     pub starting_deadline_seconds: Option<i64>,
+    /// A continuous archive of every revision of the cluster after the schedule's snapshots,
+    /// seconds behind it, for point-in-time recovery (docs/point-in-time-recovery.md). S3
+    /// destinations only. Absent: snapshots only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<ArchiveSpec>,
+}
+
+/// The continuous archive: an archiver Pod `<schedule>-archive` watches the cluster's whole
+/// keyspace and stores every revision, as segments, under `<destination key>archive/<schedule>/`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveSpec {
+    /// How often the archiver stores what it buffered as one segment: the most writes the loss
+    /// of the whole cluster costs. `100ms` to `999ms` or `1s` to `99s`; default `2s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(r"self.matches('^([1-9][0-9]{2}ms|[1-9][0-9]?s)$')")
+        .message("spec.archive.flushInterval must be 100ms to 999ms or 1s to 99s, such as 500ms or 2s: how often the archiver stores what it buffered"))]
+    #[schemars(length(max = 16))]
+    pub flush_interval: Option<String>,
+    /// How often the archiver records the cluster's own `HashKV`, what a point-in-time
+    /// recovery is proven exact against. Seconds or minutes (`30s`, `5m`); default `30s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(r"self.matches('^([1-9][0-9]{0,3}s|[1-9][0-9]?m)$')")
+        .message("spec.archive.hashInterval must be a whole number of seconds or minutes such as 30s or 5m"))]
+    #[schemars(length(max = 16))]
+    pub hash_interval: Option<String>,
+}
+
+impl ArchiveSpec {
+    pub fn flush_interval(&self) -> &str {
+        self.flush_interval
+            .as_deref()
+            .unwrap_or(DEFAULT_FLUSH_INTERVAL)
+    }
+
+    pub fn hash_interval(&self) -> &str {
+        self.hash_interval
+            .as_deref()
+            .unwrap_or(DEFAULT_HASH_INTERVAL)
+    }
 }
 
 impl EtcdSnapshotScheduleSpec {
@@ -187,6 +237,37 @@ pub struct EtcdSnapshotScheduleStatus {
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// What the continuous archive holds, as its segments in the object store say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<ArchiveStatus>,
+}
+
+/// The continuous archive as stored: read from the listing of its segments.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveStatus {
+    /// The newest archived revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub newest_revision: Option<i64>,
+    /// When the segment holding the newest archived revision was stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub newest_time: Option<Time>,
+    /// The first revision of the archive's newest contiguous run (revisions from here to
+    /// `newestRevision` are all archived).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_revision: Option<i64>,
+    /// The revision of the oldest verified snapshot of the schedule that the contiguous run
+    /// starts right after or covers (its base): a point-in-time recovery reaches every
+    /// revision from this one to `newestRevision`. Absent until such a base snapshot exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_start_revision: Option<i64>,
+    /// Revisions the archive lacks between its segments (`<first>-<last>`), oldest first: the
+    /// archiver fell behind a compaction. At most the newest 10.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<String>,
+    /// How many segments are stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segments: Option<i64>,
 }
 
 #[cfg(test)]

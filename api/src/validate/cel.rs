@@ -23,6 +23,14 @@ pub(super) const RETENTION_EMPTY: &str =
 pub(super) const RETENTION_MAX_AGE: &str =
     "spec.retention.maxAge must be a whole number of minutes, hours or days such as 30m, 12h or 7d";
 
+/// EtcdSnapshotSchedule: `spec.archive` needs an S3 destination.
+pub(super) const ARCHIVE_NEEDS_S3: &str = "spec.archive needs an S3 destination (spec.snapshotTemplate.destination.s3): the archive's segments are stored beside the schedule's snapshots, and a PVC destination cannot hold them; use an S3 destination or remove spec.archive";
+/// EtcdSnapshotSchedule: the shape of `spec.archive.flushInterval`.
+pub(super) const ARCHIVE_FLUSH_INTERVAL: &str = "spec.archive.flushInterval must be 100ms to 999ms or 1s to 99s, such as 500ms or 2s: how often the archiver stores what it buffered";
+/// EtcdSnapshotSchedule: the shape of `spec.archive.hashInterval`.
+pub(super) const ARCHIVE_HASH_INTERVAL: &str =
+    "spec.archive.hashInterval must be a whole number of seconds or minutes such as 30s or 5m";
+
 /// EtcdDefragPolicy: the name rule on the CRD root.
 pub(super) const POLICY_NAME: &str = "metadata.name must be at most 63 characters: the policy's runs carry it as the value of the etcd-operator.cozystack.io/defrag-policy label; choose a shorter name such as my-etcd-defrag";
 /// EtcdDefragPolicy: a schedule, a check interval or both.
@@ -81,6 +89,9 @@ mod tests {
             TIME_ZONE,
             RETENTION_EMPTY,
             RETENTION_MAX_AGE,
+            ARCHIVE_NEEDS_S3,
+            ARCHIVE_FLUSH_INTERVAL,
+            ARCHIVE_HASH_INTERVAL,
             POLICY_NAME,
             POLICY_TRIGGER,
             POLICY_ALL_WITH_CHECKS,

@@ -10,14 +10,20 @@ use super::location::destination;
 use super::{cel, Violation};
 use crate::cron::{Schedule, ScheduleError};
 use crate::v1alpha2::{
-    EtcdDefragPolicySpec, EtcdSnapshotScheduleSpec, CHECK_INTERVAL_PATTERN, MAX_AGE_PATTERN,
-    MAX_HISTORY_LIMIT, MAX_KEEP_LAST,
+    EtcdDefragPolicySpec, EtcdSnapshotScheduleSpec, CHECK_INTERVAL_PATTERN, FLUSH_INTERVAL_PATTERN,
+    HASH_INTERVAL_PATTERN, MAX_AGE_PATTERN, MAX_HISTORY_LIMIT, MAX_KEEP_LAST,
 };
 
 static DNS_LABEL_RE: LazyLock<regex::Regex> =
     LazyLock::new(|| regex::Regex::new("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$").expect("a valid regex"));
 static MAX_AGE_RE: LazyLock<regex::Regex> =
     LazyLock::new(|| regex::Regex::new(MAX_AGE_PATTERN).expect("MAX_AGE_PATTERN is a valid regex"));
+static FLUSH_INTERVAL_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
+    regex::Regex::new(FLUSH_INTERVAL_PATTERN).expect("FLUSH_INTERVAL_PATTERN is a valid regex")
+});
+static HASH_INTERVAL_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
+    regex::Regex::new(HASH_INTERVAL_PATTERN).expect("HASH_INTERVAL_PATTERN is a valid regex")
+});
 static CHECK_INTERVAL_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
     regex::Regex::new(CHECK_INTERVAL_PATTERN).expect("CHECK_INTERVAL_PATTERN is a valid regex")
 });
@@ -124,6 +130,46 @@ pub fn schedule_spec(spec: &EtcdSnapshotScheduleSpec) -> Vec<Violation> {
             out.push(
                 Violation::of_rule("spec.retention.maxAge", cel::RETENTION_MAX_AGE, "", "")
                     .value(format!("{age:?}")),
+            );
+        }
+    }
+    if let Some(archive) = &spec.archive {
+        if spec.snapshot_template.destination.s3.is_none() {
+            out.push(Violation::of_rule(
+                "spec.archive",
+                cel::ARCHIVE_NEEDS_S3,
+                "",
+                "",
+            ));
+        }
+        if let Some(v) = archive
+            .flush_interval
+            .as_deref()
+            .filter(|v| !FLUSH_INTERVAL_RE.is_match(v))
+        {
+            out.push(
+                Violation::of_rule(
+                    "spec.archive.flushInterval",
+                    cel::ARCHIVE_FLUSH_INTERVAL,
+                    "",
+                    "",
+                )
+                .value(format!("{v:?}")),
+            );
+        }
+        if let Some(v) = archive
+            .hash_interval
+            .as_deref()
+            .filter(|v| !HASH_INTERVAL_RE.is_match(v))
+        {
+            out.push(
+                Violation::of_rule(
+                    "spec.archive.hashInterval",
+                    cel::ARCHIVE_HASH_INTERVAL,
+                    "",
+                    "",
+                )
+                .value(format!("{v:?}")),
             );
         }
     }

@@ -168,3 +168,30 @@ fn a_replay_across_overlapping_segments_takes_each_once_in_order() {
     );
     assert_eq!(segments_for(&names, 22, 24), Ok(vec![name(15, 25)]));
 }
+
+#[test]
+fn a_schedules_archive_lives_under_its_destination_key() {
+    assert_eq!(schedule_prefix(None, "hourly"), "archive/hourly/");
+    assert_eq!(schedule_prefix(Some(""), "hourly"), "archive/hourly/");
+    assert_eq!(
+        schedule_prefix(Some("my-etcd/"), "hourly"),
+        "my-etcd/archive/hourly/"
+    );
+    assert_eq!(
+        schedule_prefix(Some("my-etcd"), "hourly"),
+        "my-etcd/archive/hourly/"
+    );
+}
+
+#[test]
+fn the_window_starts_at_the_oldest_verified_snapshot_the_newest_run_reaches() {
+    // Two runs: 10..=20, then a gap, then 31..=50.
+    let w = Window::of(&[name(10, 20), name(31, 40), name(41, 50)]);
+    // 15 is inside the older run only; 30 is right before the newest run; 45 inside it.
+    assert_eq!(window_base(&w, &[15, 30, 45]), Some(30));
+    assert_eq!(window_base(&w, &[15, 45]), Some(45));
+    // A snapshot newer than the newest archived revision anchors nothing yet.
+    assert_eq!(window_base(&w, &[15, 51]), None);
+    assert_eq!(window_base(&w, &[]), None);
+    assert_eq!(window_base(&Window::default(), &[30]), None);
+}

@@ -4,6 +4,7 @@
 //! by the retention policy (the EtcdSnapshot and its S3 object, or its PVC file through a
 //! `<snapshot>-prune` Job), and requeues itself at the next fire time. The decisions are in [`plan`].
 
+mod archive;
 pub mod plan;
 
 use std::collections::BTreeMap;
@@ -41,6 +42,9 @@ use plan::{Owned, Removal, Unowned};
 /// How often a schedule with unfinished snapshots looks again (their end may allow a run
 /// skipped by `Forbid`, and retention counts finished snapshots only).
 const ACTIVE_RECHECK: Duration = Duration::from_secs(15);
+/// How often a schedule with `spec.archive` reads its archive's listing into the status (and
+/// looks at its archiver Pod, which its deletion also brings back through the watch).
+const ARCHIVE_RECHECK: Duration = Duration::from_secs(15);
 
 /// The snapshots of `schedule` among `all`: labelled with its name and owned by it.
 fn owned_by<'a>(schedule: &EtcdSnapshotSchedule, all: &'a [EtcdSnapshot]) -> Vec<&'a EtcdSnapshot> {
@@ -218,6 +222,7 @@ pub async fn reconcile(
     }
 
     let pruning = prune(&schedule, &ctx, &snapshots, &mut mine, now).await?;
+    status.archive = archive::reconcile(&ctx, &schedule, &mine, status.archive.as_ref()).await?;
 
     status.active = mine
         .iter()
@@ -274,6 +279,9 @@ pub async fn reconcile(
     };
     if !status.active.is_empty() || pruning {
         wait = wait.min(ACTIVE_RECHECK);
+    }
+    if schedule.spec.archive.is_some() {
+        wait = wait.min(ARCHIVE_RECHECK);
     }
     Ok(Requeue::requeue(wait))
 }

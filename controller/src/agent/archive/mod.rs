@@ -58,8 +58,20 @@ pub struct ArchiveArgs {
     /// How often the cluster's HashKV at the newest archived revision is recorded.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub hash_interval: Duration,
+    /// What a watch cut off by a compaction does: `stop` (exit 2 naming the lost revisions) or
+    /// `continue` from the oldest revision the cluster still has, leaving the lost ones as a
+    /// gap between two segments (what the operator's archiver does: it reports the gap).
+    #[arg(long, value_enum, default_value_t = OnCompaction::Stop)]
+    pub on_compaction: OnCompaction,
     #[arg(long, default_value = "/dev/termination-log")]
     pub termination_log: PathBuf,
+}
+
+/// `--on-compaction`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnCompaction {
+    Stop,
+    Continue,
 }
 
 /// What the archiver holds between flushes.
@@ -156,6 +168,23 @@ pub async fn run(args: ArchiveArgs) -> Result<String, Failure> {
                 message = watch.message() => match message {
                     Ok(Some(response)) => {
                         if response.canceled() {
+                            if response.compact_revision() > 0 && args.on_compaction == OnCompaction::Continue {
+                                archiver.flush().await?;
+                                if archiver.stored.is_some() {
+                                    tracing::warn!(
+                                        lost_from = archiver.next,
+                                        lost_to = response.compact_revision() - 1,
+                                        "the watch was cut off by a compaction: the archive has a gap; archiving on from the oldest revision the cluster has"
+                                    );
+                                } else {
+                                    tracing::info!(
+                                        from = response.compact_revision(),
+                                        "the cluster's history starts after a compaction: an empty archive starts there"
+                                    );
+                                }
+                                archiver.next = archiver.next.max(response.compact_revision());
+                                break;
+                            }
                             if response.compact_revision() > 0 {
                                 archiver.flush().await?;
                                 return Err(Failure::permanent(format!(

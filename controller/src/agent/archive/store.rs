@@ -52,32 +52,13 @@ impl Store {
 
     /// Every key under `listing`, in S3's (lexical) order.
     pub async fn keys(&self, listing: &str) -> Result<Vec<String>, Failure> {
-        let mut keys = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let page = self
-                .s3
-                .client
-                .list_objects_v2()
-                .bucket(&self.bucket)
-                .prefix(listing)
-                .set_continuation_token(token.take())
-                .send()
-                .await
-                .map_err(|e| {
-                    self.s3
-                        .request_failure("ListObjectsV2", &self.at(listing.into()), &e)
-                })?;
-            keys.extend(
-                page.contents()
-                    .iter()
-                    .filter_map(|o| o.key().map(str::to_string)),
-            );
-            match page.next_continuation_token() {
-                Some(next) if page.is_truncated() == Some(true) => token = Some(next.to_string()),
-                _ => return Ok(keys),
-            }
-        }
+        Ok(self
+            .s3
+            .list(&self.bucket, listing)
+            .await?
+            .into_iter()
+            .map(|o| o.key)
+            .collect())
     }
 
     pub async fn segments(&self) -> Result<Vec<SegmentName>, Failure> {
