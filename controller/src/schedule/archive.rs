@@ -34,10 +34,10 @@ pub(super) async fn reconcile(
     let name = schedule.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pod_name = archiver::pod_name(&name);
-    let existing = pods
-        .get_opt(&pod_name)
-        .await?
-        .filter(|p| owned_by(p, schedule));
+    let found = pods.get_opt(&pod_name).await?;
+    // A Pod of that name the schedule does not own is never touched.
+    let foreign = found.as_ref().is_some_and(|p| !owned_by(p, schedule));
+    let existing = found.filter(|p| owned_by(p, schedule));
     let Some(archive_on_s3) = schedule
         .spec
         .archive
@@ -56,6 +56,19 @@ pub(super) async fn reconcile(
             .await?,
         ctx.config.operator_image.as_deref(),
     ) {
+        (Some(_), Some(_)) if foreign => {
+            ctx.event(
+                schedule,
+                true,
+                Reason::ArchiveFailed,
+                Action::Create,
+                format!(
+                    "a Pod named {pod_name} exists that this schedule does not own, so its \
+                     archiver cannot run; delete that Pod (or rename the schedule)"
+                ),
+            )
+            .await
+        }
         (Some(cluster), Some(image)) => match archiver_pod(schedule, &cluster, image) {
             Ok(desired) => match &existing {
                 None => {
@@ -75,7 +88,10 @@ pub(super) async fn reconcile(
                 }
                 // Replaced: a Pod's spec cannot change in place. The archiver stores what it
                 // buffered on SIGTERM; the next reconcile creates the new one.
-                Some(pod) if !is_current(pod, &desired) || ended(pod) => {
+                Some(pod)
+                    if pod.metadata.deletion_timestamp.is_none()
+                        && (!is_current(pod, &desired) || ended(pod)) =>
+                {
                     delete(&pods, &pod_name).await?;
                 }
                 Some(_) => {}
