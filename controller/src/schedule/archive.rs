@@ -36,8 +36,8 @@ pub(super) async fn reconcile(
     let pod_name = archiver::pod_name(&name);
     let found = pods.get_opt(&pod_name).await?;
     // A Pod of that name the schedule does not own is never touched.
-    let foreign = found.as_ref().is_some_and(|p| !owned_by(p, schedule));
-    let existing = found.filter(|p| owned_by(p, schedule));
+    let foreign = found.as_ref().is_some_and(|p| !super::owns(schedule, p));
+    let existing = found.filter(|p| super::owns(schedule, p));
     let Some(archive_on_s3) = schedule
         .spec
         .archive
@@ -209,13 +209,6 @@ fn verified_bases(mine: &[EtcdSnapshot]) -> Vec<i64> {
         .filter_map(|s| s.status.as_ref()?.verification.as_ref())
         .map(|v| v.revision)
         .collect()
-}
-
-fn owned_by(pod: &Pod, schedule: &EtcdSnapshotSchedule) -> bool {
-    let uid = schedule.uid();
-    pod.owner_references()
-        .iter()
-        .any(|o| Some(&o.uid) == uid.as_ref() && o.kind == "EtcdSnapshotSchedule")
 }
 
 /// A Pod that will not run again (restartPolicy Always ends only when evicted or its node

@@ -48,14 +48,16 @@ const ARCHIVE_RECHECK: Duration = Duration::from_secs(15);
 
 /// The snapshots of `schedule` among `all`: labelled with its name and owned by it.
 fn owned_by<'a>(schedule: &EtcdSnapshotSchedule, all: &'a [EtcdSnapshot]) -> Vec<&'a EtcdSnapshot> {
+    all.iter().filter(|s| owns(schedule, *s)).collect()
+}
+
+/// Whether `schedule` is an owner of `object` (by UID).
+fn owns(schedule: &EtcdSnapshotSchedule, object: &impl ResourceExt) -> bool {
     let uid = schedule.uid();
-    all.iter()
-        .filter(|s| {
-            s.owner_references()
-                .iter()
-                .any(|o| Some(&o.uid) == uid.as_ref() && o.kind == "EtcdSnapshotSchedule")
-        })
-        .collect()
+    object
+        .owner_references()
+        .iter()
+        .any(|o| Some(&o.uid) == uid.as_ref() && o.kind == "EtcdSnapshotSchedule")
 }
 
 fn finished(s: &EtcdSnapshot) -> bool {

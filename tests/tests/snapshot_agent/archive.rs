@@ -348,7 +348,7 @@ async fn terminate(running: Running) {
 }
 
 #[tokio::test]
-async fn an_archiver_that_fell_behind_a_compaction_stops_and_names_the_gap() {
+async fn an_archiver_behind_a_compaction_stops_naming_the_gap_or_continues_past_it() {
     let (bins, tmp, minio) = with_minio(false).await;
     let root = tmp.path();
     let config = EtcdConfig::new("behind", "behind-token").or_panic();
@@ -398,5 +398,33 @@ async fn an_archiver_that_fell_behind_a_compaction_stops_and_names_the_gap() {
         Some(archived),
         "the archive still ends where it did: nothing after the gap was written"
     );
+
+    // The operator's archiver (`--on-compaction=continue`) archives on from the oldest revision
+    // the cluster has: the revisions lost to the compaction are a gap between two segments.
+    let continuing = Agent::new(
+        root,
+        &[
+            "archive",
+            &format!("--endpoints={}", config.client_url),
+            "--flush-interval=200ms",
+            "--on-compaction=continue",
+            &format!("--s3-key={PREFIX}"),
+        ],
+    )
+    .s3(&minio, &minio.writer)
+    .start("archive-continue");
+    write_phase(&mut client, "after", 0..5, 0).await;
+    let newest = current_revision(&mut client).await;
+    wait_for_archive(&minio, newest).await;
+    terminate(continuing).await;
+    let window = Window::of(&segment_names(&minio).await);
+    assert_eq!(
+        window.gaps,
+        [(archived + 1, compacted - 1)],
+        "exactly the compacted revisions are missing: {window:?}"
+    );
+    assert_eq!(window.first, Some(compacted), "{window:?}");
+    assert_eq!(window.last, Some(newest), "{window:?}");
+    assert!(window.overlaps.is_empty(), "{window:?}");
     etcd.stop();
 }
