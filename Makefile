@@ -25,13 +25,14 @@ export ETCD_OPERATOR_NODEBINS := $(shell bash tools/nodebins/build.sh --print-di
 # upgrade suite.
 export ETCD_OPERATOR_UPGRADE_FROM := $(shell bash tools/upgrade-from/build.sh --print-dir)
 
-.PHONY: help deps test fmt-check clippy deny unit testbins promtool image test-image api e2e suites build-tests crds bench bench-node demo node-images nodebins test-node upgrade-from
+.PHONY: help deps build test fmt-check clippy deny unit testbins promtool image test-image api e2e suites build-tests crds bench bench-node demo node-images nodebins test-node upgrade-from
 
 help:
 	@echo "make demo      helm install of the operator (controller + webhook Pods, cert-manager certs) and a 3-member EtcdCluster on real etcd members; until Ctrl-C (needs root; NODE=real: on three real nodes)"
 	@echo "make test      fmt check, clippy -D warnings, unit tests, then the API-layer and end-to-end suites side by side (needs root)"
 	@echo "make api       the API-layer suites on a real apiserver, one after another"
 	@echo "make e2e       the pod runner and the operator end to end on real etcd members (needs root)"
+	@echo "make build     every binary and test executable of the workspace, linted by clippy (-D warnings); runs nothing"
 	@echo "make build-tests  build everything make test runs, run nothing (.ci/run does it beside the testbins)"
 	@echo "make testbins  build (once, cached) kube-apiserver & co, etcd 3.6/3.5, helm, cert-manager from the Go module proxy"
 	@echo "make deny      cargo deny check advisories bans (deny.toml), offline, against the RustSec snapshot in tools/deny/advisory-db"
@@ -54,13 +55,20 @@ test: deps fmt-check clippy deny unit promtool suites
 fmt-check:
 	$(CARGO) fmt --all -- --check
 
-## clippy: every target of every workspace crate built (not run) by clippy-driver with -D warnings:
-## what `cargo clippy --workspace --all-targets -- -D warnings` checks, and the executables `unit`
-## and the suites run. The same two package selections as `unit` and the suites, so cargo's
-## feature resolution (and with it every dependency's build) is shared with them.
+## clippy: every target of every workspace crate built by clippy-driver with -D warnings: what
+## `cargo clippy --workspace --all-targets -- -D warnings` checks, and every executable `unit` and
+## the suites run (the libraries' and binaries' unit tests, the integration tests, the binaries the
+## suites start). Every cargo command of the test path selects the whole workspace with its
+## dev-dependencies (`CARGO_WS`): cargo resolves features per package selection, and each other
+## selection compiled the large dependencies (kube, tokio, the AWS SDK, ...) once more with other
+## features, most of a cold build.
+CARGO_WS := --workspace --locked
 clippy: deps
-	$(CARGO) test --workspace --exclude tests --all-targets --locked --no-run
-	$(CARGO) test -p tests --all-targets --locked --no-run
+	$(CARGO) build $(CARGO_WS) --all-targets
+
+## build: the same (every binary and test executable, linted); what a single suite run by hand needs
+## first (`cargo test --workspace --test <suite>` then compiles nothing).
+build: clippy
 
 ## deny: cargo-deny (installed once into a cache outside the repo, tools/deny/build.sh) checks the
 ## lock file against the RustSec advisories committed in tools/deny/advisory-db and deny.toml's
@@ -68,10 +76,14 @@ clippy: deps
 deny: deps
 	bash tools/deny/check.sh
 
-## unit: pure tests, no external processes: planners, builders, validators, the CRD corpus.
+## unit: pure tests, no external processes: planners, builders, validators, the CRD corpus. The
+## libraries' and binaries' unit tests and every crate's integration tests but the suites of
+## `tests/` (its pure ones are UNIT_TESTS), then the doc examples; the workspace selection of
+## `clippy`, so nothing is compiled again.
+UNIT_TESTS := $(basename $(notdir $(filter-out tests/tests/%,$(wildcard */tests/*.rs)))) rollback_schema
 unit: deps
-	$(CARGO) test --workspace --locked --exclude tests
-	$(CARGO) test --locked -p tests --lib --test rollback_schema
+	$(CARGO) test $(CARGO_WS) --lib --bins $(addprefix --test ,$(sort $(UNIT_TESTS)))
+	$(CARGO) test $(CARGO_WS) --doc
 
 ## testbins: the Go-built binaries, in a cache outside the repo (idempotent; prints timings).
 testbins: deps
@@ -85,8 +97,8 @@ node-images: testbins
 
 ## test-node: the real-node lane alone: kubelet, containerd and runc run the suites' Pods
 ## (tests/tests/real_node.rs). `make test` runs it among the suites.
-test-node: testbins node-images nodebins
-	$(CARGO) test --locked -p tests --test real_node
+test-node: clippy testbins node-images nodebins
+	$(CARGO) test $(CARGO_WS) --test real_node
 
 ## nodebins: the real node's CoreDNS and kube-proxy, in their own cache outside the repo
 ## (idempotent; see tools/nodebins/build.sh).
@@ -123,9 +135,8 @@ test-image: deps
 ## (rendering in every mode, lint, apply, install/upgrade, RBAC on the real authorizer); real
 ## cert-manager (controller, cainjector) issuing, injecting and re-issuing on it.
 API_SUITES := api_crds control_plane webhook_api status_writes chart cert_manager
-api: testbins promtool
-	$(CARGO) build --locked -p webhook --bins
-	$(CARGO) test --locked -p tests $(addprefix --test ,$(API_SUITES))
+api: clippy testbins promtool
+	$(CARGO) test $(CARGO_WS) $(addprefix --test ,$(API_SUITES))
 
 ## e2e: the pod runner (Pods as real local processes), then the operator binary driving real etcd
 ## members: bootstrap, scale, pause/resume, member loss, operator crashes in every scale-up window,
@@ -142,19 +153,16 @@ E2E_SUITES := real_node e2e_recovery_snapshot e2e_faults e2e_faults_env e2e_repl
 	e2e_restore e2e_cloud_identity e2e_tls_rotation e2e_tls e2e_install e2e_chart_upgrade e2e_migrate_aenix e2e_upgrade e2e_takeover e2e_rollback kubectl_plugin \
 	e2e_selfheal snapshot_agent e2e_volume e2e_snapshot e2e_verify pod_runner kubectl_streaming e2e_decode \
 	e2e_metrics secure_metrics image
-e2e: testbins test-image node-images nodebins upgrade-from
-	$(CARGO) build --locked -p controller -p webhook -p kubectl-etcd --bins
+e2e: clippy testbins test-image node-images nodebins upgrade-from
 	bash tools/run-suites.sh $(E2E_SUITES)
 
 ## suites: the end-to-end and then the API-layer suites in one set of lanes (what `make test` runs).
-suites: testbins promtool test-image node-images nodebins upgrade-from
-	$(CARGO) build --locked -p controller -p webhook -p kubectl-etcd --bins
+suites: clippy testbins promtool test-image node-images nodebins upgrade-from
 	bash tools/run-suites.sh $(E2E_SUITES) $(API_SUITES)
 
 ## build-tests: every binary `make test` runs (and clippy's check), built and not run. .ci/run runs
 ## it while the Go testbins build, so a cold machine compiles both at once.
 build-tests: clippy
-	$(CARGO) build --locked -p controller -p webhook -p kubectl-etcd --bins
 	bash tools/image/build.sh --test >/dev/null
 
 ## crds: write the CRDs generated from the Rust types into the chart (commit the result).

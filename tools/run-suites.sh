@@ -37,9 +37,10 @@ mkdir -p "$log_dir"
 
 # Build every binary first (one cargo invocation, its build lock released before anything runs),
 # and learn each one's executable from cargo's own report rather than guessing the hash.
+# The whole workspace is selected, as by `make build`: the same features, so nothing is compiled again.
 test_args=()
 for name in "$@"; do test_args+=(--test "$name"); done
-cargo test --locked -p tests --no-run --message-format=json-render-diagnostics "${test_args[@]}" \
+cargo test --locked --workspace --no-run --message-format=json-render-diagnostics "${test_args[@]}" \
   >"$log_dir/build.json"
 declare -A exe
 while IFS=$'\t' read -r name path; do

@@ -103,7 +103,7 @@ where
 }
 
 /// Say so (once per binary, on stderr) when a source a binary is built from (`sources`, paths
-/// relative to the workspace root) is newer than the binary: `cargo test -p tests` does not
+/// relative to the workspace root) is newer than the binary: `cargo test --test …` does not
 /// rebuild the operator or the webhook, and a stale binary makes confusing failures. `rebuild`
 /// is the command that brings it up to date.
 pub fn warn_if_stale(binary: &std::path::Path, sources: &[&str], rebuild: &str) {

@@ -181,12 +181,12 @@ impl Operator {
                 "certs/src",
                 "secure-admin/src",
             ],
-            "cargo build -p controller --bins",
+            "make build",
         );
         if !binary.is_file() {
             return Err(Error::Io {
                 what: format!(
-                    "{} is missing: build it with `cargo build -p controller --bins` (make test does)",
+                    "{} is missing: build it with `make build` (every binary, as make test builds them)",
                     binary.display()
                 ),
                 source: std::io::Error::from(std::io::ErrorKind::NotFound),

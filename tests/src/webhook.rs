@@ -4,8 +4,8 @@
 //! MutatingWebhookConfiguration whose `clientConfig.url` points at it and whose `caBundle` is the
 //! minted CA.
 //!
-//! The binary is not built by `cargo test -p tests`: build it first with
-//! `cargo build -p webhook --bins` (`make test` does). It is looked up next to the test binary
+//! The binary is not built by `cargo test --test …`: build it first with
+//! `make build` (`make test` does). It is looked up next to the test binary
 //! (`<target>/<profile>/etcd-operator-webhook`), or at `$ETCD_OPERATOR_WEBHOOK_BIN`.
 //!
 //! Webhook configurations are cluster-scoped and the apiserver picks changes to them up
@@ -50,7 +50,7 @@ pub enum Error {
     #[error(transparent)]
     Env(#[from] env::Error),
     #[error(
-        "the webhook binary {path} does not exist: build it with `cargo build -p webhook --bins` \
+        "the webhook binary {path} does not exist: build it with `make build` \
          (or point {WEBHOOK_BIN_ENV} at it)"
     )]
     BinaryMissing { path: PathBuf },
@@ -95,7 +95,7 @@ pub fn binary() -> Result<PathBuf, Error> {
             "api/testdata",
             "certs/src",
         ],
-        "cargo build -p webhook --bins",
+        "make build",
     );
     Ok(path)
 }

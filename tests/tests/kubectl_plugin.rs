@@ -62,7 +62,7 @@ async fn plugin(env: &Env, ns: &str, args: &[&str]) -> Run {
     tests::harness::warn_if_stale(
         &binary,
         &["plugin/src", "plugin/Cargo.toml", "api/src"],
-        "cargo build -p kubectl-etcd",
+        "make build",
     );
     let split = args.iter().position(|a| *a == "--").unwrap_or(args.len());
     let (own, etcdctl) = args.split_at(split);

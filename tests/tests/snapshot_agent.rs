@@ -35,7 +35,7 @@ fn agent_bin() -> PathBuf {
     let bin = bin_dir().join("etcd-operator");
     assert!(
         bin.is_file(),
-        "{} is missing: cargo build -p controller --bins",
+        "{} is missing: make build (builds every binary)",
         bin.display()
     );
     bin

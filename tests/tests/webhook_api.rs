@@ -4,7 +4,7 @@
 //! MutatingWebhookConfiguration (`clientConfig.url` + `caBundle`), and the tests go through
 //! kubectl and the API as a user would.
 //!
-//! Needs `ETCD_OPERATOR_TESTBINS` and the webhook binary (`cargo build -p webhook --bins`); see
+//! Needs `ETCD_OPERATOR_TESTBINS` and the webhook binary (`make build` builds it); see
 //! docs/testing.md. Webhook configurations are cluster-scoped, so the tests of this binary take
 //! turns ([`SERIAL`]) and each registers its own webhook under the same configuration names.
 
