@@ -67,7 +67,7 @@ if [[ ! -f $dir/.coredns.done ]]; then
 	rm -f "$dir/coredns"
 	(cd "$here/coredns" && "$GO" build -mod=readonly -p "$GO_PARALLEL" -trimpath \
 		-ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$version" -o "$dir/coredns" .) >&2
-	got=$("$dir/coredns" -version 2>&1 | head -1)
+	got=$("$dir/coredns" -version 2>&1 | sed -n 1p)
 	[[ $got == "CoreDNS-${version#v}" ]] || die "coredns -version printed '$got', want CoreDNS-${version#v}"
 	plugins=$("$dir/coredns" -plugins)
 	[[ $plugins != *forward* ]] || die "coredns was built with the forward plugin: $plugins"

@@ -75,7 +75,7 @@ flags="-s -w -X $pkg.Version=$version -X $pkg.Branch=HEAD -X $pkg.BuildUser=etcd
 rm -f "$dir/promtool"
 (cd "$here" && "$GO" build -mod=readonly -p "$GO_PARALLEL" -trimpath -tags remove_all_sd \
 	-ldflags "$flags" -o "$dir/promtool" "$mod/cmd/promtool") >&2
-got=$("$dir/promtool" --version 2>&1 | head -1)
+got=$("$dir/promtool" --version 2>&1 | sed -n 1p)
 [[ $got == "promtool, version $version "* ]] || die "promtool --version printed '$got', want $version"
 echo "$version" >"$dir/VERSION"
 touch "$dir/.done"

@@ -194,7 +194,7 @@ build_minio() { # build_minio <out> <module dir>
 	# One `go build` for both (outputs named minio and minio-setup): they share madmin-go & co.
 	gobuild "$mod" "-s -w" -o "$out/" github.com/minio/minio ./minio-setup
 	local got
-	got=$("$out/minio" --version 2>&1 | head -1)
+	got=$("$out/minio" --version 2>&1 | sed -n 1p)
 	[[ $got == "minio version "* ]] || die "minio --version printed '$got'"
 	# Read the whole help text before matching: `cmd | grep -q` under pipefail fails whenever grep
 	# exits at its first match before the command has written the rest (SIGPIPE).
