@@ -82,11 +82,14 @@ pub struct ConditionSample<'a> {
 }
 
 /// The fire time of a schedule's newest snapshot and the completion time of its newest Complete
-/// one, in seconds since 1970 (`None`: not yet).
+/// one, in seconds since 1970 (`None`: not yet), and how far its continuous archive is behind
+/// the cluster (`status.archive.lagSeconds`/`lagRevisions`; `None`: no archive, or unknown).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ScheduleTimes {
     pub last_schedule: Option<i64>,
     pub last_success: Option<i64>,
+    pub archive_lag_seconds: Option<i64>,
+    pub archive_lag_revisions: Option<i64>,
 }
 
 #[derive(Clone)]
@@ -118,6 +121,8 @@ struct Inner {
     snapshots: Family<SnapshotLabel, Counter>,
     schedule_last_schedule: Family<ScheduleLabel, Gauge>,
     schedule_last_success: Family<ScheduleLabel, Gauge>,
+    archive_lag_seconds: Family<ScheduleLabel, Gauge>,
+    archive_lag_revisions: Family<ScheduleLabel, Gauge>,
     /// The label sets last written per cluster (conditions, certificates) or schedule, so a
     /// series that no longer applies (a reason that changed, a Secret no longer used) is
     /// removed instead of kept at its last value.
@@ -224,6 +229,8 @@ impl Metrics {
         let snapshots = Family::<SnapshotLabel, Counter>::default();
         let schedule_last_schedule = Family::<ScheduleLabel, Gauge>::default();
         let schedule_last_success = Family::<ScheduleLabel, Gauge>::default();
+        let archive_lag_seconds = Family::<ScheduleLabel, Gauge>::default();
+        let archive_lag_revisions = Family::<ScheduleLabel, Gauge>::default();
         registry.register(
             "cluster_desired_members",
             "Members an EtcdCluster's spec.replicas asks for (0 while paused)",
@@ -257,6 +264,18 @@ impl Metrics {
              (status.lastSuccessfulTime)",
             schedule_last_success.clone(),
         );
+        registry.register(
+            "snapshot_schedule_archive_lag_seconds",
+            "How far an EtcdSnapshotSchedule's continuous archive is behind its cluster, in \
+             seconds (status.archive.lagSeconds: 0 when caught up)",
+            archive_lag_seconds.clone(),
+        );
+        registry.register(
+            "snapshot_schedule_archive_lag_revisions",
+            "How many revisions an EtcdSnapshotSchedule's cluster is ahead of its continuous \
+             archive (status.archive.lagRevisions)",
+            archive_lag_revisions.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 desired_members,
@@ -265,6 +284,8 @@ impl Metrics {
                 snapshots,
                 schedule_last_schedule,
                 schedule_last_success,
+                archive_lag_seconds,
+                archive_lag_revisions,
                 written: Mutex::new(Written::default()),
                 newest_verified_snapshot_age,
                 newest_verified_snapshot: Mutex::default(),
@@ -485,13 +506,16 @@ impl Metrics {
         let mut written = self.written();
         if let Some(old) = written.schedules.get(&key).filter(|old| **old != label) {
             // The schedule now snapshots another cluster.
-            self.inner.schedule_last_schedule.remove(old);
-            self.inner.schedule_last_success.remove(old);
+            for family in self.schedule_families() {
+                family.remove(old);
+            }
         }
-        for (family, value) in [
-            (&self.inner.schedule_last_schedule, times.last_schedule),
-            (&self.inner.schedule_last_success, times.last_success),
-        ] {
+        for (family, value) in self.schedule_families().into_iter().zip([
+            times.last_schedule,
+            times.last_success,
+            times.archive_lag_seconds,
+            times.archive_lag_revisions,
+        ]) {
             match value {
                 Some(v) => {
                     family.get_or_create(&label).set(v);
@@ -504,12 +528,23 @@ impl Metrics {
         written.schedules.insert(key, label);
     }
 
+    /// A schedule's gauges, in the order of [`ScheduleTimes`]' fields.
+    fn schedule_families(&self) -> [&Family<ScheduleLabel, Gauge>; 4] {
+        [
+            &self.inner.schedule_last_schedule,
+            &self.inner.schedule_last_success,
+            &self.inner.archive_lag_seconds,
+            &self.inner.archive_lag_revisions,
+        ]
+    }
+
     /// Drop a deleted schedule's gauges.
     pub fn forget_schedule(&self, namespace: &str, schedule: &str) {
         let key = (namespace.to_string(), schedule.to_string());
         if let Some(old) = self.written().schedules.remove(&key) {
-            self.inner.schedule_last_schedule.remove(&old);
-            self.inner.schedule_last_success.remove(&old);
+            for family in self.schedule_families() {
+                family.remove(&old);
+            }
         }
     }
 
@@ -676,7 +711,8 @@ mod tests {
             "c",
             ScheduleTimes {
                 last_schedule: Some(1_700_000_000),
-                last_success: None,
+                archive_lag_seconds: Some(3),
+                ..ScheduleTimes::default()
             },
         );
         let text = m.render();
@@ -694,6 +730,14 @@ mod tests {
             !text.contains("etcd_operator_snapshot_schedule_last_success_timestamp_seconds{"),
             "no success yet: {text}"
         );
+        assert!(
+            text.contains("etcd_operator_snapshot_schedule_archive_lag_seconds{namespace=\"ns\",schedule=\"nightly\",cluster=\"c\"} 3"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("etcd_operator_snapshot_schedule_archive_lag_revisions{"),
+            "no lag known in revisions: {text}"
+        );
         m.record_schedule(
             "ns",
             "nightly",
@@ -701,6 +745,7 @@ mod tests {
             ScheduleTimes {
                 last_schedule: Some(1_700_000_100),
                 last_success: Some(1_700_000_200),
+                ..ScheduleTimes::default()
             },
         );
         let text = m.render();

@@ -37,6 +37,7 @@ pub const OPERATOR_METRICS: &[&str] = &[
     "etcd_operator_newest_verified_snapshot_age_seconds",
     "etcd_operator_reconcile_errors_total",
     "etcd_operator_reconciles_total",
+    "etcd_operator_snapshot_schedule_archive_lag_seconds",
     "etcd_operator_snapshot_schedule_last_schedule_timestamp_seconds",
     "etcd_operator_snapshot_schedule_last_success_timestamp_seconds",
     "etcd_operator_snapshots_total",

@@ -119,6 +119,23 @@ async fn every_metric_the_alerts_and_dashboard_use_is_served_by_real_members_and
                         "retention": {"keepLast": 2}}}),
     )
     .await;
+    // A schedule with the continuous archive (to MinIO; its runs are a year apart): the
+    // archive's lag behind the cluster is exported.
+    let (minio, _minio_root, endpoint) = env.minio(&ns).await;
+    tests::harness::create::<api::v1alpha2::EtcdSnapshotSchedule>(
+        &env.client(),
+        &ns,
+        json!({"apiVersion": "etcd-operator.cozystack.io/v1alpha2", "kind": "EtcdSnapshotSchedule",
+               "metadata": {"name": "archived"},
+               "spec": {"clusterRef": {"name": name}, "schedule": "0 0 1 1 *",
+                        "snapshotTemplate": {"destination": {"s3": {
+                            "endpoint": endpoint, "bucket": minio.bucket, "key": "mon/",
+                            "forcePathStyle": true,
+                            "credentialsSecretRef": {"name": "s3-creds"}}}},
+                        "retention": {"keepLast": 1},
+                        "archive": {}}}),
+    )
+    .await;
     tests::harness::create::<api::v1alpha2::EtcdDefrag>(
         &env.client(),
         &ns,
@@ -155,6 +172,7 @@ async fn every_metric_the_alerts_and_dashboard_use_is_served_by_real_members_and
     // namespace and name (the labels the rules join etcd's series on).
     let cluster_labels = format!("namespace=\"{ns}\",cluster=\"{name}\"");
     let schedule_labels = format!("namespace=\"{ns}\",schedule=\"minutely\",cluster=\"{name}\"");
+    let archive_labels = format!("namespace=\"{ns}\",schedule=\"archived\",cluster=\"{name}\"");
     let operator = tests::harness::eventually_every(
         "every metric of tests::monitoring::OPERATOR_METRICS in the operator's /metrics",
         SCHEDULED,
@@ -199,6 +217,14 @@ async fn every_metric_the_alerts_and_dashboard_use_is_served_by_real_members_and
                 {
                     return Err(format!("no {per_schedule}{{{schedule_labels}}}"));
                 }
+            }
+            if !samples(&text, "etcd_operator_snapshot_schedule_archive_lag_seconds")
+                .iter()
+                .any(|l| l.contains(&archive_labels))
+            {
+                return Err(format!(
+                    "no etcd_operator_snapshot_schedule_archive_lag_seconds{{{archive_labels}}}"
+                ));
             }
             Ok(text)
         },

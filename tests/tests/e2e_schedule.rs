@@ -554,6 +554,28 @@ async fn an_archive_on_the_schedule_holds_every_write_once_and_its_archiver_foll
     .await;
     assert!(status.gaps.is_empty(), "gaps: {:?}", status.gaps);
     assert!(status.newest_time.is_some(), "{status:?}");
+    // No writes now: the archive catches up with the cluster, and says so (status and metric).
+    tests::harness::eventually(
+        "status.archive reads caught up (lag 0 revisions, 0 seconds)",
+        Duration::from_secs(60),
+        || async {
+            let s = schedules.get("arch").await.map_err(|e| e.to_string())?;
+            let archive = s.status.and_then(|st| st.archive).unwrap_or_default();
+            match (archive.lag_revisions, archive.lag_seconds) {
+                (Some(0), Some(0)) => Ok(()),
+                other => Err(format!("lag {other:?} in {archive:?}")),
+            }
+        },
+    )
+    .await;
+    let lag_line = format!(
+        "etcd_operator_snapshot_schedule_archive_lag_seconds{{namespace=\"{ns}\",schedule=\"arch\",cluster=\"arc\"}} 0"
+    );
+    let metrics = env.operator.get("/metrics").await.or_panic();
+    assert!(
+        metrics.lines().any(|l| l == lag_line),
+        "{lag_line} in the operator's metrics"
+    );
     let (window, records) = archived(&minio, prefix).await;
     assert!(
         window.gaps.is_empty() && window.overlaps.is_empty(),

@@ -268,6 +268,16 @@ pub struct ArchiveStatus {
     /// How many segments are stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub segments: Option<i64>,
+    /// How many revisions the cluster was ahead of the archive when the operator last compared
+    /// them (every 15 s): 0 when every revision is archived. Absent when no member answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_revisions: Option<i64>,
+    /// How far behind the cluster the archive is, in seconds: 0 when every revision is
+    /// archived, else how long ago the segment holding the newest archived revision was stored
+    /// (an upper bound: the revisions after it may be younger). Absent when no member answered
+    /// or nothing is archived yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_seconds: Option<i64>,
 }
 
 #[cfg(test)]

@@ -3,24 +3,31 @@
 //! its spec is out of date or it ended, deleted with `spec.archive`), and `status.archive` read
 //! from the listing of the archive's segments: the newest archived revision, the newest
 //! contiguous run, its base among the schedule's verified snapshots, and the gaps (each new one
-//! an `ArchiveGap` Warning Event).
+//! an `ArchiveGap` Warning Event); and how far behind the cluster it is (its `Status` revision,
+//! asked of the first member that answers).
 
-use api::v1alpha2::{ArchiveStatus, EtcdCluster, EtcdSnapshot, EtcdSnapshotSchedule};
+use std::time::Duration;
+
+use api::labels;
+use api::v1alpha2::{ArchiveStatus, EtcdCluster, EtcdMember, EtcdSnapshot, EtcdSnapshotSchedule};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 
 use crate::agent_job::archiver::{self, archiver_pod, is_current};
 use crate::archive::{schedule_prefix, window_base, SegmentName, Window};
 use crate::context::Context;
+use crate::etcd::access::{Access, User};
 use crate::events::{Action, Reason};
 use crate::objectstore::Listed;
-use crate::Error;
+use crate::{topology, Error};
 
 /// At most this many gaps are listed in the status (the newest).
 const SHOWN_GAPS: usize = 10;
+/// How long a member may take to answer the `Status` call that gives the cluster's revision.
+const REVISION_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Keep the archiver Pod as `schedule.spec.archive` says and return the archive's status
 /// (`None` without `spec.archive`). `previous` is the status written last (for new gaps).
@@ -50,12 +57,10 @@ pub(super) async fn reconcile(
         return Ok(None);
     };
 
-    match (
-        Api::<EtcdCluster>::namespaced(ctx.client.clone(), &ns)
-            .get_opt(&schedule.spec.cluster_ref.name)
-            .await?,
-        ctx.config.operator_image.as_deref(),
-    ) {
+    let cluster = Api::<EtcdCluster>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(&schedule.spec.cluster_ref.name)
+        .await?;
+    match (cluster.as_ref(), ctx.config.operator_image.as_deref()) {
         (Some(_), Some(_)) if foreign => {
             ctx.event(
                 schedule,
@@ -69,7 +74,7 @@ pub(super) async fn reconcile(
             )
             .await
         }
-        (Some(cluster), Some(image)) => match archiver_pod(schedule, &cluster, image) {
+        (Some(cluster), Some(image)) => match archiver_pod(schedule, cluster, image) {
             Ok(desired) => match &existing {
                 None => {
                     match pods.create(&PostParams::default(), &desired).await {
@@ -147,7 +152,17 @@ pub(super) async fn reconcile(
             return Ok(previous.cloned());
         }
     };
-    let status = status_of(&prefix, &listed, &verified_bases(mine));
+    let mut status = status_of(&prefix, &listed, &verified_bases(mine));
+    let revision = match &cluster {
+        Some(cluster) => cluster_revision(ctx, cluster).await,
+        None => None,
+    };
+    (status.lag_revisions, status.lag_seconds) = lag(
+        revision,
+        status.newest_revision,
+        status.newest_time.as_ref().map(|t| t.0.as_second()),
+        Timestamp::now().as_second(),
+    );
     for gap in status
         .gaps
         .iter()
@@ -200,7 +215,65 @@ pub(super) fn status_of(prefix: &str, listed: &[Listed], verified: &[i64]) -> Ar
             .map(|(from, to)| format!("{from}-{to}"))
             .collect(),
         segments: (!names.is_empty()).then_some(names.len() as i64),
+        lag_revisions: None,
+        lag_seconds: None,
     }
+}
+
+/// How far the archive is behind the cluster at `revision` (the cluster's, `None`: unknown), in
+/// revisions and seconds: `newest` is the newest archived revision, `stored_at` when its segment
+/// was stored, `now` the time now (seconds since 1970). Caught up is `(0, 0)`; behind, the
+/// seconds are the age of the newest segment (an upper bound on the age of the oldest revision
+/// not yet archived); an empty archive is behind by every revision the cluster has, its seconds
+/// unknown.
+pub(super) fn lag(
+    revision: Option<i64>,
+    newest: Option<i64>,
+    stored_at: Option<i64>,
+    now: i64,
+) -> (Option<i64>, Option<i64>) {
+    let Some(revision) = revision else {
+        return (None, None);
+    };
+    let behind = (revision - newest.unwrap_or(0)).max(0);
+    let seconds = if behind == 0 {
+        Some(0)
+    } else {
+        stored_at.map(|t| (now - t).max(0))
+    };
+    (Some(behind), seconds)
+}
+
+/// The cluster's revision as the first of its members that answers a `Status` call reports it
+/// (`None`: none answered, or its TLS Secrets are missing).
+async fn cluster_revision(ctx: &Context, cluster: &EtcdCluster) -> Option<i64> {
+    let ns = cluster.namespace()?;
+    let access = Access::load_or_why(&ctx.client, &ctx.metrics, cluster, User::Anonymous)
+        .await
+        .ok()?
+        .ok()?;
+    let selector = ListParams::default().labels(&labels::cluster_selector(&cluster.name_any()));
+    let members = Api::<EtcdMember>::namespaced(ctx.client.clone(), &ns)
+        .list(&selector)
+        .await
+        .ok()?;
+    for member in members
+        .items
+        .iter()
+        .filter(|m| m.spec.cluster_name == cluster.name_any())
+    {
+        let url = topology::client_url(member, cluster);
+        let Ok(mut client) = access
+            .dial_with_timeout(std::slice::from_ref(&url), REVISION_TIMEOUT)
+            .await
+        else {
+            continue;
+        };
+        if let Ok(status) = client.member_status().await {
+            return Some(status.revision);
+        }
+    }
+    None
 }
 
 /// The revisions of the schedule's verified snapshots: the archive's possible bases.

@@ -269,6 +269,8 @@ pub async fn reconcile(
         ScheduleTimes {
             last_schedule: seconds(&status.last_schedule_time),
             last_success: seconds(&status.last_successful_time),
+            archive_lag_seconds: status.archive.as_ref().and_then(|a| a.lag_seconds),
+            archive_lag_revisions: status.archive.as_ref().and_then(|a| a.lag_revisions),
         },
     );
 

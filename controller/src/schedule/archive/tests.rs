@@ -44,3 +44,31 @@ fn only_the_newest_gaps_are_listed() {
     assert_eq!(status.gaps.len(), SHOWN_GAPS);
     assert_eq!(status.gaps.last().map(String::as_str), Some("136-139"));
 }
+
+#[test]
+fn a_caught_up_archive_lags_by_nothing_however_old_its_newest_segment() {
+    assert_eq!(
+        lag(Some(50), Some(50), Some(100), 10_000),
+        (Some(0), Some(0))
+    );
+}
+
+#[test]
+fn a_behind_archive_lags_by_the_revisions_it_lacks_and_its_newest_segment_s_age() {
+    assert_eq!(
+        lag(Some(80), Some(50), Some(100), 130),
+        (Some(30), Some(30))
+    );
+    // A clock behind the store's never makes the lag negative.
+    assert_eq!(lag(Some(51), Some(50), Some(100), 90), (Some(1), Some(0)));
+}
+
+#[test]
+fn an_empty_archive_lags_by_every_revision_and_unknown_seconds() {
+    assert_eq!(lag(Some(12), None, None, 130), (Some(12), None));
+}
+
+#[test]
+fn without_the_cluster_s_revision_the_lag_is_unknown() {
+    assert_eq!(lag(None, Some(50), Some(100), 130), (None, None));
+}
