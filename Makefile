@@ -149,7 +149,7 @@ api: clippy testbins promtool
 SUITE_JOBS ?= 3
 SUITE_TEST_THREADS ?= 3
 export SUITE_JOBS SUITE_TEST_THREADS
-E2E_SUITES := real_node e2e_recovery_snapshot e2e_faults e2e_faults_env e2e_replace e2e_schedule e2e_recovery e2e_auth e2e_defrag e2e_lifecycle e2e_recovery_inline e2e_cluster e2e_safety e2e_protect \
+E2E_SUITES := real_node e2e_recovery_snapshot e2e_recovery_pitr e2e_faults e2e_faults_env e2e_replace e2e_schedule e2e_recovery e2e_auth e2e_defrag e2e_lifecycle e2e_recovery_inline e2e_cluster e2e_safety e2e_protect \
 	e2e_restore e2e_cloud_identity e2e_tls_rotation e2e_tls e2e_install e2e_chart_upgrade e2e_migrate_aenix e2e_upgrade e2e_takeover e2e_rollback kubectl_plugin \
 	e2e_selfheal snapshot_agent e2e_volume e2e_snapshot e2e_verify pod_runner kubectl_streaming e2e_decode \
 	e2e_metrics secure_metrics image

@@ -219,6 +219,13 @@ pub mod reason {
     pub const SNAPSHOT_NOT_USABLE: &str = "SnapshotNotUsable";
     /// A snapshot recovery waits for its EtcdSnapshot to be Complete and verified.
     pub const WAITING_FOR_SNAPSHOT: &str = "WaitingForSnapshot";
+    /// A point-in-time recovery builds the state of its revision off to the side (its build
+    /// Job runs); nothing of the cluster is changed before it is done.
+    pub const BUILDING_POINT_IN_TIME: &str = "BuildingPointInTime";
+    /// A point-in-time recovery cannot build its state: no such schedule, nothing archived, no
+    /// verified base inside the archive's run, a revision past the archive, or the build Job
+    /// failed (the message says which). Nothing was changed (terminal).
+    pub const POINT_IN_TIME_NOT_USABLE: &str = "PointInTimeNotUsable";
     /// A recovery stopping the members waits for a member's Pod that outlived its deletion
     /// deadline (its Node down or unreachable, its kubelet not confirming): the message names
     /// the member, the Pod's Node and what to do.

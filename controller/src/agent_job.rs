@@ -4,7 +4,9 @@
 //! a schedule's prune Job, what such a Job's status and Pods say ([`JobView`]), and the agent's
 //! report in its termination message ([`AgentReport`]).
 //!
-//! The archiver Pod of a schedule's continuous archive is in [`archiver`].
+//! The archiver Pod of a schedule's continuous archive is in [`archiver`]; the Jobs of a
+//! recovery (a survivor's position, a point in time's build) in [`position`] and
+//! [`point_in_time`].
 //!
 //! Pure: functions of the snapshot, its cluster and the operator image, or of a Job and its
 //! Pods as read. No I/O, and no controller's module: both controllers use this one.
@@ -31,6 +33,7 @@ use crate::builders::s3_access::s3_access;
 use crate::builders::{mount, secret_env};
 
 pub mod archiver;
+pub mod point_in_time;
 pub mod position;
 pub mod verify;
 
@@ -421,6 +424,58 @@ fn agent_pod_spec(pod: AgentPod, operator_image: &str, restart_policy: &str) -> 
     }
 }
 
+/// The agent in the cluster's etcd image, with its own `etcd` and `etcdutl` (a verification, a
+/// point-in-time build): the operator binary copied into an emptyDir by an `install-tools` init
+/// container of the operator image, as for a restore. Returns the tools volume and its read-only
+/// mount, which go into the Pod beside the override.
+fn in_etcd_image(
+    operator_image: &str,
+    etcd_image: &str,
+) -> (
+    Volume,
+    k8s_openapi::api::core::v1::VolumeMount,
+    ImageOverride,
+) {
+    use crate::builders::restore::{BINARY, INSTALL_TOOLS_CONTAINER, TOOLS_DIR, TOOLS_VOLUME};
+    let tools = Volume {
+        name: TOOLS_VOLUME.into(),
+        empty_dir: Some(k8s_openapi::api::core::v1::EmptyDirVolumeSource::default()),
+        ..Default::default()
+    };
+    let install = Container {
+        name: INSTALL_TOOLS_CONTAINER.into(),
+        image: Some(operator_image.to_string()),
+        args: Some(vec!["install-tools".into(), format!("--to={TOOLS_DIR}")]),
+        volume_mounts: Some(vec![mount(TOOLS_VOLUME, TOOLS_DIR, false)]),
+        security_context: Some(restricted()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Default::default()
+    };
+    let image = ImageOverride {
+        image: etcd_image.to_string(),
+        command: vec![format!("{TOOLS_DIR}/{BINARY}")],
+        init_containers: vec![install],
+    };
+    (tools, mount(TOOLS_VOLUME, TOOLS_DIR, true), image)
+}
+
+/// The scratch space of an agent that restores a snapshot (an emptyDir named `name`): bounded
+/// by twice the snapshot's `size_bytes` plus `room`, so one that outgrows it is evicted instead of
+/// filling the node's disk.
+fn scratch_volume(name: &str, size_bytes: i64, room: i64) -> Volume {
+    let limit = size_bytes.max(0).saturating_mul(2).saturating_add(room);
+    Volume {
+        name: name.into(),
+        empty_dir: Some(k8s_openapi::api::core::v1::EmptyDirVolumeSource {
+            medium: None,
+            size_limit: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+                limit.to_string(),
+            )),
+        }),
+        ..Default::default()
+    }
+}
+
 /// The agent containers' security context: non-root, nothing to escalate, read-only root.
 fn restricted() -> SecurityContext {
     SecurityContext {
@@ -485,6 +540,9 @@ pub struct AgentReport {
     /// A position Job's `snapshot-agent position`: a stopped member's raft position.
     #[serde(default)]
     pub position: Option<position::DiskPosition>,
+    /// A point-in-time recovery's build Job: the state it built and stored.
+    #[serde(default, rename = "pointInTime")]
+    pub point_in_time: Option<point_in_time::BuiltReport>,
 }
 
 impl AgentReport {
@@ -500,6 +558,7 @@ impl AgentReport {
                     || r.verified.is_some()
                     || r.unverified.is_some()
                     || r.position.is_some()
+                    || r.point_in_time.is_some()
             })
     }
 }

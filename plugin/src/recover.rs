@@ -139,14 +139,14 @@ pub async fn run(o: &Objects, args: &Args) -> Result<()> {
     }
     let recovery_source = match &args.from_snapshot {
         Some(name) => RecoverySource {
-            survivor: None,
             snapshot: Some(RecoverySnapshotSource::named(name.clone())),
+            ..Default::default()
         },
         None => RecoverySource {
             survivor: Some(SurvivorSource {
                 member: args.member.clone(),
             }),
-            snapshot: None,
+            ..Default::default()
         },
     };
     let mut recovery = EtcdRecovery::new(

@@ -63,6 +63,7 @@ fn survivor() -> RecoverySource {
     RecoverySource {
         survivor: Some(SurvivorSource { member: None }),
         snapshot: None,
+        point_in_time: None,
     }
 }
 
@@ -472,6 +473,7 @@ async fn a_member_deleted_while_the_quorum_is_lost_does_not_hold_up_the_recovery
             member: Some(before.survivor.clone()),
         }),
         snapshot: None,
+        point_in_time: None,
     };
     create_recovery(&s, "rt-recovery", name, survivor, false).await;
     let done = wait_recovery(&s, "rt-recovery", "phase Complete", RECOVER, |r| {

@@ -176,6 +176,7 @@ fn from_object(endpoint: &str, bucket: &str, key: &str, sha256: &str) -> Recover
             sha256: Some(sha256.to_string()),
             ..Default::default()
         }),
+        point_in_time: None,
     }
 }
 
@@ -328,6 +329,7 @@ fn from_file(claim: &str, path: &str, sha256: &str) -> RecoverySource {
             sha256: Some(sha256.to_string()),
             ..Default::default()
         }),
+        point_in_time: None,
     }
 }
 

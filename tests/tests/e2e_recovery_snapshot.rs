@@ -67,6 +67,7 @@ fn from_snapshot(name: &str) -> RecoverySource {
     RecoverySource {
         survivor: None,
         snapshot: Some(LocalReference { name: name.into() }.into()),
+        point_in_time: None,
     }
 }
 

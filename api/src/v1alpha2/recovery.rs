@@ -18,7 +18,7 @@ use super::common::{
 /// The CEL rule's message: an EtcdRecovery's spec after create.
 pub const CEL_RECOVERY_IMMUTABLE: &str = "EtcdRecovery spec is immutable: a recovery runs once; create a new EtcdRecovery with another name instead";
 /// The CEL rule's message: exactly one source.
-pub const CEL_RECOVERY_ONE_SOURCE: &str = "spec.source needs exactly one of survivor (rebuild from the surviving member with the most data) or snapshot (rebuild from a stored snapshot: an EtcdSnapshot by name, or an S3 object or PVC file)";
+pub const CEL_RECOVERY_ONE_SOURCE: &str = "spec.source needs exactly one of survivor (rebuild from the surviving member with the most data), snapshot (rebuild from a stored snapshot: an EtcdSnapshot by name, or an S3 object or PVC file) or pointInTime (rebuild as the cluster was at a revision: an EtcdSnapshotSchedule with spec.archive, and the revision or none for the newest archived)";
 
 /// The CEL rule's message: a snapshot source is exactly one of an EtcdSnapshot, an S3 object
 /// or a PVC file.
@@ -169,10 +169,26 @@ impl EtcdRecoverySpec {
     }
 }
 
-/// Exactly one of `survivor` or `snapshot`.
+impl EtcdRecovery {
+    /// The snapshot the recovery restores: `spec.source.snapshot`, or the one a point-in-time
+    /// build stored (`status.pointInTime.snapshot`, once built).
+    pub fn snapshot_source(&self) -> Option<&RecoverySnapshotSource> {
+        self.spec.source.snapshot.as_ref().or_else(|| {
+            self.spec.source.point_in_time.as_ref()?;
+            self.status
+                .as_ref()?
+                .point_in_time
+                .as_ref()?
+                .snapshot
+                .as_ref()
+        })
+    }
+}
+
+/// Exactly one of `survivor`, `snapshot` or `pointInTime`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("has(self.survivor) != has(self.snapshot)").message(CEL_RECOVERY_ONE_SOURCE))]
+#[x_kube(validation = Rule::new("(has(self.survivor) ? 1 : 0) + (has(self.snapshot) ? 1 : 0) + (has(self.pointInTime) ? 1 : 0) == 1").message(CEL_RECOVERY_ONE_SOURCE))]
 pub struct RecoverySource {
     /// Rebuild from a member that still holds its data: the one with the highest commit index
     /// (then term), or the one named.
@@ -182,6 +198,29 @@ pub struct RecoverySource {
     /// S3 object or PVC file given by its location.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<RecoverySnapshotSource>,
+    /// Rebuild as the cluster was at a revision, or at the newest one its continuous archive
+    /// holds: the state is built off to the side from a verified snapshot of the schedule and
+    /// the archive after it, proven against the cluster's recorded hashes, stored beside the
+    /// schedule's snapshots and restored in place as a snapshot is
+    /// (docs/point-in-time-recovery.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_in_time: Option<PointInTimeSource>,
+}
+
+/// The point a point-in-time recovery goes back to, and where its history is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PointInTimeSource {
+    /// The EtcdSnapshotSchedule (same namespace, of this cluster) with `spec.archive`: its
+    /// verified snapshots are the bases, its archive the revisions after them.
+    #[schemars(length(min = 1, max = 253))]
+    pub schedule: String,
+    /// The revision to go back to: inside the archive's window (the schedule's
+    /// `status.archive.windowStartRevision` to `newestRevision`). Absent: the newest revision
+    /// the archive holds (the latest point).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub revision: Option<i64>,
 }
 
 /// The snapshot a recovery restores: exactly one of `name` (an EtcdSnapshot of the cluster,
@@ -450,6 +489,31 @@ pub struct EtcdRecoveryStatus {
     pub completed_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// A point-in-time recovery's build: the base it starts from and, once its Job finished,
+    /// the snapshot of the target state it stored (what the restore then uses).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_in_time: Option<PointInTimeStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// What a point-in-time recovery built.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PointInTimeStatus {
+    /// The verified EtcdSnapshot of the schedule the state is built from.
+    pub base: String,
+    /// The revision it holds.
+    pub base_revision: i64,
+    /// The revision rebuilt (for the latest point: the archive's newest when the build ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// How many of the HashKVs the cluster reported inside the replayed range the built state
+    /// matched (each at its revision).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hashes_proven: Option<i64>,
+    /// The stored snapshot of the built state: the schedule's destination with its exact key,
+    /// and its sha256 (the restore checks it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<RecoverySnapshotSource>,
 }

@@ -1,4 +1,5 @@
-//! The EtcdRecovery rules: a cluster and exactly one source on create (a snapshot source:
+//! The EtcdRecovery rules: a cluster and exactly one source on create (a point in time: a
+//! schedule, and a revision of 1 or more when given; a snapshot source:
 //! exactly one of an EtcdSnapshot's name, an S3 object or a PVC file, the latter two with a
 //! checksum or the user's word); the spec never changes after.
 
@@ -22,21 +23,29 @@ pub fn recovery_create(spec: &EtcdRecoverySpec) -> Vec<Violation> {
     let mut out = Vec::new();
     out.extend(non_empty("spec.clusterRef.name", &spec.cluster_ref.name));
     let source = &spec.source;
-    match (&source.survivor, &source.snapshot) {
-        (Some(_), Some(_)) => out.push(Violation::of_rule(
+    let set: Vec<&str> = [
+        ("survivor", source.survivor.is_some()),
+        ("snapshot", source.snapshot.is_some()),
+        ("pointInTime", source.point_in_time.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(field, set)| set.then_some(field))
+    .collect();
+    match set.len() {
+        1 => {}
+        0 => out.push(Violation::of_rule(
             "spec.source",
             CEL_RECOVERY_ONE_SOURCE,
-            "both are set",
-            "keep survivor to rebuild from the member with the most data, or snapshot to roll \
-             back to a stored snapshot, not both",
-        )),
-        (None, None) => out.push(Violation::of_rule(
-            "spec.source",
-            CEL_RECOVERY_ONE_SOURCE,
-            "neither is set",
+            "none is set",
             "write source: {survivor: {}} to rebuild from the member with the most data",
         )),
-        _ => {}
+        _ => out.push(Violation::of_rule(
+            "spec.source",
+            CEL_RECOVERY_ONE_SOURCE,
+            format!("{} are set", set.join(" and ")),
+            "keep one: survivor to rebuild from the member with the most data, snapshot to roll \
+             back to a stored snapshot, or pointInTime to go back to a revision of the archive",
+        )),
     }
     if let Some(member) = source.survivor.as_ref().and_then(|s| s.member.as_deref()) {
         out.extend(bounded_length(
@@ -44,6 +53,24 @@ pub fn recovery_create(spec: &EtcdRecoverySpec) -> Vec<Violation> {
             member,
             MEMBER_NAME_MAX,
         ));
+    }
+    if let Some(point) = &source.point_in_time {
+        out.extend(bounded_length(
+            "spec.source.pointInTime.schedule",
+            &point.schedule,
+            MEMBER_NAME_MAX,
+        ));
+        if let Some(revision) = point.revision.filter(|r| *r < 1) {
+            out.push(
+                Violation::new(
+                    "spec.source.pointInTime.revision",
+                    "must be 1 or more (an etcd revision)",
+                    "take it from the schedule's status.archive (windowStartRevision to \
+                     newestRevision), or remove it to go back to the newest archived revision",
+                )
+                .value(revision.to_string()),
+            );
+        }
     }
     if let Some(snapshot) = &source.snapshot {
         out.extend(snapshot_source(snapshot));
@@ -158,6 +185,7 @@ mod tests {
             source: RecoverySource {
                 survivor: None,
                 snapshot: Some(snapshot),
+                point_in_time: None,
             },
             confirm_healthy_cluster_rollback: None,
             allow_unverified_snapshot: unverified.then_some(true),

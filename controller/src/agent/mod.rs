@@ -15,12 +15,14 @@ pub mod archive;
 pub mod delete;
 pub mod dial;
 pub mod parts;
+pub mod point_in_time;
 pub mod position;
 pub mod pvc;
 pub mod replay;
 pub mod restore;
 pub mod s3;
 pub mod save;
+pub mod scratch;
 pub mod verify;
 pub mod wal;
 
@@ -50,6 +52,9 @@ pub enum AgentCommand {
     /// Replay an archive into a scratch etcd restored from its base snapshot, up to a revision,
     /// and compare the result with the cluster's recorded hashes.
     Replay(replay::ReplayArgs),
+    /// Build a snapshot of the cluster at a revision (or the archive's newest) from a base
+    /// snapshot and the archive, in a scratch etcd, and store it like any snapshot.
+    PointInTime(point_in_time::PointInTimeArgs),
 }
 
 /// The stored snapshot, as `EtcdSnapshot.status.artifact` takes it.
@@ -77,6 +82,7 @@ pub enum Outcome {
     Position(crate::agent_job::position::DiskPosition),
     Archived(String),
     Replayed(replay::Replayed),
+    PointInTime(point_in_time::PointInTime),
     Error(String),
 }
 
@@ -99,6 +105,13 @@ pub async fn run(command: AgentCommand) -> i32 {
         AgentCommand::Replay(args) => {
             let log = args.termination_log.clone();
             (log, replay::run(args).await.map(Outcome::Replayed))
+        }
+        AgentCommand::PointInTime(args) => {
+            let log = args.termination_log.clone();
+            (
+                log,
+                point_in_time::run(args).await.map(Outcome::PointInTime),
+            )
         }
         AgentCommand::Position(args) => {
             let log = args.termination_log.clone();

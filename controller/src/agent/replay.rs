@@ -68,7 +68,17 @@ pub struct Replayed {
 
 pub async fn run(args: ReplayArgs) -> Result<Replayed, Failure> {
     let store = Store::from_args(&args.s3).await?;
-    let mut client = dial::connect(&args.endpoints, &args.tls).await?;
+    let client = dial::connect(&args.endpoints, &args.tls).await?;
+    replay_to(&store, client, args.to_revision).await
+}
+
+/// Replay `store`'s archive into the scratch etcd `client` reaches, from its revision (the base
+/// snapshot's) up to `to_revision` (the archive's newest when `None`), then prove the result.
+pub async fn replay_to(
+    store: &Store,
+    mut client: Client,
+    to_revision: Option<i64>,
+) -> Result<Replayed, Failure> {
     let base = revision_of(&mut client).await?;
     let names = store.segments().await?;
     let newest = Window::of(&names).last.ok_or_else(|| {
@@ -77,7 +87,7 @@ pub async fn run(args: ReplayArgs) -> Result<Replayed, Failure> {
             store.bucket, store.prefix
         ))
     })?;
-    let target = args.to_revision.unwrap_or(newest);
+    let target = to_revision.unwrap_or(newest);
     if target < base {
         return Err(Failure::permanent(format!(
             "--to-revision {target} is before the scratch etcd's revision {base}: choose a base snapshot at or before it, \
@@ -91,10 +101,10 @@ pub async fn run(args: ReplayArgs) -> Result<Replayed, Failure> {
         ))
     })?;
     let keeper = tokio::spawn(keep_leases_alive(client.clone()));
-    let replayed = replay(&store, &mut client, &chosen, base, target).await;
+    let replayed = replay(store, &mut client, &chosen, base, target).await;
     keeper.abort();
     let (events, leases_granted) = replayed?;
-    let (proven_at, not_compared) = prove(&store, &mut client, base, target).await?;
+    let (proven_at, not_compared) = prove(store, &mut client, base, target).await?;
     Ok(Replayed {
         base_revision: base,
         target_revision: target,

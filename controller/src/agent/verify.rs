@@ -19,10 +19,9 @@ use std::time::Duration;
 use etcd_client::{Client, ConnectOptions};
 use serde::{Deserialize, Serialize};
 
+use super::scratch::{free_port, restore, tail, Scratch};
 use crate::objectstore::{Failure, Location, S3Args, Uploaded, S3};
 
-/// The member's name inside the scratch restore (nothing outside the Job sees it).
-const SCRATCH_NAME: &str = "verify";
 /// How long the scratch etcd (etcd 3.5, whose etcdutl has no `hashkv`) gets to answer.
 const SCRATCH_ETCD_DEADLINE: Duration = Duration::from_secs(90);
 
@@ -217,7 +216,8 @@ async fn fetch(args: &VerifyArgs) -> Result<(String, PathBuf, Uploaded), Failure
     }
 }
 
-fn expected_sha256(text: &str) -> Result<String, Failure> {
+/// The hex of a `sha256:<hex>` or `<hex>` checksum given on the command line.
+pub(super) fn expected_sha256(text: &str) -> Result<String, Failure> {
     let hex = text
         .trim()
         .strip_prefix("sha256:")
@@ -299,40 +299,6 @@ pub fn compare(
         hash: recorded.hash,
         compared: true,
     })
-}
-
-/// `etcdutl snapshot restore` into `out` as a one-member cluster at `peer`, without moving the
-/// revision (the hash must be of the snapshot's own history). Its output on failure.
-async fn restore(etcdutl: &Path, db: &Path, out: &Path, peer: &str) -> Result<(), String> {
-    let output = tokio::process::Command::new(etcdutl)
-        .arg("snapshot")
-        .arg("restore")
-        .arg(db)
-        .arg(format!("--name={SCRATCH_NAME}"))
-        .arg(format!("--initial-cluster={SCRATCH_NAME}={peer}"))
-        .arg(format!("--initial-advertise-peer-urls={peer}"))
-        .arg(format!("--data-dir={}", out.display()))
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .map_err(|e| format!("running {}: {e}", etcdutl.display()))?;
-    if output.status.success() && out.join("member/snap/db").is_file() {
-        return Ok(());
-    }
-    Err(format!(
-        "{} snapshot restore failed ({}): {}",
-        etcdutl.display(),
-        output.status,
-        tail(&output.stderr, &output.stdout)
-    ))
-}
-
-/// The last lines a tool printed, for a message.
-fn tail(stderr: &[u8], stdout: &[u8]) -> String {
-    let text = if stderr.is_empty() { stdout } else { stderr };
-    let text = String::from_utf8_lossy(text);
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    lines[lines.len().saturating_sub(3)..].join(" | ")
 }
 
 enum HashError {
@@ -420,29 +386,7 @@ async fn hashkv_by_etcd(
     peer: &str,
     revision: i64,
 ) -> Result<HashKv, HashError> {
-    let client_url = format!(
-        "http://127.0.0.1:{}",
-        free_port().map_err(HashError::Other)?
-    );
-    let mut child = tokio::process::Command::new(etcd)
-        .arg(format!("--name={SCRATCH_NAME}"))
-        .arg(format!("--data-dir={}", data.display()))
-        .arg(format!("--listen-client-urls={client_url}"))
-        .arg(format!("--advertise-client-urls={client_url}"))
-        .arg(format!("--listen-peer-urls={peer}"))
-        .arg(format!("--initial-advertise-peer-urls={peer}"))
-        .arg(format!("--initial-cluster={SCRATCH_NAME}={peer}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| {
-            HashError::Other(Failure::permanent(format!(
-                "running {}: {e}",
-                etcd.display()
-            )))
-        })?;
+    let mut scratch = Scratch::start(etcd, data, peer, &[]).map_err(HashError::Other)?;
     let deadline = tokio::time::Instant::now() + SCRATCH_ETCD_DEADLINE;
     let mut last = String::new();
     let result = loop {
@@ -452,12 +396,12 @@ async fn hashkv_by_etcd(
                 SCRATCH_ETCD_DEADLINE.as_secs()
             ))));
         }
-        if let Ok(Some(status)) = child.try_wait() {
+        if let Some(status) = scratch.exited() {
             break Err(HashError::Other(Failure::permanent(format!(
                 "etcd on the restored snapshot exited ({status}) before answering"
             ))));
         }
-        match scratch_hash_kv(&client_url, revision).await {
+        match scratch_hash_kv(&scratch.client_url, revision).await {
             Ok(h) => break Ok(h),
             Err(e) if e.contains("future revision") || e.contains("compacted") => {
                 break Err(hash_error(revision, &e))
@@ -466,7 +410,7 @@ async fn hashkv_by_etcd(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    let _ = child.kill().await;
+    scratch.stop().await;
     result
 }
 
@@ -487,13 +431,6 @@ async fn scratch_hash_kv(url: &str, revision: i64) -> Result<HashKv, String> {
         hash: resp.hash(),
         compact_revision: resp.compact_version(),
     })
-}
-
-fn free_port() -> Result<u16, Failure> {
-    std::net::TcpListener::bind(("127.0.0.1", 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| Failure::transient(format!("finding a free loopback port: {e}")))
 }
 
 /// The save's reference point: the member's hashkv at its current revision, asked just before

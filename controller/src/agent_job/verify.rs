@@ -6,11 +6,8 @@
 //! PVC file mounted read-only) into an emptyDir sized for the download and the restored copy.
 //! It never dials the cluster. Pure.
 
-use k8s_openapi::api::core::v1::EmptyDirVolumeSource;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-
 use super::*;
-use crate::builders::restore::{BINARY, ETCDUTL, INSTALL_TOOLS_CONTAINER, TOOLS_DIR, TOOLS_VOLUME};
+use crate::builders::restore::ETCDUTL;
 
 /// `etcd` in the published etcd images (beside [`ETCDUTL`]).
 pub const ETCD: &str = "/usr/local/bin/etcd";
@@ -102,32 +99,13 @@ pub fn verify_job(
         args.push(format!("--hashkv={}", h.hash));
         args.push(format!("--hashkv-compact-revision={}", h.compact_revision));
     }
-    let tools = Volume {
-        name: TOOLS_VOLUME.into(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
-        ..Default::default()
-    };
+    let (tools, tools_mount, image) = in_etcd_image(operator_image, etcd_image);
     // The download and the restored copy, each about the snapshot's size: bounded, so a
     // verification that outgrows it is evicted instead of filling the node's disk.
-    let limit = artifact
-        .size_bytes
-        .max(0)
-        .saturating_mul(2)
-        .saturating_add(SCRATCH_HEADROOM);
-    let scratch = Volume {
-        name: SCRATCH_VOLUME.into(),
-        empty_dir: Some(EmptyDirVolumeSource {
-            medium: None,
-            size_limit: Some(Quantity(limit.to_string())),
-        }),
-        ..Default::default()
-    };
+    let scratch = scratch_volume(SCRATCH_VOLUME, artifact.size_bytes, SCRATCH_HEADROOM);
     let mut env = Vec::new();
     let mut volumes = vec![tools, scratch];
-    let mut mounts = vec![
-        mount(TOOLS_VOLUME, TOOLS_DIR, true),
-        mount(SCRATCH_VOLUME, SCRATCH_DIR, false),
-    ];
+    let mut mounts = vec![tools_mount, mount(SCRATCH_VOLUME, SCRATCH_DIR, false)];
     let mut service_account = None;
     match stored(snapshot, &artifact.uri)? {
         Stored::S3 { s3, key } => {
@@ -142,15 +120,6 @@ pub fn verify_job(
             args.push(format!("--pvc-file={PVC_MOUNT}/{path}"));
         }
     }
-    let install = Container {
-        name: INSTALL_TOOLS_CONTAINER.into(),
-        image: Some(operator_image.to_string()),
-        args: Some(vec!["install-tools".into(), format!("--to={TOOLS_DIR}")]),
-        volume_mounts: Some(vec![mount(TOOLS_VOLUME, TOOLS_DIR, false)]),
-        security_context: Some(restricted()),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        ..Default::default()
-    };
     Ok(agent_job(
         snapshot,
         &verify_job_name(&snapshot.name_any()),
@@ -162,11 +131,7 @@ pub fn verify_job(
             volumes,
             mounts,
             service_account,
-            image: Some(ImageOverride {
-                image: etcd_image.to_string(),
-                command: vec![format!("{TOOLS_DIR}/{BINARY}")],
-                init_containers: vec![install],
-            }),
+            image: Some(image),
         },
     ))
 }
@@ -178,6 +143,7 @@ mod tests {
         EtcdSnapshotSpec, EtcdSnapshotStatus, LocalReference, PvcLocation, S3Location,
         SecretReference, SnapshotDestination, SnapshotPhase,
     };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn complete(
         dest: SnapshotDestination,

@@ -254,6 +254,7 @@ pub(super) async fn start(
                     .is_none()
                     .then_some(SurvivorSource { member: None }),
                 snapshot: snapshot.clone().map(|name| LocalReference { name }.into()),
+                point_in_time: None,
             },
             confirm_healthy_cluster_rollback: None,
             allow_unverified_snapshot: None,

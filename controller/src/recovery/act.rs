@@ -187,6 +187,32 @@ pub(super) async fn act(
                 ),
             )
         }
+        Work::BuildPointInTime => {
+            let note = super::point_in_time::start(ctx, ns, api, recovery).await?;
+            (Action::CreateJob, note)
+        }
+        Work::RecordPointInTime(built) => {
+            let mut new = status.clone();
+            let note = format!(
+                "built the cluster's state at revision {} from EtcdSnapshot {} (revision {}),                  {} recorded hash(es) matched, stored at {}: restoring it in place",
+                built.revision.map_or_else(|| "?".into(), |r| r.to_string()),
+                built.base,
+                built.base_revision,
+                built.hashes_proven.unwrap_or(0),
+                built
+                    .snapshot
+                    .as_ref()
+                    .and_then(|s| s.s3.as_ref())
+                    .map_or_else(String::new, |s3| format!(
+                        "s3://{}/{}",
+                        s3.bucket,
+                        s3.key.as_deref().unwrap_or_default()
+                    )),
+            );
+            new.point_in_time = Some(*built);
+            write(api, recovery, &new).await?;
+            (Action::Recover, note)
+        }
         Work::ReleaseCluster => {
             let patch = json!({"metadata": {"annotations": {RECOVERY_ANNOTATION: null}}});
             clusters.patch(cluster_name, &params, &merge(patch)).await?;

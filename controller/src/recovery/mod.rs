@@ -13,12 +13,14 @@
 //! finalizer finds them gone from etcd). Adding
 //! the members back is the cluster controller's normal scale-up. Before a survivor is chosen, a
 //! member whose etcd does not run has its raft position read from its data PVC by a position Job
-//! it owns (`disk.rs`).
+//! it owns (`disk.rs`). A point-in-time source is built off to the side by a build Job it owns
+//! before anything is planned (`point_in_time.rs`), then restored as the snapshot it stored.
 
 mod act;
 mod disk;
 mod overdue;
 pub mod plan;
+mod point_in_time;
 mod snapshot;
 
 use std::collections::BTreeMap;
@@ -314,12 +316,19 @@ async fn observe(
 ) -> Result<Facts, Error> {
     let status = recovery.status.clone().unwrap_or_default();
     let source = &recovery.spec.source;
-    let source = match (&source.survivor, &source.snapshot) {
-        (_, Some(snapshot)) => match snapshot::stored_facts(snapshot) {
+    // A point in time, once built, is restored as the snapshot it stored.
+    let source = match (
+        &source.survivor,
+        recovery.snapshot_source(),
+        &source.point_in_time,
+    ) {
+        (_, Some(snapshot), _) => match snapshot::stored_facts(snapshot) {
             Some(stored) => Source::Stored(stored),
             None => Source::Snapshot(snapshot.name.clone().unwrap_or_default()),
         },
-        (survivor, None) => Source::Survivor {
+        // Observed below, before the plan.
+        (_, None, Some(_)) => Source::PointInTime(plan::Build::Start),
+        (survivor, None, None) => Source::Survivor {
             member: survivor.as_ref().and_then(|s| s.member.clone()),
         },
     };
@@ -375,11 +384,14 @@ async fn observe(
                     snapshot::observe(ctx, ns, Some(name.as_str()), &facts.cluster_name).await?;
             }
             Source::Stored(stored) => {
-                if let Some(source) = &recovery.spec.source.snapshot {
+                if let Some(source) = recovery.snapshot_source() {
                     stored.missing = snapshot::missing(ctx, ns, source).await?;
                 }
                 (_, facts.highest_snapshot_revision) =
                     snapshot::observe(ctx, ns, None, &facts.cluster_name).await?;
+            }
+            Source::PointInTime(build) => {
+                *build = point_in_time::observe(ctx, ns, recovery).await?;
             }
             Source::Survivor { .. } => {}
         }

@@ -17,8 +17,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::agent_job::position::PositionRead;
 use crate::etcd::format_id;
 
+mod point_in_time;
 mod snapshot;
 mod survivor;
+pub use point_in_time::Build;
 pub use snapshot::{bump_revision, restored_of, SnapshotFacts, StoredFacts, BUMP_MARGIN};
 pub use survivor::needs_disk_read;
 
@@ -29,8 +31,11 @@ pub enum Source {
     Survivor { member: Option<String> },
     /// A stored EtcdSnapshot, restored in place.
     Snapshot(String),
-    /// A snapshot given by its S3 object or PVC file (no EtcdSnapshot), restored in place.
+    /// A snapshot given by its S3 object or PVC file (no EtcdSnapshot), restored in place; also
+    /// the state a point-in-time source built, once recorded.
     Stored(StoredFacts),
+    /// A point in time not built yet.
+    PointInTime(Build),
 }
 
 /// What one member's etcd says about itself (the Maintenance `Status` call answered by its own
@@ -191,6 +196,10 @@ pub enum Work {
     /// Start the position Jobs of these members: their raft position is read from their data
     /// dirs, as their etcd does not run.
     ReadPositions(Vec<String>),
+    /// Start the build Job of a point-in-time source.
+    BuildPointInTime,
+    /// Record what the build stored (`status.pointInTime`): the recovery restores it.
+    RecordPointInTime(Box<api::v1alpha2::PointInTimeStatus>),
 }
 
 /// The planner's verdict.
@@ -307,6 +316,7 @@ fn plan_first(f: &Facts, cluster: &ClusterFacts) -> Next {
     let member = match &f.source {
         Source::Snapshot(snapshot) => return snapshot::plan_first(f, snapshot),
         Source::Stored(stored) => return snapshot::plan_stored(f, stored),
+        Source::PointInTime(build) => return point_in_time::plan_build(f, build),
         Source::Survivor { member } => member.as_deref(),
     };
     if let Some(refused) = refuse_healthy(f, |m, leader| {
@@ -499,7 +509,10 @@ pub fn next(f: &Facts) -> Next {
                 f.members.iter().filter(|m| m.pod.is_some()).collect();
             if with_pods.is_empty() {
                 Next::Advance(match f.source {
-                    Source::Snapshot(_) | Source::Stored(_) => RecoveryStep::RestoreSnapshot,
+                    // A point in time is a stored snapshot once built (before any step).
+                    Source::Snapshot(_) | Source::Stored(_) | Source::PointInTime(_) => {
+                        RecoveryStep::RestoreSnapshot
+                    }
                     Source::Survivor { .. } => RecoveryStep::ForceNewCluster,
                 })
             } else {

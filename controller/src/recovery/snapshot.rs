@@ -184,7 +184,8 @@ pub async fn observe(
 }
 
 /// The patch that marks `recovery`'s restore on its member and wakes it: the restore source
-/// is the one the spec gives by its location, else the planned EtcdSnapshot's artifact.
+/// is the one the spec gives by its location (or a point-in-time build stored), else the
+/// planned EtcdSnapshot's artifact.
 pub async fn mark_patch(
     ctx: &Context,
     ns: &str,
@@ -197,7 +198,7 @@ pub async fn mark_patch(
         .to_string();
     let name = recovery.name_any();
     let uid = recovery.uid().unwrap_or_default();
-    if let Some(source) = recovery.spec.source.snapshot.as_ref() {
+    if let Some(source) = recovery.snapshot_source() {
         if let Some(location) = source.location() {
             return Ok(stored_mark(
                 &name,

@@ -2,7 +2,8 @@
 //! run as processes against a real etcd and a real MinIO: the archive holds every revision after
 //! its base once, across a SIGKILL of the archiver, and a scratch etcd restored from the base and
 //! replayed to a revision in the middle holds exactly the cluster's state at that revision
-//! (etcd's own `HashKV`, and every key).
+//! (etcd's own `HashKV`, and every key); `snapshot-agent point-in-time` does all of it in one
+//! command and stores the result as a snapshot that restores to that state.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -28,36 +29,14 @@ async fn the_archive_holds_every_revision_once_across_a_sigkill_and_replays_exac
     let (bins, tmp, minio) = with_minio(false).await;
     let root = tmp.path();
     let etcd_bin = bins.binary("etcd-3.6", "etcd").or_panic();
-    let config = EtcdConfig::new("source", "source-token").or_panic();
-    let source = Etcd::start(&etcd_bin, &config, &root.join("source"), &root.join("logs"))
-        .await
-        .or_panic();
-    let mut client = source.client().await.or_panic();
-    for i in 0..40 {
-        client
-            .put(format!("pre/{i:03}"), format!("v{i}"), None)
-            .await
-            .or_panic();
-    }
-    // The window's base: a snapshot at revision `base`, as a schedule's would be.
-    let base = current_revision(&mut client).await;
-    s3_save(root, &source, "base", "uid-base", &minio, &minio.writer)
-        .run("save-base")
-        .await
-        .assert_code(0, "the base snapshot");
-
-    let archiver = Agent::new(
-        root,
-        &[
-            "archive",
-            &format!("--endpoints={}", config.client_url),
-            &format!("--from-revision={}", base + 1),
-            "--flush-interval=300ms",
-            "--hash-interval=500ms",
-            &format!("--s3-key={PREFIX}"),
-        ],
-    )
-    .s3(&minio, &minio.writer);
+    let Sourced {
+        source,
+        config,
+        mut client,
+        base,
+        ..
+    } = source_with_base(&etcd_bin, root, &minio).await;
+    let archiver = archiver(root, &config, base, &minio);
     let mut running = archiver.start("archive-1");
 
     // Phase 1: puts, overwrites, a multi-key transaction, deletes of base keys and a key on a
@@ -199,6 +178,200 @@ async fn the_archive_holds_every_revision_once_across_a_sigkill_and_replays_exac
     );
     scratch.stop();
     source.stop();
+}
+
+/// `snapshot-agent point-in-time` builds, off to the side, the snapshot of a chosen revision and
+/// of the archive's newest: each restores like any snapshot to exactly the cluster's keys at that
+/// revision (and etcd's own HashKV agrees), and the cluster itself is never written to.
+#[tokio::test]
+async fn a_point_in_time_build_stores_a_snapshot_of_exactly_the_chosen_revision_or_the_newest() {
+    let (bins, tmp, minio) = with_minio(false).await;
+    let root = tmp.path();
+    let etcd_bin = bins.binary("etcd-3.6", "etcd").or_panic();
+    let etcdutl = bins.binary("etcd-3.6", "etcdutl").or_panic();
+    let Sourced {
+        source,
+        config,
+        mut client,
+        base,
+        base_sha,
+    } = source_with_base(&etcd_bin, root, &minio).await;
+    let running = archiver(root, &config, base, &minio).start("archive");
+    let lease = client.lease_grant(600, None).await.or_panic().id();
+    write_phase(&mut client, "one", 0..40, lease).await;
+    let middle = current_revision(&mut client).await;
+    wait_for_hash_at(&minio, middle).await;
+    let at_middle = keys_at(&mut client, middle).await;
+    write_phase(&mut client, "two", 0..40, 0).await;
+    let newest = current_revision(&mut client).await;
+    wait_for_hash_at(&minio, newest).await;
+    let at_newest = keys_at(&mut client, newest).await;
+    terminate(running).await;
+    assert!(
+        at_middle.keys().all(|k| !k.starts_with("two/"))
+            && at_newest.keys().any(|k| k.starts_with("two/")),
+        "the two points differ"
+    );
+
+    for (to, name, revision, keys) in [
+        (Some(middle), "at-middle", middle, &at_middle),
+        (None, "latest", newest, &at_newest),
+    ] {
+        let mut build = Agent::new(
+            root,
+            &[
+                "point-in-time",
+                &format!("--s3-key={PREFIX}"),
+                "--base-key=base.db",
+                &format!("--base-sha256={base_sha}"),
+                "--output-prefix=point-in-time/",
+                &format!("--output-name={name}"),
+                "--output-uid=uid-recovery",
+                &format!("--etcdutl={}", etcdutl.display()),
+                &format!("--etcd={}", etcd_bin.display()),
+                &format!("--work-dir={}", root.join("work").join(name).display()),
+            ],
+        )
+        .s3(&minio, &minio.writer);
+        if let Some(to) = to {
+            build = build.arg(format!("--to-revision={to}"));
+        }
+        let run = build.run(name).await;
+        run.assert_code(0, name);
+        let built = &run.result["pointInTime"];
+        assert_eq!(built["baseRevision"], base, "{}", run.result);
+        assert_eq!(built["targetRevision"], revision, "{}", run.result);
+        assert_eq!(
+            built["provenAtRevision"], revision,
+            "the build compared the hash recorded at {revision}: {}",
+            run.result
+        );
+        assert_eq!(
+            built["artifact"]["hashKV"]["revision"], revision,
+            "{}",
+            run.result
+        );
+        let checksum = built["artifact"]["checksum"]
+            .as_str()
+            .or_panic_none("the result's checksum")
+            .to_string();
+
+        // The result restores like any snapshot, checked against its sha256.
+        let restored_config = EtcdConfig::new(name, "restored-token").or_panic();
+        let restored_dir = root.join("restored").join(name);
+        restore_agent(
+            &bins,
+            "etcd-3.6",
+            root,
+            &restored_dir,
+            &restored_config,
+            &s3_source(&minio, &format!("point-in-time/{name}.db")),
+        )
+        .arg("--bump-revision=0")
+        .arg(format!("--expected-sha256={checksum}"))
+        .creds(&minio.writer)
+        .run(&format!("restore-{name}"))
+        .await
+        .assert_code(0, "restoring the point-in-time snapshot");
+        let restored = Etcd::start(
+            &etcd_bin,
+            &restored_config,
+            &restored_dir,
+            &root.join("logs"),
+        )
+        .await
+        .or_panic();
+        let mut restored_client = restored.client().await.or_panic();
+        assert_eq!(current_revision(&mut restored_client).await, revision);
+        assert_eq!(
+            keys_at(&mut restored_client, revision).await,
+            *keys,
+            "every key as the cluster had it at revision {revision}, nothing written after it"
+        );
+        let ours = restored_client
+            .maintenance_client()
+            .hash_kv(revision)
+            .await
+            .or_panic();
+        let theirs = client
+            .maintenance_client()
+            .hash_kv(revision)
+            .await
+            .or_panic();
+        assert_eq!(
+            (ours.hash(), ours.compact_version()),
+            (theirs.hash(), theirs.compact_version()),
+            "etcd's own HashKV at {revision}"
+        );
+        restored.stop();
+    }
+    assert_eq!(
+        current_revision(&mut client).await,
+        newest,
+        "the cluster was never written to"
+    );
+    source.stop();
+}
+
+/// A source etcd with 40 keys `pre/*`, and the window's base: its snapshot `base.db` in MinIO at
+/// revision `base`, as a schedule's would be.
+struct Sourced {
+    source: Etcd,
+    config: EtcdConfig,
+    client: Client,
+    base: i64,
+    /// The base's `sha256:<hex>`, as its save reported it.
+    base_sha: String,
+}
+
+async fn source_with_base(
+    etcd_bin: &std::path::Path,
+    root: &std::path::Path,
+    minio: &Minio,
+) -> Sourced {
+    let config = EtcdConfig::new("source", "source-token").or_panic();
+    let source = Etcd::start(etcd_bin, &config, &root.join("source"), &root.join("logs"))
+        .await
+        .or_panic();
+    let mut client = source.client().await.or_panic();
+    for i in 0..40 {
+        client
+            .put(format!("pre/{i:03}"), format!("v{i}"), None)
+            .await
+            .or_panic();
+    }
+    let base = current_revision(&mut client).await;
+    let saved = s3_save(root, &source, "base", "uid-base", minio, &minio.writer)
+        .run("save-base")
+        .await;
+    saved.assert_code(0, "the base snapshot");
+    let base_sha = saved.result["artifact"]["checksum"]
+        .as_str()
+        .or_panic_none("the base's checksum")
+        .to_string();
+    Sourced {
+        source,
+        config,
+        client,
+        base,
+        base_sha,
+    }
+}
+
+/// The archiver of the source `config` from right after `base`, to [`PREFIX`] in MinIO.
+fn archiver(root: &std::path::Path, config: &EtcdConfig, base: i64, minio: &Minio) -> Agent {
+    Agent::new(
+        root,
+        &[
+            "archive",
+            &format!("--endpoints={}", config.client_url),
+            &format!("--from-revision={}", base + 1),
+            "--flush-interval=300ms",
+            "--hash-interval=500ms",
+            &format!("--s3-key={PREFIX}"),
+        ],
+    )
+    .s3(minio, &minio.writer)
 }
 
 /// Writes of one phase, each its own revision except the transactions: a put of a new key, an

@@ -13,6 +13,7 @@ fn recovery() -> EtcdRecovery {
             source: RecoverySource {
                 survivor: Some(SurvivorSource::default()),
                 snapshot: None,
+                point_in_time: None,
             },
             confirm_healthy_cluster_rollback: None,
             allow_unverified_snapshot: None,
