@@ -563,6 +563,33 @@ impl AgentReport {
     }
 }
 
+/// What a recovery's agent Job (a position read, a point-in-time build) says, from its view:
+/// `Ok(None)` still running (or not started), `Ok(Some(_))` the result `pick` finds in its
+/// report, `Err(why)` it failed, or succeeded without `what` in its termination message.
+pub fn job_result<T>(
+    view: &JobView,
+    pick: impl Fn(&AgentReport) -> Option<T>,
+    what: &str,
+) -> Result<Option<T>, String> {
+    let report = view.report.as_deref().and_then(AgentReport::parse);
+    if let Some(found) = report.as_ref().and_then(&pick) {
+        return Ok(Some(found));
+    }
+    let said = report.and_then(|r| r.error).or_else(|| view.report.clone());
+    if let Some(failed) = &view.failed {
+        return Err(match said {
+            Some(said) => format!("{said} (Job: {failed})"),
+            None => format!("the Job failed: {failed}"),
+        });
+    }
+    if view.succeeded {
+        return Err(format!(
+            "the Job succeeded without reporting {what} in its termination message"
+        ));
+    }
+    Ok(None)
+}
+
 /// The Job as far as the snapshot's phase is concerned.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct JobView {

@@ -208,23 +208,11 @@ pub enum BuildRead {
 
 /// The build Job's outcome from its view (see [`job_view`]).
 pub fn build_read(view: &JobView) -> BuildRead {
-    let report = view.report.as_deref().and_then(AgentReport::parse);
-    if let Some(built) = report.as_ref().and_then(|r| r.point_in_time.clone()) {
-        return BuildRead::Built(built);
+    match job_result(view, |r| r.point_in_time.clone(), "a result") {
+        Ok(None) => BuildRead::Building,
+        Ok(Some(built)) => BuildRead::Built(built),
+        Err(why) => BuildRead::Failed(why),
     }
-    let said = report.and_then(|r| r.error).or_else(|| view.report.clone());
-    if let Some(failed) = &view.failed {
-        return BuildRead::Failed(match said {
-            Some(said) => format!("{said} (Job: {failed})"),
-            None => format!("the Job failed: {failed}"),
-        });
-    }
-    if view.succeeded {
-        return BuildRead::Failed(
-            "the Job succeeded without reporting a result in its termination message".into(),
-        );
-    }
-    BuildRead::Building
 }
 
 #[cfg(test)]

@@ -128,23 +128,11 @@ pub enum PositionRead {
 
 /// The position Job's outcome from its view (see [`job_view`]).
 pub fn position_read(view: &JobView) -> PositionRead {
-    let report = view.report.as_deref().and_then(AgentReport::parse);
-    if let Some(p) = report.as_ref().and_then(|r| r.position.clone()) {
-        return PositionRead::Read(p);
+    match job_result(view, |r| r.position.clone(), "a position") {
+        Ok(None) => PositionRead::Reading,
+        Ok(Some(p)) => PositionRead::Read(p),
+        Err(why) => PositionRead::Failed(why),
     }
-    let said = report.and_then(|r| r.error).or_else(|| view.report.clone());
-    if let Some(failed) = &view.failed {
-        return PositionRead::Failed(match said {
-            Some(said) => format!("{said} (Job: {failed})"),
-            None => format!("the Job failed: {failed}"),
-        });
-    }
-    if view.succeeded {
-        return PositionRead::Failed(
-            "the Job succeeded without reporting a position in its termination message".into(),
-        );
-    }
-    PositionRead::Reading
 }
 
 #[cfg(test)]
